@@ -1,0 +1,256 @@
+//! Rendering for the CLI: human-readable by default, JSON (camelCase, one document) with `--json`.
+//! Everything goes to stdout except warnings; `leash exec` never comes here.
+
+use crate::lease::Lease;
+use crate::legacy::LegacyRecord;
+use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
+use crate::plan::{Decision, ReapPlan};
+use crate::store::StoreError;
+use serde::Serialize;
+
+fn print_json<T: Serialize + ?Sized>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+pub fn leases(rows: &[Result<Lease, StoreError>], json: bool) {
+    if json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| match r {
+                Ok(l) => serde_json::to_value(l).expect("serialisable"),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            })
+            .collect();
+        print_json(&out);
+        return;
+    }
+    if rows.is_empty() {
+        println!("no leases");
+        return;
+    }
+    println!(
+        "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  REASON",
+        "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT"
+    );
+    for r in rows {
+        match r {
+            Ok(l) => {
+                let opt = |v: Option<i32>| v.map_or("-".to_string(), |v| v.to_string());
+                println!(
+                    "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {}",
+                    l.lease_id,
+                    l.state.as_str(),
+                    truncate(&l.session_key, 24),
+                    l.root_pid,
+                    opt(l.adapter_pid),
+                    opt(l.process_group_id),
+                    opt(l.exit_status),
+                    l.state_reason.as_deref().unwrap_or("")
+                );
+            }
+            Err(e) => println!("!! {e}"),
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+pub fn status(v: &serde_json::Value, json: bool) {
+    if json {
+        print_json(v);
+        return;
+    }
+    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
+    println!("gateway instance  {}", s("gatewayInstanceId"));
+    println!("state directory   {}", s("stateDir"));
+    println!("database          {}", s("database"));
+    println!("wrapper root      {}", s("wrapperRoot"));
+    let l = &v["leases"];
+    println!(
+        "leases            {} open, {} closing, {} closed, {} lost",
+        l["open"], l["closing"], l["closed"], l["lost"]
+    );
+    println!("legacy records    {} open", v["legacyOpen"]);
+}
+
+pub fn close(outcomes: &[CloseOutcome], json: bool) {
+    if json {
+        print_json(outcomes);
+        return;
+    }
+    for o in outcomes {
+        println!(
+            "lease {} (session {}): {:?} — {}",
+            o.lease_id, o.session_key, o.result, o.reason
+        );
+        for s in &o.signals {
+            println!(
+                "  {} → pid {} ({:?}, start {}): {:?}",
+                s.signal.name(),
+                s.pid,
+                s.role,
+                s.start_time,
+                s.delivery
+            );
+        }
+        for r in &o.refused {
+            println!("  refused pid {}: {}", r.pid, r.reason);
+        }
+        if let Some(code) = o.exit_status {
+            println!("  adapter exit status {code}");
+        }
+    }
+}
+
+pub fn cancel(o: &CancelOutcome, json: bool) {
+    if json {
+        print_json(o);
+    } else {
+        println!(
+            "cancel recorded for lease {} (session {}, event {}); nothing signalled",
+            o.lease_id, o.session_key, o.seq
+        );
+    }
+}
+
+fn decision_line(d: &Decision, grace_ms: u64) -> String {
+    match d {
+        Decision::Terminate => format!(
+            "terminate: SIGTERM children first, SIGKILL survivors after {grace_ms} ms, then mark closed"
+        ),
+        Decision::MarkLost { reason } => format!("mark lost, signal nothing — {reason}"),
+        Decision::Leave { reason } => format!("leave open, signal nothing — {reason}"),
+        Decision::Skip { reason } => format!("skip — {reason}"),
+    }
+}
+
+pub fn reap_plan(plan: &ReapPlan, json: bool) {
+    if json {
+        print_json(plan);
+        return;
+    }
+    println!(
+        "reap plan for gateway {} (dry run: nothing changed, nothing signalled)",
+        plan.gateway_instance_id
+    );
+    if plan.leases.is_empty() && plan.legacy.is_empty() {
+        println!("  no open or closing leases");
+    }
+    for lp in &plan.leases {
+        let owner = match lp.owner_alive {
+            Some(true) => "owner alive",
+            Some(false) => "owner gone",
+            None => "owner unknown",
+        };
+        println!(
+            "lease {} session {} [{}; {}; verdict {}]",
+            lp.lease_id,
+            lp.session_key,
+            lp.state,
+            owner,
+            lp.verdict.as_deref().unwrap_or("-")
+        );
+        println!("  → {}", decision_line(&lp.decision, lp.grace_ms));
+        for e in &lp.evidence {
+            println!("    evidence: {e}");
+        }
+        for s in &lp.signals {
+            let sigs: Vec<&str> = s.signals.iter().map(|s| s.name()).collect();
+            println!(
+                "    pid {} ({:?}, start {}, {}): {} — {}",
+                s.pid,
+                s.role,
+                s.start_time,
+                s.argv0.as_deref().unwrap_or("?"),
+                sigs.join(" then "),
+                s.evidence
+            );
+        }
+        for r in &lp.refused {
+            println!("    pid {}: not signalled — {}", r.pid, r.reason);
+        }
+    }
+    for lg in &plan.legacy {
+        println!(
+            "legacy #{} session {} pid {} [verdict {}]",
+            lg.id, lg.session_key, lg.pid, lg.verdict
+        );
+        println!(
+            "  → {}",
+            decision_line(&lg.decision, crate::exec::DEFAULT_GRACE_MS)
+        );
+        for s in &lg.signals {
+            println!(
+                "    pid {} ({:?}): SIGTERM then SIGKILL — {}",
+                s.pid, s.role, s.evidence
+            );
+        }
+        for r in &lg.refused {
+            println!("    pid {}: not signalled — {}", r.pid, r.reason);
+        }
+    }
+    if !plan.expire.is_empty() {
+        println!(
+            "expire {} closed/lost lease(s) past the retention",
+            plan.expire.len()
+        );
+    }
+    for b in &plan.bad_rows {
+        println!("unreadable row, left alone: {b}");
+    }
+}
+
+pub fn reap_report(r: &ReapReport, json: bool) {
+    if json {
+        print_json(r);
+        return;
+    }
+    close(&r.leases, false);
+    for lg in &r.legacy {
+        println!(
+            "legacy #{} session {} pid {}: {:?} — {}",
+            lg.id, lg.session_key, lg.pid, lg.result, lg.reason
+        );
+    }
+    for (id, why) in &r.skipped {
+        println!("lease {id}: skipped — {why}");
+    }
+    if r.expired > 0 {
+        println!("expired {} old lease(s)", r.expired);
+    }
+    for b in &r.bad_rows {
+        println!("unreadable row, left alone: {b}");
+    }
+    if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
+        println!("nothing to reap");
+    }
+}
+
+pub fn legacy(recs: &[LegacyRecord], json: bool) {
+    if json {
+        print_json(recs);
+        return;
+    }
+    if recs.is_empty() {
+        println!("no legacy records");
+    }
+    for r in recs {
+        println!(
+            "#{} session {} pid {} [{}] {} {}",
+            r.id,
+            r.session_key,
+            r.pid,
+            r.state,
+            r.command,
+            r.state_reason.as_deref().unwrap_or("")
+        );
+    }
+}

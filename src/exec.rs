@@ -1,0 +1,211 @@
+//! `leash exec`: commit the lease, then become the wrapper.
+//!
+//! The process that runs `leash exec` is the lease's root: its pid and start time are recorded,
+//! the lease is committed, and then the process execs the installed wrapper in place, keeping its
+//! pid and start time. So the lease is in the database before the wrapper's first instruction,
+//! always, and the gateway that spawned `leash exec` is the wrapper's parent (the lease's owner).
+//! Nothing is printed on stdout: it is the adapter's.
+
+use crate::install::{install_wrapper, InstallError};
+use crate::lease::{self, command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
+use crate::proc::{self, LiveTable, ProcessTable};
+use crate::state::{StateError, StateRoot};
+use crate::store::{SessionRow, Store, StoreError};
+use crate::verify::{verify_owned_tree, Expect, Verdict};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+pub const DEFAULT_GRACE_MS: u64 = 3_000;
+
+/// What to run, and the session it belongs to.
+#[derive(Debug, Clone, Default)]
+pub struct ExecRequest {
+    pub session_key: Option<String>,
+    pub agent_id: Option<String>,
+    pub owner_session_key: Option<String>,
+    pub spawned_by: Option<String>,
+    pub parent_session_key: Option<String>,
+    pub grace_ms: u64,
+    /// The pid the caller says is our parent; if it is not, nothing is started.
+    pub owner_pid: Option<i32>,
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    #[error("no command given")]
+    NoCommand,
+    #[error("leash exec has no visible parent process (parent pid {0}); cannot record an owner")]
+    NoParent(i32),
+    #[error("session {session_key} already has a live lease {lease_id}; nothing started (close it first: leash close --session {session_key})")]
+    SessionLive {
+        session_key: String,
+        lease_id: String,
+    },
+    #[error("owner pid {expected} is not our parent (parent is {actual}): the spawner exited before leash exec ran; nothing started, lease {lease_id} recorded lost")]
+    OwnerGone {
+        expected: i32,
+        actual: i32,
+        lease_id: String,
+    },
+    #[error("cannot exec the wrapper {path}: {source}; lease {lease_id} recorded lost")]
+    Exec {
+        path: PathBuf,
+        lease_id: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Commits the lease and execs the wrapper. Returns only on failure.
+pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
+    if req.command.is_empty() {
+        return Err(ExecError::NoCommand);
+    }
+    let mut store = Store::open(&root.db_path())?;
+    let wrapper_path = install_wrapper(root)?;
+    let gateway = store.gateway_instance_id().to_string();
+    let table = LiveTable;
+
+    let me = proc::self_id();
+    let parent = nix::unistd::getppid().as_raw();
+    if parent <= 0 {
+        return Err(ExecError::NoParent(parent));
+    }
+    let parent_start = table
+        .process(parent)
+        .ok()
+        .flatten()
+        .map_or(0, |p| p.start_time);
+
+    let lease_id = lease::new_lease_id();
+    let argv: Vec<String> = req
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let session_key = req
+        .session_key
+        .clone()
+        .unwrap_or_else(|| format!("lease:{lease_id}"));
+    let owner_mismatch = req.owner_pid.filter(|&p| p != parent);
+    let mut new = Lease {
+        lease_id: lease_id.clone(),
+        gateway_instance_id: gateway.clone(),
+        session_key: session_key.clone(),
+        agent_id: req.agent_id.clone(),
+        wrapper_root: root.wrapper_root().display().to_string(),
+        wrapper_path: wrapper_path.display().to_string(),
+        root_pid: me.pid,
+        root_start_time: me.start_time,
+        process_group_id: None,
+        adapter_pid: None,
+        adapter_start_time: None,
+        command_hash: command_hash(&argv),
+        command: argv,
+        owner_pid: req.owner_pid.unwrap_or(parent),
+        owner_start_time: parent_start,
+        started_at: lease::now_ms(),
+        grace_ms: req.grace_ms,
+        state: LeaseState::Open,
+        state_reason: None,
+        closed_at: None,
+        exit_status: None,
+        claimed_by: None,
+    };
+    if let Some(expected) = owner_mismatch {
+        new.state = LeaseState::Lost;
+        new.owner_start_time = 0;
+        new.closed_at = Some(new.started_at);
+        new.state_reason = Some(format!(
+            "owner pid {expected} was not the parent of leash exec (parent was {parent}): the \
+             spawner exited first; nothing started"
+        ));
+    }
+    let session = SessionRow {
+        session_key: session_key.clone(),
+        agent_id: req.agent_id.clone(),
+        owner_session_key: req.owner_session_key.clone(),
+        spawned_by: req.spawned_by.clone(),
+        parent_session_key: req.parent_session_key.clone(),
+        backend: "acpx".into(),
+        gateway_instance_id: gateway.clone(),
+        created_at: new.started_at,
+        lease_id: Some(lease_id.clone()),
+    };
+
+    let wrapper_root = root.wrapper_root();
+    let expect = Expect {
+        gateway_instance_id: &gateway,
+        wrapper_root: &wrapper_root,
+    };
+    // A second exec for a session whose lease is still active proceeds only if nothing of the old
+    // lease is alive (verified, markers included); the old lease is then marked lost.
+    let supersede = |old: &Lease| -> Option<String> {
+        let snap = table.snapshot().ok()?;
+        match verify_owned_tree(old, &expect, &snap) {
+            Verdict::Gone { reason } => Some(format!("superseded by lease {lease_id}: {reason}")),
+            _ => None,
+        }
+    };
+    let insert = if new.state == LeaseState::Lost {
+        // A lost record never conflicts with the session's active lease.
+        store.insert_lease(&new, None, |_| None)
+    } else {
+        store.insert_lease(&new, Some(&session), supersede)
+    };
+    match insert {
+        Ok(()) => {}
+        Err(StoreError::SessionBusy {
+            session_key,
+            lease_id,
+        }) => {
+            return Err(ExecError::SessionLive {
+                session_key,
+                lease_id,
+            })
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(expected) = owner_mismatch {
+        return Err(ExecError::OwnerGone {
+            expected,
+            actual: parent,
+            lease_id,
+        });
+    }
+    tracing::debug!(lease_id = %lease_id, session_key = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
+    drop(store);
+
+    let err = Command::new(&wrapper_path)
+        .arg("--grace-ms")
+        .arg(req.grace_ms.to_string())
+        .arg("--owner-pid")
+        .arg(parent.to_string())
+        .arg("--report")
+        .arg(root.report_path(&lease_id))
+        .arg("--")
+        .args(&req.command)
+        .env(ENV_LEASE_ID, &lease_id)
+        .env(ENV_GATEWAY_ID, &gateway)
+        .exec();
+    // Still here: the wrapper could not be exec'd. Nothing runs under this lease.
+    let reason = format!("cannot exec wrapper {}: {err}", wrapper_path.display());
+    if let Ok(mut store) = Store::open(&root.db_path()) {
+        let _ = store.transition(&lease_id, LeaseState::Open, LeaseState::Lost, None, &reason);
+    }
+    Err(ExecError::Exec {
+        path: wrapper_path,
+        lease_id,
+        source: err,
+    })
+}
+
+use std::process::Command;

@@ -1,0 +1,461 @@
+//! Legacy session records: processes the old gateway started before leases existed. They have a
+//! stored pid and the command as the old store kept it (possibly shell-quoted), and nothing else,
+//! so their cleanup is fail-safe: a live root is required; when a wrapper path is recorded, the
+//! live process must run that wrapper and the wrapper must lie under the recorded wrapper root;
+//! otherwise the live argv must equal the stored command token for token (never as raw strings).
+//! A stored pid alone never leads to a signal, and what cannot be verified is left alone.
+
+use crate::proc::Snapshot;
+use crate::signal::Caller;
+use crate::store::{Store, StoreError};
+use crate::verify::{Expect, Member, OwnedTree, Role};
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One record as the old store exported it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LegacyImport {
+    pub session_key: String,
+    pub pid: i64,
+    pub command: String,
+    #[serde(default)]
+    pub wrapper_path: Option<String>,
+}
+
+/// A legacy record in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LegacyRecord {
+    pub id: i64,
+    pub session_key: String,
+    pub pid: i32,
+    pub command: String,
+    pub wrapper_path: Option<String>,
+    /// The directory the old gateway's wrappers live in (given at import).
+    pub wrapper_root: Option<String>,
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub imported_at: i64,
+    /// The importer's start time in clock ticks since boot: a process that started later cannot
+    /// be the one the record describes.
+    pub imported_ticks: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LegacyError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a JSON array of {{\"sessionKey\", \"pid\", \"command\", \"wrapperPath\"?}}: {detail}")]
+    Format { path: String, detail: String },
+    #[error("{path}: record {index}: {detail}")]
+    Record {
+        path: String,
+        index: usize,
+        detail: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("unterminated {0} quote")]
+    Unterminated(char),
+    #[error("trailing backslash")]
+    TrailingBackslash,
+}
+
+/// Splits a command line the way a POSIX shell would for plain words: whitespace separates
+/// tokens; single quotes keep everything literally; double quotes keep everything but `\"`, `\\`,
+/// `\$` and `` \` `` escapes; a backslash outside quotes escapes the next character. No
+/// expansion of any kind is performed.
+pub fn shell_split(s: &str) -> Result<Vec<String>, TokenError> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_token = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' | '\n' | '\r' => {
+                if in_token {
+                    out.push(std::mem::take(&mut cur));
+                    in_token = false;
+                }
+            }
+            '\'' => {
+                in_token = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err(TokenError::Unterminated('\'')),
+                    }
+                }
+            }
+            '"' => {
+                in_token = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\' | '$' | '`')) => cur.push(e),
+                            Some('\n') => {}
+                            Some(other) => {
+                                cur.push('\\');
+                                cur.push(other);
+                            }
+                            None => return Err(TokenError::Unterminated('"')),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err(TokenError::Unterminated('"')),
+                    }
+                }
+            }
+            '\\' => {
+                in_token = true;
+                match chars.next() {
+                    Some('\n') => {}
+                    Some(c) => cur.push(c),
+                    None => return Err(TokenError::TrailingBackslash),
+                }
+            }
+            c => {
+                in_token = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_token {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// Imports records from a JSON file in one transaction: all or nothing.
+pub fn import(
+    store: &mut Store,
+    path: &Path,
+    wrapper_root: Option<&Path>,
+) -> Result<usize, LegacyError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LegacyError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let records: Vec<LegacyImport> =
+        serde_json::from_str(&text).map_err(|e| LegacyError::Format {
+            path: shown.clone(),
+            detail: e.to_string(),
+        })?;
+    for (index, r) in records.iter().enumerate() {
+        let bad = |detail: String| LegacyError::Record {
+            path: shown.clone(),
+            index,
+            detail,
+        };
+        if r.session_key.trim().is_empty() {
+            return Err(bad("sessionKey is empty".into()));
+        }
+        if r.pid <= 0 || r.pid > i32::MAX as i64 {
+            return Err(bad(format!("pid {} is not a valid pid", r.pid)));
+        }
+        if r.command.trim().is_empty() {
+            return Err(bad("command is empty".into()));
+        }
+    }
+    let ticks = crate::proc::self_id().start_time;
+    let now = crate::lease::now_ms();
+    let root = wrapper_root.map(|p| p.display().to_string());
+    let db = store.path().to_path_buf();
+    let conn = store.conn();
+    let tx = conn.transaction().map_err(|e| sqlite(e, &db))?;
+    for r in &records {
+        tx.execute(
+            "INSERT INTO legacy_records (session_key, pid, command, wrapper_path, wrapper_root, \
+             state, imported_at, imported_ticks) VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7)",
+            params![
+                r.session_key,
+                r.pid,
+                r.command,
+                r.wrapper_path,
+                root,
+                now,
+                ticks as i64
+            ],
+        )
+        .map_err(|e| sqlite(e, &db))?;
+    }
+    tx.commit().map_err(|e| sqlite(e, &db))?;
+    Ok(records.len())
+}
+
+fn sqlite(e: rusqlite::Error, db: &Path) -> LegacyError {
+    LegacyError::Store(StoreError::Sqlite {
+        path: db.to_path_buf(),
+        source: e,
+    })
+}
+
+/// Legacy records, optionally only the open ones.
+pub fn records(store: &mut Store, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
+    let sql =
+        format!(
+        "SELECT id, session_key, pid, command, wrapper_path, wrapper_root, state, state_reason, \
+         imported_at, imported_ticks FROM legacy_records {} ORDER BY id",
+        if only_open { "WHERE state = 'open'" } else { "" }
+    );
+    let path = store.path().to_path_buf();
+    let err = |e| StoreError::Sqlite {
+        path: path.clone(),
+        source: e,
+    };
+    let conn = store.conn();
+    let mut stmt = conn.prepare(&sql).map_err(err)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(LegacyRecord {
+                id: r.get(0)?,
+                session_key: r.get(1)?,
+                pid: r.get::<_, i64>(2)?.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
+                command: r.get(3)?,
+                wrapper_path: r.get(4)?,
+                wrapper_root: r.get(5)?,
+                state: r.get(6)?,
+                state_reason: r.get(7)?,
+                imported_at: r.get(8)?,
+                imported_ticks: r.get::<_, i64>(9)?.max(0) as u64,
+            })
+        })
+        .map_err(err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(err)
+}
+
+/// Ends a legacy record (`closed` after a verified cleanup, `lost` when its process was gone).
+pub fn finish(store: &mut Store, id: i64, state: &str, reason: &str) -> Result<bool, StoreError> {
+    let now = crate::lease::now_ms();
+    let path = store.path().to_path_buf();
+    let n = store
+        .conn()
+        .execute(
+            "UPDATE legacy_records SET state = ?2, state_reason = ?3, closed_at = ?4 \
+             WHERE id = ?1 AND state = 'open'",
+            params![id, state, reason, now],
+        )
+        .map_err(|e| StoreError::Sqlite { path, source: e })?;
+    Ok(n == 1)
+}
+
+/// Records why a legacy record was left alone (it stays open).
+pub fn note(store: &mut Store, id: i64, reason: &str) -> Result<(), StoreError> {
+    let path = store.path().to_path_buf();
+    store
+        .conn()
+        .execute(
+            "UPDATE legacy_records SET state_reason = ?2 WHERE id = ?1 AND state = 'open'",
+            params![id, reason],
+        )
+        .map(|_| ())
+        .map_err(|e| StoreError::Sqlite { path, source: e })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LegacyVerdict {
+    Owned { tree: OwnedTree, reason: String },
+    Gone { reason: String },
+    Refused { reason: String },
+}
+
+/// The legacy fail-safe check. Pure.
+pub fn verify_legacy(
+    rec: &LegacyRecord,
+    expect: &Expect<'_>,
+    snap: &Snapshot,
+    caller: &Caller,
+) -> LegacyVerdict {
+    let refuse = |reason: String| LegacyVerdict::Refused { reason };
+    if rec.pid <= 1 {
+        return refuse(format!(
+            "stored pid {} is 1 or lower: never signalled",
+            rec.pid
+        ));
+    }
+    if rec.pid == caller.pid || rec.pid == caller.pgid {
+        return refuse(format!(
+            "stored pid {} is the reaper itself (or leads its process group)",
+            rec.pid
+        ));
+    }
+    let Some(p) = snap.get(rec.pid).filter(|p| p.state != 'Z') else {
+        return LegacyVerdict::Gone {
+            reason: format!("stored pid {} is not running", rec.pid),
+        };
+    };
+    if rec.imported_ticks > 0 && p.start_time > rec.imported_ticks {
+        return refuse(format!(
+            "pid {} started after the record was imported: the pid was reused",
+            p.pid
+        ));
+    }
+    if p.uid != caller.uid {
+        return refuse(format!("pid {} runs as uid {}, not ours", p.pid, p.uid));
+    }
+    if let Some(env) = &p.env {
+        if let Some(g) = env.gateway_instance_id.as_deref() {
+            if g != expect.gateway_instance_id {
+                return refuse(format!("pid {} carries another gateway's id {g}", p.pid));
+            }
+        }
+        if let Some(l) = env.lease_id.as_deref() {
+            return refuse(format!(
+                "pid {} carries lease id {l}: it is leased, not legacy",
+                p.pid
+            ));
+        }
+    }
+    let Some(argv) = &p.argv else {
+        return refuse(format!("pid {}: its command line is unreadable", p.pid));
+    };
+    let reason = match &rec.wrapper_path {
+        Some(wrapper) => {
+            let root = rec
+                .wrapper_root
+                .as_deref()
+                .map(Path::new)
+                .unwrap_or(expect.wrapper_root);
+            if !Path::new(wrapper).starts_with(root) {
+                return refuse(format!(
+                    "recorded wrapper {wrapper} is outside the wrapper root {}",
+                    root.display()
+                ));
+            }
+            let runs_it =
+                p.exe_path() == Some(wrapper.as_str()) || argv.iter().any(|a| a == wrapper);
+            if !runs_it {
+                return refuse(format!(
+                    "pid {} does not run the recorded wrapper {wrapper} (argv {:?})",
+                    p.pid, argv
+                ));
+            }
+            format!(
+                "pid {} runs the recorded wrapper {wrapper} under {}",
+                p.pid,
+                root.display()
+            )
+        }
+        None => {
+            let tokens = match shell_split(&rec.command) {
+                Ok(t) => t,
+                Err(e) => return refuse(format!("stored command cannot be tokenised: {e}")),
+            };
+            if &tokens != argv {
+                return refuse(format!(
+                    "pid {}: live argv {:?} differs from the stored command {:?}",
+                    p.pid, argv, tokens
+                ));
+            }
+            format!(
+                "pid {}: live argv equals the stored command, token for token",
+                p.pid
+            )
+        }
+    };
+    // The tree: the verified root and its descendants, each started after it, same uid, and not
+    // carrying some lease's marker.
+    let mut members = Vec::new();
+    let mut excluded = Vec::new();
+    let mut stack = vec![(p.pid, 0usize)];
+    while let Some((pid, depth)) = stack.pop() {
+        for &kid in snap.children_of(pid) {
+            let Some(k) = snap.get(kid) else { continue };
+            let why = if k.start_time < p.start_time {
+                Some("started before the root")
+            } else if k.uid != p.uid {
+                Some("runs as another uid")
+            } else if k.env.as_ref().is_some_and(|e| e.lease_id.is_some()) {
+                Some("carries a lease marker")
+            } else if k.state == 'Z' {
+                Some("zombie")
+            } else {
+                None
+            };
+            match why {
+                Some(w) => excluded.push(crate::verify::Excluded {
+                    pid: k.pid,
+                    start_time: k.start_time,
+                    reason: w.into(),
+                }),
+                None => {
+                    members.push(member(
+                        k,
+                        Role::Descendant,
+                        depth + 1,
+                        format!("child of {pid}"),
+                    ));
+                    stack.push((k.pid, depth + 1));
+                }
+            }
+        }
+    }
+    members.sort_by(|a, b| b.depth.cmp(&a.depth).then(a.pid.cmp(&b.pid)));
+    LegacyVerdict::Owned {
+        tree: OwnedTree {
+            root: Some(member(p, Role::Root, 0, reason.clone())),
+            members,
+            excluded,
+            evidence: vec![reason.clone()],
+        },
+        reason,
+    }
+}
+
+fn member(p: &crate::proc::ProcessInfo, role: Role, depth: usize, evidence: String) -> Member {
+    Member {
+        pid: p.pid,
+        start_time: p.start_time,
+        ppid: p.ppid,
+        pgid: p.pgid,
+        uid: p.uid,
+        role,
+        depth,
+        argv0: p.argv.as_ref().and_then(|a| a.first().cloned()),
+        evidence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_like_a_shell() {
+        assert_eq!(shell_split("a b  c").unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(
+            shell_split(r#"node '/opt/my wrapper.js' --x="a b" c\ d"#).unwrap(),
+            vec!["node", "/opt/my wrapper.js", "--x=a b", "c d"]
+        );
+        assert_eq!(
+            shell_split(r#""a\"b" 'it'\''s'"#).unwrap(),
+            vec![r#"a"b"#, "it's"]
+        );
+        assert_eq!(shell_split("''").unwrap(), vec![""]);
+        assert_eq!(shell_split("").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            shell_split("'x").unwrap_err(),
+            TokenError::Unterminated('\'')
+        );
+        assert_eq!(
+            shell_split("\"x").unwrap_err(),
+            TokenError::Unterminated('"')
+        );
+        assert_eq!(
+            shell_split("x\\").unwrap_err(),
+            TokenError::TrailingBackslash
+        );
+    }
+}

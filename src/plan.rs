@@ -1,0 +1,327 @@
+//! Decisions, kept pure: from leases, a process snapshot and the caller's identity, decide what
+//! `close` or `reap` would do to each lease and each process, with the evidence. `reap --dry-run`
+//! prints exactly this; the lifecycle controller carries it out (re-checking every process right
+//! before it signals it).
+
+use crate::lease::{Lease, LeaseState, ProcessId};
+use crate::legacy::{verify_legacy, LegacyRecord, LegacyVerdict};
+use crate::proc::{Snapshot, TableError};
+use crate::signal::{self, Caller, Sig};
+use crate::verify::{verify_owned_tree, Expect, Member, OwnedTree, Role, Verdict};
+use serde::Serialize;
+
+/// What will happen to a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Decision {
+    /// SIGTERM the listed processes (children first), SIGKILL survivors after the grace, then
+    /// mark the lease closed.
+    Terminate,
+    /// Nothing of the lease is alive: mark it lost.
+    MarkLost { reason: String },
+    /// Ownership could not be proven: signal nothing, keep the lease open with the reason.
+    Leave { reason: String },
+    /// Not a candidate (live owner, being closed by someone else, ...).
+    Skip { reason: String },
+}
+
+/// One process that would be signalled, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedSignal {
+    pub pid: i32,
+    pub start_time: u64,
+    pub role: Role,
+    pub argv0: Option<String>,
+    /// SIGTERM first; SIGKILL to whatever is still alive after `graceMs`.
+    pub signals: Vec<Sig>,
+    pub evidence: String,
+}
+
+/// A process the plan will not signal, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refused {
+    pub pid: i32,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasePlan {
+    pub lease_id: String,
+    pub session_key: String,
+    pub state: LeaseState,
+    pub owner_alive: Option<bool>,
+    pub grace_ms: u64,
+    pub verdict: Option<String>,
+    pub decision: Decision,
+    /// Children first, root last.
+    pub signals: Vec<PlannedSignal>,
+    pub refused: Vec<Refused>,
+    pub evidence: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LegacyPlan {
+    pub id: i64,
+    pub session_key: String,
+    pub pid: i32,
+    pub verdict: String,
+    pub decision: Decision,
+    pub signals: Vec<PlannedSignal>,
+    pub refused: Vec<Refused>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapPlan {
+    pub gateway_instance_id: String,
+    pub leases: Vec<LeasePlan>,
+    pub legacy: Vec<LegacyPlan>,
+    /// Closed or lost leases past the retention that would be deleted.
+    pub expire: Vec<String>,
+    /// Rows that could not be read (tampered or corrupt); never acted on.
+    pub bad_rows: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ReapOptions {
+    /// Treat leases whose owner is alive as orphans too.
+    pub include_live: bool,
+    pub retention_ms: i64,
+    pub now_ms: i64,
+    /// Overrides each lease's own grace.
+    pub grace_ms: Option<u64>,
+}
+
+/// Turns a verdict into a plan for one lease: the decision, each process with its signals and
+/// evidence, and the processes the signalling guards refuse.
+pub fn plan_lease(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    snap: Result<&Snapshot, &TableError>,
+    caller: &Caller,
+    grace_ms: u64,
+) -> LeasePlan {
+    let mut plan = LeasePlan {
+        lease_id: lease.lease_id.clone(),
+        session_key: lease.session_key.clone(),
+        state: lease.state,
+        owner_alive: None,
+        grace_ms,
+        verdict: None,
+        decision: Decision::Leave {
+            reason: String::new(),
+        },
+        signals: Vec::new(),
+        refused: Vec::new(),
+        evidence: Vec::new(),
+    };
+    let snap = match snap {
+        Ok(s) => s,
+        Err(e) => {
+            plan.verdict = Some("unverifiable".into());
+            plan.decision = Decision::Leave {
+                reason: e.to_string(),
+            };
+            return plan;
+        }
+    };
+    let verdict = verify_owned_tree(lease, expect, snap);
+    plan.verdict = Some(verdict.name().into());
+    match verdict {
+        Verdict::Owned(tree) => {
+            plan.evidence = tree.evidence.clone();
+            let (signals, refused) = signals_for(&tree, snap, caller);
+            plan.signals = signals;
+            plan.refused = refused;
+            plan.decision = if plan.signals.is_empty() {
+                Decision::Leave {
+                    reason: "every live member is refused by the signalling guards".into(),
+                }
+            } else {
+                Decision::Terminate
+            };
+        }
+        Verdict::Gone { reason } => plan.decision = Decision::MarkLost { reason },
+        Verdict::NotOwned { reason } | Verdict::Unverifiable { reason } => {
+            plan.decision = Decision::Leave { reason }
+        }
+    }
+    plan
+}
+
+/// Applies the signalling guards to each member of a verified tree.
+pub fn signals_for(
+    tree: &OwnedTree,
+    snap: &Snapshot,
+    caller: &Caller,
+) -> (Vec<PlannedSignal>, Vec<Refused>) {
+    let mut signals = Vec::new();
+    let mut refused: Vec<Refused> = tree
+        .excluded
+        .iter()
+        .map(|e| Refused {
+            pid: e.pid,
+            reason: e.reason.clone(),
+        })
+        .collect();
+    for m in tree.children_first() {
+        let guard = match snap.get(m.pid) {
+            Some(info) => signal::check(info, caller),
+            None => Ok(()),
+        };
+        match guard {
+            Ok(()) => signals.push(planned(m)),
+            Err(r) => refused.push(Refused {
+                pid: m.pid,
+                reason: r.to_string(),
+            }),
+        }
+    }
+    (signals, refused)
+}
+
+fn planned(m: &Member) -> PlannedSignal {
+    PlannedSignal {
+        pid: m.pid,
+        start_time: m.start_time,
+        role: m.role,
+        argv0: m.argv0.clone(),
+        signals: vec![Sig::Term, Sig::Kill],
+        evidence: m.evidence.clone(),
+    }
+}
+
+/// Is this process instance alive in the snapshot?
+fn alive(snap: &Snapshot, id: ProcessId) -> bool {
+    snap.instance(id).is_some_and(|p| p.state != 'Z')
+}
+
+/// The startup-reap plan: for this gateway's open and closing leases whose owner is gone (and
+/// whose closing claimant, if any, is gone too), verify and decide; live sessions are skipped.
+pub fn plan_reap(
+    leases: &[Result<Lease, String>],
+    legacy: &[LegacyRecord],
+    expect: &Expect<'_>,
+    snap: Result<&Snapshot, &TableError>,
+    caller: &Caller,
+    opts: &ReapOptions,
+) -> ReapPlan {
+    let mut plan = ReapPlan {
+        gateway_instance_id: expect.gateway_instance_id.to_string(),
+        leases: Vec::new(),
+        legacy: Vec::new(),
+        expire: Vec::new(),
+        bad_rows: Vec::new(),
+    };
+    for l in leases {
+        let lease = match l {
+            Ok(l) => l,
+            Err(e) => {
+                plan.bad_rows.push(e.clone());
+                continue;
+            }
+        };
+        if lease.state.is_terminal() {
+            let ended = lease.closed_at.unwrap_or(lease.started_at);
+            if ended < opts.now_ms - opts.retention_ms {
+                plan.expire.push(lease.lease_id.clone());
+            }
+            continue;
+        }
+        let grace = opts.grace_ms.unwrap_or(lease.grace_ms);
+        let owner_alive = snap.ok().map(|s| alive(s, lease.owner()));
+        let claimant_alive = match (snap, lease.claimed_by) {
+            (Ok(s), Some(c)) => alive(s, c),
+            _ => false,
+        };
+        let skip = if lease.gateway_instance_id != expect.gateway_instance_id {
+            // Reported by verification too, but never even planned: not this gateway's lease.
+            None
+        } else if lease.state == LeaseState::Closing && claimant_alive {
+            Some(format!(
+                "being closed by pid {}",
+                lease.claimed_by.map_or(0, |c| c.pid)
+            ))
+        } else if owner_alive == Some(true) && !opts.include_live {
+            Some(format!(
+                "owner pid {} is alive: a live session (use --include-live to reap it anyway)",
+                lease.owner_pid
+            ))
+        } else {
+            None
+        };
+        let mut lp = plan_lease(lease, expect, snap, caller, grace);
+        lp.owner_alive = owner_alive;
+        if let Some(reason) = skip {
+            lp.decision = Decision::Skip { reason };
+            lp.signals.clear();
+        }
+        plan.leases.push(lp);
+    }
+    for rec in legacy {
+        plan.legacy.push(plan_legacy(rec, expect, snap, caller));
+    }
+    plan
+}
+
+pub fn plan_legacy(
+    rec: &LegacyRecord,
+    expect: &Expect<'_>,
+    snap: Result<&Snapshot, &TableError>,
+    caller: &Caller,
+) -> LegacyPlan {
+    let mut lp = LegacyPlan {
+        id: rec.id,
+        session_key: rec.session_key.clone(),
+        pid: rec.pid,
+        verdict: "unverifiable".into(),
+        decision: Decision::Leave {
+            reason: String::new(),
+        },
+        signals: Vec::new(),
+        refused: Vec::new(),
+        reason: String::new(),
+    };
+    let snap = match snap {
+        Ok(s) => s,
+        Err(e) => {
+            lp.reason = e.to_string();
+            lp.decision = Decision::Leave {
+                reason: lp.reason.clone(),
+            };
+            return lp;
+        }
+    };
+    match verify_legacy(rec, expect, snap, caller) {
+        LegacyVerdict::Owned { tree, reason } => {
+            lp.verdict = "owned".into();
+            lp.reason = reason;
+            let (signals, refused) = signals_for(&tree, snap, caller);
+            lp.signals = signals;
+            lp.refused = refused;
+            lp.decision = if lp.signals.is_empty() {
+                Decision::Leave {
+                    reason: "every live member is refused by the signalling guards".into(),
+                }
+            } else {
+                Decision::Terminate
+            };
+        }
+        LegacyVerdict::Gone { reason } => {
+            lp.verdict = "gone".into();
+            lp.reason = reason.clone();
+            lp.decision = Decision::MarkLost { reason };
+        }
+        LegacyVerdict::Refused { reason } => {
+            lp.verdict = "refused".into();
+            lp.reason = reason.clone();
+            lp.decision = Decision::Leave { reason };
+        }
+    }
+    lp
+}

@@ -1,0 +1,396 @@
+//! Everything leash reads about processes goes through the [`ProcessTable`] trait: the live
+//! implementation reads `/proc` (via the `procfs` crate), the fixture implementation replays a
+//! JSON snapshot from `fixtures/`. Verification and planning take a table as a parameter, so the
+//! same code runs against the live host and against staged cases that cannot be staged live.
+//!
+//! Unreadable fields are normal, not errors: a process of another user hides its `exe` and
+//! `environ` (`None` here), and a process that vanishes mid-read is simply not in the snapshot.
+
+use crate::lease::{ProcessId, ENV_GATEWAY_ID, ENV_LEASE_ID};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// What leash knows about one live process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    pub uid: u32,
+    /// Field 22 of `/proc/<pid>/stat`: clock ticks since boot.
+    pub start_time: u64,
+    /// The state letter (`R`, `S`, `Z`, ...).
+    #[serde(default = "default_state")]
+    pub state: char,
+    /// `readlink /proc/<pid>/exe`; `None` when unreadable (permission, kernel thread).
+    #[serde(default)]
+    pub exe: Option<String>,
+    /// The argv; `None` when unreadable.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// The lease markers from `environ`; `None` when `environ` is unreadable.
+    #[serde(default)]
+    pub env: Option<LeaseEnv>,
+}
+
+fn default_state() -> char {
+    'S'
+}
+
+impl ProcessInfo {
+    pub fn id(&self) -> ProcessId {
+        ProcessId {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+
+    /// The exe path with the kernel's " (deleted)" suffix removed (a wrapper binary replaced by a
+    /// newer build while it runs still lies where it was).
+    pub fn exe_path(&self) -> Option<&str> {
+        self.exe
+            .as_deref()
+            .map(|e| e.strip_suffix(" (deleted)").unwrap_or(e))
+    }
+}
+
+/// The two lease environment variables, as found in a process's initial environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseEnv {
+    #[serde(default)]
+    pub lease_id: Option<String>,
+    #[serde(default)]
+    pub gateway_instance_id: Option<String>,
+}
+
+/// A set of processes read at (about) one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    procs: HashMap<i32, ProcessInfo>,
+    children: HashMap<i32, Vec<i32>>,
+}
+
+impl Snapshot {
+    pub fn new(list: impl IntoIterator<Item = ProcessInfo>) -> Snapshot {
+        let mut procs = HashMap::new();
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        for p in list {
+            children.entry(p.ppid).or_default().push(p.pid);
+            procs.insert(p.pid, p);
+        }
+        for v in children.values_mut() {
+            v.sort_unstable();
+        }
+        Snapshot { procs, children }
+    }
+
+    pub fn get(&self, pid: i32) -> Option<&ProcessInfo> {
+        self.procs.get(&pid)
+    }
+
+    /// The process with this pid, if it is the same instance (same start time).
+    pub fn instance(&self, id: ProcessId) -> Option<&ProcessInfo> {
+        self.get(id.pid).filter(|p| p.start_time == id.start_time)
+    }
+
+    pub fn children_of(&self, pid: i32) -> &[i32] {
+        self.children.get(&pid).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ProcessInfo> {
+        self.procs.values()
+    }
+
+    /// `root` and its descendants by parent links.
+    pub fn subtree(&self, root: i32) -> Snapshot {
+        let mut out = Vec::new();
+        let mut stack = vec![root];
+        while let Some(pid) = stack.pop() {
+            if let Some(p) = self.get(pid) {
+                out.push(p.clone());
+                stack.extend_from_slice(self.children_of(pid));
+            }
+        }
+        Snapshot::new(out)
+    }
+
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    #[error("the process table is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// One source of process facts.
+pub trait ProcessTable {
+    /// Every process on the host.
+    fn snapshot(&self) -> Result<Snapshot, TableError>;
+
+    /// One process, or `None` if no process has this pid.
+    fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError>;
+
+    /// `root` and its descendants (by parent links). Cheaper than a full snapshot on a busy host:
+    /// it reads only the tree. The default filters a full snapshot.
+    fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
+        Ok(self.snapshot()?.subtree(root))
+    }
+
+    /// True when the process instance is alive (a zombie counts as gone).
+    fn alive(&self, id: ProcessId) -> Result<bool, TableError> {
+        Ok(self
+            .process(id.pid)?
+            .is_some_and(|p| p.start_time == id.start_time && p.state != 'Z'))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Live table
+
+/// The host's `/proc`.
+#[derive(Debug, Clone, Default)]
+pub struct LiveTable;
+
+impl LiveTable {
+    pub fn new() -> LiveTable {
+        LiveTable
+    }
+}
+
+fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+    use procfs::ProcError;
+    let proc = match procfs::process::Process::new(pid) {
+        Ok(p) => p,
+        Err(ProcError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(TableError::Unavailable(format!("/proc/{pid}: {e}"))),
+    };
+    let stat = match proc.stat() {
+        Ok(s) => s,
+        // Vanished between listing and reading: not part of the snapshot.
+        Err(ProcError::NotFound(_)) | Err(ProcError::Incomplete(_)) => return Ok(None),
+        Err(ProcError::Io(e, _)) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(TableError::Unavailable(format!("/proc/{pid}/stat: {e}"))),
+    };
+    let uid = match proc.uid() {
+        Ok(u) => u,
+        Err(_) => return Ok(None),
+    };
+    let exe = proc.exe().ok().map(|p| p.to_string_lossy().into_owned());
+    let argv = proc.cmdline().ok();
+    let env = proc.environ().ok().map(|env| {
+        let get = |k: &str| {
+            env.get(std::ffi::OsStr::new(k))
+                .map(|v| v.to_string_lossy().into_owned())
+        };
+        LeaseEnv {
+            lease_id: get(ENV_LEASE_ID),
+            gateway_instance_id: get(ENV_GATEWAY_ID),
+        }
+    });
+    Ok(Some(ProcessInfo {
+        pid,
+        ppid: stat.ppid,
+        pgid: stat.pgrp,
+        sid: stat.session,
+        uid,
+        start_time: stat.starttime,
+        state: stat.state,
+        exe,
+        argv,
+        env,
+    }))
+}
+
+/// Children of `pid` from `/proc/<pid>/task/<tid>/children` (per thread: a child belongs to the
+/// thread that forked it). `None` when the kernel lacks the file (CONFIG_PROC_CHILDREN).
+fn live_children(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut any = false;
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            any = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<i32>().ok()),
+            );
+        }
+    }
+    any.then_some(out)
+}
+
+impl ProcessTable for LiveTable {
+    fn snapshot(&self) -> Result<Snapshot, TableError> {
+        let entries = std::fs::read_dir("/proc")
+            .map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
+        let mut list = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if let Some(p) = read_live(pid)? {
+                list.push(p);
+            }
+        }
+        if list.is_empty() {
+            return Err(TableError::Unavailable(
+                "/proc lists no processes (is procfs mounted?)".into(),
+            ));
+        }
+        Ok(Snapshot::new(list))
+    }
+
+    fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        if pid <= 0 {
+            return Ok(None);
+        }
+        read_live(pid)
+    }
+
+    fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
+        let mut out = Vec::new();
+        let mut stack = vec![(root, None::<i32>)];
+        while let Some((pid, parent)) = stack.pop() {
+            let Some(p) = read_live(pid)? else { continue };
+            // A pid listed under `parent` that has since been recycled is not a descendant.
+            if parent.is_some_and(|pp| pp != p.ppid) {
+                continue;
+            }
+            let Some(kids) = live_children(pid) else {
+                // No children files on this kernel: fall back to a full scan.
+                return Ok(self.snapshot()?.subtree(root));
+            };
+            stack.extend(kids.into_iter().map(|k| (k, Some(pid))));
+            out.push(p);
+        }
+        Ok(Snapshot::new(out))
+    }
+}
+
+/// The start time of the calling process (it never changes across exec).
+pub fn self_id() -> ProcessId {
+    let pid = std::process::id() as i32;
+    let start_time = read_live(pid).ok().flatten().map_or(0, |p| p.start_time);
+    ProcessId { pid, start_time }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixture table
+
+/// A process table replayed from a JSON snapshot: `{"processes": [...]}`, or
+/// `{"unavailable": "why"}` to stage a host whose `/proc` cannot be read.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FixtureTable {
+    #[serde(default)]
+    pub processes: Vec<ProcessInfo>,
+    #[serde(default)]
+    pub unavailable: Option<String>,
+}
+
+impl FixtureTable {
+    pub fn from_json(text: &str) -> Result<FixtureTable, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    pub fn load(path: &Path) -> Result<FixtureTable, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read fixture {}: {e}", path.display()))?;
+        Self::from_json(&text).map_err(|e| format!("fixture {}: {e}", path.display()))
+    }
+}
+
+impl ProcessTable for FixtureTable {
+    fn snapshot(&self) -> Result<Snapshot, TableError> {
+        if let Some(why) = &self.unavailable {
+            return Err(TableError::Unavailable(why.clone()));
+        }
+        Ok(Snapshot::new(self.processes.iter().cloned()))
+    }
+
+    fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        if let Some(why) = &self.unavailable {
+            return Err(TableError::Unavailable(why.clone()));
+        }
+        Ok(self.processes.iter().find(|p| p.pid == pid).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_table_sees_this_process_and_its_markers_absent() {
+        let me = std::process::id() as i32;
+        let p = LiveTable.process(me).unwrap().expect("self is alive");
+        assert_eq!(p.pid, me);
+        assert!(p.start_time > 0);
+        assert!(p.exe.is_some());
+        assert!(p.argv.as_ref().is_some_and(|a| !a.is_empty()));
+        assert_eq!(self_id().start_time, p.start_time);
+        let snap = LiveTable.snapshot().unwrap();
+        assert!(snap.get(me).is_some());
+        assert!(snap.get(1).is_some());
+    }
+
+    #[test]
+    fn live_subtree_finds_a_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let sub = LiveTable.subtree(me).unwrap();
+        let found = sub.get(child.id() as i32).is_some();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(found);
+    }
+
+    #[test]
+    fn missing_pid_is_none_not_error() {
+        assert_eq!(LiveTable.process(i32::MAX).unwrap(), None);
+        assert_eq!(LiveTable.process(0).unwrap(), None);
+    }
+
+    #[test]
+    fn fixture_unavailable_is_an_error() {
+        let t = FixtureTable::from_json(r#"{"unavailable":"proc not mounted"}"#).unwrap();
+        assert!(t.snapshot().is_err());
+        assert!(t.process(1).is_err());
+    }
+
+    #[test]
+    fn fixture_subtree_follows_ppid() {
+        let t = FixtureTable::from_json(
+            r#"{"processes":[
+            {"pid":10,"ppid":1,"pgid":10,"sid":10,"uid":0,"startTime":5},
+            {"pid":11,"ppid":10,"pgid":11,"sid":10,"uid":0,"startTime":6},
+            {"pid":12,"ppid":11,"pgid":11,"sid":10,"uid":0,"startTime":7},
+            {"pid":13,"ppid":1,"pgid":13,"sid":13,"uid":0,"startTime":8}]}"#,
+        )
+        .unwrap();
+        let s = t.subtree(10).unwrap();
+        let mut pids: Vec<i32> = s.iter().map(|p| p.pid).collect();
+        pids.sort();
+        assert_eq!(pids, vec![10, 11, 12]);
+    }
+}

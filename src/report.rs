@@ -1,0 +1,100 @@
+//! The wrapper's side-channel report (`<state-dir>/run/<lease>.json`), and folding it into the
+//! lease row: the adapter pid, its start time and group id after spawn, the exit status at the
+//! end. A report is trusted only when it names the lease's own wrapper (pid and start time), and
+//! it only fills in fields the row does not have yet.
+
+use crate::lease::{Lease, LeaseState};
+use crate::proc::ProcessTable;
+use crate::state::StateRoot;
+use crate::store::{ReportUpdate, Store, StoreError};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WrapperReport {
+    pub wrapper_pid: i32,
+    pub wrapper_start_time: u64,
+    pub adapter_pid: Option<i32>,
+    pub adapter_start_time: Option<u64>,
+    pub process_group_id: Option<i32>,
+    pub exit_status: Option<i32>,
+    pub end_reason: Option<String>,
+}
+
+impl WrapperReport {
+    pub fn read(root: &StateRoot, lease_id: &str) -> Option<WrapperReport> {
+        let text = std::fs::read_to_string(root.report_path(lease_id)).ok()?;
+        match serde_json::from_str(&text) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(lease_id, error = %e, "ignoring unreadable wrapper report");
+                None
+            }
+        }
+    }
+
+    fn matches(&self, lease: &Lease) -> bool {
+        self.wrapper_pid == lease.root_pid
+            && self.wrapper_start_time == lease.root_start_time
+            && self.adapter_pid.is_none_or(|p| p > 1)
+            && self.process_group_id.is_none_or(|p| p > 1)
+    }
+}
+
+/// Folds every active lease's report into its row. A lease whose wrapper reported its end and is
+/// no longer alive becomes `lost` (its processes ended without a close), with the reported exit
+/// status. Returns how many leases changed state.
+pub fn ingest_reports(
+    root: &StateRoot,
+    store: &mut Store,
+    table: &dyn ProcessTable,
+) -> Result<usize, StoreError> {
+    let mut ended = 0;
+    for lease in store
+        .leases(&[LeaseState::Open, LeaseState::Closing])?
+        .into_iter()
+        .flatten()
+    {
+        let Some(report) = WrapperReport::read(root, &lease.lease_id) else {
+            continue;
+        };
+        if !report.matches(&lease) {
+            tracing::warn!(lease_id = %lease.lease_id, "wrapper report names another process; ignored");
+            continue;
+        }
+        store.apply_report(
+            &lease.lease_id,
+            &ReportUpdate {
+                process_group_id: report.process_group_id,
+                adapter_pid: report.adapter_pid,
+                adapter_start_time: report.adapter_start_time,
+                exit_status: report.exit_status,
+            },
+        )?;
+        if let (Some(code), LeaseState::Open) = (report.exit_status, lease.state) {
+            // The wrapper exits only after its whole tree is gone; confirm it is gone too.
+            if matches!(table.alive(lease.root()), Ok(false)) {
+                let reason = format!(
+                    "wrapper exited on its own ({}), adapter exit status {code}",
+                    report.end_reason.as_deref().unwrap_or("unknown reason")
+                );
+                if store.transition(
+                    &lease.lease_id,
+                    LeaseState::Open,
+                    LeaseState::Lost,
+                    None,
+                    &reason,
+                )? {
+                    remove_report(root, &lease.lease_id);
+                    ended += 1;
+                }
+            }
+        }
+    }
+    Ok(ended)
+}
+
+/// The report of a lease that reached a terminal state is no longer needed.
+pub fn remove_report(root: &StateRoot, lease_id: &str) {
+    let _ = std::fs::remove_file(root.report_path(lease_id));
+}

@@ -1,0 +1,349 @@
+//! The only code in leash that sends signals.
+//!
+//! Every signal goes: pin the process with `pidfd_open` → re-read it from the process table and
+//! require the verified start time → check the hard refusals → `pidfd_send_signal` through that
+//! same pidfd. The pidfd is opened *before* the re-check, so the check applies to exactly the
+//! process that gets the signal: a pid recycled at any point fails the start-time check or the
+//! signal goes to the exited original (ESRCH, "already gone"), never to a stranger.
+//!
+//! Hard refusals, whatever a lease row says: pid ≤ 1, leash's own pid, the leader of leash's own
+//! process group, a group id ≤ 1 or leash's own, and processes of another uid. leash can only send
+//! SIGTERM and SIGKILL ([`Sig`]); no code path can send anything else, or `kill(-1)`/`kill(0)`.
+
+use crate::lease::ProcessId;
+use crate::proc::{ProcessInfo, ProcessTable, TableError};
+use crate::sys;
+use serde::Serialize;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// The signals leash may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Sig {
+    #[serde(rename = "SIGTERM")]
+    Term,
+    #[serde(rename = "SIGKILL")]
+    Kill,
+}
+
+impl Sig {
+    pub fn number(self) -> i32 {
+        match self {
+            Sig::Term => libc::SIGTERM,
+            Sig::Kill => libc::SIGKILL,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Sig::Term => "SIGTERM",
+            Sig::Kill => "SIGKILL",
+        }
+    }
+}
+
+/// Who is signalling: the guards compare targets against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Caller {
+    pub pid: i32,
+    pub pgid: i32,
+    pub uid: u32,
+}
+
+impl Caller {
+    pub fn current() -> Caller {
+        Caller {
+            pid: nix::unistd::getpid().as_raw(),
+            pgid: nix::unistd::getpgrp().as_raw(),
+            uid: nix::unistd::geteuid().as_raw(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "refusal", rename_all = "camelCase")]
+pub enum Refusal {
+    #[error("pid {pid} is 1 or lower: never signalled")]
+    PidTooLow { pid: i32 },
+    #[error("pid {pid} is leash itself")]
+    OwnPid { pid: i32 },
+    #[error("pid {pid} leads leash's own process group")]
+    OwnGroupLeader { pid: i32 },
+    #[error("process group {pgid} is 1 or lower, or leash's own: never signalled")]
+    Group { pgid: i32 },
+    #[error("pid {pid} runs as uid {uid}, not as leash's uid {ours}")]
+    ForeignUid { pid: i32, uid: u32, ours: u32 },
+    #[error(
+        "pid {pid} is no longer the verified process (start time {found} ≠ {expected}): pid reused"
+    )]
+    Changed { pid: i32, found: u64, expected: u64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error("cannot signal pid {pid}: {source}")]
+    Os {
+        pid: i32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("process group signalling through a pidfd needs Linux >= 6.9")]
+    GroupUnsupported,
+}
+
+/// The pure part of the guard: would leash refuse to signal this process?
+pub fn check(target: &ProcessInfo, caller: &Caller) -> Result<(), Refusal> {
+    check_pid(target.pid, caller)?;
+    if target.uid != caller.uid {
+        return Err(Refusal::ForeignUid {
+            pid: target.pid,
+            uid: target.uid,
+            ours: caller.uid,
+        });
+    }
+    Ok(())
+}
+
+fn check_pid(pid: i32, caller: &Caller) -> Result<(), Refusal> {
+    if pid <= 1 {
+        return Err(Refusal::PidTooLow { pid });
+    }
+    if pid == caller.pid {
+        return Err(Refusal::OwnPid { pid });
+    }
+    if pid == caller.pgid {
+        return Err(Refusal::OwnGroupLeader { pid });
+    }
+    Ok(())
+}
+
+pub fn check_group(pgid: i32, caller: &Caller) -> Result<(), Refusal> {
+    if pgid <= 1 || pgid == caller.pgid {
+        return Err(Refusal::Group { pgid });
+    }
+    Ok(())
+}
+
+/// A verified process, held by a pidfd.
+#[derive(Debug)]
+pub struct Pinned {
+    pub id: ProcessId,
+    pub pgid: i32,
+    fd: OwnedFd,
+}
+
+/// What happened to a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Delivery {
+    Delivered,
+    /// ESRCH: the process had already exited. Not an error: the goal is that it is gone.
+    AlreadyGone,
+}
+
+/// Pins `id` for signalling. `Ok(None)` when the process has already gone.
+pub fn pin(
+    table: &dyn ProcessTable,
+    caller: &Caller,
+    id: ProcessId,
+) -> Result<Option<Pinned>, SignalError> {
+    check_pid(id.pid, caller)?;
+    let fd = match sys::pidfd_open(id.pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => {
+            return Err(SignalError::Os {
+                pid: id.pid,
+                source: e,
+            })
+        }
+    };
+    let Some(info) = table.process(id.pid)? else {
+        return Ok(None);
+    };
+    if info.start_time != id.start_time {
+        return Err(Refusal::Changed {
+            pid: id.pid,
+            found: info.start_time,
+            expected: id.start_time,
+        }
+        .into());
+    }
+    if info.state == 'Z' {
+        return Ok(None);
+    }
+    check(&info, caller)?;
+    Ok(Some(Pinned {
+        id,
+        pgid: info.pgid,
+        fd,
+    }))
+}
+
+/// Sends `sig` to the pinned process.
+pub fn send(p: &Pinned, sig: Sig) -> Result<Delivery, SignalError> {
+    match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), false) {
+        Ok(()) => {
+            tracing::debug!(
+                pid = p.id.pid,
+                start_time = p.id.start_time,
+                signal = sig.name(),
+                "signal sent"
+            );
+            Ok(Delivery::Delivered)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
+        Err(e) => Err(SignalError::Os {
+            pid: p.id.pid,
+            source: e,
+        }),
+    }
+}
+
+/// Sends `sig` to the whole process group led by the pinned process (which must lead it).
+pub fn send_group(p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError> {
+    if p.pgid != p.id.pid {
+        return Err(Refusal::Group { pgid: p.pgid }.into());
+    }
+    check_group(p.pgid, caller)?;
+    match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), true) {
+        Ok(()) => Ok(Delivery::Delivered),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(SignalError::GroupUnsupported),
+        Err(e) => Err(SignalError::Os {
+            pid: p.id.pid,
+            source: e,
+        }),
+    }
+}
+
+/// True when the pinned process has exited.
+pub fn exited(p: &Pinned) -> bool {
+    !sys::poll_exited(&[p.fd.as_fd()], Duration::ZERO).is_empty()
+}
+
+/// Waits until every pinned process has exited or the deadline passes; returns the indices of
+/// those still alive.
+pub fn wait_all(pins: &[&Pinned], deadline: Instant) -> Vec<usize> {
+    let mut alive: Vec<usize> = (0..pins.len()).collect();
+    loop {
+        alive.retain(|&i| !exited(pins[i]));
+        let now = Instant::now();
+        if alive.is_empty() || now >= deadline {
+            return alive;
+        }
+        let fds: Vec<_> = alive.iter().map(|&i| pins[i].fd.as_fd()).collect();
+        // poll returns as soon as any one exits; loop to re-check the rest.
+        let slice = (deadline - now).min(Duration::from_millis(250));
+        sys::poll_exited(&fds, slice);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proc::LiveTable;
+
+    fn info(pid: i32, uid: u32) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid: 1,
+            pgid: pid,
+            sid: pid,
+            uid,
+            start_time: 1,
+            state: 'S',
+            exe: None,
+            argv: None,
+            env: None,
+        }
+    }
+
+    const ME: Caller = Caller {
+        pid: 500,
+        pgid: 400,
+        uid: 1000,
+    };
+
+    #[test]
+    fn hard_refusals() {
+        assert!(matches!(
+            check(&info(1, 1000), &ME),
+            Err(Refusal::PidTooLow { .. })
+        ));
+        assert!(matches!(
+            check(&info(0, 1000), &ME),
+            Err(Refusal::PidTooLow { .. })
+        ));
+        assert!(matches!(
+            check(&info(-5, 1000), &ME),
+            Err(Refusal::PidTooLow { .. })
+        ));
+        assert!(matches!(
+            check(&info(500, 1000), &ME),
+            Err(Refusal::OwnPid { .. })
+        ));
+        assert!(matches!(
+            check(&info(400, 1000), &ME),
+            Err(Refusal::OwnGroupLeader { .. })
+        ));
+        assert!(matches!(
+            check(&info(600, 0), &ME),
+            Err(Refusal::ForeignUid { .. })
+        ));
+        assert!(check(&info(600, 1000), &ME).is_ok());
+        assert!(check_group(1, &ME).is_err());
+        assert!(check_group(0, &ME).is_err());
+        assert!(check_group(-1, &ME).is_err());
+        assert!(check_group(400, &ME).is_err());
+        assert!(check_group(401, &ME).is_ok());
+    }
+
+    #[test]
+    fn pin_refuses_a_changed_start_time_and_signals_a_verified_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let table = LiveTable;
+        let caller = Caller::current();
+        let real = table.process(pid).unwrap().unwrap().id();
+        let wrong = ProcessId {
+            pid,
+            start_time: real.start_time + 1,
+        };
+        let refused = pin(&table, &caller, wrong);
+        assert!(matches!(
+            refused,
+            Err(SignalError::Refused(Refusal::Changed { .. }))
+        ));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "refused pin must not signal"
+        );
+        let p = pin(&table, &caller, real).unwrap().expect("alive");
+        assert_eq!(send(&p, Sig::Term).unwrap(), Delivery::Delivered);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        // The process is reaped: the pidfd now names a dead process, never a successor.
+        assert_eq!(send(&p, Sig::Kill).unwrap(), Delivery::AlreadyGone);
+        assert!(exited(&p));
+    }
+
+    #[test]
+    fn pin_refuses_self() {
+        let caller = Caller::current();
+        let me = crate::proc::self_id();
+        assert!(matches!(
+            pin(&LiveTable, &caller, me),
+            Err(SignalError::Refused(Refusal::OwnPid { .. }))
+        ));
+    }
+}

@@ -1,0 +1,83 @@
+//! The few syscalls the `nix` crate does not wrap (pidfds) and the process-wide settings leash
+//! needs. All `unsafe` of the leash library lives here.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+/// `pidfd_open(2)` (Linux >= 5.3): a handle on one process instance. Signals sent through it
+/// reach that instance or nobody, even if its pid number is recycled meanwhile.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: raw syscall with integer arguments; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// `pidfd_send_signal(2)`; `group` adds PIDFD_SIGNAL_PROCESS_GROUP (Linux >= 6.9), which signals
+/// the process group whose id is the pidfd's process.
+pub fn pidfd_send_signal(fd: BorrowedFd<'_>, sig: i32, group: bool) -> io::Result<()> {
+    let flags: libc::c_uint = if group {
+        libc::PIDFD_SIGNAL_PROCESS_GROUP
+    } else {
+        0
+    };
+    // SAFETY: raw syscall; a null siginfo makes the kernel fill it in as kill(2) would.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits until any of the pidfds is readable (its process exited) or the timeout passes.
+/// Returns the indices that are readable.
+pub fn poll_exited(fds: &[BorrowedFd<'_>], timeout: Duration) -> Vec<usize> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: pfds is a live, correctly sized array of pollfd.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if rc <= 0 {
+        return Vec::new();
+    }
+    pfds.iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Raises the soft open-files limit to the hard limit: closing hundreds of trees at once holds
+/// one pidfd per process.
+pub fn raise_nofile_limit() {
+    // SAFETY: getrlimit/setrlimit with a pointer to a live local.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

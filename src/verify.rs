@@ -1,0 +1,529 @@
+//! Ownership verification: does the live process tree still belong to this lease?
+//!
+//! [`verify_owned_tree`] is pure: it reads a lease, the expectations of the state root it was
+//! found in, and a process snapshot, and returns a [`Verdict`] with the evidence for it. Nothing
+//! here signals; the planner turns verdicts into actions and the signalling module re-checks each
+//! process right before it is signalled.
+//!
+//! The root (the wrapper) is ours only when all of these hold: it is alive with the recorded start
+//! time; its live exe lies under this gateway's wrapper root; the lease row names this gateway and
+//! this wrapper root; its environment, when readable, carries this lease id and gateway id; and
+//! the adapter argv in its live command line hashes to the recorded hash, or its exe is exactly
+//! the recorded wrapper path. Its tree is then the root, its descendants, the members of the
+//! recorded process group, and processes that carry this lease's markers and started after the
+//! lease — each checked on its own (started after the root, same uid, no other lease's marker).
+//!
+//! When the root is gone (absent, a zombie, or its pid now names another process), processes that
+//! carry this lease's markers are still ours: they are the escapees the wrapper could not take
+//! with it when it was SIGKILLed. When nothing carries the markers either, the lease is `Gone`.
+
+use crate::lease::{command_hash, Lease};
+use crate::proc::{ProcessInfo, Snapshot};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// What the state root the lease was read from expects of it.
+#[derive(Debug, Clone)]
+pub struct Expect<'a> {
+    pub gateway_instance_id: &'a str,
+    pub wrapper_root: &'a Path,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "camelCase")]
+pub enum Verdict {
+    /// Live processes proven to belong to the lease.
+    Owned(OwnedTree),
+    /// Nothing alive belongs to the lease any more.
+    Gone { reason: String },
+    /// The evidence contradicts the lease: a live process matches some of it but not all.
+    /// Nothing is signalled.
+    NotOwned { reason: String },
+    /// The evidence could not be read. Nothing is signalled.
+    Unverifiable { reason: String },
+}
+
+impl Verdict {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Owned(_) => "owned",
+            Verdict::Gone { .. } => "gone",
+            Verdict::NotOwned { .. } => "not-owned",
+            Verdict::Unverifiable { .. } => "unverifiable",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    /// The wrapper.
+    Root,
+    /// The adapter the wrapper started (leader of the recorded group).
+    Adapter,
+    /// A descendant of a verified member, by parent links.
+    Descendant,
+    /// A member of the recorded process group.
+    GroupMember,
+    /// Carries this lease's environment markers (an escapee that left the group).
+    Marked,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    pub pid: i32,
+    pub start_time: u64,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub uid: u32,
+    pub role: Role,
+    /// Members between this one and its topmost member ancestor; signalled deepest first.
+    pub depth: usize,
+    pub argv0: Option<String>,
+    pub evidence: String,
+}
+
+/// A process that looked related but failed its own check; it is never signalled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Excluded {
+    pub pid: i32,
+    pub start_time: u64,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnedTree {
+    /// The verified wrapper, or `None` when only escapees remain.
+    pub root: Option<Member>,
+    /// Every other member, deepest first (children before their parents).
+    pub members: Vec<Member>,
+    pub excluded: Vec<Excluded>,
+    pub evidence: Vec<String>,
+}
+
+impl OwnedTree {
+    /// All members, children first and the root last: the order to signal them in.
+    pub fn children_first(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().chain(self.root.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len() + usize::from(self.root.is_some())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The adapter argv inside a wrapper's live argv: everything after the first `--`.
+pub fn adapter_argv(wrapper_argv: &[String]) -> Option<&[String]> {
+    let i = wrapper_argv.iter().skip(1).position(|a| a == "--")? + 1;
+    Some(&wrapper_argv[i + 1..])
+}
+
+pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Verdict {
+    // The row itself must name this gateway and this wrapper root: a row copied from (or
+    // rewritten to point at) another gateway is not ours to act on, whatever is alive.
+    if lease.gateway_instance_id != expect.gateway_instance_id {
+        return Verdict::NotOwned {
+            reason: format!(
+                "lease names gateway {}, but this state root is gateway {}",
+                lease.gateway_instance_id, expect.gateway_instance_id
+            ),
+        };
+    }
+    if Path::new(&lease.wrapper_root) != expect.wrapper_root {
+        return Verdict::NotOwned {
+            reason: format!(
+                "lease names wrapper root {}, but this gateway's is {}",
+                lease.wrapper_root,
+                expect.wrapper_root.display()
+            ),
+        };
+    }
+    if !Path::new(&lease.wrapper_path).starts_with(expect.wrapper_root) {
+        return Verdict::NotOwned {
+            reason: format!(
+                "lease names wrapper {}, outside this gateway's wrapper root {}",
+                lease.wrapper_path,
+                expect.wrapper_root.display()
+            ),
+        };
+    }
+
+    let mut evidence = Vec::new();
+    let root_info = snap.get(lease.root_pid);
+    let root = match root_info {
+        None => {
+            evidence.push(format!("root pid {} is not running", lease.root_pid));
+            None
+        }
+        Some(p) if p.start_time != lease.root_start_time => {
+            evidence.push(format!(
+                "root pid {} now belongs to another process (start time {} ≠ recorded {}): \
+                 the pid was reused",
+                p.pid, p.start_time, lease.root_start_time
+            ));
+            None
+        }
+        Some(p) if p.state == 'Z' => {
+            evidence.push(format!(
+                "root pid {} has exited (zombie, not yet reaped by its parent)",
+                p.pid
+            ));
+            None
+        }
+        Some(p) => match check_root(lease, expect, p) {
+            Ok(ev) => {
+                evidence.extend(ev);
+                Some(p)
+            }
+            Err(RootProblem::NotOwned { reason }) => return Verdict::NotOwned { reason },
+            Err(RootProblem::Unverifiable { reason }) => return Verdict::Unverifiable { reason },
+        },
+    };
+
+    // Seeds: the root and its descendants; then the recorded group and marker carriers (which
+    // catch escapees re-parented away from the root), then their descendants.
+    let mut tree = TreeBuilder::new(lease, expect, snap);
+    if let Some(r) = root {
+        tree.add(
+            r,
+            Role::Root,
+            "wrapper: pid, start time, exe, environment and command verified".into(),
+        );
+        tree.close_over_descendants();
+    }
+    if let Some(pgid) = lease.process_group_id {
+        if pgid > 1 {
+            let mut group: Vec<&ProcessInfo> = snap.iter().filter(|p| p.pgid == pgid).collect();
+            group.sort_by_key(|p| p.pid);
+            for p in group {
+                let is_adapter = Some(p.pid) == lease.adapter_pid
+                    && Some(p.start_time) == lease.adapter_start_time;
+                if is_adapter {
+                    tree.consider(
+                        p,
+                        Role::Adapter,
+                        format!(
+                            "the recorded adapter (pid and start time), leader of group {pgid}"
+                        ),
+                        false,
+                    );
+                } else {
+                    // Outside the root's tree, a group id alone is weak: the group may have
+                    // emptied and its id been recycled. Require the marker too.
+                    tree.consider(
+                        p,
+                        Role::GroupMember,
+                        format!(
+                            "member of the lease's process group {pgid} and carries its markers"
+                        ),
+                        true,
+                    );
+                }
+            }
+        }
+    }
+    let mut marked: Vec<&ProcessInfo> = snap
+        .iter()
+        .filter(|p| {
+            p.env.as_ref().is_some_and(|e| {
+                e.lease_id.as_deref() == Some(lease.lease_id.as_str())
+                    && e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id)
+            })
+        })
+        .collect();
+    marked.sort_by_key(|p| p.pid);
+    for p in marked {
+        tree.consider(
+            p,
+            Role::Marked,
+            "environment carries this lease id and gateway id".into(),
+            true,
+        );
+    }
+    tree.close_over_descendants();
+    let mut built = tree.finish();
+    built.evidence.splice(0..0, evidence);
+
+    if built.is_empty() {
+        let reason = built.evidence.join("; ");
+        let reason = if reason.is_empty() {
+            "nothing alive belongs to the lease".to_string()
+        } else {
+            format!("{reason}; no live process carries the lease's markers")
+        };
+        return Verdict::Gone { reason };
+    }
+    if built.root.is_none() {
+        built.evidence.push(format!(
+            "{} escaped process(es) carry this lease's markers",
+            built.members.len()
+        ));
+    }
+    Verdict::Owned(built)
+}
+
+enum RootProblem {
+    NotOwned { reason: String },
+    Unverifiable { reason: String },
+}
+
+/// Checks a live root whose pid and start time match. `Err` is the verdict to return.
+fn check_root(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    p: &ProcessInfo,
+) -> Result<Vec<String>, RootProblem> {
+    let mut ev = vec![format!(
+        "root pid {} alive with recorded start time {}",
+        p.pid, p.start_time
+    )];
+    let Some(exe) = p.exe_path() else {
+        return Err(RootProblem::Unverifiable {
+            reason: format!(
+                "root pid {} is alive with the recorded start time, but its exe is unreadable",
+                p.pid
+            ),
+        });
+    };
+    if !Path::new(exe).starts_with(expect.wrapper_root) {
+        return Err(RootProblem::NotOwned {
+            reason: format!(
+                "root pid {} runs {exe}, which is not under this gateway's wrapper root {} \
+                 (if it is a `leash exec` still starting, retry)",
+                p.pid,
+                expect.wrapper_root.display()
+            ),
+        });
+    }
+    ev.push(format!("exe {exe} lies under the wrapper root"));
+    match &p.env {
+        Some(env) => {
+            if env.lease_id.as_deref() != Some(lease.lease_id.as_str()) {
+                return Err(RootProblem::NotOwned {
+                    reason: format!(
+                        "root pid {} carries lease id {:?}, not {}",
+                        p.pid, env.lease_id, lease.lease_id
+                    ),
+                });
+            }
+            if env.gateway_instance_id.as_deref() != Some(expect.gateway_instance_id) {
+                return Err(RootProblem::NotOwned {
+                    reason: format!(
+                        "root pid {} carries gateway id {:?}, not {}",
+                        p.pid, env.gateway_instance_id, expect.gateway_instance_id
+                    ),
+                });
+            }
+            ev.push("environment carries the lease id and gateway id".into());
+        }
+        None => ev.push("environment unreadable; relying on exe, start time and command".into()),
+    }
+    let hash_ok = p
+        .argv
+        .as_deref()
+        .and_then(adapter_argv)
+        .is_some_and(|a| command_hash(a) == lease.command_hash);
+    let path_ok = exe == lease.wrapper_path;
+    if !hash_ok && !path_ok {
+        return Err(RootProblem::NotOwned {
+            reason: format!(
+                "root pid {}: neither the command hash nor the exe path ({exe}) matches the lease",
+                p.pid
+            ),
+        });
+    }
+    if hash_ok {
+        ev.push("adapter command hash matches".into());
+    }
+    if path_ok {
+        ev.push("exe is exactly the recorded wrapper path".into());
+    }
+    Ok(ev)
+}
+
+struct TreeBuilder<'a> {
+    lease: &'a Lease,
+    expect: &'a Expect<'a>,
+    snap: &'a Snapshot,
+    members: BTreeMap<i32, Member>,
+    excluded: BTreeMap<i32, Excluded>,
+    root_uid: Option<u32>,
+}
+
+impl<'a> TreeBuilder<'a> {
+    fn new(lease: &'a Lease, expect: &'a Expect<'a>, snap: &'a Snapshot) -> Self {
+        TreeBuilder {
+            lease,
+            expect,
+            snap,
+            members: BTreeMap::new(),
+            excluded: BTreeMap::new(),
+            root_uid: None,
+        }
+    }
+
+    fn add(&mut self, p: &ProcessInfo, role: Role, evidence: String) {
+        if role == Role::Root {
+            self.root_uid = Some(p.uid);
+        }
+        let role = if role == Role::Descendant
+            && Some(p.pid) == self.lease.adapter_pid
+            && Some(p.start_time) == self.lease.adapter_start_time
+        {
+            Role::Adapter
+        } else {
+            role
+        };
+        self.members.insert(
+            p.pid,
+            Member {
+                pid: p.pid,
+                start_time: p.start_time,
+                ppid: p.ppid,
+                pgid: p.pgid,
+                uid: p.uid,
+                role,
+                depth: 0,
+                argv0: p.argv.as_ref().and_then(|a| a.first().cloned()),
+                evidence,
+            },
+        );
+    }
+
+    /// The per-member check: a process joins the tree only if it started no earlier than the
+    /// lease's root, runs as the root's uid (or, with no root, as the uid of the first member),
+    /// is not a zombie, and does not carry another lease's marker.
+    fn consider(&mut self, p: &ProcessInfo, role: Role, evidence: String, require_marker: bool) {
+        if self.members.contains_key(&p.pid) || self.excluded.contains_key(&p.pid) {
+            return;
+        }
+        let marked = p.env.as_ref().is_some_and(|e| {
+            e.lease_id.as_deref() == Some(self.lease.lease_id.as_str())
+                && e.gateway_instance_id.as_deref() == Some(self.expect.gateway_instance_id)
+        });
+        let reason = if p.pid <= 1 {
+            Some(format!("pid {} can never be a lease member", p.pid))
+        } else if p.start_time < self.lease.root_start_time {
+            Some(format!(
+                "started at {} before the lease's root ({}): cannot be its member",
+                p.start_time, self.lease.root_start_time
+            ))
+        } else if self.root_uid.is_some_and(|u| u != p.uid) {
+            Some(format!(
+                "runs as uid {}, the lease's root as uid {}",
+                p.uid,
+                self.root_uid.unwrap_or_default()
+            ))
+        } else if let Some(other) = p.env.as_ref().and_then(|e| {
+            e.lease_id
+                .as_deref()
+                .filter(|id| *id != self.lease.lease_id)
+                .map(|id| (id.to_string(), e.gateway_instance_id.clone()))
+        }) {
+            Some(format!(
+                "carries another lease's marker ({} of gateway {})",
+                other.0,
+                other.1.unwrap_or_else(|| "?".into())
+            ))
+        } else if p
+            .env
+            .as_ref()
+            .and_then(|e| e.gateway_instance_id.as_deref())
+            .is_some_and(|g| g != self.expect.gateway_instance_id)
+        {
+            Some("carries another gateway's instance id".to_string())
+        } else if p.state == 'Z' {
+            Some("zombie: already dead, its parent reaps it".to_string())
+        } else if require_marker && !marked {
+            Some(match &p.env {
+                Some(_) => "in the lease's process group but not a descendant of its root and \
+                     without its marker: the group id may have been recycled"
+                    .to_string(),
+                None => "in the lease's process group but not a descendant of its root, and its \
+                     environment is unreadable"
+                    .to_string(),
+            })
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => {
+                self.excluded.insert(
+                    p.pid,
+                    Excluded {
+                        pid: p.pid,
+                        start_time: p.start_time,
+                        reason,
+                    },
+                );
+            }
+            None => {
+                if self.root_uid.is_none() {
+                    self.root_uid = Some(p.uid);
+                }
+                self.add(p, role, evidence);
+            }
+        }
+    }
+
+    fn close_over_descendants(&mut self) {
+        let mut stack: Vec<i32> = self.members.keys().copied().collect();
+        let mut seen: HashSet<i32> = stack.iter().copied().collect();
+        while let Some(pid) = stack.pop() {
+            if !self.members.contains_key(&pid) {
+                continue; // excluded: its subtree is not followed through it
+            }
+            for &kid in self.snap.children_of(pid) {
+                if !seen.insert(kid) {
+                    continue;
+                }
+                if let Some(p) = self.snap.get(kid) {
+                    self.consider(p, Role::Descendant, format!("child of member {pid}"), false);
+                    stack.push(kid);
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> OwnedTree {
+        // Depth: how many member ancestors a member has. Signalling deepest first means children
+        // before parents, whatever seed they were found from.
+        let parents: BTreeMap<i32, i32> = self.members.values().map(|m| (m.pid, m.ppid)).collect();
+        for m in self.members.values_mut() {
+            let mut d = 0;
+            let mut cur = m.ppid;
+            while let Some(&pp) = parents.get(&cur) {
+                d += 1;
+                if d > parents.len() {
+                    break; // a cycle can only come from a corrupt fixture
+                }
+                cur = pp;
+            }
+            m.depth = d;
+        }
+        let mut root = None;
+        let mut members = Vec::new();
+        for (_, m) in self.members {
+            if m.role == Role::Root {
+                root = Some(m);
+            } else {
+                members.push(m);
+            }
+        }
+        members.sort_by(|a, b| b.depth.cmp(&a.depth).then(a.pid.cmp(&b.pid)));
+        OwnedTree {
+            root,
+            members,
+            excluded: self.excluded.into_values().collect(),
+            evidence: Vec::new(),
+        }
+    }
+}

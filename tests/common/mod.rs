@@ -1,0 +1,249 @@
+//! Shared helpers for the live tests: temporary state roots, process guards that kill only what
+//! the test itself started (by pid *and* start time), and polling with deadlines instead of
+//! sleeps.
+#![allow(dead_code)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Generous: the machine is a noisy 2-core box.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn leash_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_leash"))
+}
+
+/// The wrapper binary the `leash` binary will install (built next to it by `cargo test
+/// --workspace`, because the wrapper crate has integration tests of its own).
+pub fn wrap_bin() -> PathBuf {
+    let p = leash_bin().with_file_name("leash-wrap");
+    assert!(
+        p.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "leash-test-{tag}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, s: &str) -> PathBuf {
+        self.0.join(s)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `leash --state-dir <root> ARGS…` as a Command.
+pub fn leash(state: &Path) -> Command {
+    let mut c = Command::new(leash_bin());
+    c.arg("--state-dir").arg(state);
+    c.env_remove("LEASH_STATE_DIR").env_remove("LEASH_LOG");
+    c
+}
+
+pub struct Output {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs leash to completion and captures its output.
+pub fn run(state: &Path, args: &[&str]) -> Output {
+    let out = leash(state)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run leash");
+    Output {
+        code: out.status.code(),
+        signal: out.status.signal(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn run_json(state: &Path, args: &[&str]) -> serde_json::Value {
+    let out = run(state, args);
+    assert_eq!(out.code, Some(0), "leash {args:?} failed: {}", out.stderr);
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("leash {args:?}: bad JSON ({e}): {}", out.stdout))
+}
+
+/// (pid, start time): a process instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pid {
+    pub pid: i32,
+    pub start: u64,
+}
+
+pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+pub fn ppid(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+pub fn pgid(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
+}
+
+fn state(pid: i32) -> Option<String> {
+    stat_fields(pid)?.first().cloned()
+}
+
+impl Pid {
+    pub fn of(pid: i32) -> Option<Pid> {
+        Some(Pid {
+            pid,
+            start: start_time(pid)?,
+        })
+    }
+
+    /// Alive: same instance and not a zombie.
+    pub fn alive(&self) -> bool {
+        start_time(self.pid) == Some(self.start) && state(self.pid).as_deref() != Some("Z")
+    }
+
+    /// Exists at all (a zombie counts): for "did it get reaped" questions.
+    pub fn exists(&self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+}
+
+/// Polls `cond` until it holds or `PATIENCE` passes. Returns whether it held.
+pub fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+    wait_for_within(PATIENCE, &mut cond)
+}
+
+pub fn wait_for_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Reads a pid the test's processes wrote to a file, once it is there.
+pub fn read_pid_file(path: &Path) -> Pid {
+    let mut found = None;
+    let ok = wait_for(|| {
+        found = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .and_then(Pid::of);
+        found.is_some()
+    });
+    assert!(ok, "{} never appeared", path.display());
+    found.unwrap()
+}
+
+/// Children of a pid (from /proc/<pid>/task/*/children).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+/// Kills, on drop, every process the test registered, but only if it is still the same instance:
+/// cleanup also when the test fails, never a stranger.
+#[derive(Default)]
+pub struct Guard {
+    procs: Vec<Pid>,
+    children: Vec<std::process::Child>,
+}
+
+impl Guard {
+    pub fn new() -> Guard {
+        Guard::default()
+    }
+
+    pub fn add(&mut self, p: Pid) {
+        self.procs.push(p);
+    }
+
+    pub fn child(&mut self, c: std::process::Child) -> &mut std::process::Child {
+        if let Some(p) = Pid::of(c.id() as i32) {
+            self.procs.push(p);
+        }
+        self.children.push(c);
+        self.children.last_mut().unwrap()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for p in &self.procs {
+            if p.alive() {
+                // SAFETY: kill(2) on a positive pid we started and re-identified by start time.
+                unsafe {
+                    libc::kill(p.pid, libc::SIGKILL);
+                }
+            }
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends a signal to a process the test started, after checking it is still that instance.
+pub fn signal(p: Pid, sig: i32) {
+    assert!(p.pid > 1, "refusing to signal pid {}", p.pid);
+    if p.alive() {
+        // SAFETY: kill(2) on a positive pid re-identified by start time just above.
+        unsafe {
+            libc::kill(p.pid, sig);
+        }
+    }
+}
+
+/// Writes an executable shell script.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}

@@ -1,0 +1,531 @@
+//! `leash-wrap`: the per-session wrapper of leash.
+//!
+//! It sits between a gateway and one ACP adapter and enforces a single local rule: the adapter's
+//! process tree does not outlive the wrapper's parent. It never decides session policy.
+//!
+//! `main` reads as a checklist, in the manner of tini:
+//! `parse_args → configure_signals → register_subreaper → watch_parent → spawn_adapter →
+//! write_report`, then a loop that waits on one `poll` for a signal (via `signalfd`) or the
+//! parent's exit (via a pidfd on the parent), reaps zombies, forwards signals, and drains the tree
+//! (SIGTERM → grace → SIGKILL) when the parent dies or the adapter exits leaving descendants.
+//!
+//! Hard rules: nothing is ever written to stdout (it is the adapter's JSON-RPC stream); on the
+//! happy path nothing is written to stderr either; diagnostics are one line each, prefixed
+//! `leash-wrap[PID]:`. Exit status is the adapter's: its code, or 128+N for death by signal N;
+//! 127/126 when the command cannot be run; 125 when the wrapper itself could not do its job.
+
+mod sys;
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Exit status for failures of the wrapper itself (bad usage, a setup syscall failed, the parent
+/// was already gone before the adapter could be started). Same convention as `env` and docker.
+const EXIT_WRAPPER_FAILED: i32 = 125;
+const EXIT_CANNOT_EXECUTE: i32 = 126;
+const EXIT_NOT_FOUND: i32 = 127;
+
+const DEFAULT_GRACE_MS: u64 = 3_000;
+
+/// While SIGKILLs are out, how often to sweep again for descendants that were re-parented to us
+/// after the last sweep (their parent died from our SIGKILL).
+const KILL_SWEEP_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Parent polling interval, used only on kernels without `pidfd_open` (< 5.3).
+const PARENT_POLL_FALLBACK: Duration = Duration::from_millis(50);
+
+const USAGE: &str = "\
+usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--] CMD [ARGS...]
+
+Runs CMD in its own process group and keeps its whole tree from outliving this wrapper's parent.
+
+  --grace-ms N      after SIGTERM, wait N ms before SIGKILL (default 3000)
+  --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
+                    (default: the parent at start)
+  --report PATH     write pids, start times, group id and the exit status to PATH (atomically)
+  -h, --help        this text
+  -V, --version     print the version (to stderr: stdout belongs to CMD)
+
+Signals TERM, INT, HUP and QUIT are forwarded to CMD's process group. When the parent process
+exits, the group and every re-parented descendant get SIGTERM, then SIGKILL after the grace, and
+the wrapper exits only when all of them are gone. Exit status: CMD's code, 128+N if CMD died of
+signal N, 127 if CMD was not found, 126 if it could not be executed, 125 if leash-wrap failed.
+leash-wrap never writes to stdout.";
+
+struct Args {
+    grace: Duration,
+    owner_pid: Option<i32>,
+    report: Option<PathBuf>,
+    cmd: Vec<OsString>,
+}
+
+fn main() {
+    let args = parse_args();
+    let code = run(args);
+    std::process::exit(code);
+}
+
+fn run(args: Args) -> i32 {
+    let sigfd = match sys::configure_signals() {
+        Ok(fd) => fd,
+        Err(e) => return fail(&format!("cannot set up signal handling: {e}")),
+    };
+    if let Err(e) = sys::set_child_subreaper() {
+        return fail(&format!(
+            "cannot become a child subreaper: {e} (needs Linux >= 3.4)"
+        ));
+    }
+    let mut report = args.report.as_deref().map(Report::new);
+    let parent = match watch_parent(args.owner_pid) {
+        Ok(p) => p,
+        Err(msg) => return end_early(&report, fail(&msg), "owner-gone"),
+    };
+    let mut child = match spawn_adapter(&args.cmd) {
+        Ok(c) => c,
+        Err(code) => return end_early(&report, code, "cannot-start"),
+    };
+    if let Some(r) = &mut report {
+        r.adapter_started(&child);
+        r.write(None, None);
+    }
+
+    let status = supervise(&mut child, &parent, sigfd, args.grace);
+    if let Some(r) = &report {
+        r.write(Some(status.code), Some(status.end));
+    }
+    status.code
+}
+
+/// The adapter never ran: say so in the report (so the lease can be settled) and exit.
+fn end_early(report: &Option<Report>, code: i32, why: &str) -> i32 {
+    if let Some(r) = report {
+        r.write(Some(code), Some(why));
+    }
+    code
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
+fn parse_args() -> Args {
+    let mut grace = Duration::from_millis(DEFAULT_GRACE_MS);
+    let mut owner_pid = None;
+    let mut report = None;
+    let mut it = std::env::args_os().skip(1).peekable();
+    let mut cmd = Vec::new();
+    while let Some(arg) = it.next() {
+        let bytes = arg.as_bytes();
+        match bytes {
+            b"--" => {
+                cmd.extend(it.by_ref());
+                break;
+            }
+            b"-h" | b"--help" => {
+                diag_raw(USAGE);
+                std::process::exit(0);
+            }
+            b"-V" | b"--version" => {
+                diag_raw(concat!("leash-wrap ", env!("CARGO_PKG_VERSION")));
+                std::process::exit(0);
+            }
+            b"--grace-ms" => {
+                grace = Duration::from_millis(parse_num(it.next(), "--grace-ms"));
+            }
+            b"--owner-pid" => {
+                let pid = parse_num(it.next(), "--owner-pid");
+                if pid == 0 || pid > i32::MAX as u64 {
+                    usage_error("--owner-pid must be a positive pid");
+                }
+                owner_pid = Some(pid as i32);
+            }
+            b"--report" => match it.next() {
+                Some(p) => report = Some(PathBuf::from(p)),
+                None => usage_error("--report needs a path"),
+            },
+            _ if bytes.starts_with(b"-") && bytes.len() > 1 => {
+                usage_error(&format!("unknown option '{}'", arg.to_string_lossy()));
+            }
+            _ => {
+                cmd.push(arg);
+                cmd.extend(it.by_ref());
+                break;
+            }
+        }
+    }
+    if cmd.is_empty() {
+        usage_error("no command given");
+    }
+    Args {
+        grace,
+        owner_pid,
+        report,
+        cmd,
+    }
+}
+
+fn parse_num(v: Option<OsString>, flag: &str) -> u64 {
+    v.and_then(|s| s.to_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| usage_error(&format!("{flag} needs a non-negative integer")))
+}
+
+fn usage_error(msg: &str) -> ! {
+    diag(&format!("{msg}; see leash-wrap --help"));
+    std::process::exit(EXIT_WRAPPER_FAILED);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostics: stderr only, one line, never a panic when stderr is gone (the gateway that read it
+// may be dead, which is exactly when we have something to say).
+
+fn diag(msg: &str) {
+    diag_raw(&format!("leash-wrap[{}]: {msg}", std::process::id()));
+}
+
+fn diag_raw(msg: &str) {
+    let mut line = Vec::with_capacity(msg.len() + 1);
+    line.extend_from_slice(msg.as_bytes());
+    line.push(b'\n');
+    sys::write_stderr(&line);
+}
+
+fn fail(msg: &str) -> i32 {
+    diag(msg);
+    EXIT_WRAPPER_FAILED
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parent watch
+
+/// How we learn that our parent process is gone.
+enum ParentWatch {
+    /// A pidfd on the parent: readable when the whole process (not a thread) has exited.
+    Pidfd { pid: i32, fd: sys::Fd },
+    /// Kernels without pidfd_open: compare `getppid()` on a short timer.
+    Poll { pid: i32 },
+}
+
+impl ParentWatch {
+    fn pid(&self) -> i32 {
+        match self {
+            ParentWatch::Pidfd { pid, .. } | ParentWatch::Poll { pid } => *pid,
+        }
+    }
+}
+
+/// Opens a pidfd on the expected parent, then re-checks `getppid()`: if the parent died before
+/// the pidfd was opened, we have already been re-parented and the check fails. This closes the
+/// race of a parent that dies before the wrapper starts watching.
+fn watch_parent(expected: Option<i32>) -> Result<ParentWatch, String> {
+    let ppid = sys::getppid();
+    let owner = expected.unwrap_or(ppid);
+    let watch = match sys::pidfd_open(owner) {
+        Ok(fd) => ParentWatch::Pidfd { pid: owner, fd },
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => ParentWatch::Poll { pid: owner },
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+            return Err(format!(
+                "owner process {owner} is already gone; not starting the command"
+            ))
+        }
+        Err(e) => return Err(format!("cannot watch parent process {owner}: {e}")),
+    };
+    let now = sys::getppid();
+    if now != owner {
+        return Err(format!(
+            "owner process {owner} is not our parent (parent is {now}): it exited before the \
+             wrapper started; not starting the command"
+        ));
+    }
+    Ok(watch)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adapter
+
+struct Adapter {
+    pid: i32,
+    /// The adapter's process group id (== its pid: it leads its own group).
+    pgid: i32,
+    /// A pidfd on the leader, opened while it was our unreaped child. On Linux >= 6.9 it signals
+    /// the group it names even after the leader is reaped and its pid number recycled.
+    pidfd: Option<sys::Fd>,
+    /// Set once reaped; from then on the pid (and the group id) may name a stranger, so `killpg`
+    /// by number is no longer used.
+    reaped: bool,
+}
+
+fn spawn_adapter(cmd: &[OsString]) -> Result<Adapter, i32> {
+    let wrapper_pid = std::process::id() as i32;
+    // Like tini: if we own the terminal's foreground, hand it to the adapter's new group so an
+    // interactive adapter is not stopped by SIGTTIN.
+    let hand_tty = sys::owns_foreground_tty();
+    let mut command = Command::new(&cmd[0]);
+    command.args(&cmd[1..]).process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // syscalls (prctl, getppid, signal, tcsetpgrp, getpid); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || sys::child_setup(wrapper_pid, hand_tty));
+    }
+    match command.spawn() {
+        Ok(child) => {
+            let pid = child.id() as i32;
+            // The child is unreaped (we have not waited), so its pid cannot have been recycled.
+            let pidfd = sys::pidfd_open(pid).ok();
+            // Dropping `Child` neither waits nor kills; we reap with waitpid(-1) below.
+            drop(child);
+            Ok(Adapter {
+                pid,
+                pgid: pid,
+                pidfd,
+                reaped: false,
+            })
+        }
+        Err(e) => {
+            let name = cmd[0].to_string_lossy();
+            let code = match e.raw_os_error() {
+                Some(libc::ENOENT) => EXIT_NOT_FOUND,
+                Some(libc::ESRCH) => {
+                    // child_setup found the parent gone between fork and exec.
+                    diag(&format!(
+                        "not running '{name}': the wrapper's parent changed"
+                    ));
+                    return Err(EXIT_WRAPPER_FAILED);
+                }
+                _ => EXIT_CANNOT_EXECUTE,
+            };
+            diag(&format!("cannot run '{name}': {e}"));
+            Err(code)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report (side channel to the controller; never stdout)
+
+struct Report {
+    path: PathBuf,
+    wrapper_pid: i32,
+    wrapper_start: u64,
+    /// Adapter pid, its start time and its group id, once spawned.
+    adapter: Option<(i32, u64, i32)>,
+}
+
+impl Report {
+    fn new(path: &std::path::Path) -> Report {
+        let wrapper_pid = std::process::id() as i32;
+        Report {
+            path: path.to_path_buf(),
+            wrapper_pid,
+            wrapper_start: sys::start_time(wrapper_pid).unwrap_or(0),
+            adapter: None,
+        }
+    }
+
+    fn adapter_started(&mut self, adapter: &Adapter) {
+        // The adapter is our unreaped child: its /proc entry exists even if it already exited.
+        let start = sys::start_time(adapter.pid).unwrap_or(0);
+        self.adapter = Some((adapter.pid, start, adapter.pgid));
+    }
+
+    /// Writes the report atomically (temp file + rename), so a reader sees either the previous
+    /// version or this one. Failures are reported once on stderr and otherwise ignored: the
+    /// lease already identifies the wrapper; the report only adds detail.
+    fn write(&self, exit_status: Option<i32>, end: Option<&str>) {
+        let num = |v: Option<String>| v.unwrap_or_else(|| "null".to_string());
+        let (apid, astart, pgid) = match self.adapter {
+            Some((p, s, g)) => (
+                Some(p.to_string()),
+                Some(s.to_string()),
+                Some(g.to_string()),
+            ),
+            None => (None, None, None),
+        };
+        let body = format!(
+            "{{\"wrapperPid\":{},\"wrapperStartTime\":{},\"adapterPid\":{},\"adapterStartTime\":{},\
+             \"processGroupId\":{},\"exitStatus\":{},\"endReason\":{}}}\n",
+            self.wrapper_pid,
+            self.wrapper_start,
+            num(apid),
+            num(astart),
+            num(pgid),
+            num(exit_status.map(|c| c.to_string())),
+            num(end.map(|e| format!("\"{e}\""))),
+        );
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let res = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = res {
+            diag(&format!("cannot write report {}: {e}", self.path.display()));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Supervision loop
+
+struct Outcome {
+    code: i32,
+    /// Why the wrapper ended: `adapter-exited` or `parent-died`.
+    end: &'static str,
+}
+
+enum Phase {
+    Running,
+    /// SIGTERM is out; SIGKILL follows at `deadline`.
+    Terminating {
+        deadline: Instant,
+    },
+    /// SIGKILL is out; keep sweeping until no descendant is left.
+    Killing,
+}
+
+fn supervise(
+    adapter: &mut Adapter,
+    parent: &ParentWatch,
+    sigfd: sys::Fd,
+    grace: Duration,
+) -> Outcome {
+    let mut phase = Phase::Running;
+    let mut adapter_code: Option<i32> = None;
+    let mut parent_died = false;
+    let mut children_left = true;
+
+    loop {
+        let timeout = match phase {
+            Phase::Running => match parent {
+                ParentWatch::Pidfd { .. } => None,
+                ParentWatch::Poll { .. } => Some(PARENT_POLL_FALLBACK),
+            },
+            Phase::Terminating { deadline } => {
+                Some(deadline.saturating_duration_since(Instant::now()))
+            }
+            Phase::Killing => Some(KILL_SWEEP_INTERVAL),
+        };
+        let parent_fd = match parent {
+            ParentWatch::Pidfd { fd, .. } if !parent_died => Some(fd),
+            _ => None,
+        };
+        let ready = sys::poll2(&sigfd, parent_fd, timeout);
+
+        if ready.signal {
+            for sig in sys::read_signals(&sigfd) {
+                if sig == libc::SIGCHLD {
+                    continue; // reaped below in every iteration
+                }
+                forward(adapter, sig);
+            }
+        }
+        if !parent_died {
+            let gone = match parent {
+                ParentWatch::Pidfd { .. } => ready.parent,
+                ParentWatch::Poll { pid } => sys::getppid() != *pid,
+            };
+            if gone {
+                parent_died = true;
+                if matches!(phase, Phase::Running) {
+                    diag(&format!(
+                        "parent process {} exited; sending SIGTERM to adapter group {} \
+                         (SIGKILL after {} ms)",
+                        parent.pid(),
+                        adapter.pgid,
+                        grace.as_millis()
+                    ));
+                    sweep(adapter, libc::SIGTERM);
+                    phase = Phase::Terminating {
+                        deadline: Instant::now() + grace,
+                    };
+                }
+            }
+        }
+
+        // Reap every zombie that is ready; note the adapter's status.
+        loop {
+            match sys::reap_one() {
+                sys::Reaped::Child { pid, code } => {
+                    if pid == adapter.pid {
+                        adapter.reaped = true;
+                        adapter_code = Some(code);
+                    }
+                }
+                sys::Reaped::NoneReady => break,
+                sys::Reaped::NoChildren => {
+                    children_left = false;
+                    break;
+                }
+            }
+        }
+
+        if let Some(code) = adapter_code {
+            if !children_left {
+                return Outcome {
+                    code,
+                    end: if parent_died {
+                        "parent-died"
+                    } else {
+                        "adapter-exited"
+                    },
+                };
+            }
+            if matches!(phase, Phase::Running) {
+                // The adapter is gone but left descendants: they are ours to clean up.
+                sweep(adapter, libc::SIGTERM);
+                phase = Phase::Terminating {
+                    deadline: Instant::now() + grace,
+                };
+            }
+        }
+
+        match phase {
+            Phase::Terminating { deadline } if Instant::now() >= deadline => {
+                let n = sweep(adapter, libc::SIGKILL);
+                diag(&format!(
+                    "grace of {} ms expired; sent SIGKILL to the adapter group and {n} \
+                     descendant(s)",
+                    grace.as_millis()
+                ));
+                phase = Phase::Killing;
+            }
+            Phase::Killing => {
+                sweep(adapter, libc::SIGKILL);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Forwards an ordinary termination signal to the adapter's group, and, once the adapter is
+/// gone, to its remaining descendants one by one.
+fn forward(adapter: &Adapter, sig: i32) {
+    signal_group(adapter, sig);
+    if adapter.reaped {
+        sys::for_each_descendant(|pidfd| sys::pidfd_signal(pidfd, sig));
+    }
+}
+
+/// Signals the adapter's group and every descendant of the wrapper found by walking
+/// `/proc/<pid>/task/<tid>/children`, including those re-parented to us after escaping the group
+/// with `setsid()`. Returns how many descendants were signalled individually.
+fn sweep(adapter: &Adapter, sig: i32) -> usize {
+    signal_group(adapter, sig);
+    sys::for_each_descendant(|pidfd| sys::pidfd_signal(pidfd, sig))
+}
+
+fn signal_group(adapter: &Adapter, sig: i32) {
+    if let Some(fd) = &adapter.pidfd {
+        match sys::pidfd_signal_group(fd, sig) {
+            // ESRCH: the group is empty.
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
+            Err(_) => {} // EINVAL: a kernel without PIDFD_SIGNAL_PROCESS_GROUP (< 6.9)
+        }
+    }
+    // killpg by number is safe only while the leader is unreaped: its zombie pins the id. After
+    // that, the descendant walk in `sweep` reaches every remaining member.
+    if !adapter.reaped {
+        sys::killpg(adapter.pgid, sig);
+    }
+}

@@ -1,0 +1,338 @@
+//! Every syscall the wrapper makes, each behind a small safe function. All `unsafe` of the wrapper
+//! lives here; each block states what it relies on.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+pub type Fd = OwnedFd;
+
+fn last_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(last_err())
+    } else {
+        Ok(ret)
+    }
+}
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+/// Blocks the signals we handle and returns a `signalfd` that delivers them. Blocked signals are
+/// unblocked again in the adapter by std's spawn, which resets the child's mask before exec.
+pub fn configure_signals() -> io::Result<Fd> {
+    // SAFETY: `set` is initialised by sigemptyset before any other use; all pointers are to
+    // locals that outlive the calls.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        cvt(libc::sigemptyset(&mut set))?;
+        for sig in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
+            cvt(libc::sigaddset(&mut set, *sig))?;
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        let fd = cvt(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+        ))?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Reads every pending signal from the signalfd.
+pub fn read_signals(fd: &Fd) -> Vec<i32> {
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: signalfd_siginfo is plain old data; zeroed is a valid value.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: we pass a pointer to `info` and exactly its size.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if n as usize != size {
+            break; // EAGAIN: drained (or EINTR: the next poll comes back here)
+        }
+        out.push(info.ssi_signo as i32);
+    }
+    out
+}
+
+/// Makes orphaned descendants re-parent to this process instead of init, so they can be found,
+/// signalled and reaped here (prctl(2), PR_SET_CHILD_SUBREAPER).
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(|_| ())
+}
+
+pub fn getppid() -> i32 {
+    // SAFETY: getppid cannot fail.
+    unsafe { libc::getppid() }
+}
+
+fn getpid() -> i32 {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// `pidfd_open(2)`: a handle on one process instance that a recycled pid cannot alias.
+pub fn pidfd_open(pid: i32) -> io::Result<Fd> {
+    // SAFETY: raw syscall with integer arguments; on success it returns a new fd that we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(last_err());
+    }
+    // SAFETY: the kernel just gave us this fd; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+fn pidfd_send(fd: &Fd, sig: i32, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: raw syscall; a null siginfo means "as kill(2) would send it".
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    };
+    if rc < 0 {
+        Err(last_err())
+    } else {
+        Ok(())
+    }
+}
+
+/// Signals the process behind the pidfd. ESRCH (already exited) is not an error worth telling.
+pub fn pidfd_signal(fd: &Fd, sig: i32) {
+    let _ = pidfd_send(fd, sig, 0);
+}
+
+/// Signals the whole process group led by the process behind the pidfd (Linux >= 6.9).
+pub fn pidfd_signal_group(fd: &Fd, sig: i32) -> io::Result<()> {
+    pidfd_send(fd, sig, libc::PIDFD_SIGNAL_PROCESS_GROUP)
+}
+
+/// `killpg`, refusing the ids that would hit everything or ourselves.
+pub fn killpg(pgid: i32, sig: i32) {
+    // SAFETY: getpgrp cannot fail.
+    let own = unsafe { libc::getpgrp() };
+    if pgid <= 1 || pgid == own {
+        return;
+    }
+    // SAFETY: plain kill(2) on a negative id (a group); the guard above excludes -1 and 0.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// True when stdin is a terminal whose foreground group is ours.
+pub fn owns_foreground_tty() -> bool {
+    // SAFETY: isatty/tcgetpgrp/getpgrp only read process and fd state.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Runs in the forked adapter before exec. Only async-signal-safe calls, no allocation.
+///
+/// PR_SET_PDEATHSIG makes the kernel SIGKILL the adapter if the wrapper dies (even by SIGKILL).
+/// It is never delivered if the parent died before the call, so `getppid()` is re-checked right
+/// after: that closes the fork race.
+pub fn child_setup(wrapper_pid: i32, hand_tty: bool) -> io::Result<()> {
+    // SAFETY: async-signal-safe syscalls on integers and a local sigset only.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        cvt(libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ))?;
+        if libc::getppid() != wrapper_pid {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        if hand_tty {
+            // We are a background group now: tcsetpgrp would stop us with SIGTTOU.
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpid());
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+        }
+    }
+    Ok(())
+}
+
+/// Writes to stderr, ignoring every failure (a closed or broken stderr must not kill us; SIGPIPE
+/// is ignored by the Rust runtime).
+pub fn write_stderr(buf: &[u8]) {
+    let mut rest = buf;
+    while !rest.is_empty() {
+        // SAFETY: pointer and length come from a live slice.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            if n < 0 && last_err().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+pub struct Ready {
+    pub signal: bool,
+    pub parent: bool,
+}
+
+/// Waits until the signalfd or the parent's pidfd is readable, or the timeout passes.
+pub fn poll2(sigfd: &Fd, parent: Option<&Fd>, timeout: Option<Duration>) -> Ready {
+    let mut fds = [
+        libc::pollfd {
+            fd: sigfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: parent.map_or(-1, |f| f.as_raw_fd()), // negative fds are ignored by poll
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = match timeout {
+        None => -1,
+        // Round up so a deadline is never polled for 0 ms in a busy loop before it is due.
+        Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+    };
+    // SAFETY: fds is a live array of two pollfd.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if rc <= 0 {
+        return Ready {
+            signal: false,
+            parent: false,
+        };
+    }
+    Ready {
+        signal: fds[0].revents != 0,
+        parent: fds[1].revents != 0,
+    }
+}
+
+pub enum Reaped {
+    Child { pid: i32, code: i32 },
+    NoneReady,
+    NoChildren,
+}
+
+/// One non-blocking `waitpid(-1)`. A signal death becomes 128 + the signal number.
+pub fn reap_one() -> Reaped {
+    loop {
+        let mut status = 0;
+        // SAFETY: status is a live local.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid > 0 {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else if libc::WIFSIGNALED(status) {
+                128 + libc::WTERMSIG(status)
+            } else {
+                continue; // stopped/continued are not reported without WUNTRACED; be safe
+            };
+            return Reaped::Child { pid, code };
+        }
+        if pid == 0 {
+            return Reaped::NoneReady;
+        }
+        match last_err().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            _ => return Reaped::NoChildren, // ECHILD
+        }
+    }
+}
+
+/// Splits `/proc/<pid>/stat` after the command name, which is parsed by the LAST `)` because the
+/// name itself may contain parentheses and spaces.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot.
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+fn ppid_of(pid: i32) -> Option<i32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// Children of `pid`, from `/proc/<pid>/task/<tid>/children` (children belong to the thread that
+/// forked them, so every thread is read).
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let mut path = task.path();
+        path.push("children");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// True when the process behind the pidfd has exited (its pidfd polls readable).
+fn exited(fd: &Fd) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Calls `f` with a pidfd for every live descendant of this process and returns how many there
+/// were. Each pid read from a `children` file is pinned with a pidfd and then confirmed to still
+/// be a child of the process it was listed under, whose own liveness is confirmed after the read;
+/// so a pid that was recycled between the read and the signal is never touched.
+pub fn for_each_descendant(mut f: impl FnMut(&Fd)) -> usize {
+    let me = getpid();
+    let mut stack: Vec<(i32, Option<Fd>)> = vec![(me, None)];
+    let mut n = 0;
+    while let Some((pid, pin)) = stack.pop() {
+        let kids = children_of(pid);
+        if let Some(fd) = &pin {
+            if exited(fd) {
+                continue; // the list may belong to a recycled pid
+            }
+        }
+        for kid in kids {
+            let Ok(fd) = pidfd_open(kid) else { continue };
+            if ppid_of(kid) != Some(pid) {
+                continue;
+            }
+            f(&fd);
+            n += 1;
+            stack.push((kid, Some(fd)));
+        }
+    }
+    n
+}

@@ -1,0 +1,91 @@
+//! The wrapper on its own (`leash-wrap -- CMD`, no lease): exit statuses, the stdout contract,
+//! usage errors, and the owner check.
+use std::process::{Command, Stdio};
+
+fn wrap() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leash-wrap"))
+}
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = wrap().args(args).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exit_status_is_the_adapters() {
+    assert_eq!(run(&["--", "true"]).0, Some(0));
+    assert_eq!(run(&["--", "sh", "-c", "exit 42"]).0, Some(42));
+    assert_eq!(run(&["sh", "-c", "exit 3"]).0, Some(3), "-- is optional");
+    assert_eq!(run(&["--", "sh", "-c", "kill -TERM $$"]).0, Some(143));
+    assert_eq!(run(&["--", "sh", "-c", "kill -KILL $$"]).0, Some(137));
+}
+
+#[test]
+fn cannot_run_gives_127_or_126_and_one_line() {
+    let (code, out, err) = run(&["--", "/nonexistent/x"]);
+    assert_eq!(code, Some(127));
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("leash-wrap["), "{err}");
+    // A directory cannot be executed, even by root: EACCES.
+    let dir = std::env::temp_dir();
+    let (code, _, err) = run(&["--", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(126), "{err}");
+}
+
+#[test]
+fn usage_errors_are_125_and_help_goes_to_stderr() {
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, Some(125));
+    assert!(out.is_empty() && err.contains("no command"), "{err}");
+    let (code, _, err) = run(&["--grace-ms", "x", "--", "true"]);
+    assert_eq!(code, Some(125), "{err}");
+    let (code, out, err) = run(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(out.is_empty(), "help must not touch stdout");
+    assert!(err.contains("usage: leash-wrap"));
+}
+
+#[test]
+fn happy_path_is_silent_and_stdout_is_the_adapters_only() {
+    let (code, out, err) = run(&["--", "sh", "-c", "printf 'a\\nb'"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out, "a\nb");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
+fn an_owner_that_is_not_the_parent_means_nothing_starts() {
+    let dir = std::env::temp_dir().join(format!("leash-wrap-owner-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let marker = dir.to_str().unwrap().to_string();
+    let (code, _, err) = run(&["--owner-pid", "1", "--", "touch", &marker]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.contains("not starting the command"), "{err}");
+    assert!(!dir.exists());
+}
+
+#[test]
+fn report_is_written_atomically_with_the_exit_status() {
+    let dir = std::env::temp_dir().join(format!("leash-wrap-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("r.json");
+    let out = wrap()
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "sh", "-c", "exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("\"exitStatus\":5"), "{text}");
+    assert!(text.contains("\"endReason\":\"adapter-exited\""), "{text}");
+    assert!(text.contains("\"adapterPid\":"), "{text}");
+    let leftovers = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(leftovers, 1, "no temp file left behind");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
