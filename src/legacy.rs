@@ -25,7 +25,7 @@ pub struct LegacyImport {
 }
 
 /// A legacy record in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LegacyRecord {
     pub id: i64,
