@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 /// After SIGKILL, how long to wait for the kernel to finish the processes off before reporting.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
+/// After its tree got SIGKILL, how long the wrapper gets to reap it and exit on its own (so its
+/// report carries the adapter's exit status) before it gets SIGKILL too.
+const ROOT_GRACE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
     #[error(transparent)]
@@ -138,7 +142,36 @@ struct Job {
     signals: Vec<SignalRecord>,
     refused: Vec<RefusedSignal>,
     deadline: Instant,
-    killed: bool,
+    stage: Stage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// SIGTERM is out; the grace runs.
+    Terminating,
+    /// Non-root survivors got SIGKILL; the root gets [`ROOT_GRACE`] to exit by itself.
+    KillingChildren,
+    /// Everything still alive got SIGKILL.
+    Killed,
+}
+
+impl Job {
+    /// SIGKILLs the pinned members that are still alive and match `which`.
+    fn kill_alive(&mut self, which: impl Fn(Role) -> bool) {
+        for (p, role) in &self.pins {
+            if !which(*role) || signal::exited(p) {
+                continue;
+            }
+            let delivery = signal::send(p, Sig::Kill).unwrap_or(Delivery::AlreadyGone);
+            self.signals.push(SignalRecord {
+                pid: p.id.pid,
+                start_time: p.id.start_time,
+                role: *role,
+                signal: Sig::Kill,
+                delivery,
+            });
+        }
+    }
 }
 
 enum JobKind {
@@ -388,7 +421,7 @@ impl<'t> Controller<'t> {
                         signals: Vec::new(),
                         refused,
                         deadline: Instant::now(),
-                        killed: false,
+                        stage: Stage::Terminating,
                     });
                 }
                 Decision::MarkLost { reason } => {
@@ -532,8 +565,10 @@ impl<'t> Controller<'t> {
         }
     }
 
-    /// SIGTERM every job's members (children first), then wait: each job's survivors get
-    /// SIGKILL when its own grace ends. All jobs' graces run at the same time.
+    /// SIGTERM every job's members (children first), then wait: when a job's own grace ends,
+    /// its surviving non-root members get SIGKILL, and its root (the wrapper, which exits by
+    /// itself once its tree is gone, writing the adapter's exit status) gets SIGKILL only if it
+    /// is still there [`ROOT_GRACE`] later. All jobs' graces run at the same time.
     fn run_jobs(&self, jobs: &mut [Job]) {
         for j in jobs.iter_mut() {
             let planned = std::mem::take(&mut j.planned);
@@ -546,42 +581,31 @@ impl<'t> Controller<'t> {
         loop {
             let now = Instant::now();
             let mut next: Option<Instant> = None;
-            let mut all_done = true;
             for j in jobs.iter_mut() {
-                let alive: Vec<usize> = (0..j.pins.len())
-                    .filter(|&i| !signal::exited(&j.pins[i].0))
-                    .collect();
-                if alive.is_empty() {
+                if j.stage == Stage::Killed
+                    || (0..j.pins.len()).all(|i| signal::exited(&j.pins[i].0))
+                {
                     continue;
                 }
-                if j.killed {
-                    continue; // waited for below
-                }
-                all_done = false;
-                if now >= j.deadline {
-                    for i in alive {
-                        let (p, role) = &j.pins[i];
-                        let d = signal::send(p, Sig::Kill).unwrap_or(Delivery::AlreadyGone);
-                        j.signals.push(SignalRecord {
-                            pid: p.id.pid,
-                            start_time: p.id.start_time,
-                            role: *role,
-                            signal: Sig::Kill,
-                            delivery: d,
-                        });
+                match j.stage {
+                    Stage::Terminating if now >= j.deadline => {
+                        j.kill_alive(|role| role != Role::Root);
+                        j.stage = Stage::KillingChildren;
+                        j.deadline = now + ROOT_GRACE;
                     }
-                    j.killed = true;
-                } else {
-                    next = Some(next.map_or(j.deadline, |n| n.min(j.deadline)));
+                    Stage::KillingChildren if now >= j.deadline => {
+                        j.kill_alive(|_| true);
+                        j.stage = Stage::Killed;
+                        continue;
+                    }
+                    _ => {}
                 }
+                next = Some(next.map_or(j.deadline, |n| n.min(j.deadline)));
             }
-            if all_done {
-                break;
-            }
-            let Some(until) = next else { continue };
+            let Some(until) = next else { break };
             let pins: Vec<&Pinned> = jobs
                 .iter()
-                .filter(|j| !j.killed)
+                .filter(|j| j.stage != Stage::Killed)
                 .flat_map(|j| j.pins.iter().map(|(p, _)| p))
                 .collect();
             // Returns early when they all exit; re-evaluated each round.
@@ -592,7 +616,7 @@ impl<'t> Controller<'t> {
         }
         let killed: Vec<&Pinned> = jobs
             .iter()
-            .filter(|j| j.killed)
+            .filter(|j| j.stage != Stage::Terminating)
             .flat_map(|j| j.pins.iter().map(|(p, _)| p))
             .collect();
         signal::wait_all(&killed, Instant::now() + KILL_WAIT);
@@ -684,7 +708,7 @@ impl<'t> Controller<'t> {
                         })
                         .collect(),
                     deadline: Instant::now(),
-                    killed: false,
+                    stage: Stage::Terminating,
                 }),
                 Decision::MarkLost { reason } => {
                     legacy::finish(&mut self.store, rec.id, "lost", reason)?;

@@ -63,13 +63,23 @@ fn check_expectation(
         want,
         "{case}: {what}: decision {decision:?}"
     );
-    assert_eq!(signalled, pids(&exp["signals"]).as_slice(), "{case}: {what}: signal order");
+    assert_eq!(
+        signalled,
+        pids(&exp["signals"]).as_slice(),
+        "{case}: {what}: signal order"
+    );
     for never in pids(&exp["notSignalled"]) {
-        assert!(!signalled.contains(&never), "{case}: {what}: pid {never} must not be signalled");
+        assert!(
+            !signalled.contains(&never),
+            "{case}: {what}: pid {never} must not be signalled"
+        );
     }
     if let Some(sub) = exp["reasonContains"].as_str() {
         let reason = decision_reason(decision);
-        assert!(reason.contains(sub), "{case}: {what}: reason {reason:?} lacks {sub:?}");
+        assert!(
+            reason.contains(sub),
+            "{case}: {what}: reason {reason:?} lacks {sub:?}"
+        );
     }
     if let Some(k) = exp["signalKinds"].as_array() {
         let want: Vec<&str> = k.iter().map(|s| s.as_str().unwrap()).collect();
@@ -137,20 +147,36 @@ fn every_fixture_case_plans_as_expected() {
             let kinds: Vec<Vec<Sig>> = lp.signals.iter().map(|s| s.signals.clone()).collect();
             check_expectation(&case, id, exp, &lp.decision, &signalled, &kinds);
             if lp.decision != Decision::Terminate {
-                assert!(lp.signals.is_empty(), "{case}: no signals unless terminating");
+                assert!(
+                    lp.signals.is_empty(),
+                    "{case}: no signals unless terminating"
+                );
             }
         }
-        let exp_legacy = doc["expect"]["legacy"].as_array().cloned().unwrap_or_default();
+        let exp_legacy = doc["expect"]["legacy"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(plan.legacy.len(), exp_legacy.len(), "{case}: legacy plans");
         for exp in &exp_legacy {
             let id = exp["id"].as_i64().unwrap();
             let lp = plan.legacy.iter().find(|p| p.id == id).unwrap();
             let signalled: Vec<i32> = lp.signals.iter().map(|s| s.pid).collect();
-            check_expectation(&case, &format!("legacy #{id}"), exp, &lp.decision, &signalled, &[]);
+            check_expectation(
+                &case,
+                &format!("legacy #{id}"),
+                exp,
+                &lp.decision,
+                &signalled,
+                &[],
+            );
         }
         // The caller itself and pid 1 are never in any plan's signals, whatever the fixture says.
         for lp in &plan.leases {
-            assert!(lp.signals.iter().all(|s| s.pid > 1 && s.pid != caller.pid), "{case}");
+            assert!(
+                lp.signals.iter().all(|s| s.pid > 1 && s.pid != caller.pid),
+                "{case}"
+            );
         }
     }
 }

@@ -166,11 +166,17 @@ impl TargetArgs {
 
 #[derive(Debug, Args)]
 pub struct CloseArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
+    /// Lease ids (several are closed together, their grace periods running concurrently)
+    #[arg(value_name = "LEASE", required_unless_present = "session")]
+    pub leases: Vec<String>,
+    /// The active lease of this session (repeatable)
+    #[arg(long, value_name = "KEY")]
+    pub session: Vec<String>,
     /// Milliseconds between SIGTERM and SIGKILL (default: the lease's own)
     #[arg(long, value_name = "N")]
     pub grace_ms: Option<u64>,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]
@@ -374,8 +380,14 @@ fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
 fn run_close(root: StateRoot, a: CloseArgs) -> Result<u8, Failure> {
     let table = LiveTable;
     let mut ctl = Controller::open(root, &table)?;
-    let outcomes = ctl.close(&[a.target.target()], a.grace_ms)?;
-    output::close(&outcomes, a.target.json.json);
+    let targets: Vec<LeaseRef> = a
+        .leases
+        .iter()
+        .map(|l| LeaseRef::Id(l.clone()))
+        .chain(a.session.iter().map(|s| LeaseRef::Session(s.clone())))
+        .collect();
+    let outcomes = ctl.close(&targets, a.grace_ms)?;
+    output::close(&outcomes, a.json.json);
     let code = outcomes
         .iter()
         .map(|o| match o.result {

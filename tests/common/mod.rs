@@ -247,3 +247,87 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     p
 }
+
+/// A shell script that traps and logs every catchable termination signal to the file named by
+/// its first argument, writes its pid to `<log>.pid`, and runs until SIGKILLed. Used both as a
+/// decoy (a process that is not ours to signal) and as a stubborn adapter.
+pub fn trap_script(dir: &Path) -> PathBuf {
+    script(
+        dir,
+        "trap.sh",
+        r#"log="$1"
+for s in TERM INT HUP QUIT USR1 USR2 ALRM; do trap "echo $s >> '$log'" $s; done
+echo $$ > "$log.pid"
+while :; do sleep 1 & wait $!; done"#,
+    )
+}
+
+/// A process that logs any signal it gets.
+pub struct Logged {
+    pub pid: Pid,
+    pub log: PathBuf,
+}
+
+impl Logged {
+    /// What the process logged (empty: it got no catchable signal).
+    pub fn signals(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the pid file the trap script writes.
+    pub fn wait_started(log: PathBuf) -> Logged {
+        let pid = read_pid_file(&PathBuf::from(format!("{}.pid", log.display())));
+        Logged { pid, log }
+    }
+}
+
+/// Starts a decoy: the trap script run directly, not under leash.
+pub fn start_decoy(guard: &mut Guard, dir: &Path, name: &str) -> Logged {
+    let log = dir.join(format!("{name}.log"));
+    guard.child(
+        Command::new(trap_script(dir))
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let d = Logged::wait_started(log);
+    guard.add(d.pid);
+    d
+}
+
+/// The leases of a state root, as JSON.
+pub fn leases(state: &Path) -> Vec<serde_json::Value> {
+    run_json(state, &["leases", "--json"])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+pub fn lease_of(state: &Path, session: &str) -> serde_json::Value {
+    leases(state)
+        .into_iter()
+        .rev()
+        .find(|l| l["sessionKey"] == session)
+        .unwrap_or_else(|| panic!("no lease for session {session}"))
+}
+
+/// Waits until the wrapper has a child (the adapter) and returns it.
+pub fn adapter_of(wrapper: Pid) -> Pid {
+    let mut adapter = None;
+    assert!(
+        wait_for(|| {
+            adapter = children(wrapper.pid).first().and_then(|&p| Pid::of(p));
+            adapter.is_some()
+        }),
+        "wrapper {} never started its adapter",
+        wrapper.pid
+    );
+    adapter.unwrap()
+}
+
+/// True when running as root (needed to force pids and to mount over /proc).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
