@@ -172,6 +172,10 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
     use procfs::ProcError;
     let proc = match procfs::process::Process::new(pid) {
         Ok(p) => p,
+        // "No such pid" only means something if /proc itself is there.
+        Err(ProcError::NotFound(_)) if !Path::new("/proc/self/stat").exists() => {
+            return Err(TableError::Unavailable("/proc is not mounted".into()))
+        }
         Err(ProcError::NotFound(_)) => return Ok(None),
         Err(e) => return Err(TableError::Unavailable(format!("/proc/{pid}: {e}"))),
     };
