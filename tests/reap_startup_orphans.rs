@@ -169,3 +169,30 @@ fn live_sessions_are_left_alone_and_gone_ones_are_marked_lost() {
     );
     assert_eq!(lease_of(&state, "live")["state"], "closed");
 }
+
+#[test]
+fn closed_and_lost_leases_past_the_retention_are_expired() {
+    let tmp = TempDir::new("expire");
+    let state = tmp.join("state");
+    for i in 0..3 {
+        assert_eq!(
+            run(
+                &state,
+                &["exec", "--session", &format!("x{i}"), "--", "true"]
+            )
+            .code,
+            Some(0)
+        );
+    }
+    assert!(wait_for(|| leases(&state)
+        .iter()
+        .all(|l| l["state"] == "lost")));
+    // Within the retention nothing is expired.
+    let (_, report) = reap_json(&state, &["--retention", "1h"]);
+    assert_eq!(report["expired"], 0, "{report}");
+    assert_eq!(leases(&state).len(), 3);
+    assert!(wait_for(|| {
+        let (_, report) = reap_json(&state, &["--retention", "1ms"]);
+        report["expired"].as_u64().unwrap() > 0 && leases(&state).is_empty()
+    }));
+}
