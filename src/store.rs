@@ -15,6 +15,18 @@ use std::time::Duration;
 /// How long a writer waits for another writer before giving up with a clear error.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Environment variable overriding [`DEFAULT_BUSY_TIMEOUT`], in milliseconds (tests use it to
+/// meet a locked database without waiting five seconds).
+pub const ENV_BUSY_TIMEOUT_MS: &str = "LEASH_BUSY_TIMEOUT_MS";
+
+/// The busy timeout in force: `LEASH_BUSY_TIMEOUT_MS` when it holds a number, else the default.
+pub fn busy_timeout() -> Duration {
+    std::env::var(ENV_BUSY_TIMEOUT_MS)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BUSY_TIMEOUT, Duration::from_millis)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state database {path} is locked by another writer (waited {waited_ms} ms); retry, or find the process holding it")]
@@ -117,6 +129,7 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     gateway_instance_id: String,
+    busy: Duration,
 }
 
 /// Lease counts by state, for `leash status`.
@@ -167,7 +180,7 @@ pub struct Event {
 impl Store {
     /// Opens (creating and migrating when needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Self::open_with_timeout(path, DEFAULT_BUSY_TIMEOUT)
+        Self::open_with_timeout(path, busy_timeout())
     }
 
     pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
@@ -190,13 +203,14 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             gateway_instance_id: String::new(),
+            busy,
         };
         store.migrate(busy)?;
         Ok(store)
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
-        map_err(&self.path, DEFAULT_BUSY_TIMEOUT, e)
+        map_err(&self.path, self.busy, e)
     }
 
     fn migrate(&mut self, busy: Duration) -> Result<(), StoreError> {
@@ -270,9 +284,9 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| map_err(&self.path, DEFAULT_BUSY_TIMEOUT, e))?;
+            .map_err(|e| map_err(&self.path, self.busy, e))?;
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let existing = tx
             .query_row(
                 &format!("SELECT {LEASE_COLS} FROM leases WHERE session_key = ?1 AND state IN ('open','closing')"),
@@ -497,7 +511,7 @@ impl Store {
         stale_claim: impl Fn(ProcessId) -> bool,
     ) -> Result<Option<Lease>, StoreError> {
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
         let tx = self
             .conn
@@ -586,7 +600,7 @@ impl Store {
             });
         }
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
         let closed_at = to.is_terminal().then_some(now);
         let tx = self
@@ -688,7 +702,7 @@ impl Store {
         detail: Option<serde_json::Value>,
     ) -> Result<i64, StoreError> {
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
