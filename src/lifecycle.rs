@@ -434,12 +434,21 @@ impl<'t> Controller<'t> {
                     )?);
                 }
                 Decision::Leave { reason } | Decision::Skip { reason } => {
+                    // The refusals are the evidence for leaving it open: report them.
+                    let refused = lp
+                        .refused
+                        .iter()
+                        .map(|r| RefusedSignal {
+                            pid: r.pid,
+                            reason: r.reason.clone(),
+                        })
+                        .collect();
                     outcomes.push(self.finish_lease(
                         &lease,
                         LeaseState::Open,
                         reason,
                         Vec::new(),
-                        Vec::new(),
+                        refused,
                     )?);
                 }
             }
