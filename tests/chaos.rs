@@ -5,6 +5,9 @@
 //! # What it does
 //!
 //! Every state root gets a worker thread. Each iteration picks, with a seeded RNG, one action:
+//! - `leash exec` SIGKILLed at the entry of its execve of the wrapper, i.e. after the lease
+//!   commit and before the wrapper exists (strace's syscall fault injection; skipped where strace
+//!   is not installed);
 //! - `leash exec` spawned by the harness and SIGKILLed a few milliseconds later. The kill is
 //!   aimed by first SIGSTOPping the process and looking at what exists (is the lease row there?
 //!   is the process still the `leash` binary or already the wrapper? has the adapter started?),
@@ -287,6 +290,15 @@ impl RootInfo {
         c
     }
 
+    /// A read-only connection to the root's database (never blocks a writer in WAL mode).
+    fn reader(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open_with_flags(
+            self.state.join("leash.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap()
+    }
+
     /// Lease rows (id, session, state, reason), read directly: no leash command may wait on a
     /// `leash exec` the harness holds stopped.
     fn rows(&self) -> Vec<Row> {
@@ -297,10 +309,7 @@ impl RootInfo {
     /// The rows, or the error when the database stays locked past `busy` (a process the harness
     /// stopped may hold it: WAL recovery, or the checkpoint of a last connection closing).
     fn rows_within(&self, busy: Duration) -> rusqlite::Result<Vec<Row>> {
-        let conn = rusqlite::Connection::open_with_flags(
-            self.state.join("leash.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )?;
+        let conn = self.reader();
         conn.busy_timeout(busy)?;
         let mut st =
             conn.prepare("SELECT lease_id, session_key, state, state_reason FROM leases")?;
@@ -568,7 +577,8 @@ impl<'a> Worker<'a> {
             }
             self.sh.iterations.fetch_add(1, Ordering::Relaxed);
             match self.rng.below(16) {
-                0..=2 => self.exec_early_kill(),
+                0..=1 => self.exec_early_kill(),
+                2 => self.exec_killed_at_execve(),
                 3..=5 => self.owner_spawns(),
                 6..=7 => self.kill_owner(),
                 8..=10 => self.kill_member(),
@@ -635,6 +645,40 @@ impl<'a> Worker<'a> {
         self.owner.as_mut().unwrap()
     }
 
+    /// `leash exec` SIGKILLed exactly between its lease commit and its exec of the wrapper:
+    /// strace(1) injects SIGKILL at the entry of the process's first execve after its own start,
+    /// which is the wrapper's. Falls back to a stop-and-classify kill where strace is missing.
+    fn exec_killed_at_execve(&mut self) {
+        if !has_strace() {
+            return self.exec_early_kill();
+        }
+        let key = self.sh.session_key(self.root.index, "execve");
+        let mode = *self.rng.pick(&MODES);
+        let mut cmd = Command::new("strace");
+        cmd.args(["-qq", "-o", "/dev/null", "-e", "trace=execve"])
+            .args(["-e", "inject=execve:signal=KILL:when=1"])
+            .arg(leash_bin())
+            .arg("--state-dir")
+            .arg(&self.root.state)
+            .args(["exec", "--session", &key, "--grace-ms", "200", "--"])
+            .arg(&self.sh.adapter)
+            .arg(mode)
+            .env_remove("LEASH_STATE_DIR")
+            .env("CHAOS_SIGDIR", self.root.work.join("sig"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let tracer = self.sh.register(cmd.spawn().unwrap());
+        self.sh.wait_child(tracer);
+        let committed = self.root.rows().iter().any(|r| r.1 == key);
+        if committed {
+            self.sh.kills.fetch_add(1, Ordering::Relaxed);
+            self.sh.point("kill:commit-to-exec(strace)");
+        } else {
+            self.sh.point("strace-kill-missed");
+        }
+    }
+
     /// `leash exec` spawned by the harness, stopped at a random early moment, classified by what
     /// exists, and SIGKILLed.
     fn exec_early_kill(&mut self) {
@@ -653,8 +697,32 @@ impl<'a> Worker<'a> {
         ])
         .arg(&self.sh.adapter)
         .arg(mode);
+        // Half the time the stop is aimed at the moment the row appears: the window between
+        // the commit and the exec (closing the database, building the wrapper's command) is
+        // far too narrow for a random delay to land in often.
+        let on_commit = self.rng.chance(50);
+        let watch = on_commit.then(|| self.root.reader());
         let p = self.sh.register(cmd.spawn().unwrap());
-        std::thread::sleep(delay);
+        let mut seen_row = false;
+        match watch {
+            Some(conn) => {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline && p.alive() {
+                    let seen = conn
+                        .query_row(
+                            "SELECT COUNT(*) FROM leases WHERE session_key = ?1",
+                            [&key],
+                            |r| r.get::<_, i64>(0),
+                        )
+                        .is_ok_and(|n| n > 0);
+                    if seen {
+                        seen_row = true;
+                        break;
+                    }
+                }
+            }
+            None => std::thread::sleep(delay),
+        }
         if !p.alive() {
             self.sh.point("exec-exited-before-kill");
             self.sh.wait_child(p);
@@ -667,11 +735,11 @@ impl<'a> Worker<'a> {
         assert!(stopped, "leash exec {} did not stop", p.pid);
         let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid)).ok();
         let rows = self.root.rows_within(Duration::from_millis(300));
-        let committed = rows
-            .as_ref()
-            .is_ok_and(|rows| rows.iter().any(|r| r.1 == key));
+        let committed = seen_row
+            || rows
+                .as_ref()
+                .is_ok_and(|rows| rows.iter().any(|r| r.1 == key));
         let point = match exe {
-            Some(_) if rows.is_err() => "kill:holding-the-database-lock",
             Some(e) if e.starts_with(&self.root.wrapper_root) => {
                 if children(p.pid).is_empty() {
                     "kill:wrapper-before-adapter"
@@ -680,6 +748,8 @@ impl<'a> Worker<'a> {
                 }
             }
             Some(_) if committed => "kill:commit-to-exec",
+            // Stopped inside a transaction (or the checkpoint of a closing connection).
+            Some(_) if rows.is_err() => "kill:holding-the-database-lock",
             Some(_) => "kill:before-commit",
             None => "kill:exec-exiting",
         };
@@ -956,6 +1026,18 @@ impl<'a> Worker<'a> {
         let closer = self.sh.register(cmd.spawn().unwrap());
         self.finish(closer, "close of a reused root pid", &[0, 3]);
     }
+}
+
+fn has_strace() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        Command::new("strace")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
