@@ -207,13 +207,16 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
                 let is_adapter = Some(p.pid) == lease.adapter_pid
                     && Some(p.start_time) == lease.adapter_start_time;
                 if is_adapter {
+                    // Without a verified root, the row's pid and start time are the only link
+                    // to this process, and both are public: a rewritten row could name any
+                    // group leader. Require the marker too (the real adapter carries it).
                     tree.consider(
                         p,
                         Role::Adapter,
                         format!(
                             "the recorded adapter (pid and start time), leader of group {pgid}"
                         ),
-                        false,
+                        root.is_none(),
                     );
                 } else {
                     // Outside the root's tree, a group id alone is weak: the group may have

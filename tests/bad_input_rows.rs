@@ -138,9 +138,9 @@ fn a_row_naming_pid_1_as_its_root_is_refused() {
 fn close_and_reap_report_which_pids_the_guards_refused_and_why() {
     let tmp = TempDir::new("row-refusals-reported");
     let state = tmp.join("state");
-    let g = own_group(&tmp);
-    let group = g.leader.pid.pid;
     let id = dead_lease(&state, "s");
+    let g = own_group(&tmp, &markers(&state, &id));
+    let group = g.leader.pid.pid;
     tamper(
         &state,
         &id,
@@ -206,21 +206,47 @@ fn a_row_naming_pid_1_as_its_adapter_and_group_signals_nothing() {
     assert!(init.alive());
 }
 
-/// A process group led by a decoy, with a second decoy as a member: the reaper is then run
-/// inside that group, so the group is the reaper's own.
+/// The lease's markers, as a forged environment: a decoy carrying them passes verification, so
+/// only the signalling guards stand between it and a signal.
+fn markers(state: &Path, lease: &str) -> Vec<(&'static str, String)> {
+    let gateway = run_json(state, &["status", "--json"])["gatewayInstanceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    vec![
+        ("OPENCLAW_ACPX_LEASE_ID", lease.to_string()),
+        ("OPENCLAW_GATEWAY_INSTANCE_ID", gateway),
+    ]
+}
+
+/// A process group led by a decoy that carries the lease's markers, with a second decoy (no
+/// markers) as a member: the reaper is then run inside that group, so the group is the reaper's
+/// own.
 struct OwnGroup {
     _guard: Guard,
     leader: Logged,
     member: Logged,
 }
 
-fn own_group(tmp: &TempDir) -> OwnGroup {
+fn own_group(tmp: &TempDir, markers: &[(&str, String)]) -> OwnGroup {
     let trap = trap_script(tmp.path());
+    // The leader's own `sleep`s must not inherit the forged markers: they share its group, and
+    // a marked member of the reaper's group that is not its leader is signalled like any marked
+    // process (the root wrapper of a gateway that runs `leash close` is such a member).
+    let leader_script = script(
+        tmp.path(),
+        "leader.sh",
+        r#"log="$1"
+for s in TERM INT HUP QUIT USR1 USR2 ALRM; do trap "echo $s >> '$log'" $s; done
+echo $$ > "$log.pid"
+while :; do env -u OPENCLAW_ACPX_LEASE_ID -u OPENCLAW_GATEWAY_INSTANCE_ID sleep 1 & wait $!; done"#,
+    );
     let mut guard = Guard::new();
     let leader_log = tmp.join("leader.log");
     guard.child(
-        Command::new(&trap)
+        Command::new(&leader_script)
             .arg(&leader_log)
+            .envs(markers.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             .stdin(Stdio::null())
             .spawn()
@@ -251,9 +277,9 @@ fn own_group(tmp: &TempDir) -> OwnGroup {
 fn a_row_naming_the_reapers_own_group_is_refused() {
     let tmp = TempDir::new("row-own-group");
     let state = tmp.join("state");
-    let g = own_group(&tmp);
-    let group = g.leader.pid.pid;
     let id = dead_lease(&state, "s");
+    let g = own_group(&tmp, &markers(&state, &id));
+    let group = g.leader.pid.pid;
     tamper(
         &state,
         &id,
@@ -277,9 +303,67 @@ fn a_row_naming_the_reapers_own_group_is_refused() {
     assert_eq!(lease_of(&state, "s")["state"], "open");
 }
 
-/// Starts the trap script as uid/gid 65534 in its own process group. Its directory is opened up
+/// Regression: with the root gone, a row's adapter pid and start time were trusted without the
+/// lease's markers, so a row rewritten to name any same-uid group leader (both numbers are public
+/// in /proc) got that process and, through the group signal, its whole group SIGTERM and SIGKILL.
+/// The markers are now required of an adapter that is not a descendant of a verified root.
+#[test]
+fn a_row_naming_a_stranger_as_its_adapter_signals_nothing() {
+    let tmp = TempDir::new("row-stranger-adapter");
+    let state = tmp.join("state");
+    let trap = trap_script(tmp.path());
+    let mut guard = Guard::new();
+    let leader_log = tmp.join("stranger.log");
+    guard.child(
+        Command::new(&trap)
+            .arg(&leader_log)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let leader = Logged::wait_started(leader_log);
+    let member_log = tmp.join("member.log");
+    guard.child(
+        Command::new(&trap)
+            .arg(&member_log)
+            .process_group(leader.pid.pid)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let member = Logged::wait_started(member_log);
+    guard.add(leader.pid);
+    guard.add(member.pid);
+    let id = dead_lease(&state, "s");
+    tamper(
+        &state,
+        &id,
+        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
+        &[leader.pid.pid as i64, leader.pid.start as i64],
+    );
+    let (_, plan, _) = leash_json(&state, &["reap", "--dry-run", "--include-live"], None);
+    assert_eq!(
+        outcome(&plan, &id)["signals"],
+        serde_json::json!([]),
+        "{plan}"
+    );
+    let (code, v, stderr) = leash_json(&state, &["close", &id, "--grace-ms", "100"], None);
+    assert_eq!(code, Some(0), "{v} {stderr}");
+    let o = outcome(&v, &id);
+    assert_eq!(
+        o["result"], "lost",
+        "nothing alive carries the lease's markers: {o}"
+    );
+    no_signals(o);
+    assert!(leader.pid.alive() && member.pid.alive());
+    assert_eq!(leader.signals() + &member.signals(), "");
+}
+
+/// Starts the trap script as uid/gid 65534 in its own process group, with `markers` in its
+/// environment. Its directory is opened up
 /// so that the other user can run the script and write its log.
-fn foreign_decoy(guard: &mut Guard, tmp: &TempDir) -> Logged {
+fn foreign_decoy(guard: &mut Guard, tmp: &TempDir, markers: &[(&str, String)]) -> Logged {
     use std::os::unix::fs::PermissionsExt;
     let dir = tmp.join("foreign");
     std::fs::create_dir_all(&dir).unwrap();
@@ -290,6 +374,7 @@ fn foreign_decoy(guard: &mut Guard, tmp: &TempDir) -> Logged {
     guard.child(
         Command::new(&trap)
             .arg(&log)
+            .envs(markers.iter().map(|(k, v)| (k, v)))
             .uid(65534)
             .gid(65534)
             .process_group(0)
@@ -317,11 +402,10 @@ fn a_row_naming_another_uids_process_is_refused() {
     let tmp = TempDir::new("row-foreign");
     let state = tmp.join("state");
     let mut guard = Guard::new();
-    let d = foreign_decoy(&mut guard, &tmp);
-    assert_eq!(uid_of(d.pid.pid), 65534);
-
-    // As the adapter and its group: everything matches but the uid.
+    // As the adapter and its group, with the lease's markers: everything matches but the uid.
     let id = dead_lease(&state, "a");
+    let d = foreign_decoy(&mut guard, &tmp, &markers(&state, &id));
+    assert_eq!(uid_of(d.pid.pid), 65534);
     tamper(
         &state,
         &id,
