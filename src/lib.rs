@@ -22,6 +22,7 @@
 //! requester may see.
 
 pub mod cli;
+pub mod daemon;
 pub mod exec;
 pub mod exitcode;
 pub mod install;
