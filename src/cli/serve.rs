@@ -120,7 +120,6 @@ fn remote(e: ClientError) -> Failure {
     let code = match e.code() {
         Some(Code::NotFound) => exitcode::NOT_FOUND,
         Some(Code::Conflict | Code::NotRunning | Code::ShuttingDown) => exitcode::CONFLICT,
-        Some(Code::Unverified) => exitcode::UNVERIFIED,
         Some(Code::BadRequest | Code::UnknownOp) => exitcode::USAGE,
         _ => exitcode::FAILURE,
     };

@@ -291,15 +291,20 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
     tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
 
     let hk = daemon.clone();
+    let (stop_housekeeping, stopped) = std::sync::mpsc::channel::<()>();
     let housekeeping = std::thread::Builder::new()
         .name("housekeeping".into())
-        .spawn(move || housekeeping_loop(&hk))
+        .spawn(move || housekeeping_loop(&hk, &stopped))
         .expect("spawn thread");
 
     accept_loop(&daemon, &listener, &signals);
 
-    shutdown(&daemon);
+    // New sessions are refused from here on; housekeeping finishes its round (an idle close
+    // in flight completes) before the shutdown closes the rest.
+    daemon.shutting_down.store(true, Ordering::SeqCst);
+    drop(stop_housekeeping);
     let _ = housekeeping.join();
+    shutdown(&daemon);
     drop(listener);
     // Remove the socket only if it is still the one we bound.
     if fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok() == bound {
@@ -524,17 +529,14 @@ fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     }
 }
 
-fn housekeeping_loop(d: &Daemon) {
+fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
     let tick = d
         .cfg
         .idle_close
         .map_or(Duration::from_secs(1), |i| i / 4)
         .clamp(Duration::from_millis(50), Duration::from_secs(1));
-    while !d.is_shutting_down() {
-        std::thread::sleep(tick);
-        if d.is_shutting_down() {
-            break;
-        }
+    // The sender is dropped at shutdown: the wait ends at once.
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(tick) {
         let sessions = d.all_sessions();
         for s in &sessions {
             if s.phase() != Phase::Ended {
@@ -570,7 +572,6 @@ fn housekeeping_loop(d: &Daemon) {
 /// Records the busy sessions, closes every session through the normal close path and waits for
 /// their wrappers to be reaped.
 fn shutdown(d: &Daemon) {
-    d.shutting_down.store(true, Ordering::SeqCst);
     let sessions = d.all_sessions();
     let mut interrupted = Vec::new();
     for s in &sessions {

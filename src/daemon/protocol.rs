@@ -35,8 +35,6 @@ pub enum Code {
     NotRunning,
     /// The requested `since` fell out of the replay buffer.
     SeqEvicted,
-    /// The live tree could not be verified against the lease: nothing was signalled.
-    Unverified,
     /// The adapter could not be started.
     SpawnFailed,
     /// The peer runs as another user.
@@ -59,7 +57,6 @@ impl Code {
             Code::Conflict => "conflict",
             Code::NotRunning => "not_running",
             Code::SeqEvicted => "seq_evicted",
-            Code::Unverified => "unverified",
             Code::SpawnFailed => "spawn_failed",
             Code::Forbidden => "forbidden",
             Code::ShuttingDown => "shutting_down",
@@ -78,7 +75,6 @@ impl Code {
             "conflict" => Code::Conflict,
             "not_running" => Code::NotRunning,
             "seq_evicted" => Code::SeqEvicted,
-            "unverified" => Code::Unverified,
             "spawn_failed" => Code::SpawnFailed,
             "forbidden" => Code::Forbidden,
             "shutting_down" => Code::ShuttingDown,
@@ -671,7 +667,8 @@ mod tests {
 
     #[test]
     fn parses_every_op() {
-        let cases: &[(&str, fn(&Op) -> bool)] = &[
+        type Check = fn(&Op) -> bool;
+        let cases: &[(&str, Check)] = &[
             (r#"{"id":1,"op":"status"}"#, |o| *o == Op::Status),
             (
                 r#"{"id":"a","op":"ensure","session":"s","argv":["cat"],"env":{"A":"1"},"graceMs":5}"#,
@@ -776,7 +773,6 @@ mod tests {
             Code::Conflict,
             Code::NotRunning,
             Code::SeqEvicted,
-            Code::Unverified,
             Code::SpawnFailed,
             Code::Forbidden,
             Code::ShuttingDown,

@@ -698,19 +698,14 @@ impl Session {
 
     fn read_stderr(&self, err: impl Read) {
         let mut r = BufReader::new(err);
-        loop {
-            match read_capped_line(&mut r, 64 * 1024) {
-                Ok(Some((line, _))) => {
-                    let text = String::from_utf8_lossy(&line).into_owned();
-                    tracing::info!(session_key = %self.key, "stderr: {text}");
-                    let mut g = self.lock();
-                    if g.stderr_tail.len() == STDERR_TAIL {
-                        g.stderr_tail.pop_front();
-                    }
-                    g.stderr_tail.push_back(text);
-                }
-                Ok(None) | Err(_) => break,
+        while let Ok(Some((line, _))) = read_capped_line(&mut r, 64 * 1024) {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            tracing::info!(session_key = %self.key, "stderr: {text}");
+            let mut g = self.lock();
+            if g.stderr_tail.len() == STDERR_TAIL {
+                g.stderr_tail.pop_front();
             }
+            g.stderr_tail.push_back(text);
         }
     }
 
