@@ -203,6 +203,17 @@ impl Store {
         let path = self.path.clone();
         let err = |e| map_err(&path, busy, e);
         let known = MIGRATIONS.len() as i64;
+        // Fast path, read-only: an up-to-date database with its gateway id (every `leash exec`
+        // passes here; a write transaction would cost a WAL append per spawn).
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version == known {
+            if let Some(id) = self.read_gateway_id().map_err(err)? {
+                return self.set_gateway_id(id);
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -230,17 +241,25 @@ impl Store {
             [&fresh],
         )
         .map_err(err)?;
-        let id: String = tx
+        tx.commit().map_err(err)?;
+        let id = self.read_gateway_id().map_err(err)?.unwrap_or_default();
+        self.set_gateway_id(id)
+    }
+
+    fn read_gateway_id(&self) -> rusqlite::Result<Option<String>> {
+        self.conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
                 [],
                 |r| r.get(0),
             )
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
+            .optional()
+    }
+
+    fn set_gateway_id(&mut self, id: String) -> Result<(), StoreError> {
         if uuid::Uuid::parse_str(&id).is_err() {
             return Err(StoreError::Corrupt {
-                path,
+                path: self.path.clone(),
                 detail: format!("gateway instance id '{id}' is not a UUID"),
             });
         }
