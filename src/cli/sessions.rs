@@ -549,8 +549,12 @@ fn print_status(s: &SessionStatus) {
         println!("lease    none (never leased, or expired)");
         return;
     };
+    let ended = l
+        .closed_at
+        .map(|t| format!(", ended {}", utc(t)))
+        .unwrap_or_default();
     println!(
-        "lease    {} {} since {}{}",
+        "lease    {} {} (started {}{ended}){}",
         l.lease_id,
         l.state,
         utc(l.started_at),
@@ -587,10 +591,11 @@ fn print_status(s: &SessionStatus) {
                 .unwrap_or_default()
         );
         for p in &t.processes {
+            let role = serde_json::to_value(p.role).expect("serialisable");
             println!(
-                "  pid {} ({:?}, start {}) {}",
+                "  pid {} ({}, start {}) {}",
                 p.pid,
-                p.role,
+                role.as_str().unwrap_or("?"),
                 p.start_time,
                 or_dash(p.argv0.as_deref())
             );
