@@ -97,10 +97,16 @@ fn requesters_see_what_their_rows_allow_and_nothing_else() {
     let mut status = Value::Null;
     assert!(
         wait_for(|| {
-            status = run_json(
+            // Until the spawned `leash exec` has committed its row, the session is unknown (4).
+            let out = run(
                 &state,
                 &["sessions", "status", "acp:live", "--as", ROOT, "--json"],
             );
+            if out.code != Some(0) {
+                assert_eq!(out.code, Some(4), "{}", out.stderr);
+                return false;
+            }
+            status = serde_json::from_str(&out.stdout).unwrap();
             status["adapter"]["alive"] == true
         }),
         "the live session's adapter never showed up: {status}"
