@@ -3,6 +3,7 @@
 //! [`crate::exitcode`].
 
 mod output;
+pub mod sessions;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
@@ -91,6 +92,9 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Records of the old gateway that predate leases.
     #[command(subcommand)]
     Legacy(LegacyCommand),
+    /// Sessions as a requester sees them: list, history, send, status (one visibility check).
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -321,6 +325,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Cancel(a) => run_cancel(root, a),
         Command::Reap(a) => run_reap(root, a),
         Command::Legacy(c) => run_legacy(root, c),
+        Command::Sessions(c) => sessions::run(root, c),
     }
 }
 
