@@ -37,3 +37,4 @@ pub mod state;
 pub mod store;
 mod sys;
 pub mod verify;
+pub mod visibility;

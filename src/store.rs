@@ -210,6 +210,17 @@ impl Store {
         let path = self.path.clone();
         let err = |e| map_err(&path, busy, e);
         let known = MIGRATIONS.len() as i64;
+        // Fast path, read-only: an up-to-date database with its gateway id (every `leash exec`
+        // passes here; a write transaction would cost a WAL append per spawn).
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version == known {
+            if let Some(id) = self.read_gateway_id().map_err(err)? {
+                return self.set_gateway_id(id);
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -237,17 +248,25 @@ impl Store {
             [&fresh],
         )
         .map_err(err)?;
-        let id: String = tx
+        tx.commit().map_err(err)?;
+        let id = self.read_gateway_id().map_err(err)?.unwrap_or_default();
+        self.set_gateway_id(id)
+    }
+
+    fn read_gateway_id(&self) -> rusqlite::Result<Option<String>> {
+        self.conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
                 [],
                 |r| r.get(0),
             )
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
+            .optional()
+    }
+
+    fn set_gateway_id(&mut self, id: String) -> Result<(), StoreError> {
         if uuid::Uuid::parse_str(&id).is_err() {
             return Err(StoreError::Corrupt {
-                path,
+                path: self.path.clone(),
                 detail: format!("gateway instance id '{id}' is not a UUID"),
             });
         }
@@ -1002,6 +1021,168 @@ fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
 mod tests {
     use super::*;
 
+    use crate::lease::{command_hash, new_lease_id, now_ms};
+
+    fn temp_db() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("leash.db")
+    }
+
+    fn lease(store: &Store, session: &str) -> Lease {
+        Lease {
+            lease_id: new_lease_id(),
+            gateway_instance_id: store.gateway_instance_id().to_string(),
+            session_key: session.into(),
+            agent_id: None,
+            wrapper_root: "/w".into(),
+            wrapper_path: "/w/leash-wrap".into(),
+            root_pid: 4242,
+            root_start_time: 1,
+            process_group_id: None,
+            adapter_pid: None,
+            adapter_start_time: None,
+            command_hash: command_hash(&["x"]),
+            command: vec!["x".into()],
+            owner_pid: 4241,
+            owner_start_time: 1,
+            started_at: now_ms(),
+            grace_ms: 100,
+            state: LeaseState::Open,
+            state_reason: None,
+            closed_at: None,
+            exit_status: None,
+            claimed_by: None,
+        }
+    }
+
+    #[test]
+    fn racing_claims_have_exactly_one_winner() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let l = lease(&store, "race");
+        store.insert_lease(&l, None, |_| None).unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (db, id, barrier) = (db.clone(), l.lease_id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut s = Store::open(&db).unwrap();
+                    barrier.wait();
+                    // Every claimant is "alive": no stale re-claim is possible.
+                    s.claim(
+                        &id,
+                        ProcessId {
+                            pid: 1000 + i,
+                            start_time: 7,
+                        },
+                        |_| false,
+                    )
+                    .unwrap()
+                    .is_some()
+                })
+            })
+            .collect();
+        let winners = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(winners, 1);
+        let now = store.lease(&l.lease_id).unwrap().unwrap();
+        assert_eq!(now.state, LeaseState::Closing);
+        // A stale claimant can be replaced, a live one cannot.
+        let me = ProcessId {
+            pid: 9,
+            start_time: 9,
+        };
+        assert!(store.claim(&l.lease_id, me, |_| false).unwrap().is_none());
+        assert!(store.claim(&l.lease_id, me, |_| true).unwrap().is_some());
+        // Only the holder may finish it.
+        let other = ProcessId {
+            pid: 10,
+            start_time: 10,
+        };
+        assert!(!store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(other),
+                "x"
+            )
+            .unwrap());
+        assert!(store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(me),
+                "done"
+            )
+            .unwrap());
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn one_active_lease_per_session_and_bad_rows_are_reported_not_used() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let a = lease(&store, "s");
+        store.insert_lease(&a, None, |_| None).unwrap();
+        let b = lease(&store, "s");
+        assert!(matches!(
+            store.insert_lease(&b, None, |_| None),
+            Err(StoreError::SessionBusy { .. })
+        ));
+        store
+            .insert_lease(&b, None, |old| Some(format!("{} gone", old.lease_id)))
+            .unwrap();
+        assert_eq!(
+            store.lease(&a.lease_id).unwrap().unwrap().state,
+            LeaseState::Lost
+        );
+        // Tamper a row: a bad state and a pid of -1.
+        store
+            .conn()
+            .execute(
+                "UPDATE leases SET state = 'zombie', root_pid = -1 WHERE lease_id = ?1",
+                [&a.lease_id],
+            )
+            .unwrap();
+        let rows = store.leases(&[]).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows
+            .iter()
+            .any(|r| matches!(r, Err(StoreError::BadRow { .. }))));
+        assert!(rows
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(|l| l.lease_id == b.lease_id)));
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn corrupt_and_foreign_files_get_a_clear_error() {
+        let db = temp_db();
+        std::fs::write(
+            &db,
+            b"this is not a database, just some bytes that are long enough to matter..........",
+        )
+        .unwrap();
+        let e = Store::open(&db).err().expect("must fail");
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("move it aside"), "{e}");
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn the_gateway_id_is_stable() {
+        let db = temp_db();
+        let a = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        let b = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        assert_eq!(a, b);
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
     fn temp_store() -> (Store, PathBuf) {
         let dir = std::env::temp_dir().join(format!("leash-store-test-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -4,6 +4,7 @@
 
 mod output;
 mod serve;
+pub mod sessions;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
@@ -104,6 +105,9 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
     #[command(long_about = serve::SERVE_ABOUT)]
     Serve(serve::ServeArgs),
+    /// Sessions as a requester sees them: list, history, send, status (one visibility check).
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -358,6 +362,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         },
         Command::Legacy(c) => run_legacy(root, c),
         Command::Serve(a) => serve::run_serve(root, cli.socket, a),
+        Command::Sessions(c) => sessions::run(root, c),
     }
 }
 
