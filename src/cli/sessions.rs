@@ -151,6 +151,12 @@ pub enum SessionsError {
     DaemonNeeded { key: String, socket: PathBuf },
     #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
     MultiLine,
+    #[error("the daemon did not send to session '{key}': {source}")]
+    Daemon {
+        key: String,
+        #[source]
+        source: crate::daemon::client::ClientError,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -162,6 +168,13 @@ impl From<SessionsError> for Failure {
             SessionsError::NotVisible { .. } => exitcode::NOT_VISIBLE,
             SessionsError::DaemonNeeded { .. } => exitcode::DAEMON_NEEDED,
             SessionsError::MultiLine => exitcode::USAGE,
+            // A session the daemon does not supervise (a gateway's own `leash exec`) has no
+            // stdin the daemon could write to.
+            SessionsError::Daemon { ref source, .. } => match source.code() {
+                Some(crate::daemon::protocol::Code::NotFound) => exitcode::DAEMON_NEEDED,
+                Some(crate::daemon::protocol::Code::NotRunning) => exitcode::CONFLICT,
+                _ => exitcode::FAILURE,
+            },
             SessionsError::Store(_) => exitcode::FAILURE,
         };
         Failure::new(code, e.to_string())
@@ -422,22 +435,30 @@ impl<'t> Sessions<'t> {
         }
     }
 
-    /// Checks visibility, then hands the line to the daemon. The daemon does not exist in this
-    /// build yet, so a visible session always gets [`SessionsError::DaemonNeeded`].
+    /// Checks visibility, then hands the line to the daemon that serves the state root (only it
+    /// holds the adapter's stdin): [`SessionsError::DaemonNeeded`] when none runs.
     pub fn send(
         &mut self,
         view: &View,
         key: &str,
         line: &str,
-    ) -> Result<std::convert::Infallible, SessionsError> {
+    ) -> Result<serde_json::Value, SessionsError> {
         self.authorize(view, key)?;
         if line.contains('\n') || line.contains('\r') {
             return Err(SessionsError::MultiLine);
         }
-        Err(SessionsError::DaemonNeeded {
-            key: key.to_string(),
-            socket: self.root.socket_path(),
-        })
+        let Some(mut daemon) = crate::daemon::client::Client::probe(&self.root) else {
+            return Err(SessionsError::DaemonNeeded {
+                key: key.to_string(),
+                socket: crate::daemon::client::socket_for(&self.root),
+            });
+        };
+        daemon
+            .call("send", serde_json::json!({"session": key, "line": line}))
+            .map_err(|e| SessionsError::Daemon {
+                key: key.to_string(),
+                source: e,
+            })
     }
 }
 
@@ -469,7 +490,14 @@ pub fn run(root: StateRoot, cmd: SessionsCommand) -> Result<u8, Failure> {
                 print_status(&out);
             }
         }
-        SessionsCommand::Send { key, line, view } => match s.send(&view.view()?, &key, &line)? {},
+        SessionsCommand::Send { key, line, view } => {
+            let out = s.send(&view.view()?, &key, &line)?;
+            if view.json {
+                print_json(&out);
+            } else {
+                println!("sent {} byte(s) to session {key}", out["bytes"]);
+            }
+        }
     }
     Ok(exitcode::OK)
 }

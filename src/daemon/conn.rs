@@ -12,7 +12,7 @@
 
 use super::protocol::{
     self, err_line, ok_line, parse_request, stream_line, Attach, Code, Frame, LineReader, Op,
-    Target, Visibility,
+    Target,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -21,6 +21,7 @@ use crate::lifecycle::{Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::store::{SessionRow, StoreError};
+use crate::visibility::{visible_rows, Grant};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -594,64 +595,23 @@ fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
             )
         })
         .collect();
-    let mut out = Vec::new();
-    for row in &rows {
-        // MERGE(visibility): the single visibility call site of the daemon. At merge, replace
-        // `interim_visible` with `crate::visibility::can_see_session_row` (issue 4).
-        if !interim_visible(q, row, &rows) {
-            continue;
-        }
-        let mut v = serde_json::to_value(row).expect("serialisable");
-        v["live"] = live.get(&row.session_key).cloned().unwrap_or(Value::Null);
-        out.push(v);
-    }
+    // The one visibility check of leash (`crate::visibility`), as `leash sessions list` runs it;
+    // without a requester, every row (an operator's view).
+    let visible: Vec<(&SessionRow, Option<Grant>)> = match &q.requester {
+        Some(req) => visible_rows(&rows, req, &q.scope)
+            .into_iter()
+            .map(|(r, g)| (r, Some(g)))
+            .collect(),
+        None => rows.iter().map(|r| (r, None)).collect(),
+    };
+    let out: Vec<Value> = visible
+        .into_iter()
+        .map(|(row, grant)| {
+            let mut v = serde_json::to_value(row).expect("serialisable");
+            v["visibleAs"] = grant.map_or(Value::Null, |g| json!(g));
+            v["live"] = live.get(&row.session_key).cloned().unwrap_or(Value::Null);
+            v
+        })
+        .collect();
     Ok(Value::Array(out))
-}
-
-/// A stand-in for issue 4's `can_see_session_row`, following the seed's rules from row
-/// metadata only; replaced at merge (see the MERGE note at its call site).
-fn interim_visible(q: &protocol::Sessions, row: &SessionRow, rows: &[SessionRow]) -> bool {
-    let Some(req) = q.requester_session_key.as_deref() else {
-        return true; // no requester: an operator's listing
-    };
-    let by_key: HashMap<&str, &SessionRow> =
-        rows.iter().map(|r| (r.session_key.as_str(), r)).collect();
-    // Owned by or spawned from the requester, transitively, by row metadata only.
-    let owned = |row: &SessionRow| {
-        let mut seen = std::collections::HashSet::new();
-        let mut frontier = vec![row];
-        while let Some(r) = frontier.pop() {
-            if r.session_key == req {
-                return true;
-            }
-            if !seen.insert(r.session_key.as_str()) {
-                continue;
-            }
-            for up in [&r.owner_session_key, &r.spawned_by, &r.parent_session_key]
-                .into_iter()
-                .flatten()
-            {
-                if up == req {
-                    return true;
-                }
-                if let Some(next) = by_key.get(up.as_str()) {
-                    frontier.push(next);
-                }
-            }
-        }
-        false
-    };
-    let requester_agent = by_key.get(req).and_then(|r| r.agent_id.as_deref());
-    let same_agent = requester_agent.is_some() && row.agent_id.as_deref() == requester_agent;
-    let visibility = if q.sandboxed {
-        Visibility::Tree
-    } else {
-        q.visibility.unwrap_or(Visibility::Tree)
-    };
-    match visibility {
-        Visibility::Own => row.session_key == req,
-        Visibility::Tree => owned(row),
-        Visibility::Agent => same_agent || owned(row),
-        Visibility::All => same_agent || q.a2a.unwrap_or(false) || owned(row),
-    }
 }

@@ -462,7 +462,11 @@ fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
     let bound = UnixListener::bind(path);
     nix::sys::stat::umask(old);
     let listener = bound.map_err(io_err)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    let mode = fs::metadata(path).map_err(io_err)?.permissions().mode() & 0o777;
+    if mode != 0o600 {
+        // Only where the umask did not apply (some filesystems ignore it for sockets).
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    }
     listener.set_nonblocking(true).map_err(io_err)?;
     Ok(listener)
 }

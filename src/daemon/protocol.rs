@@ -6,6 +6,7 @@
 //! frames a byte stream into lines with a hard length limit, and the `*_line` functions render
 //! replies. A fuzz target can call [`parse_request`] on arbitrary bytes.
 
+use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::io::{self, Read};
@@ -217,30 +218,28 @@ pub struct Leases {
     pub state: Option<String>,
 }
 
-/// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
+/// [`crate::visibility`], the same check `leash sessions` uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sessions {
     /// Without a requester every row is listed (an operator's view).
-    #[serde(default)]
-    pub requester_session_key: Option<String>,
-    #[serde(default)]
-    pub visibility: Option<Visibility>,
-    /// Agent-to-agent policy: whether cross-agent rows may be seen at all.
-    #[serde(default)]
-    pub a2a: Option<bool>,
-    #[serde(default)]
-    pub sandboxed: bool,
+    pub requester: Option<String>,
+    pub scope: Scope,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Visibility {
-    #[serde(rename = "self")]
-    Own,
-    Tree,
-    Agent,
-    All,
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSessions {
+    #[serde(default)]
+    requester_session_key: Option<String>,
+    #[serde(default)]
+    visibility: Option<String>,
+    #[serde(default)]
+    a2a: Option<bool>,
+    #[serde(default)]
+    a2a_allow: Vec<String>,
+    #[serde(default)]
+    sandboxed: bool,
 }
 
 /// The lifecycle events persisted for a session, with a seq above `since`.
@@ -452,7 +451,33 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             }
             Op::Leases(l)
         }
-        "sessions" => Op::Sessions(fields_of(op, fields)?),
+        "sessions" => {
+            let raw: RawSessions = fields_of(op, fields)?;
+            if let Some(r) = &raw.requester_session_key {
+                check_key("requesterSessionKey", r)?;
+            }
+            let visibility: Visibility = match &raw.visibility {
+                Some(v) => v.parse().map_err(|e| bad(format!("sessions: {e}")))?,
+                None => Visibility::Tree,
+            };
+            let rules = raw
+                .a2a_allow
+                .iter()
+                .map(|r| r.parse::<A2aRule>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("sessions: {e}")))?;
+            let a2a = match (raw.a2a, rules.is_empty()) {
+                (Some(false), false) => {
+                    return Err(bad("sessions: \"a2a\": false contradicts \"a2aAllow\""))
+                }
+                (Some(false), true) | (None, true) => A2aPolicy::Off,
+                (Some(true), _) | (None, false) => A2aPolicy::On { rules },
+            };
+            Op::Sessions(Sessions {
+                requester: raw.requester_session_key,
+                scope: Scope::new(visibility, a2a, raw.sandboxed),
+            })
+        }
         "events" => {
             let e: Events = fields_of(op, fields)?;
             check_key("session", &e.session)?;
@@ -699,7 +724,7 @@ mod tests {
             }),
             (
                 r#"{"id":8,"op":"sessions","requesterSessionKey":"r","visibility":"self"}"#,
-                |o| matches!(o, Op::Sessions(s) if s.visibility == Some(Visibility::Own)),
+                |o| matches!(o, Op::Sessions(s) if s.scope.visibility == Visibility::SelfOnly),
             ),
             (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
                 matches!(o, Op::Events(_))
@@ -755,6 +780,14 @@ mod tests {
         );
         assert_eq!(
             code_of(br#"{"id":1,"op":"leases","state":"gone"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"sessions","visibility":"everything"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"sessions","a2a":false,"a2aAllow":["a:b"]}"#),
             Code::BadRequest
         );
         let long = vec![b' '; MAX_LINE + 1];

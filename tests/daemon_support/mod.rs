@@ -39,11 +39,17 @@ impl Daemon {
             d.socket = PathBuf::from(args[i + 1]);
         }
         let socket = d.socket.clone();
+        let lock = state.join("daemon.lock");
+        // Ready: the daemon records itself in the lock file once its socket is bound and set up.
         let ok = wait_for(|| {
             if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("leash serve exited early ({status}):\n{}", d.log_text());
             }
-            UnixStream::connect(&socket).is_ok()
+            let recorded = std::fs::read_to_string(&lock)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|v| v["pid"] == pid.pid);
+            recorded && UnixStream::connect(&socket).is_ok()
         });
         assert!(ok, "daemon never listened:\n{}", d.log_text());
         d
