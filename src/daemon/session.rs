@@ -429,50 +429,72 @@ impl Session {
     /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
     /// in it. Blocks while the adapter does not read (pipe backpressure).
     pub fn write_line(&self, line: &str) -> io::Result<()> {
-        {
+        // Tracked before the write: a fast adapter may answer before the write call returns,
+        // and its response must find the request.
+        let tracked = self.track_outgoing(classify_outgoing(line));
+        let written = {
             let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(w) = stdin.as_mut() else {
-                return Err(io::Error::new(
+            match stdin.as_mut() {
+                None => Err(io::Error::new(
                     io::ErrorKind::BrokenPipe,
                     "the adapter's stdin is closed",
-                ));
-            };
-            let mut buf = Vec::with_capacity(line.len() + 1);
-            buf.extend_from_slice(line.as_bytes());
-            buf.push(b'\n');
-            w.write_all(&buf)?;
-            w.flush()?;
-        }
-        let mut g = self.lock();
-        g.last_traffic = Instant::now();
-        match classify_outgoing(line) {
-            Outgoing::Prompt { id, acp_session } => {
-                if g.pending.len() < MAX_TRACKED {
-                    if let Some(a) = &acp_session {
-                        g.acp_sessions.insert(a.clone());
-                    }
-                    let key = id.to_string();
-                    g.pending.insert(
-                        key,
-                        PendingPrompt {
-                            id,
-                            acp_session_id: acp_session,
-                            since: now_ms(),
-                        },
-                    );
+                )),
+                Some(w) => {
+                    let mut buf = Vec::with_capacity(line.len() + 1);
+                    buf.extend_from_slice(line.as_bytes());
+                    buf.push(b'\n');
+                    w.write_all(&buf).and_then(|()| w.flush())
                 }
+            }
+        };
+        let mut g = self.lock();
+        match &written {
+            Ok(()) => g.last_traffic = Instant::now(),
+            Err(_) => {
+                if let Some(key) = tracked {
+                    g.pending.remove(&key);
+                    g.opening.remove(&key);
+                }
+            }
+        }
+        written
+    }
+
+    /// Records a request that expects a response; returns its tracking key.
+    fn track_outgoing(&self, out: Outgoing) -> Option<String> {
+        let mut g = self.lock();
+        match out {
+            Outgoing::Prompt { id, acp_session } => {
+                if let Some(a) = &acp_session {
+                    g.acp_sessions.insert(a.clone());
+                }
+                if g.pending.len() >= MAX_TRACKED {
+                    return None;
+                }
+                let key = id.to_string();
+                g.pending.insert(
+                    key.clone(),
+                    PendingPrompt {
+                        id,
+                        acp_session_id: acp_session,
+                        since: now_ms(),
+                    },
+                );
+                Some(key)
             }
             Outgoing::Opens { id, acp_session } => {
                 if let Some(a) = &acp_session {
                     g.acp_sessions.insert(a.clone());
                 }
-                if g.opening.len() < MAX_TRACKED {
-                    g.opening.insert(id.to_string(), acp_session);
+                if g.opening.len() >= MAX_TRACKED {
+                    return None;
                 }
+                let key = id.to_string();
+                g.opening.insert(key.clone(), acp_session);
+                Some(key)
             }
-            Outgoing::Other => {}
+            Outgoing::Other => None,
         }
-        Ok(())
     }
 
     /// The ACP session a `cancel` without an explicit id is meant for: the one of the only
