@@ -326,7 +326,16 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
             format!("session {} is being started by another request", e.session),
         ));
     }
-    let result = start(d, e);
+    // Checked again once registered: shutdown sets the flag, then waits for `starting` to drain,
+    // so a session is either refused here or seen (and closed) by the shutdown.
+    let result = if d.is_shutting_down() {
+        Err(fail(
+            Code::ShuttingDown,
+            "the daemon is shutting down and starts no sessions",
+        ))
+    } else {
+        start(d, e)
+    };
     d.starting
         .lock()
         .unwrap_or_else(|p| p.into_inner())

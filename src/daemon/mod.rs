@@ -576,6 +576,18 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
 /// Records the busy sessions, closes every session through the normal close path and waits for
 /// their wrappers to be reaped.
 fn shutdown(d: &Daemon) {
+    // Ensures in flight finish first (they saw the flag too late to refuse), so their sessions
+    // are closed below like the others.
+    let deadline = Instant::now() + SHUTDOWN_REAP_WAIT;
+    while Instant::now() < deadline
+        && !d
+            .starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let sessions = d.all_sessions();
     let mut interrupted = Vec::new();
     for s in &sessions {

@@ -378,6 +378,13 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
                     return Err(bad(format!("ensure: bad environment variable name {k:?}")));
                 }
+                // They configure leash itself (which wrapper binary, which state root): not a
+                // session's to choose.
+                if k.starts_with("LEASH_") {
+                    return Err(bad(format!(
+                        "ensure: {k} configures leash itself and cannot be set per session"
+                    )));
+                }
                 no_nul("env", v)?;
             }
             for (name, v) in [
@@ -772,6 +779,10 @@ mod tests {
         );
         assert_eq!(
             code_of(br#"{"id":1,"op":"ensure","session":"s","argv":[]}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","argv":["x"],"env":{"LEASH_WRAP_BIN":"/tmp/evil"}}"#),
             Code::BadRequest
         );
         assert_eq!(
