@@ -123,6 +123,13 @@ const MIGRATIONS: &[&str] = &[
         closed_at    INTEGER
     );
     "#,
+    // 2: a per-session seq floor. The daemon streams adapter output with seqs from the same
+    // per-session space as the lifecycle events, but never writes output to the database: it
+    // reserves a block of seqs here instead, and every event recorded afterwards (by any
+    // process) gets a seq above the block, so the two never collide and stay in order.
+    r#"
+    CREATE TABLE seq_floor (session_key TEXT PRIMARY KEY, floor INTEGER NOT NULL);
+    "#,
 ];
 
 pub struct Store {
@@ -217,6 +224,17 @@ impl Store {
         let path = self.path.clone();
         let err = |e| map_err(&path, busy, e);
         let known = MIGRATIONS.len() as i64;
+        // Fast path, read-only: an up-to-date database with its gateway id (every `leash exec`
+        // passes here; a write transaction would cost a WAL append per spawn).
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version == known {
+            if let Some(id) = self.read_gateway_id().map_err(err)? {
+                return self.set_gateway_id(id);
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -244,17 +262,25 @@ impl Store {
             [&fresh],
         )
         .map_err(err)?;
-        let id: String = tx
+        tx.commit().map_err(err)?;
+        let id = self.read_gateway_id().map_err(err)?.unwrap_or_default();
+        self.set_gateway_id(id)
+    }
+
+    fn read_gateway_id(&self) -> rusqlite::Result<Option<String>> {
+        self.conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
                 [],
                 |r| r.get(0),
             )
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
+            .optional()
+    }
+
+    fn set_gateway_id(&mut self, id: String) -> Result<(), StoreError> {
         if uuid::Uuid::parse_str(&id).is_err() {
             return Err(StoreError::Corrupt {
-                path,
+                path: self.path.clone(),
                 detail: format!("gateway instance id '{id}' is not a UUID"),
             });
         }
@@ -722,27 +748,65 @@ impl Store {
 
     /// A session's lifecycle events in order.
     pub fn events(&self, session_key: &str) -> Result<Vec<Event>, StoreError> {
-        let mut stmt = self
+        self.events_since(session_key, 0)
+    }
+
+    /// A session's lifecycle events with a seq above `after`, in order.
+    pub fn events_since(&self, session_key: &str, after: i64) -> Result<Vec<Event>, StoreError> {
+        events_after(&self.conn, session_key, after).map_err(|e| self.err(e))
+    }
+
+    /// The highest seq a session has used or reserved (0 for a new session).
+    pub fn last_seq(&self, session_key: &str) -> Result<i64, StoreError> {
+        last_seq(&self.conn, session_key).map_err(|e| self.err(e))
+    }
+
+    /// Reserves the next `n` seqs of a session for a stream that is not stored line by line, and
+    /// returns the first one together with the events recorded since `after` (all of them below
+    /// the block), in one transaction. Events recorded later get seqs above the block.
+    pub fn reserve_seqs(
+        &mut self,
+        session_key: &str,
+        n: i64,
+        after: i64,
+    ) -> Result<(i64, Vec<Event>), StoreError> {
+        let path = self.path.clone();
+        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let tx = self
             .conn
-            .prepare(
-                "SELECT session_key, lease_id, seq, kind, detail, at FROM events \
-                 WHERE session_key = ?1 ORDER BY seq, id",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([session_key], |r| {
-                let detail: Option<String> = r.get(4)?;
-                Ok(Event {
-                    session_key: r.get(0)?,
-                    lease_id: r.get(1)?,
-                    seq: r.get(2)?,
-                    kind: r.get(3)?,
-                    detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
-                    at: r.get(5)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let last = last_seq(&tx, session_key).map_err(err)?;
+        tx.execute(
+            "INSERT INTO seq_floor (session_key, floor) VALUES (?1, ?2) \
+             ON CONFLICT(session_key) DO UPDATE SET floor = MAX(floor, excluded.floor)",
+            params![session_key, last + n.max(1)],
+        )
+        .map_err(err)?;
+        let events = events_after(&tx, session_key, after).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok((last + 1, events))
+    }
+
+    /// A value of the `meta` table (daemon bookkeeping kept across restarts).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Sets (or, with `None`, deletes) a value of the `meta` table.
+    pub fn set_meta(&mut self, key: &str, value: Option<&str>) -> Result<(), StoreError> {
+        let r = match value {
+            Some(v) => self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, v],
+            ),
+            None => self.conn.execute("DELETE FROM meta WHERE key = ?1", [key]),
+        };
+        r.map(|_| ()).map_err(|e| self.err(e))
     }
 
     pub fn session(&self, session_key: &str) -> Result<Option<SessionRow>, StoreError> {
@@ -898,11 +962,7 @@ fn insert_event(
     detail: Option<serde_json::Value>,
     at: i64,
 ) -> rusqlite::Result<i64> {
-    let seq: i64 = conn.query_row(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_key = ?1",
-        [session_key],
-        |r| r.get(0),
-    )?;
+    let seq = last_seq(conn, session_key)? + 1;
     conn.execute(
         "INSERT INTO events (session_key, lease_id, seq, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
@@ -915,6 +975,35 @@ fn insert_event(
         ],
     )?;
     Ok(seq)
+}
+
+/// The highest seq used or reserved in a session's seq space.
+fn last_seq(conn: &Connection, session_key: &str) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE session_key = ?1), 0), \
+         COALESCE((SELECT floor FROM seq_floor WHERE session_key = ?1), 0))",
+        [session_key],
+        |r| r.get(0),
+    )
+}
+
+fn events_after(conn: &Connection, session_key: &str, after: i64) -> rusqlite::Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_key, lease_id, seq, kind, detail, at FROM events \
+         WHERE session_key = ?1 AND seq > ?2 ORDER BY seq, id",
+    )?;
+    let rows = stmt.query_map(params![session_key, after], |r| {
+        let detail: Option<String> = r.get(4)?;
+        Ok(Event {
+            session_key: r.get(0)?,
+            lease_id: r.get(1)?,
+            seq: r.get(2)?,
+            kind: r.get(3)?,
+            detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+            at: r.get(5)?,
+        })
+    })?;
+    rows.collect()
 }
 
 fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
@@ -945,6 +1034,7 @@ fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::lease::{command_hash, new_lease_id, now_ms};
 
     fn temp_db() -> PathBuf {
@@ -1106,5 +1196,49 @@ mod tests {
         let b = Store::open(&db).unwrap().gateway_instance_id().to_string();
         assert_eq!(a, b);
         let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+    fn temp_store() -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("leash-store-test-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("leash.db")).unwrap(), dir)
+    }
+
+    #[test]
+    fn events_recorded_after_a_reservation_land_above_it() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.record_event("s", None, "spawned", None).unwrap(), 1);
+        let (start, before) = store.reserve_seqs("s", 100, 0).unwrap();
+        assert_eq!(start, 2, "the block starts after the recorded event");
+        assert_eq!(before.len(), 1);
+        assert_eq!(before[0].kind, "spawned");
+        assert_eq!(store.last_seq("s").unwrap(), 101);
+        assert_eq!(store.record_event("s", None, "cancel", None).unwrap(), 102);
+        // Other sessions have their own space.
+        assert_eq!(store.record_event("t", None, "spawned", None).unwrap(), 1);
+        let (start, since) = store.reserve_seqs("s", 10, 1).unwrap();
+        assert_eq!(start, 103);
+        assert_eq!(since.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![102]);
+        assert_eq!(
+            store
+                .events_since("s", 0)
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            vec![1, 102]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn meta_values_round_trip_and_delete() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.meta("k").unwrap(), None);
+        store.set_meta("k", Some("v1")).unwrap();
+        store.set_meta("k", Some("v2")).unwrap();
+        assert_eq!(store.meta("k").unwrap().as_deref(), Some("v2"));
+        store.set_meta("k", None).unwrap();
+        assert_eq!(store.meta("k").unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -19,7 +19,7 @@
 
 use crate::lease::{command_hash, Lease};
 use crate::proc::{ProcessInfo, Snapshot};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -55,7 +55,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Role {
     /// The wrapper.
@@ -201,9 +201,7 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
     }
     if let Some(pgid) = lease.process_group_id {
         if pgid > 1 {
-            let mut group: Vec<&ProcessInfo> = snap.iter().filter(|p| p.pgid == pgid).collect();
-            group.sort_by_key(|p| p.pid);
-            for p in group {
+            for p in snap.group(pgid) {
                 let is_adapter = Some(p.pid) == lease.adapter_pid
                     && Some(p.start_time) == lease.adapter_start_time;
                 if is_adapter {
@@ -233,16 +231,11 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
             }
         }
     }
-    let mut marked: Vec<&ProcessInfo> = snap
-        .iter()
-        .filter(|p| {
-            p.env.as_ref().is_some_and(|e| {
-                e.lease_id.as_deref() == Some(lease.lease_id.as_str())
-                    && e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id)
-            })
-        })
-        .collect();
-    marked.sort_by_key(|p| p.pid);
+    let marked = snap.marked(&lease.lease_id).filter(|p| {
+        p.env
+            .as_ref()
+            .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id))
+    });
     for p in marked {
         tree.consider(
             p,
