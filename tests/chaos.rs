@@ -13,16 +13,19 @@
 //!   is the process still the `leash` binary or already the wrapper? has the adapter started?),
 //!   so each kill is recorded with the lifecycle point it hit: `before-commit`,
 //!   `commit-to-exec`, `wrapper-before-adapter` or `adapter-running`;
-//! - sessions started by the root's **owner**, a gateway stand-in (a shell that runs
-//!   `leash exec --owner-pid $$` for each line the harness writes to it), sometimes SIGKILLed
-//!   while those sessions are still starting;
+//! - sessions started by the root's **owner**, sometimes SIGKILLed while those sessions are still
+//!   starting. An owner is either a gateway stand-in (a shell that runs
+//!   `leash exec --owner-pid $$` for each line the harness writes to it) or the supervisor
+//!   daemon `leash serve`, asked for sessions with `ensure` over its socket;
 //! - SIGKILL of the owner (the wrappers then drain on their own), followed by a startup reap
-//!   during the wrappers' grace, a reap that is itself SIGKILLed part-way, or two reapers racing;
+//!   during the wrappers' grace, a reap that is itself SIGKILLed part-way, two reapers racing
+//!   (through the daemon and directly), or a new daemon whose own startup reap settles the dead
+//!   owner's leases — sometimes SIGKILLed part-way through it;
 //! - SIGKILL of a session's wrapper, adapter or another descendant (adapters come in four kinds:
 //!   polite, stubborn (ignores SIGTERM), escaper (leaves a `setsid` descendant that ignores
 //!   SIGTERM), family (a child that ignores SIGTERM));
-//! - `leash close` with a short grace, and SIGKILL of the closer, the wrapper or the adapter
-//!   during that grace;
+//! - `leash close` with a short grace (through the daemon when one serves the root), and SIGKILL
+//!   of the closer, the wrapper, the adapter or the daemon during that grace;
 //! - (as root, one at a time) PID reuse: a harness-owned session's wrapper is killed and its pid
 //!   handed through `/proc/sys/kernel/ns_last_pid` to a decoy, or to a session of *another*
 //!   root; the dead lease is then closed.
@@ -66,8 +69,9 @@
 //! `LEASH_CHAOS_ITERATIONS=100000 LEASH_CHAOS_SECONDS=3600 cargo test --workspace --test chaos -- --nocapture`.
 //! The one summary line is `chaos: iterations=N kills=K leaks=0 wrong_signals=0 stuck=0`.
 //!
-//! The owner here is a gateway stand-in. When `leash serve` lands, a daemon owner is one more
-//! kind of [`Owner`]: see `Owner::start` and the `kill_owner` action.
+//! The two kinds of owner are [`OwnerKind`]; the daemon's kill points are `kill_owner` (idle,
+//! and the next daemon killed during its startup reap), `owner_spawns` (ensures in flight) and
+//! `close_with_chaos` (a close it is carrying out).
 mod common;
 use common::*;
 
@@ -268,6 +272,7 @@ impl Decoy {
 
 struct RootInfo {
     index: usize,
+    adapter: PathBuf,
     state: PathBuf,
     work: PathBuf,
     gateway: String,
@@ -335,6 +340,8 @@ struct Shared {
     points: Mutex<BTreeMap<String, u64>>,
     decoys: Mutex<Vec<Decoy>>,
     owner_logs: Mutex<Vec<PathBuf>>,
+    /// Every owner started (shell stand-ins and daemons): all are SIGKILLed before the final reap.
+    owners: Mutex<Vec<Pid>>,
     /// Non-zero exits of leash commands that leash never uses for them.
     unexpected: Mutex<Vec<String>>,
     registry: Mutex<Registry>,
@@ -498,19 +505,31 @@ use std::os::unix::process::CommandExt;
 // ---------------------------------------------------------------------------------------------
 // Owners
 
-/// A gateway stand-in: a shell that runs `leash exec --owner-pid $$` for each line
-/// `KEY GRACE MODE` written to its stdin, and otherwise just lives. It traps and logs every
-/// catchable signal: leash must never signal an owner.
-///
-/// When `leash serve` lands, a daemon owner belongs here too: started with the root's socket,
-/// sessions asked for with `ensure`, and killed by the same `kill_owner` action.
+/// A root's owner: the process that spawns sessions and whose death their wrappers must notice.
 struct Owner {
     pid: Pid,
-    stdin: ChildStdin,
+    kind: OwnerKind,
+}
+
+enum OwnerKind {
+    /// A gateway stand-in: a shell that runs `leash exec --owner-pid $$` for each line
+    /// `KEY GRACE MODE` written to its stdin, and otherwise just lives. It traps and logs every
+    /// catchable signal: leash must never signal an owner.
+    Shell { stdin: ChildStdin },
+    /// `leash serve` (issue 5): it spawns each session's `leash exec` itself, so it is the
+    /// wrappers' parent; sessions are asked for with `ensure` over its socket.
+    Daemon { socket: PathBuf },
 }
 
 impl Owner {
-    fn start(sh: &Shared, root: &RootInfo, generation: u64) -> Owner {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            OwnerKind::Shell { .. } => "owner",
+            OwnerKind::Daemon { .. } => "daemon",
+        }
+    }
+
+    fn start_shell(sh: &Shared, root: &RootInfo, generation: u64) -> Owner {
         let log = root.work.join(format!("owner-{generation}.log"));
         let mut c = Command::new(&sh.owner_script)
             .arg(&log)
@@ -527,16 +546,78 @@ impl Owner {
             .unwrap();
         let stdin = c.stdin.take().unwrap();
         let pid = sh.register(c);
+        sh.owners.lock().unwrap().push(pid);
         read_pid_file(&PathBuf::from(format!("{}.pid", log.display())));
         sh.owner_logs.lock().unwrap().push(log);
-        Owner { pid, stdin }
+        Owner {
+            pid,
+            kind: OwnerKind::Shell { stdin },
+        }
     }
 
-    /// Asks the owner to start a session; false when the owner is gone.
-    fn spawn(&mut self, key: &str, grace_ms: u64, mode: &str) -> bool {
-        writeln!(self.stdin, "{key} {grace_ms} {mode}")
-            .and_then(|()| self.stdin.flush())
-            .is_ok()
+    /// Starts `leash serve` for the root. It reaps its predecessors' leases before it listens;
+    /// `ready` waits for the socket (false: return at once, e.g. to kill it during that reap).
+    fn start_daemon(sh: &Shared, root: &RootInfo, ready: bool) -> Owner {
+        let mut cmd = root.leash();
+        cmd.args(["serve", "--grace-ms", "300"]);
+        let pid = sh.register(cmd.spawn().unwrap());
+        sh.owners.lock().unwrap().push(pid);
+        let socket = root.state.join("leash.sock");
+        if ready {
+            let up = wait_for(|| {
+                !pid.alive() || std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            });
+            assert!(
+                up && pid.alive(),
+                "leash serve for root {} did not come up",
+                root.index
+            );
+        }
+        Owner {
+            pid,
+            kind: OwnerKind::Daemon { socket },
+        }
+    }
+
+    /// Asks the owner to start sessions `(key, grace, mode)`. With `wait`, until each has
+    /// started (the daemon answered its `ensure`); without, the requests are only sent.
+    fn spawn(&mut self, root: &RootInfo, sessions: &[(String, u64, &str)], wait: bool) {
+        match &mut self.kind {
+            OwnerKind::Shell { stdin } => {
+                for (key, grace, mode) in sessions {
+                    let _ = writeln!(stdin, "{key} {grace} {mode}").and_then(|()| stdin.flush());
+                }
+            }
+            OwnerKind::Daemon { socket } => {
+                let Ok(mut conn) = std::os::unix::net::UnixStream::connect(&*socket) else {
+                    return;
+                };
+                let _ = conn.set_read_timeout(Some(PATIENCE));
+                for (i, (key, grace, mode)) in sessions.iter().enumerate() {
+                    let req = serde_json::json!({
+                        "id": i,
+                        "op": "ensure",
+                        "session": key,
+                        "argv": [root.adapter.display().to_string(), mode],
+                        "graceMs": grace,
+                        "env": {"CHAOS_SIGDIR": root.work.join("sig").display().to_string()},
+                    });
+                    if writeln!(conn, "{req}").is_err() {
+                        return;
+                    }
+                }
+                if wait {
+                    // One reply line per request (ensure does not stream).
+                    use std::io::BufRead;
+                    let mut lines = std::io::BufReader::new(conn).lines();
+                    for _ in sessions {
+                        if !matches!(lines.next(), Some(Ok(_))) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -576,6 +657,7 @@ impl<'a> Worker<'a> {
                 break;
             }
             self.sh.iterations.fetch_add(1, Ordering::Relaxed);
+            self.check_owner();
             match self.rng.below(16) {
                 0..=1 => self.exec_early_kill(),
                 2 => self.exec_killed_at_execve(),
@@ -637,12 +719,33 @@ impl<'a> Worker<'a> {
             .collect()
     }
 
+    /// The root's owner, started when there is none: a shell stand-in or a daemon.
     fn ensure_owner(&mut self) -> &mut Owner {
-        if self.owner.as_ref().is_none_or(|o| !o.pid.alive()) {
+        if self.owner.is_none() {
             self.generation += 1;
-            self.owner = Some(Owner::start(self.sh, self.root, self.generation));
+            self.owner = Some(if self.rng.chance(50) {
+                self.sh.point("owner-started:daemon");
+                Owner::start_daemon(self.sh, self.root, true)
+            } else {
+                Owner::start_shell(self.sh, self.root, self.generation)
+            });
         }
         self.owner.as_mut().unwrap()
+    }
+
+    /// An owner dies only when the harness kills it.
+    fn check_owner(&mut self) {
+        if let Some(o) = &self.owner {
+            if !o.pid.alive() {
+                self.sh.unexpected.lock().unwrap().push(format!(
+                    "the {} of root {} (pid {}) died without being killed",
+                    o.name(),
+                    self.root.index,
+                    o.pid.pid
+                ));
+                self.owner = None;
+            }
+        }
     }
 
     /// `leash exec` SIGKILLed exactly between its lease commit and its exec of the wrapper:
@@ -775,19 +878,19 @@ impl<'a> Worker<'a> {
         }
         let kill_soon = self.rng.chance(25);
         let delay = self.rng.early_delay();
+        let root = self.root;
         let owner = self.ensure_owner();
-        for (key, grace, mode) in &keys {
-            owner.spawn(key, *grace, mode);
-        }
-        let pid = owner.pid;
+        owner.spawn(root, &keys, !kill_soon);
+        let (pid, name) = (owner.pid, owner.name());
         self.used_keys.extend(keys.into_iter().map(|k| k.0));
         if kill_soon {
             std::thread::sleep(delay);
-            self.sh.kill(pid, "kill:owner-while-sessions-start");
+            self.sh
+                .kill(pid, &format!("kill:{name}-while-sessions-start"));
             self.owner = None;
             self.sh.wait_child(pid);
-        } else {
-            // Let them start, so later actions find them.
+        } else if name == "owner" {
+            // Let them start, so later actions find them (the daemon answered once they had).
             std::thread::sleep(Duration::from_millis(20 + self.rng.below(80)));
         }
     }
@@ -798,15 +901,30 @@ impl<'a> Worker<'a> {
             self.owner_spawns();
             return;
         };
-        self.sh.kill(owner.pid, "kill:owner");
+        self.sh.kill(owner.pid, &format!("kill:{}", owner.name()));
         self.sh.wait_child(owner.pid);
-        match self.rng.below(10) {
+        match self.rng.below(12) {
             0..=3 => self.reap(false, None),
             4..=6 => {
                 let d = Duration::from_millis(self.rng.below(400));
                 self.reap(false, Some(d))
             }
             7..=8 => self.racing_reapers(),
+            // The gateway comes back as a daemon: its startup reap settles the dead owner's
+            // leases, sometimes with the new daemon SIGKILLed part-way through it.
+            9..=10 => {
+                let kill = self.rng.chance(50);
+                let d = Duration::from_millis(self.rng.below(300));
+                let daemon = Owner::start_daemon(self.sh, self.root, !kill);
+                if kill {
+                    std::thread::sleep(d);
+                    self.sh.kill(daemon.pid, "kill:daemon-during-startup-reap");
+                    self.sh.wait_child(daemon.pid);
+                } else {
+                    self.sh.point("daemon-startup-reap");
+                    self.owner = Some(daemon);
+                }
+            }
             _ => {}
         }
     }
@@ -835,7 +953,18 @@ impl<'a> Worker<'a> {
             cmd.args(["reap", "--grace-ms", &grace]);
             w.sh.register(cmd.spawn().unwrap())
         };
-        let (a, b) = (spawn(self), spawn(self));
+        let a = spawn(self);
+        // With a daemon serving the root the CLI goes through it; `--no-daemon` makes the second
+        // reaper work on the database directly: the daemon and a CLI racing.
+        let direct = self.rng.chance(50);
+        let b = {
+            let mut cmd = self.root.leash();
+            cmd.args(["reap", "--grace-ms", &grace]);
+            if direct {
+                cmd.arg("--no-daemon");
+            }
+            self.sh.register(cmd.spawn().unwrap())
+        };
         self.sh.point("two-reapers-race");
         if self.rng.chance(40) {
             std::thread::sleep(Duration::from_millis(self.rng.below(300)));
@@ -903,8 +1032,14 @@ impl<'a> Worker<'a> {
         let mut cmd = self.root.leash();
         cmd.args(["close", &s.lease, "--grace-ms", &grace.to_string()]);
         let closer = self.sh.register(cmd.spawn().unwrap());
-        let victim = self.rng.below(4);
-        if victim < 3 {
+        let daemon = self
+            .owner
+            .as_ref()
+            .filter(|o| matches!(o.kind, OwnerKind::Daemon { .. }))
+            .map(|o| o.pid);
+        let victim = self.rng.below(if daemon.is_some() { 5 } else { 4 });
+        let mut allowed = vec![0, 3, 6];
+        if victim != 3 {
             // Into the grace: the lease is claimed (closing) and SIGTERM is out.
             let lease = s.lease.clone();
             wait_for_within(Duration::from_secs(5), || {
@@ -923,14 +1058,24 @@ impl<'a> Worker<'a> {
                         self.sh.kill(w, "kill:wrapper-in-close-grace")
                     }
                 }
-                _ => {
+                2 => {
                     if let Some(a) = s.adapter {
                         self.sh.kill(a, "kill:adapter-in-close-grace")
                     }
                 }
+                _ => {
+                    // The daemon carrying out this close dies in its grace: the client fails
+                    // (exit 1, "via the daemon"), the wrappers drain on their own.
+                    if let Some(d) = daemon {
+                        self.sh.kill(d, "kill:daemon-in-close-grace");
+                        self.sh.wait_child(d);
+                        self.owner = None;
+                        allowed.push(1);
+                    }
+                }
             }
         }
-        self.finish(closer, "close", &[0, 3, 6]);
+        self.finish(closer, "close", &allowed);
     }
 
     /// PID reuse: a dead root's pid handed to a decoy, or to another root's session; the dead
@@ -1105,6 +1250,7 @@ fn chaos_leaves_no_leak_no_wrong_signal_and_no_stuck_lease() {
         let status = run_json(&state, &["status", "--json"]);
         roots.push(RootInfo {
             index: i,
+            adapter: adapter.clone(),
             gateway: status["gatewayInstanceId"].as_str().unwrap().to_string(),
             wrapper_root: PathBuf::from(status["wrapperRoot"].as_str().unwrap()),
             state: PathBuf::from(status["stateDir"].as_str().unwrap()),
@@ -1120,6 +1266,7 @@ fn chaos_leaves_no_leak_no_wrong_signal_and_no_stuck_lease() {
         points: Mutex::new(BTreeMap::new()),
         decoys: Mutex::new(Vec::new()),
         owner_logs: Mutex::new(Vec::new()),
+        owners: Mutex::new(Vec::new()),
         unexpected: Mutex::new(Vec::new()),
         registry: Mutex::new(Registry::default()),
         forcing_pids: Mutex::new(()),
@@ -1157,11 +1304,10 @@ fn chaos_leaves_no_leak_no_wrong_signal_and_no_stuck_lease() {
 
     // Final: every gateway dies; `leash exec`s still starting settle; one reap per root.
     let mut rng = Rng(cfg.seed ^ 0x5EED);
-    let owners: Vec<Pid> = sh.registry.lock().unwrap().procs.clone();
+    let owners: Vec<Pid> = sh.owners.lock().unwrap().clone();
     for p in owners {
-        if cmdline(p.pid).contains("owner.sh") {
-            signal(p, libc::SIGKILL);
-        }
+        signal(p, libc::SIGKILL);
+        sh.wait_child(p);
     }
     let dirs: Vec<String> = sh
         .roots
