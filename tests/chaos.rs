@@ -328,7 +328,9 @@ impl RootInfo {
 #[derive(Default)]
 struct Registry {
     procs: Vec<Pid>,
-    children: Vec<Child>,
+    /// Keyed by instance, not pid number: with pids forced and recycled all the time, a pid
+    /// number can name several of the harness's children over a run.
+    children: Vec<(Pid, Child)>,
 }
 
 struct Shared {
@@ -376,7 +378,7 @@ impl Shared {
         let p = Pid::of(c.id() as i32).expect("just spawned");
         let mut r = self.registry.lock().unwrap();
         r.procs.push(p);
-        r.children.push(c);
+        r.children.push((p, c));
         p
     }
 
@@ -388,13 +390,13 @@ impl Shared {
     fn reap_children(&self) {
         let mut r = self.registry.lock().unwrap();
         r.children
-            .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
     }
 
     fn wait_child(&self, pid: Pid) {
         let mut r = self.registry.lock().unwrap();
-        if let Some(i) = r.children.iter().position(|c| c.id() as i32 == pid.pid) {
-            let mut c = r.children.swap_remove(i);
+        if let Some(i) = r.children.iter().position(|(p, _)| *p == pid) {
+            let (_, mut c) = r.children.swap_remove(i);
             drop(r);
             let _ = c.wait();
         }
@@ -491,7 +493,7 @@ impl Drop for Shared {
         for m in scan_marked(&gateways) {
             signal(m.pid, libc::SIGKILL);
         }
-        for c in &mut r.children {
+        for (_, c) in &mut r.children {
             let _ = c.wait();
         }
         for root in &self.roots {
@@ -977,10 +979,10 @@ impl<'a> Worker<'a> {
     /// Waits for a leash command the harness started and records an unexpected exit.
     fn finish(&self, p: Pid, what: &str, allowed: &[i32]) {
         let mut r = self.sh.registry.lock().unwrap();
-        let Some(i) = r.children.iter().position(|c| c.id() as i32 == p.pid) else {
+        let Some(i) = r.children.iter().position(|(q, _)| *q == p) else {
             return;
         };
-        let mut c = r.children.swap_remove(i);
+        let (_, mut c) = r.children.swap_remove(i);
         drop(r);
         let status = c.wait().unwrap();
         self.sh.note_exit(
