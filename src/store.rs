@@ -771,7 +771,7 @@ impl Store {
         after: i64,
     ) -> Result<(i64, Vec<Event>), StoreError> {
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
