@@ -70,8 +70,8 @@
 //! The one summary line is `chaos: iterations=N kills=K leaks=0 wrong_signals=0 stuck=0`.
 //!
 //! The two kinds of owner are [`OwnerKind`]; the daemon's kill points are `kill_owner` (idle,
-//! and the next daemon killed during its startup reap), `owner_spawns` (ensures in flight) and
-//! `close_with_chaos` (a close it is carrying out).
+//! during the shutdown a SIGTERM starts, and the next daemon killed during its startup reap),
+//! `owner_spawns` (ensures in flight) and `close_with_chaos` (a close it is carrying out).
 mod common;
 use common::*;
 
@@ -903,7 +903,15 @@ impl<'a> Worker<'a> {
             self.owner_spawns();
             return;
         };
-        self.sh.kill(owner.pid, &format!("kill:{}", owner.name()));
+        if matches!(owner.kind, OwnerKind::Daemon { .. }) && self.rng.chance(30) {
+            // A daemon asked to stop (SIGTERM: it records the busy sessions and closes them all
+            // through the normal close path), SIGKILLed part-way through that shutdown.
+            signal(owner.pid, libc::SIGTERM);
+            std::thread::sleep(Duration::from_millis(self.rng.below(400)));
+            self.sh.kill(owner.pid, "kill:daemon-during-shutdown");
+        } else {
+            self.sh.kill(owner.pid, &format!("kill:{}", owner.name()));
+        }
         self.sh.wait_child(owner.pid);
         match self.rng.below(12) {
             0..=3 => self.reap(false, None),
