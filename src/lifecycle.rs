@@ -61,12 +61,8 @@ pub struct SignalRecord {
     pub delivery: Delivery,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RefusedSignal {
-    pub pid: i32,
-    pub reason: String,
-}
+/// A process not signalled, and why (the same record a plan carries).
+pub use crate::plan::Refused as RefusedSignal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -404,14 +400,7 @@ impl<'t> Controller<'t> {
             let lp = plan::plan_lease(&lease, &expect, snap.as_ref(), &self.caller, grace);
             match lp.decision {
                 Decision::Terminate => {
-                    let refused = lp
-                        .refused
-                        .iter()
-                        .map(|r| RefusedSignal {
-                            pid: r.pid,
-                            reason: r.reason.clone(),
-                        })
-                        .collect();
+                    let refused = lp.refused.clone();
                     jobs.push(Job {
                         session_key: lease.session_key.clone(),
                         kind: JobKind::Lease(lease),
@@ -435,14 +424,7 @@ impl<'t> Controller<'t> {
                 }
                 Decision::Leave { reason } | Decision::Skip { reason } => {
                     // The refusals are the evidence for leaving it open: report them.
-                    let refused = lp
-                        .refused
-                        .iter()
-                        .map(|r| RefusedSignal {
-                            pid: r.pid,
-                            reason: r.reason.clone(),
-                        })
-                        .collect();
+                    let refused = lp.refused.clone();
                     outcomes.push(self.finish_lease(
                         &lease,
                         LeaseState::Open,
@@ -708,14 +690,7 @@ impl<'t> Controller<'t> {
                     planned: lp.signals.clone(),
                     pins: Vec::new(),
                     signals: Vec::new(),
-                    refused: lp
-                        .refused
-                        .iter()
-                        .map(|r| RefusedSignal {
-                            pid: r.pid,
-                            reason: r.reason.clone(),
-                        })
-                        .collect(),
+                    refused: lp.refused.clone(),
                     deadline: Instant::now(),
                     stage: Stage::Terminating,
                 }),
@@ -740,14 +715,7 @@ impl<'t> Controller<'t> {
                         result: CloseResult::LeftOpen,
                         reason: reason.clone(),
                         signals: Vec::new(),
-                        refused: lp
-                            .refused
-                            .iter()
-                            .map(|r| RefusedSignal {
-                                pid: r.pid,
-                                reason: r.reason.clone(),
-                            })
-                            .collect(),
+                        refused: lp.refused.clone(),
                     });
                 }
             }

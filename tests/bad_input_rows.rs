@@ -12,38 +12,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// A session whose wrapper was SIGKILLed (its adapter died with it): an open lease whose root is
-/// gone, ready to be rewritten.
 fn dead_lease(state: &Path, session: &str) -> String {
-    let mut child = leash(state)
-        .args(["exec", "--session", session, "--", "sleep", "1000"])
-        .spawn()
-        .unwrap();
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    let adapter = adapter_of(wrapper);
-    let id = lease_of(state, session)["leaseId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    signal(wrapper, libc::SIGKILL);
-    child.wait().unwrap();
-    assert!(wait_for(|| !adapter.alive()));
-    id
-}
-
-fn tamper(state: &Path, lease_id: &str, set: &str, params: &[i64]) {
-    let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
-    let params: Vec<&dyn rusqlite::ToSql> =
-        params.iter().map(|p| p as &dyn rusqlite::ToSql).collect();
-    let mut all: Vec<&dyn rusqlite::ToSql> = vec![&lease_id];
-    all.extend(params);
-    let n = conn
-        .execute(
-            &format!("UPDATE leases SET {set} WHERE lease_id = ?1"),
-            all.as_slice(),
-        )
-        .unwrap();
-    assert_eq!(n, 1);
+    dead_session(state, session).0
 }
 
 /// Runs `leash ARGS --json` (in process group `pgid` when given) and returns its exit code and

@@ -26,25 +26,6 @@ fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<Child> {
     None
 }
 
-/// Starts a session, kills its wrapper (the adapter dies with it) and reaps it, so that the
-/// lease is open and its root pid free. Returns (lease id, the dead root pid).
-fn dead_session(state: &std::path::Path, session: &str) -> (String, i32) {
-    let mut child = leash(state)
-        .args(["exec", "--session", session, "--", "sleep", "1000"])
-        .spawn()
-        .unwrap();
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    let adapter = adapter_of(wrapper);
-    let id = lease_of(state, session)["leaseId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    signal(wrapper, libc::SIGKILL);
-    child.wait().unwrap();
-    assert!(wait_for(|| !adapter.alive()));
-    (id, wrapper.pid)
-}
-
 fn skip_unless_root() -> bool {
     if !is_root() {
         eprintln!("skipped: forcing pids through ns_last_pid needs root");

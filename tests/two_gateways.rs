@@ -4,17 +4,6 @@
 mod common;
 use common::*;
 
-fn tamper(state: &std::path::Path, lease_id: &str, root_pid: i64, root_start: i64) {
-    let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
-    let n = conn
-        .execute(
-            "UPDATE leases SET root_pid = ?2, root_start_time = ?3 WHERE lease_id = ?1",
-            rusqlite::params![lease_id, root_pid, root_start],
-        )
-        .unwrap();
-    assert_eq!(n, 1);
-}
-
 #[test]
 fn a_lease_naming_another_gateways_wrapper_is_refused() {
     let tmp = TempDir::new("twogw");
@@ -49,7 +38,12 @@ fn a_lease_naming_another_gateways_wrapper_is_refused() {
     let a_id = lease_of(&a, "s")["leaseId"].as_str().unwrap().to_string();
     signal(wa, libc::SIGKILL);
     assert!(wait_for(|| !aa.pid.alive()));
-    tamper(&a, &a_id, wb.pid as i64, wb.start as i64);
+    tamper(
+        &a,
+        &a_id,
+        "root_pid = ?2, root_start_time = ?3",
+        &[wb.pid as i64, wb.start as i64],
+    );
 
     let out = run(&a, &["close", &a_id, "--json", "--grace-ms", "200"]);
     assert_eq!(

@@ -470,15 +470,21 @@ fn run_reap(root: StateRoot, a: ReapArgs) -> Result<u8, Failure> {
     }
     let report = ctl.reap(&opts)?;
     output::reap_report(&report, a.json.json);
+    Ok(reap_exit_code(&report))
+}
+
+/// A reap that left a lease open because it could not verify it exits 6, so a gateway's startup
+/// script can tell "nothing to do" from "something needs a look".
+pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
     let unverified = report
         .leases
         .iter()
         .any(|o| o.result == CloseResult::LeftOpen);
-    Ok(if unverified {
+    if unverified {
         exitcode::UNVERIFIED
     } else {
         exitcode::OK
-    })
+    }
 }
 
 fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {

@@ -270,13 +270,5 @@ pub(super) fn reap(mut c: Client, a: &ReapArgs) -> Result<u8, Failure> {
     }
     let report: ReapReport = decode(v, "reap")?;
     output::reap_report(&report, a.json.json);
-    let unverified = report
-        .leases
-        .iter()
-        .any(|o| o.result == CloseResult::LeftOpen);
-    Ok(if unverified {
-        exitcode::UNVERIFIED
-    } else {
-        exitcode::OK
-    })
+    Ok(super::reap_exit_code(&report))
 }

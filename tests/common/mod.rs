@@ -331,3 +331,37 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Starts a session, SIGKILLs its wrapper (the adapter dies with it) and reaps it: the lease stays
+/// open while its root pid is free. Returns (lease id, the dead root pid).
+pub fn dead_session(state: &Path, session: &str) -> (String, i32) {
+    let mut child = leash(state)
+        .args(["exec", "--session", session, "--", "sleep", "1000"])
+        .spawn()
+        .unwrap();
+    let wrapper = Pid::of(child.id() as i32).unwrap();
+    let adapter = adapter_of(wrapper);
+    let id = lease_of(state, session)["leaseId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    signal(wrapper, libc::SIGKILL);
+    child.wait().unwrap();
+    assert!(wait_for(|| !adapter.alive()));
+    (id, wrapper.pid)
+}
+
+/// Rewrites a lease row behind leash's back: `set` is an SQL assignment list whose parameters
+/// start at ?2 (?1 is the lease id).
+pub fn tamper(state: &Path, lease_id: &str, set: &str, params: &[i64]) {
+    let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
+    let mut all: Vec<&dyn rusqlite::ToSql> = vec![&lease_id];
+    all.extend(params.iter().map(|p| p as &dyn rusqlite::ToSql));
+    let n = conn
+        .execute(
+            &format!("UPDATE leases SET {set} WHERE lease_id = ?1"),
+            all.as_slice(),
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+}
