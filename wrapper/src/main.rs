@@ -14,6 +14,10 @@
 //! `leash-wrap[PID]:`. Exit status is the adapter's: its code, or 128+N for death by signal N;
 //! 127/126 when the command cannot be run; 125 when the wrapper itself could not do its job.
 
+// One wrapper starts per session, so its start-up is on every session's path: std's runtime
+// start-up is skipped and `sys::c_main` is the entry point (see there for what that saves).
+#![cfg_attr(not(test), no_main)]
+
 mod sys;
 
 use std::ffi::OsString;
@@ -63,7 +67,8 @@ struct Args {
     cmd: Vec<OsString>,
 }
 
-fn main() {
+/// Called by the entry point, `sys::c_main`.
+fn main() -> ! {
     let args = parse_args();
     let code = run(args);
     std::process::exit(code);

@@ -7,6 +7,45 @@ use std::time::Duration;
 
 pub type Fd = OwnedFd;
 
+/// The process entry point (the crate is `#![no_main]`). std's own start-up would install a
+/// stack-overflow handler: an alternate signal stack, plus `pthread_getattr_np`, which opens and
+/// parses `/proc/self/maps` with scanf. That is ~15 syscalls on every session start, and in the
+/// static build it links glibc's stdio and scanf, ~140 kB that end up resident. The wrapper
+/// needs two things of that start-up, done here: fds 0-2 open (so nothing it opens lands on
+/// them) and SIGPIPE ignored (a vanished stderr reader must not kill it). `std::env::args_os`
+/// works as before: glibc hands argv to std through `.init_array`, not through `main`.
+#[cfg(not(test))]
+#[export_name = "main"]
+extern "C" fn c_main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    open_standard_fds();
+    // SAFETY: setting a disposition to SIG_IGN runs no code of ours. std's spawn gives the
+    // adapter SIGPIPE's default back before its exec.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    crate::main()
+}
+
+/// Opens /dev/null on each of fds 0-2 that is closed, as std's start-up would.
+#[cfg(not(test))]
+fn open_standard_fds() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: fds is a live array of three pollfd; open gets a NUL-terminated literal. Opening
+    // in fd order fills the lowest closed fd first, which is the one POLLNVAL named.
+    unsafe {
+        if libc::poll(fds.as_mut_ptr(), 3, 0) == -1 {
+            return;
+        }
+        for p in &fds {
+            if p.revents & libc::POLLNVAL != 0 {
+                libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            }
+        }
+    }
+}
+
 fn last_err() -> io::Error {
     io::Error::last_os_error()
 }
