@@ -12,6 +12,9 @@
 //! size), `pdeath` (parent death → the adapter's SIGTERM), `proctable` (process-table work with
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
 //! per second). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
+//! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
+//! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
 //!
 //! The binary also plays two roles in its own stagings (`--role pdeath-parent|pdeath-adapter`):
 //! a parent that can be SIGKILLed, and an adapter that reports when SIGTERM reaches it.
@@ -171,13 +174,14 @@ fn main() {
     if args.first().is_some_and(|a| a == "--role") {
         std::process::exit(pdeath::role(&args[1..]));
     }
+    trace_to_file();
     let cfg = match parse_args(&args) {
         Ok(c) => c,
         Err(msg) => {
             eprintln!("leash-bench: {msg}");
             eprintln!(
-                "usage: cargo bench -- [--quick] [--only spawn,footprint,pdeath,proctable,scale] \
-                 [--extra-wrapper NAME=PATH]..."
+                "usage: cargo bench -- [--quick] [--rounds N] \
+                 [--only spawn,footprint,pdeath,proctable,scale] [--extra-wrapper NAME=PATH]..."
             );
             std::process::exit(2);
         }
@@ -239,12 +243,22 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
     let mut cfg = Config::full();
     let mut extra = Vec::new();
     let mut only = None;
+    let mut rounds = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.to_str() {
             // `cargo bench` passes --bench to harness-less benchmarks.
             Some("--bench") => {}
             Some("--quick") => cfg = Config::quick(),
+            Some("--rounds") => {
+                let n: usize = it
+                    .next()
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or("--rounds needs a positive number")?;
+                rounds = Some(n);
+            }
             Some("--only") => {
                 let v = it
                     .next()
@@ -271,6 +285,11 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
                 return Err(format!("unknown section '{s}'"));
             }
         }
+    }
+    if let Some(n) = rounds {
+        cfg.spawn_rounds = n;
+        cfg.table_rounds = n;
+        cfg.scale_rounds = n;
     }
     cfg.only = only;
     cfg.extra_wrappers = extra;
@@ -446,4 +465,25 @@ fn header(env: &Env, cfg: &Config) -> String {
 
 pub fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+/// With `LEASH_BENCH_TRACE=FILE`, the library's tracing events (signals sent, closes finished)
+/// go to FILE with their time since start: the timeline that splits a slow close into phases.
+fn trace_to_file() {
+    let Some(path) = std::env::var_os("LEASH_BENCH_TRACE") else {
+        return;
+    };
+    let file = match std::fs::File::create(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("leash-bench: cannot write the trace: {e}");
+            return;
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("leash=debug"))
+        .with_timer(tracing_subscriber::fmt::time::Uptime::default())
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
 }

@@ -95,6 +95,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut subtree = Vec::new();
     let mut full_verify = Vec::new();
     let mut snapshot = Vec::new();
+    let mut floor = Vec::new();
     let mut ps = Vec::new();
     let mut ps_lines = 0;
     let time = |reps: usize, f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
@@ -120,6 +121,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         snapshot.push(time(reps_slow, &mut || {
             let snap = LiveTable.snapshot().map_err(|e| e.to_string())?;
             std::hint::black_box(snap.len());
+            Ok(())
+        })?);
+        floor.push(time(reps_slow, &mut || {
+            if stat_pass() < cfg.extra_procs {
+                return Err("the /proc scan missed processes".into());
+            }
             Ok(())
         })?);
         ps.push(time(reps_slow, &mut || {
@@ -171,6 +178,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             false,
         ),
         ("full `LiveTable::snapshot` alone", &snapshot, true),
+        (
+            "floor of any full scan: list `/proc`, read every `/proc/<pid>/stat` once \
+             (bench code, not leash's)",
+            &floor,
+            false,
+        ),
     ] {
         let r = per_round(&ps, v);
         t.row(vec![
@@ -219,4 +232,28 @@ fn ps_and_parse(marker: &str) -> Result<(usize, usize), String> {
         }
     }
     Ok((lines, hits))
+}
+
+/// The least a full scan of the process table must do: list `/proc` and read each process's
+/// `stat` (parent, group, start time). Returns how many processes it read.
+fn stat_pass() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let rest = &text[text.rfind(')').map_or(0, |i| i + 1)..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 19 {
+            std::hint::black_box((f[1], f[2], f[19]));
+            n += 1;
+        }
+    }
+    n
 }

@@ -24,6 +24,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut reap_plan = Vec::new();
     let mut commits_fresh = Vec::new();
     let mut commits_loaded = Vec::new();
+    let mut batched = Vec::new();
     for _ in 0..cfg.scale_rounds {
         let (setup, dt) = close_many(env, cfg)?;
         close_setup.push(setup);
@@ -32,6 +33,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         reap.push(r.reap_s);
         reap_plan.push(r.plan_s);
         commits_loaded.push(r.insert_rate);
+        batched.push(r.batched_s);
         commits_fresh.push(commit_rate(cfg.commits)?);
     }
 
@@ -68,6 +70,13 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     t.row(vec![
         "… of which the reap plan (`Controller::plan_reap`, read-only)".into(),
         Summary::of(&reap_plan).show(secs),
+        String::new(),
+    ]);
+    t.row(vec![
+        "… what-if: the same claims, transitions to `lost` and events as one transaction \
+         (bench SQL on leash's schema, sizing the fix; not leash code)"
+            .into(),
+        Summary::of(&batched).show(secs),
         String::new(),
     ]);
     t.row(vec![
@@ -196,6 +205,8 @@ struct ReapRun {
     reap_s: f64,
     plan_s: f64,
     insert_rate: f64,
+    /// The same state changes committed as one transaction (bench SQL, not leash's).
+    batched_s: f64,
 }
 
 /// Pids with no process behind them now, counting down from `pid_max`.
@@ -277,6 +288,10 @@ fn reap_stale(cfg: &Config) -> Result<ReapRun, String> {
     }
     let insert_rate = cfg.reap_leases as f64 / t.elapsed().as_secs_f64();
     drop(store);
+    // A copy of the filled database for the what-if below (the last connection is closed, so
+    // the database file is complete on its own).
+    let copy = scratch.path().join("what-if.db");
+    std::fs::copy(root.db_path(), &copy).map_err(|e| format!("cannot copy the database: {e}"))?;
 
     let mut ctl = Controller::open(root, &LiveTable).map_err(|e| e.to_string())?;
     let opts = ReapOptions {
@@ -309,11 +324,81 @@ fn reap_stale(cfg: &Config) -> Result<ReapRun, String> {
             cfg.reap_leases
         ));
     }
+    let batched_s = batched_what_if(&copy, cfg.reap_leases)?;
     Ok(ReapRun {
         reap_s,
         plan_s,
         insert_rate,
+        batched_s,
     })
+}
+
+/// What the reap's writes cost when committed together: for every open lease, the claim
+/// (`open → closing`) and the transition to `lost`, each with its event row — the writes
+/// `Store::claim` and `Store::transition` make — in one transaction with cached statements,
+/// instead of two transactions per lease. Bench SQL against leash's schema, to size the fix; not leash code.
+fn batched_what_if(db: &Path, n: usize) -> Result<f64, String> {
+    let mut store = Store::open(db).map_err(|e| e.to_string())?;
+    let conn = store.conn();
+    let sql = |e: rusqlite::Error| format!("what-if: {e}");
+    let me = std::process::id() as i64;
+    let t = Instant::now();
+    let tx = conn.transaction().map_err(sql)?;
+    let mut done = 0;
+    {
+        let rows: Vec<(String, String)> = tx
+            .prepare("SELECT lease_id, session_key FROM leases WHERE state = 'open'")
+            .and_then(|mut st| {
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql)?;
+        let mut claim = tx
+            .prepare_cached(
+                "UPDATE leases SET state = 'closing', claimed_by_pid = ?2, claimed_by_start = ?3, \
+                 updated_at = ?4 WHERE lease_id = ?1 AND state = 'open'",
+            )
+            .map_err(sql)?;
+        let mut lost = tx
+            .prepare_cached(
+                "UPDATE leases SET state = 'lost', state_reason = ?2, closed_at = ?3, \
+                 updated_at = ?3, claimed_by_pid = NULL, claimed_by_start = NULL \
+                 WHERE lease_id = ?1 AND state = 'closing'",
+            )
+            .map_err(sql)?;
+        let mut seq = tx
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_key = ?1")
+            .map_err(sql)?;
+        let mut event = tx
+            .prepare_cached(
+                "INSERT INTO events (session_key, lease_id, seq, kind, detail, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(sql)?;
+        let now = now_ms();
+        let reason = "root pid is not running; no live process carries the lease's markers";
+        let detail = serde_json::json!({ "reason": reason }).to_string();
+        let mut log = |session: &str, id: &str, kind: &str, detail: Option<&str>| {
+            let next: i64 = seq.query_row([session], |r| r.get(0))?;
+            event.execute(rusqlite::params![session, id, next, kind, detail, now])
+        };
+        for (id, session) in &rows {
+            claim
+                .execute(rusqlite::params![id, me, 1, now])
+                .map_err(sql)?;
+            log(session, id, "closing", None).map_err(sql)?;
+            lost.execute(rusqlite::params![id, reason, now])
+                .map_err(sql)?;
+            log(session, id, "lost", Some(&detail)).map_err(sql)?;
+            done += 1;
+        }
+    }
+    tx.commit().map_err(sql)?;
+    let dt = t.elapsed().as_secs_f64();
+    if done != n {
+        return Err(format!("what-if: {done} of {n} leases updated"));
+    }
+    Ok(dt)
 }
 
 /// Lease commits per second into a fresh store.
