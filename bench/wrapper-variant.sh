@@ -7,8 +7,8 @@
 #       $(bench/wrapper-variant.sh now-dynamic HEAD dynamic)
 #
 # `dynamic` builds it without static linking (LEASH_WRAP_DYNAMIC=1, see .cargo/config.toml).
-# The build uses a scratch worktree and target directory under target/leash-bench/variants/; the
-# release profile and .cargo/ settings are those of that commit.
+# The sources go to a scratch directory under $TMPDIR, the build to target/leash-bench/variants/;
+# the release profile and .cargo/ settings are those of that commit.
 set -euo pipefail
 
 name=${1:?usage: bench/wrapper-variant.sh NAME COMMIT [dynamic]}
@@ -21,7 +21,9 @@ mkdir -p "$out"
 if [ "$commit" = HEAD ]; then
     src=$repo
 else
-    src=$out/src-$name
+    # Outside the repository: cargo would otherwise also read this checkout's .cargo/config.toml
+    # (config is looked up in every parent directory), not only the commit's own.
+    src=${TMPDIR:-/tmp}/leash-wrap-variant-$name
     rm -rf "$src"
     mkdir -p "$src"
     git -C "$repo" archive "$commit" | tar -x -C "$src"
