@@ -10,6 +10,8 @@
 use crate::procs::TempDir;
 use crate::stats::{self, Summary, Table};
 use crate::{Config, Env};
+use leash::state::StateRoot;
+use leash::store::Store;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -103,6 +105,26 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     exec.envs
         .push(("LEASH_STATE_DIR".into(), state.path().as_os_str().into()));
     subjects.push(exec);
+    // The same, with the database also open in this process, as a running daemon would hold it:
+    // then `leash exec` is not the last connection to close, so SQLite neither creates the WAL
+    // on open nor checkpoints and deletes it on close (the fsyncs of an otherwise idle store).
+    let held_state = TempDir::new("spawn-held");
+    let held_root = StateRoot::open(held_state.path()).map_err(|e| e.to_string())?;
+    let _held = Store::open(&held_root.db_path()).map_err(|e| e.to_string())?;
+    let mut held = Subject::new(
+        "leash exec (held)",
+        subjects.last().expect("leash exec").argv.clone(),
+        cfg.spawn_batch,
+    );
+    held.label = format!(
+        "{}, its database also open elsewhere (as a daemon would hold it)",
+        held.label
+    );
+    held.envs.push((
+        "LEASH_STATE_DIR".into(),
+        held_state.path().as_os_str().into(),
+    ));
+    subjects.push(held);
     if let Some(node) = &env.node {
         subjects.push(Subject::new(
             "node -e 0",
@@ -154,6 +176,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 format!("{} (lease commit included)", s.label),
                 String::new(),
             ),
+            "leash exec (held)" => (s.label.clone(), String::new()),
             name if cfg.extra_wrappers.iter().any(|(n, _)| n == name) => {
                 (format!("{} (`{name}`)", s.label), String::new())
             }
@@ -174,6 +197,13 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             "\n`node -e 0` ÷ `leash exec -- /bin/true`, per round: {} — target ≥ 10×: {}\n",
             r.show(stats::ratio),
             verdict(r.median >= 10.0, "")
+        ));
+        let held = by_name["leash exec (held)"];
+        let r = per_round(node, &held.rounds);
+        out.push_str(&format!(
+            "\n`node -e 0` ÷ `leash exec -- /bin/true` with its database held open elsewhere, \
+             per round: {}\n",
+            r.show(stats::ratio),
         ));
     }
     Ok(out)
