@@ -3,9 +3,8 @@
 //! the wrapper exec'd in place) compares with starting Node, the incumbent wrapper's runtime.
 //!
 //! Each run is a whole process: spawned, waited for, timed from before the spawn to after the
-//! reap. Within a round, every command runs its batch back to back, commands interleaved, and the
-//! round's figure is the median of the batch; ratios are taken against `/bin/true` of the same
-//! round.
+//! reap. Within a round the commands take turns run by run, and each command's figure for the
+//! round is the median of its runs; ratios are taken against `/bin/true` of the same round.
 
 use crate::procs::TempDir;
 use crate::stats::{self, Summary, Table};
@@ -140,13 +139,25 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             s.once()?;
         }
     }
+    // Run by run: within a round every command takes its turn in each slot (a slower command,
+    // with a smaller batch, only in every k-th slot), so a burst of load on this shared machine
+    // hits all of them alike instead of one command's whole batch.
+    let slots = subjects.iter().map(|s| s.batch).max().unwrap_or(0);
     for _ in 0..cfg.spawn_rounds {
-        for s in subjects.iter_mut() {
-            let mut batch = Vec::with_capacity(s.batch);
-            for _ in 0..s.batch {
-                batch.push(s.once()?);
+        let mut batches: Vec<Vec<f64>> = subjects
+            .iter()
+            .map(|s| Vec::with_capacity(s.batch))
+            .collect();
+        for slot in 0..slots {
+            for (s, batch) in subjects.iter().zip(batches.iter_mut()) {
+                let every = slots / s.batch;
+                if slot % every == 0 && batch.len() < s.batch {
+                    batch.push(s.once()?);
+                }
             }
-            s.rounds.push(stats::median(&batch));
+        }
+        for (s, batch) in subjects.iter_mut().zip(&batches) {
+            s.rounds.push(stats::median(batch));
         }
     }
 
@@ -160,8 +171,9 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut out = String::new();
     out.push_str(&format!(
         "\n### 1. Spawn overhead\n\n{} rounds; each round runs every command {} times \
-         (Node {} times), interleaved; per command the round's median; shown: median (min–max) \
-         over rounds. Ratios are per round, against `/bin/true` of the same round.\n\n",
+         (Node {} times), the commands taking turns run by run; per command the round's median; \
+         shown: median (min–max) over rounds. Ratios are per round, against `/bin/true` of the \
+         same round.\n\n",
         cfg.spawn_rounds, cfg.spawn_batch, cfg.spawn_batch_slow
     ));
     let mut t = Table::new(&["command", "wall time", "× `/bin/true`", "target"]);
