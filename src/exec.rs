@@ -79,11 +79,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     if parent <= 0 {
         return Err(ExecError::NoParent(parent));
     }
-    let parent_start = table
-        .process(parent)
-        .ok()
-        .flatten()
-        .map_or(0, |p| p.start_time);
+    let parent_start = proc::start_time_of(parent).unwrap_or(0);
 
     let lease_id = lease::new_lease_id();
     let argv: Vec<String> = req

@@ -18,10 +18,16 @@
 //! pidfd right before it does. Intents are distinct: `cancel` never signals, `close` verifies then
 //! terminates children first, `reap` starts from open leases whose owner is gone.
 //!
+//! `leash serve` ([`daemon`]) is the long-lived supervisor: it spawns each session through
+//! `leash exec` as its own child — so it is the wrappers' owner and sessions outlive the gateway
+//! that asked for them — and serves clients over a Unix socket (newline-delimited JSON,
+//! `docs/protocol.md`): attach with replay by seq, busy tracking, idle close, orderly shutdown.
+//!
 //! Session rows carry ownership metadata, and [`visibility`] decides in one pure check what a
 //! requester may see.
 
 pub mod cli;
+pub mod daemon;
 pub mod exec;
 pub mod exitcode;
 pub mod install;
@@ -36,3 +42,4 @@ pub mod state;
 pub mod store;
 mod sys;
 pub mod verify;
+pub mod visibility;

@@ -21,7 +21,7 @@ use crate::signal::{self, Caller, Delivery, Pinned, Sig, SignalError};
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError};
 use crate::verify::{Expect, Role};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,7 @@ pub enum LeaseRef {
     Session(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SignalRecord {
     pub pid: i32,
@@ -61,14 +61,14 @@ pub struct SignalRecord {
     pub delivery: Delivery,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RefusedSignal {
     pub pid: i32,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum CloseResult {
     /// Verified and terminated.
@@ -81,7 +81,7 @@ pub enum CloseResult {
     Conflict,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloseOutcome {
     pub lease_id: String,
@@ -93,7 +93,7 @@ pub struct CloseOutcome {
     pub exit_status: Option<i32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LegacyOutcome {
     pub id: i64,
@@ -105,7 +105,7 @@ pub struct LegacyOutcome {
     pub refused: Vec<RefusedSignal>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReapReport {
     pub leases: Vec<CloseOutcome>,
@@ -116,7 +116,7 @@ pub struct ReapReport {
     pub bad_rows: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelOutcome {
     pub lease_id: String,
@@ -434,12 +434,21 @@ impl<'t> Controller<'t> {
                     )?);
                 }
                 Decision::Leave { reason } | Decision::Skip { reason } => {
+                    // The refusals are the evidence for leaving it open: report them.
+                    let refused = lp
+                        .refused
+                        .iter()
+                        .map(|r| RefusedSignal {
+                            pid: r.pid,
+                            reason: r.reason.clone(),
+                        })
+                        .collect();
                     outcomes.push(self.finish_lease(
                         &lease,
                         LeaseState::Open,
                         reason,
                         Vec::new(),
-                        Vec::new(),
+                        refused,
                     )?);
                 }
             }

@@ -8,10 +8,10 @@ use crate::legacy::{verify_legacy, LegacyRecord, LegacyVerdict};
 use crate::proc::{Snapshot, TableError};
 use crate::signal::{self, Caller, Sig};
 use crate::verify::{verify_owned_tree, Expect, Member, OwnedTree, Role, Verdict};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What will happen to a lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Decision {
     /// SIGTERM the listed processes (children first), SIGKILL survivors after the grace, then
@@ -26,7 +26,7 @@ pub enum Decision {
 }
 
 /// One process that would be signalled, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedSignal {
     pub pid: i32,
@@ -39,14 +39,14 @@ pub struct PlannedSignal {
 }
 
 /// A process the plan will not signal, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Refused {
     pub pid: i32,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeasePlan {
     pub lease_id: String,
@@ -62,7 +62,7 @@ pub struct LeasePlan {
     pub evidence: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LegacyPlan {
     pub id: i64,
@@ -75,7 +75,7 @@ pub struct LegacyPlan {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReapPlan {
     pub gateway_instance_id: String,

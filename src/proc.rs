@@ -72,20 +72,38 @@ pub struct LeaseEnv {
 pub struct Snapshot {
     procs: HashMap<i32, ProcessInfo>,
     children: HashMap<i32, Vec<i32>>,
+    // Indexes, so that verifying many leases against one snapshot stays linear.
+    by_pgid: HashMap<i32, Vec<i32>>,
+    by_lease: HashMap<String, Vec<i32>>,
 }
 
 impl Snapshot {
     pub fn new(list: impl IntoIterator<Item = ProcessInfo>) -> Snapshot {
         let mut procs = HashMap::new();
         let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        let mut by_pgid: HashMap<i32, Vec<i32>> = HashMap::new();
+        let mut by_lease: HashMap<String, Vec<i32>> = HashMap::new();
         for p in list {
             children.entry(p.ppid).or_default().push(p.pid);
+            by_pgid.entry(p.pgid).or_default().push(p.pid);
+            if let Some(id) = p.env.as_ref().and_then(|e| e.lease_id.clone()) {
+                by_lease.entry(id).or_default().push(p.pid);
+            }
             procs.insert(p.pid, p);
         }
-        for v in children.values_mut() {
+        for v in children
+            .values_mut()
+            .chain(by_pgid.values_mut())
+            .chain(by_lease.values_mut())
+        {
             v.sort_unstable();
         }
-        Snapshot { procs, children }
+        Snapshot {
+            procs,
+            children,
+            by_pgid,
+            by_lease,
+        }
     }
 
     pub fn get(&self, pid: i32) -> Option<&ProcessInfo> {
@@ -99,6 +117,24 @@ impl Snapshot {
 
     pub fn children_of(&self, pid: i32) -> &[i32] {
         self.children.get(&pid).map_or(&[], Vec::as_slice)
+    }
+
+    /// Members of a process group, by pid.
+    pub fn group(&self, pgid: i32) -> impl Iterator<Item = &ProcessInfo> {
+        self.by_pgid
+            .get(&pgid)
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| self.procs.get(pid))
+    }
+
+    /// Processes whose environment carries this lease id, by pid.
+    pub fn marked(&self, lease_id: &str) -> impl Iterator<Item = &ProcessInfo> {
+        self.by_lease
+            .get(lease_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| self.procs.get(pid))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &ProcessInfo> {
@@ -172,6 +208,10 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
     use procfs::ProcError;
     let proc = match procfs::process::Process::new(pid) {
         Ok(p) => p,
+        // "No such pid" only means something if /proc itself is there.
+        Err(ProcError::NotFound(_)) if !Path::new("/proc/self/stat").exists() => {
+            return Err(TableError::Unavailable("/proc is not mounted".into()))
+        }
         Err(ProcError::NotFound(_)) => return Ok(None),
         Err(e) => return Err(TableError::Unavailable(format!("/proc/{pid}: {e}"))),
     };
@@ -284,11 +324,22 @@ impl ProcessTable for LiveTable {
     }
 }
 
-/// The start time of the calling process (it never changes across exec).
+/// Reads only field 22 of `/proc/<pid>/stat`, for the hot path of `leash exec` (a full
+/// [`ProcessInfo`] also reads exe, cmdline and environ).
+pub fn start_time_of(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the LAST ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The calling process as an instance (its start time never changes across exec).
 pub fn self_id() -> ProcessId {
     let pid = std::process::id() as i32;
-    let start_time = read_live(pid).ok().flatten().map_or(0, |p| p.start_time);
-    ProcessId { pid, start_time }
+    ProcessId {
+        pid,
+        start_time: start_time_of(pid).unwrap_or(0),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,12 +13,12 @@
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
 use crate::sys;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// The signals leash may send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Sig {
     #[serde(rename = "SIGTERM")]
     Term,
@@ -138,7 +138,7 @@ pub struct Pinned {
 }
 
 /// What happened to a signal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Delivery {
     Delivered,

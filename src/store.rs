@@ -15,6 +15,18 @@ use std::time::Duration;
 /// How long a writer waits for another writer before giving up with a clear error.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Environment variable overriding [`DEFAULT_BUSY_TIMEOUT`], in milliseconds (tests use it to
+/// meet a locked database without waiting five seconds).
+pub const ENV_BUSY_TIMEOUT_MS: &str = "LEASH_BUSY_TIMEOUT_MS";
+
+/// The busy timeout in force: `LEASH_BUSY_TIMEOUT_MS` when it holds a number, else the default.
+pub fn busy_timeout() -> Duration {
+    std::env::var(ENV_BUSY_TIMEOUT_MS)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BUSY_TIMEOUT, Duration::from_millis)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state database {path} is locked by another writer (waited {waited_ms} ms); retry, or find the process holding it")]
@@ -111,12 +123,20 @@ const MIGRATIONS: &[&str] = &[
         closed_at    INTEGER
     );
     "#,
+    // 2: a per-session seq floor. The daemon streams adapter output with seqs from the same
+    // per-session space as the lifecycle events, but never writes output to the database: it
+    // reserves a block of seqs here instead, and every event recorded afterwards (by any
+    // process) gets a seq above the block, so the two never collide and stay in order.
+    r#"
+    CREATE TABLE seq_floor (session_key TEXT PRIMARY KEY, floor INTEGER NOT NULL);
+    "#,
 ];
 
 pub struct Store {
     conn: Connection,
     path: PathBuf,
     gateway_instance_id: String,
+    busy: Duration,
 }
 
 /// Lease counts by state, for `leash status`.
@@ -167,7 +187,7 @@ pub struct Event {
 impl Store {
     /// Opens (creating and migrating when needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Self::open_with_timeout(path, DEFAULT_BUSY_TIMEOUT)
+        Self::open_with_timeout(path, busy_timeout())
     }
 
     pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
@@ -190,19 +210,31 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             gateway_instance_id: String::new(),
+            busy,
         };
         store.migrate(busy)?;
         Ok(store)
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
-        map_err(&self.path, DEFAULT_BUSY_TIMEOUT, e)
+        map_err(&self.path, self.busy, e)
     }
 
     fn migrate(&mut self, busy: Duration) -> Result<(), StoreError> {
         let path = self.path.clone();
         let err = |e| map_err(&path, busy, e);
         let known = MIGRATIONS.len() as i64;
+        // Fast path, read-only: an up-to-date database with its gateway id (every `leash exec`
+        // passes here; a write transaction would cost a WAL append per spawn).
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version == known {
+            if let Some(id) = self.read_gateway_id().map_err(err)? {
+                return self.set_gateway_id(id);
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -230,17 +262,25 @@ impl Store {
             [&fresh],
         )
         .map_err(err)?;
-        let id: String = tx
+        tx.commit().map_err(err)?;
+        let id = self.read_gateway_id().map_err(err)?.unwrap_or_default();
+        self.set_gateway_id(id)
+    }
+
+    fn read_gateway_id(&self) -> rusqlite::Result<Option<String>> {
+        self.conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
                 [],
                 |r| r.get(0),
             )
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
+            .optional()
+    }
+
+    fn set_gateway_id(&mut self, id: String) -> Result<(), StoreError> {
         if uuid::Uuid::parse_str(&id).is_err() {
             return Err(StoreError::Corrupt {
-                path,
+                path: self.path.clone(),
                 detail: format!("gateway instance id '{id}' is not a UUID"),
             });
         }
@@ -270,9 +310,9 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| map_err(&self.path, DEFAULT_BUSY_TIMEOUT, e))?;
+            .map_err(|e| map_err(&self.path, self.busy, e))?;
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let existing = tx
             .query_row(
                 &format!("SELECT {LEASE_COLS} FROM leases WHERE session_key = ?1 AND state IN ('open','closing')"),
@@ -497,7 +537,7 @@ impl Store {
         stale_claim: impl Fn(ProcessId) -> bool,
     ) -> Result<Option<Lease>, StoreError> {
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
         let tx = self
             .conn
@@ -586,7 +626,7 @@ impl Store {
             });
         }
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
         let closed_at = to.is_terminal().then_some(now);
         let tx = self
@@ -688,7 +728,7 @@ impl Store {
         detail: Option<serde_json::Value>,
     ) -> Result<i64, StoreError> {
         let path = self.path.clone();
-        let err = |e| map_err(&path, DEFAULT_BUSY_TIMEOUT, e);
+        let err = |e| map_err(&path, self.busy, e);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -708,27 +748,65 @@ impl Store {
 
     /// A session's lifecycle events in order.
     pub fn events(&self, session_key: &str) -> Result<Vec<Event>, StoreError> {
-        let mut stmt = self
+        self.events_since(session_key, 0)
+    }
+
+    /// A session's lifecycle events with a seq above `after`, in order.
+    pub fn events_since(&self, session_key: &str, after: i64) -> Result<Vec<Event>, StoreError> {
+        events_after(&self.conn, session_key, after).map_err(|e| self.err(e))
+    }
+
+    /// The highest seq a session has used or reserved (0 for a new session).
+    pub fn last_seq(&self, session_key: &str) -> Result<i64, StoreError> {
+        last_seq(&self.conn, session_key).map_err(|e| self.err(e))
+    }
+
+    /// Reserves the next `n` seqs of a session for a stream that is not stored line by line, and
+    /// returns the first one together with the events recorded since `after` (all of them below
+    /// the block), in one transaction. Events recorded later get seqs above the block.
+    pub fn reserve_seqs(
+        &mut self,
+        session_key: &str,
+        n: i64,
+        after: i64,
+    ) -> Result<(i64, Vec<Event>), StoreError> {
+        let path = self.path.clone();
+        let err = |e| map_err(&path, self.busy, e);
+        let tx = self
             .conn
-            .prepare(
-                "SELECT session_key, lease_id, seq, kind, detail, at FROM events \
-                 WHERE session_key = ?1 ORDER BY seq, id",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([session_key], |r| {
-                let detail: Option<String> = r.get(4)?;
-                Ok(Event {
-                    session_key: r.get(0)?,
-                    lease_id: r.get(1)?,
-                    seq: r.get(2)?,
-                    kind: r.get(3)?,
-                    detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
-                    at: r.get(5)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let last = last_seq(&tx, session_key).map_err(err)?;
+        tx.execute(
+            "INSERT INTO seq_floor (session_key, floor) VALUES (?1, ?2) \
+             ON CONFLICT(session_key) DO UPDATE SET floor = MAX(floor, excluded.floor)",
+            params![session_key, last + n.max(1)],
+        )
+        .map_err(err)?;
+        let events = events_after(&tx, session_key, after).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok((last + 1, events))
+    }
+
+    /// A value of the `meta` table (daemon bookkeeping kept across restarts).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Sets (or, with `None`, deletes) a value of the `meta` table.
+    pub fn set_meta(&mut self, key: &str, value: Option<&str>) -> Result<(), StoreError> {
+        let r = match value {
+            Some(v) => self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, v],
+            ),
+            None => self.conn.execute("DELETE FROM meta WHERE key = ?1", [key]),
+        };
+        r.map(|_| ()).map_err(|e| self.err(e))
     }
 
     pub fn session(&self, session_key: &str) -> Result<Option<SessionRow>, StoreError> {
@@ -884,11 +962,7 @@ fn insert_event(
     detail: Option<serde_json::Value>,
     at: i64,
 ) -> rusqlite::Result<i64> {
-    let seq: i64 = conn.query_row(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_key = ?1",
-        [session_key],
-        |r| r.get(0),
-    )?;
+    let seq = last_seq(conn, session_key)? + 1;
     conn.execute(
         "INSERT INTO events (session_key, lease_id, seq, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
@@ -901,6 +975,35 @@ fn insert_event(
         ],
     )?;
     Ok(seq)
+}
+
+/// The highest seq used or reserved in a session's seq space.
+fn last_seq(conn: &Connection, session_key: &str) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE session_key = ?1), 0), \
+         COALESCE((SELECT floor FROM seq_floor WHERE session_key = ?1), 0))",
+        [session_key],
+        |r| r.get(0),
+    )
+}
+
+fn events_after(conn: &Connection, session_key: &str, after: i64) -> rusqlite::Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_key, lease_id, seq, kind, detail, at FROM events \
+         WHERE session_key = ?1 AND seq > ?2 ORDER BY seq, id",
+    )?;
+    let rows = stmt.query_map(params![session_key, after], |r| {
+        let detail: Option<String> = r.get(4)?;
+        Ok(Event {
+            session_key: r.get(0)?,
+            lease_id: r.get(1)?,
+            seq: r.get(2)?,
+            kind: r.get(3)?,
+            detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+            at: r.get(5)?,
+        })
+    })?;
+    rows.collect()
 }
 
 fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
@@ -925,5 +1028,217 @@ fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
     StoreError::Sqlite {
         path: path.to_path_buf(),
         source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::lease::{command_hash, new_lease_id, now_ms};
+
+    fn temp_db() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("leash.db")
+    }
+
+    fn lease(store: &Store, session: &str) -> Lease {
+        Lease {
+            lease_id: new_lease_id(),
+            gateway_instance_id: store.gateway_instance_id().to_string(),
+            session_key: session.into(),
+            agent_id: None,
+            wrapper_root: "/w".into(),
+            wrapper_path: "/w/leash-wrap".into(),
+            root_pid: 4242,
+            root_start_time: 1,
+            process_group_id: None,
+            adapter_pid: None,
+            adapter_start_time: None,
+            command_hash: command_hash(&["x"]),
+            command: vec!["x".into()],
+            owner_pid: 4241,
+            owner_start_time: 1,
+            started_at: now_ms(),
+            grace_ms: 100,
+            state: LeaseState::Open,
+            state_reason: None,
+            closed_at: None,
+            exit_status: None,
+            claimed_by: None,
+        }
+    }
+
+    #[test]
+    fn racing_claims_have_exactly_one_winner() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let l = lease(&store, "race");
+        store.insert_lease(&l, None, |_| None).unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (db, id, barrier) = (db.clone(), l.lease_id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut s = Store::open(&db).unwrap();
+                    barrier.wait();
+                    // Every claimant is "alive": no stale re-claim is possible.
+                    s.claim(
+                        &id,
+                        ProcessId {
+                            pid: 1000 + i,
+                            start_time: 7,
+                        },
+                        |_| false,
+                    )
+                    .unwrap()
+                    .is_some()
+                })
+            })
+            .collect();
+        let winners = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(winners, 1);
+        let now = store.lease(&l.lease_id).unwrap().unwrap();
+        assert_eq!(now.state, LeaseState::Closing);
+        // A stale claimant can be replaced, a live one cannot.
+        let me = ProcessId {
+            pid: 9,
+            start_time: 9,
+        };
+        assert!(store.claim(&l.lease_id, me, |_| false).unwrap().is_none());
+        assert!(store.claim(&l.lease_id, me, |_| true).unwrap().is_some());
+        // Only the holder may finish it.
+        let other = ProcessId {
+            pid: 10,
+            start_time: 10,
+        };
+        assert!(!store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(other),
+                "x"
+            )
+            .unwrap());
+        assert!(store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(me),
+                "done"
+            )
+            .unwrap());
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn one_active_lease_per_session_and_bad_rows_are_reported_not_used() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let a = lease(&store, "s");
+        store.insert_lease(&a, None, |_| None).unwrap();
+        let b = lease(&store, "s");
+        assert!(matches!(
+            store.insert_lease(&b, None, |_| None),
+            Err(StoreError::SessionBusy { .. })
+        ));
+        store
+            .insert_lease(&b, None, |old| Some(format!("{} gone", old.lease_id)))
+            .unwrap();
+        assert_eq!(
+            store.lease(&a.lease_id).unwrap().unwrap().state,
+            LeaseState::Lost
+        );
+        // Tamper a row: a bad state and a pid of -1.
+        store
+            .conn()
+            .execute(
+                "UPDATE leases SET state = 'zombie', root_pid = -1 WHERE lease_id = ?1",
+                [&a.lease_id],
+            )
+            .unwrap();
+        let rows = store.leases(&[]).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows
+            .iter()
+            .any(|r| matches!(r, Err(StoreError::BadRow { .. }))));
+        assert!(rows
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(|l| l.lease_id == b.lease_id)));
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn corrupt_and_foreign_files_get_a_clear_error() {
+        let db = temp_db();
+        std::fs::write(
+            &db,
+            b"this is not a database, just some bytes that are long enough to matter..........",
+        )
+        .unwrap();
+        let e = Store::open(&db).err().expect("must fail");
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("move it aside"), "{e}");
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn the_gateway_id_is_stable() {
+        let db = temp_db();
+        let a = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        let b = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        assert_eq!(a, b);
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+    fn temp_store() -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("leash-store-test-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("leash.db")).unwrap(), dir)
+    }
+
+    #[test]
+    fn events_recorded_after_a_reservation_land_above_it() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.record_event("s", None, "spawned", None).unwrap(), 1);
+        let (start, before) = store.reserve_seqs("s", 100, 0).unwrap();
+        assert_eq!(start, 2, "the block starts after the recorded event");
+        assert_eq!(before.len(), 1);
+        assert_eq!(before[0].kind, "spawned");
+        assert_eq!(store.last_seq("s").unwrap(), 101);
+        assert_eq!(store.record_event("s", None, "cancel", None).unwrap(), 102);
+        // Other sessions have their own space.
+        assert_eq!(store.record_event("t", None, "spawned", None).unwrap(), 1);
+        let (start, since) = store.reserve_seqs("s", 10, 1).unwrap();
+        assert_eq!(start, 103);
+        assert_eq!(since.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![102]);
+        assert_eq!(
+            store
+                .events_since("s", 0)
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            vec![1, 102]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn meta_values_round_trip_and_delete() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.meta("k").unwrap(), None);
+        store.set_meta("k", Some("v1")).unwrap();
+        store.set_meta("k", Some("v2")).unwrap();
+        assert_eq!(store.meta("k").unwrap().as_deref(), Some("v2"));
+        store.set_meta("k", None).unwrap();
+        assert_eq!(store.meta("k").unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -19,7 +19,7 @@
 
 use crate::lease::{command_hash, Lease};
 use crate::proc::{ProcessInfo, Snapshot};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -55,7 +55,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Role {
     /// The wrapper.
@@ -201,19 +201,20 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
     }
     if let Some(pgid) = lease.process_group_id {
         if pgid > 1 {
-            let mut group: Vec<&ProcessInfo> = snap.iter().filter(|p| p.pgid == pgid).collect();
-            group.sort_by_key(|p| p.pid);
-            for p in group {
+            for p in snap.group(pgid) {
                 let is_adapter = Some(p.pid) == lease.adapter_pid
                     && Some(p.start_time) == lease.adapter_start_time;
                 if is_adapter {
+                    // Without a verified root, the row's pid and start time are the only link
+                    // to this process, and both are public: a rewritten row could name any
+                    // group leader. Require the marker too (the real adapter carries it).
                     tree.consider(
                         p,
                         Role::Adapter,
                         format!(
                             "the recorded adapter (pid and start time), leader of group {pgid}"
                         ),
-                        false,
+                        root.is_none(),
                     );
                 } else {
                     // Outside the root's tree, a group id alone is weak: the group may have
@@ -230,16 +231,11 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
             }
         }
     }
-    let mut marked: Vec<&ProcessInfo> = snap
-        .iter()
-        .filter(|p| {
-            p.env.as_ref().is_some_and(|e| {
-                e.lease_id.as_deref() == Some(lease.lease_id.as_str())
-                    && e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id)
-            })
-        })
-        .collect();
-    marked.sort_by_key(|p| p.pid);
+    let marked = snap.marked(&lease.lease_id).filter(|p| {
+        p.env
+            .as_ref()
+            .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id))
+    });
     for p in marked {
         tree.consider(
             p,
@@ -525,5 +521,135 @@ impl<'a> TreeBuilder<'a> {
             excluded: self.excluded.into_values().collect(),
             evidence: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::LeaseState;
+    use crate::proc::LeaseEnv;
+
+    const GW: &str = "5f0c2b1e-8d3a-4c6e-9b7f-1a2b3c4d5e6f";
+    const ROOT: &str = "/s/wrappers";
+    const LID: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8a";
+
+    fn lease() -> Lease {
+        Lease {
+            lease_id: LID.into(),
+            gateway_instance_id: GW.into(),
+            session_key: "s".into(),
+            agent_id: None,
+            wrapper_root: ROOT.into(),
+            wrapper_path: format!("{ROOT}/leash-wrap-1-2"),
+            root_pid: 100,
+            root_start_time: 1000,
+            process_group_id: Some(101),
+            adapter_pid: Some(101),
+            adapter_start_time: Some(1001),
+            command_hash: command_hash(&["adapter"]),
+            command: vec!["adapter".into()],
+            owner_pid: 50,
+            owner_start_time: 10,
+            started_at: 0,
+            grace_ms: 100,
+            state: LeaseState::Open,
+            state_reason: None,
+            closed_at: None,
+            exit_status: None,
+            claimed_by: None,
+        }
+    }
+
+    fn wrapper() -> ProcessInfo {
+        ProcessInfo {
+            pid: 100,
+            ppid: 50,
+            pgid: 50,
+            sid: 50,
+            uid: 1000,
+            start_time: 1000,
+            state: 'S',
+            exe: Some(format!("{ROOT}/leash-wrap-1-2")),
+            argv: Some(vec![
+                format!("{ROOT}/leash-wrap-1-2"),
+                "--".into(),
+                "adapter".into(),
+            ]),
+            env: Some(LeaseEnv {
+                lease_id: Some(LID.into()),
+                gateway_instance_id: Some(GW.into()),
+            }),
+        }
+    }
+
+    fn verdict(l: &Lease, procs: Vec<ProcessInfo>) -> Verdict {
+        let root = std::path::PathBuf::from(ROOT);
+        let e = Expect {
+            gateway_instance_id: GW,
+            wrapper_root: &root,
+        };
+        verify_owned_tree(l, &e, &Snapshot::new(procs))
+    }
+
+    #[test]
+    fn a_verified_wrapper_is_owned() {
+        assert!(
+            matches!(verdict(&lease(), vec![wrapper()]), Verdict::Owned(t) if t.root.is_some())
+        );
+    }
+
+    #[test]
+    fn each_piece_of_evidence_is_required() {
+        let not_owned = |l: Lease, p: ProcessInfo, why: &str| match verdict(&l, vec![p]) {
+            Verdict::NotOwned { reason } => assert!(reason.contains(why), "{reason} lacks {why}"),
+            v => panic!("expected not-owned ({why}), got {v:?}"),
+        };
+        let mut l = lease();
+        l.gateway_instance_id = "other".into();
+        not_owned(l, wrapper(), "names gateway other");
+        let mut l = lease();
+        l.wrapper_root = "/".into();
+        not_owned(l, wrapper(), "names wrapper root /");
+        let mut p = wrapper();
+        p.exe = Some("/usr/bin/leash".into());
+        not_owned(lease(), p, "not under this gateway's wrapper root");
+        let mut p = wrapper();
+        p.env.as_mut().unwrap().lease_id = Some("another".into());
+        not_owned(lease(), p, "carries lease id");
+        let mut p = wrapper();
+        p.env.as_mut().unwrap().gateway_instance_id = None;
+        not_owned(lease(), p, "carries gateway id");
+        let mut p = wrapper();
+        p.exe = Some(format!("{ROOT}/leash-wrap-9-9"));
+        p.argv = Some(vec!["x".into(), "--".into(), "not-the-adapter".into()]);
+        not_owned(lease(), p, "neither the command hash nor the exe path");
+    }
+
+    #[test]
+    fn unreadable_exe_is_unverifiable_and_unreadable_env_is_tolerated() {
+        let mut p = wrapper();
+        p.exe = None;
+        assert!(matches!(
+            verdict(&lease(), vec![p]),
+            Verdict::Unverifiable { .. }
+        ));
+        let mut p = wrapper();
+        p.env = None;
+        assert!(matches!(verdict(&lease(), vec![p]), Verdict::Owned(_)));
+    }
+
+    #[test]
+    fn a_deleted_wrapper_binary_still_verifies() {
+        let mut p = wrapper();
+        p.exe = Some(format!("{ROOT}/leash-wrap-1-2 (deleted)"));
+        assert!(matches!(verdict(&lease(), vec![p]), Verdict::Owned(_)));
+    }
+
+    #[test]
+    fn a_zombie_root_counts_as_gone() {
+        let mut p = wrapper();
+        p.state = 'Z';
+        assert!(matches!(verdict(&lease(), vec![p]), Verdict::Gone { .. }));
     }
 }

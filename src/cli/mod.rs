@@ -3,6 +3,8 @@
 //! [`crate::exitcode`].
 
 mod output;
+mod serve;
+pub mod sessions;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
@@ -51,6 +53,15 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// The daemon's socket: where `leash serve` listens and where the other commands look for
+    /// it [default: the one the running daemon recorded, else <state-dir>/leash.sock]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Work on the state database directly even when a daemon serves the state root
+    #[arg(long, global = true)]
+    pub no_daemon: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -91,6 +102,12 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Records of the old gateway that predate leases.
     #[command(subcommand)]
     Legacy(LegacyCommand),
+    /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
+    #[command(long_about = serve::SERVE_ABOUT)]
+    Serve(serve::ServeArgs),
+    /// Sessions as a requester sees them: list, history, send, status (one visibility check).
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +167,10 @@ pub struct TargetArgs {
     /// The active lease of this session
     #[arg(long, value_name = "KEY")]
     pub session: Option<String>,
+    /// With a daemon: the ACP session whose turn to cancel (the daemon writes a session/cancel
+    /// notification for it to the adapter); inferred when the daemon knows just one
+    #[arg(long, value_name = "ID")]
+    pub acp_session: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -281,7 +302,7 @@ impl From<LifecycleError> for Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, matches!(cli.command, Command::Serve(_)));
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
@@ -291,8 +312,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, daemon: bool) {
     let default = match verbose {
+        0 if daemon => "info",
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -302,6 +324,7 @@ fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
@@ -313,14 +336,33 @@ fn open_root(cli_dir: Option<&std::path::Path>) -> Result<StateRoot, Failure> {
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     let root = open_root(cli.state_dir.as_deref())?;
+    // These commands go through the daemon when one serves the state root.
+    let daemon = || serve::connect(&root, cli.socket.as_deref(), cli.no_daemon);
     match cli.command {
         Command::Exec(a) => run_exec(&root, a),
-        Command::Leases(a) => run_leases(&root, a),
-        Command::Status(a) => run_status(&root, a),
-        Command::Close(a) => run_close(root, a),
-        Command::Cancel(a) => run_cancel(root, a),
-        Command::Reap(a) => run_reap(root, a),
+        Command::Leases(a) => match daemon()? {
+            Some(c) => serve::leases(c, &a),
+            None => run_leases(&root, a),
+        },
+        Command::Status(a) => match daemon()? {
+            Some(c) => serve::status(c, &a),
+            None => run_status(&root, a),
+        },
+        Command::Close(a) => match daemon()? {
+            Some(c) => serve::close(c, &a),
+            None => run_close(root, a),
+        },
+        Command::Cancel(a) => match daemon()? {
+            Some(c) => serve::cancel(c, &a),
+            None => run_cancel(root, a),
+        },
+        Command::Reap(a) => match daemon()? {
+            Some(c) => serve::reap(c, &a),
+            None => run_reap(root, a),
+        },
         Command::Legacy(c) => run_legacy(root, c),
+        Command::Serve(a) => serve::run_serve(root, cli.socket, a),
+        Command::Sessions(c) => sessions::run(root, c),
     }
 }
 
@@ -403,7 +445,11 @@ fn run_close(root: StateRoot, a: CloseArgs) -> Result<u8, Failure> {
 fn run_cancel(root: StateRoot, a: TargetArgs) -> Result<u8, Failure> {
     let table = LiveTable;
     let mut ctl = Controller::open(root, &table)?;
-    let out = ctl.cancel(&a.target(), None)?;
+    let detail = a
+        .acp_session
+        .as_ref()
+        .map(|acp| serde_json::json!({"acpSessionId": acp, "notified": false}));
+    let out = ctl.cancel(&a.target(), detail)?;
     output::cancel(&out, a.json.json);
     Ok(exitcode::OK)
 }

@@ -5,14 +5,13 @@ use crate::lease::Lease;
 use crate::legacy::LegacyRecord;
 use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::plan::{Decision, ReapPlan};
-use crate::store::StoreError;
 use serde::Serialize;
 
 fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
-pub fn leases(rows: &[Result<Lease, StoreError>], json: bool) {
+pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
     if json {
         let out: Vec<serde_json::Value> = rows
             .iter()

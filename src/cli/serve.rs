@@ -1,0 +1,282 @@
+//! `leash serve` and the thin-client side of the CLI: `status`, `leases`, `close`, `cancel` and
+//! `reap` go through the daemon when one serves the state root (found by probing its socket),
+//! print exactly what they print without it, and exit with the same codes. `--no-daemon` makes
+//! them work on the database directly.
+
+use super::{
+    output, parse_duration, CloseArgs, Failure, JsonArg, LeasesArgs, ReapArgs, TargetArgs,
+};
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::Code;
+use crate::daemon::session::Limits;
+use crate::daemon::{serve, ServeConfig, ServeError};
+use crate::exec::DEFAULT_GRACE_MS;
+use crate::exitcode;
+use crate::lease::Lease;
+use crate::lifecycle::{CancelOutcome, CloseOutcome, CloseResult, ReapReport};
+use crate::plan::ReapPlan;
+use crate::state::StateRoot;
+use clap::Args;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub(super) const SERVE_ABOUT: &str = "Run the supervisor daemon for this state root on a Unix \
+socket (mode 0600, peers must run as the same user). It spawns each session's adapter through \
+`leash exec` as its own child, so it owns the wrappers and sessions outlive the clients that \
+asked for them; clients attach and replay missed output by seq. One daemon per state root. At \
+start it reaps the leases of a previous daemon; on SIGTERM, SIGINT or SIGHUP it records which \
+sessions were busy (reported by the next daemon), closes every session, removes the socket and \
+exits 0. The protocol (newline-delimited JSON) is in docs/protocol.md.";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Close sessions without traffic (a line either way) for this long, never a busy one
+    /// (e.g. 30m); off by default
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_close: Option<Duration>,
+    /// Replay buffer per session: at most this many items (output lines and events)
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub replay_lines: u64,
+    /// Replay buffer per session: at most this many bytes
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub replay_bytes: u64,
+    /// Milliseconds between SIGTERM and SIGKILL for sessions whose ensure names none
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
+    pub grace_ms: u64,
+    /// Startup reap: delete closed and lost leases that ended longer ago than this
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    pub retention: Duration,
+}
+
+pub(super) fn run_serve(
+    root: StateRoot,
+    socket: Option<PathBuf>,
+    a: ServeArgs,
+) -> Result<u8, Failure> {
+    let cfg = ServeConfig {
+        socket,
+        idle_close: a.idle_close.filter(|d| !d.is_zero()),
+        replay: Limits {
+            lines: usize::try_from(a.replay_lines).unwrap_or(usize::MAX),
+            bytes: usize::try_from(a.replay_bytes).unwrap_or(usize::MAX),
+        },
+        default_grace_ms: a.grace_ms,
+        retention: a.retention,
+    };
+    match serve(root, cfg) {
+        Ok(()) => Ok(exitcode::OK),
+        Err(e) => {
+            let code = match e {
+                ServeError::AlreadyRunning { .. } | ServeError::SocketInUse(_) => {
+                    exitcode::CONFLICT
+                }
+                _ => exitcode::FAILURE,
+            };
+            Err(Failure::new(code, e.to_string()))
+        }
+    }
+}
+
+/// The daemon serving `root`, if one does (and `--no-daemon` is not given). A socket named with
+/// `--socket` must answer, and serve this state root.
+pub(super) fn connect(
+    root: &StateRoot,
+    socket: Option<&Path>,
+    no_daemon: bool,
+) -> Result<Option<Client>, Failure> {
+    if no_daemon {
+        return Ok(None);
+    }
+    let Some(path) = socket else {
+        return Ok(Client::probe(root));
+    };
+    let mut c = Client::connect(path).map_err(|e| {
+        Failure::new(
+            exitcode::DAEMON_NEEDED,
+            format!("{e}; without --socket leash works on the state database directly"),
+        )
+    })?;
+    let status = c.call("status", json!({})).map_err(remote)?;
+    let serves = status["stateDir"].as_str().map(PathBuf::from);
+    if serves.as_deref() != Some(root.dir()) {
+        return Err(Failure::new(
+            exitcode::USAGE,
+            format!(
+                "the daemon on {} serves state root {}, not {}",
+                path.display(),
+                serves.map_or("?".into(), |p| p.display().to_string()),
+                root.dir().display()
+            ),
+        ));
+    }
+    Ok(Some(c))
+}
+
+/// Maps a daemon error to the exit code the same failure has without a daemon.
+fn remote(e: ClientError) -> Failure {
+    let code = match e.code() {
+        Some(Code::NotFound) => exitcode::NOT_FOUND,
+        Some(Code::Conflict | Code::NotRunning | Code::ShuttingDown) => exitcode::CONFLICT,
+        Some(Code::BadRequest | Code::UnknownOp) => exitcode::USAGE,
+        _ => exitcode::FAILURE,
+    };
+    Failure::new(code, format!("{e} (via the daemon)"))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
+    serde_json::from_value(v).map_err(|e| {
+        Failure::new(
+            exitcode::FAILURE,
+            format!("the daemon's {what} reply does not parse ({e}); is it another leash version?"),
+        )
+    })
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+pub(super) fn status(mut c: Client, a: &JsonArg) -> Result<u8, Failure> {
+    let v = c.call("status", json!({})).map_err(remote)?;
+    output::status(&v, a.json);
+    if a.json {
+        return Ok(exitcode::OK);
+    }
+    let d = &v["daemon"];
+    println!(
+        "daemon            pid {} on {}",
+        d["pid"],
+        d["socket"].as_str().unwrap_or("?")
+    );
+    let sessions = d["sessions"].as_array().cloned().unwrap_or_default();
+    println!(
+        "sessions          {} supervised, {} busy",
+        sessions.len(),
+        d["busy"].as_array().map_or(0, Vec::len)
+    );
+    for s in &sessions {
+        println!(
+            "  {}  {}{}  lease {}  last seq {}",
+            s["sessionKey"].as_str().unwrap_or("?"),
+            s["phase"].as_str().unwrap_or("?"),
+            if s["busy"] == true { ", busy" } else { "" },
+            s["leaseId"].as_str().unwrap_or("-"),
+            s["lastSeq"]
+        );
+    }
+    for r in d["resumable"].as_array().into_iter().flatten() {
+        println!(
+            "resumable         {} (busy when the previous daemon stopped)",
+            r["sessionKey"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(exitcode::OK)
+}
+
+pub(super) fn leases(mut c: Client, a: &LeasesArgs) -> Result<u8, Failure> {
+    let fields = match a.state {
+        Some(s) => json!({"state": s.as_str()}),
+        None => json!({}),
+    };
+    let v = c.call("leases", fields).map_err(remote)?;
+    if a.json.json {
+        print_json(&v);
+        return Ok(exitcode::OK);
+    }
+    let rows: Vec<Result<Lease, String>> = v
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| match r.get("error").and_then(Value::as_str) {
+            Some(e) => Err(e.to_string()),
+            None => serde_json::from_value(r).map_err(|e| format!("unreadable lease: {e}")),
+        })
+        .collect();
+    output::leases(&rows, false);
+    Ok(exitcode::OK)
+}
+
+pub(super) fn close(mut c: Client, a: &CloseArgs) -> Result<u8, Failure> {
+    let v = c
+        .call(
+            "close",
+            json!({"leases": a.leases, "sessions": a.session, "graceMs": a.grace_ms}),
+        )
+        .map_err(remote)?;
+    let outcomes: Vec<CloseOutcome> = decode(v, "close")?;
+    output::close(&outcomes, a.json.json);
+    Ok(close_code(&outcomes))
+}
+
+fn close_code(outcomes: &[CloseOutcome]) -> u8 {
+    outcomes
+        .iter()
+        .map(|o| match o.result {
+            CloseResult::Closed | CloseResult::Lost => exitcode::OK,
+            CloseResult::LeftOpen => exitcode::UNVERIFIED,
+            CloseResult::Conflict => exitcode::CONFLICT,
+        })
+        .max()
+        .unwrap_or(exitcode::OK)
+}
+
+pub(super) fn cancel(mut c: Client, a: &TargetArgs) -> Result<u8, Failure> {
+    let mut fields = match (&a.lease, &a.session) {
+        (Some(id), _) => json!({"lease": id}),
+        (None, Some(k)) => json!({"session": k}),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    if let Some(acp) = &a.acp_session {
+        fields["acpSessionId"] = json!(acp);
+    }
+    let v = c.call("cancel", fields).map_err(remote)?;
+    if a.json.json {
+        print_json(&v);
+        return Ok(exitcode::OK);
+    }
+    let notified = v["notified"] == true;
+    let acp = v["acpSessionId"].as_str().map(str::to_owned);
+    let out: CancelOutcome = decode(v, "cancel")?;
+    output::cancel(&out, false);
+    match (notified, acp) {
+        (true, Some(acp)) => {
+            println!("session/cancel written to the adapter for ACP session {acp}")
+        }
+        _ => println!("no notification written: the daemon does not supervise this session"),
+    }
+    Ok(exitcode::OK)
+}
+
+pub(super) fn reap(mut c: Client, a: &ReapArgs) -> Result<u8, Failure> {
+    let v = c
+        .call(
+            "reap",
+            json!({
+                "dryRun": a.dry_run,
+                "includeLive": a.include_live,
+                "retentionMs": a.retention.as_millis() as u64,
+                "graceMs": a.grace_ms,
+            }),
+        )
+        .map_err(remote)?;
+    if a.dry_run {
+        let plan: ReapPlan = decode(v, "reap")?;
+        output::reap_plan(&plan, a.json.json);
+        return Ok(exitcode::OK);
+    }
+    let report: ReapReport = decode(v, "reap")?;
+    output::reap_report(&report, a.json.json);
+    let unverified = report
+        .leases
+        .iter()
+        .any(|o| o.result == CloseResult::LeftOpen);
+    Ok(if unverified {
+        exitcode::UNVERIFIED
+    } else {
+        exitcode::OK
+    })
+}

@@ -1,0 +1,698 @@
+//! `leash sessions list | history KEY | send KEY LINE | status KEY`, each run as a requester
+//! (`--as KEY --visibility V [--a2a on|off] [--a2a-allow FROM:TO]… [--sandboxed]`).
+//!
+//! Every operation goes through [`Sessions::authorize`] or, for `list`, through
+//! [`crate::visibility::visible_rows`], and both ask the one pure check
+//! ([`crate::visibility::grant`]) over the rows loaded once from the store. A session the
+//! requester may not see is an error (exit 5), never an empty success; an unknown session is
+//! exit 4. The operations are methods of [`Sessions`] so that tests (and later the daemon) drive
+//! exactly the code the command line runs; this file also renders their results.
+
+use super::Failure;
+use crate::exitcode;
+use crate::lease::{Lease, LeaseState, ProcessId};
+use crate::proc::{LiveTable, ProcessTable};
+use crate::state::StateRoot;
+use crate::store::{Event, SessionRow, Store, StoreError};
+use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
+use crate::visibility::{visible_rows, A2aPolicy, A2aRule, Grant, Scope, SessionIndex, Visibility};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// The sessions the requester may see, with why each is visible
+    List(ViewArgs),
+    /// A session's lifecycle events, in order
+    History {
+        /// Session key
+        key: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Write LINE to a session's adapter stdin (needs a running `leash serve`)
+    Send {
+        /// Session key
+        key: String,
+        /// One line of input for the adapter (no newline inside)
+        #[arg(allow_hyphen_values = true)]
+        line: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// A session's lease state and live processes
+    Status {
+        /// Session key
+        key: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// Who asks, and how far it may see.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// Session key of the requester: every answer is what this session may see
+    #[arg(long = "as", value_name = "KEY")]
+    pub requester: String,
+    /// self, tree, agent or all
+    #[arg(long, value_name = "V", default_value = "tree", value_parser = parse_visibility)]
+    pub visibility: Visibility,
+    /// Agent-to-agent policy for `all` [default: off, or on when --a2a-allow is given]
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub a2a: Option<OnOff>,
+    /// With a2a on, allow only these pairs: requesters of agent FROM see sessions of agent TO
+    /// (repeatable; `*` is a wildcard; directional)
+    #[arg(long = "a2a-allow", value_name = "FROM:TO", value_parser = parse_rule)]
+    pub a2a_allow: Vec<A2aRule>,
+    /// The requester runs sandboxed: its visibility is clamped to tree
+    #[arg(long)]
+    pub sandboxed: bool,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_visibility(s: &str) -> Result<Visibility, String> {
+    s.parse()
+        .map_err(|e: crate::visibility::PolicyError| e.to_string())
+}
+
+fn parse_rule(s: &str) -> Result<A2aRule, String> {
+    s.parse()
+        .map_err(|e: crate::visibility::PolicyError| e.to_string())
+}
+
+impl ViewArgs {
+    pub fn view(&self) -> Result<View, Failure> {
+        if self.requester.is_empty() {
+            return Err(Failure::new(
+                exitcode::USAGE,
+                "--as needs the requester's session key",
+            ));
+        }
+        let a2a = match (self.a2a, self.a2a_allow.is_empty()) {
+            (Some(OnOff::Off), false) => {
+                return Err(Failure::new(
+                    exitcode::USAGE,
+                    "--a2a off contradicts --a2a-allow; drop one of them",
+                ))
+            }
+            (Some(OnOff::Off), true) | (None, true) => A2aPolicy::Off,
+            (Some(OnOff::On), _) | (None, false) => A2aPolicy::On {
+                rules: self.a2a_allow.clone(),
+            },
+        };
+        Ok(View {
+            requester: self.requester.clone(),
+            scope: Scope::new(self.visibility, a2a, self.sandboxed),
+        })
+    }
+}
+
+/// A requester and its scope: the input of every sessions operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View {
+    pub requester: String,
+    pub scope: Scope,
+}
+
+impl View {
+    pub fn new(requester: &str, scope: Scope) -> View {
+        View {
+            requester: requester.to_string(),
+            scope,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionsError {
+    #[error("no session '{0}' in this state root (leash sessions list --as KEY shows what a requester may see)")]
+    NotFound(String),
+    #[error("session '{key}' is not visible to requester '{requester}' under visibility {visibility}: {why}; nothing was read or sent")]
+    NotVisible {
+        key: String,
+        requester: String,
+        /// How the visibility is described, e.g. "tree (sandboxed; configured all)".
+        visibility: String,
+        why: &'static str,
+    },
+    #[error("sending to session '{key}' needs a running daemon: start `leash serve` for this state root (it listens on {socket}); nothing was sent")]
+    DaemonNeeded { key: String, socket: PathBuf },
+    #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
+    MultiLine,
+    #[error("the daemon did not send to session '{key}': {source}")]
+    Daemon {
+        key: String,
+        #[source]
+        source: crate::daemon::client::ClientError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<SessionsError> for Failure {
+    fn from(e: SessionsError) -> Failure {
+        let code = match e {
+            SessionsError::NotFound(_) => exitcode::NOT_FOUND,
+            SessionsError::NotVisible { .. } => exitcode::NOT_VISIBLE,
+            SessionsError::DaemonNeeded { .. } => exitcode::DAEMON_NEEDED,
+            SessionsError::MultiLine => exitcode::USAGE,
+            // A session the daemon does not supervise (a gateway's own `leash exec`) has no
+            // stdin the daemon could write to.
+            SessionsError::Daemon { ref source, .. } => match source.code() {
+                Some(crate::daemon::protocol::Code::NotFound) => exitcode::DAEMON_NEEDED,
+                Some(crate::daemon::protocol::Code::NotRunning) => exitcode::CONFLICT,
+                _ => exitcode::FAILURE,
+            },
+            SessionsError::Store(_) => exitcode::FAILURE,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+fn describe(scope: &Scope) -> String {
+    let eff = scope.effective();
+    if eff == scope.visibility {
+        eff.to_string()
+    } else {
+        format!("{eff} (sandboxed; configured {})", scope.visibility)
+    }
+}
+
+fn why_hidden(v: Visibility) -> &'static str {
+    match v {
+        Visibility::SelfOnly => "only the requester's own session is visible",
+        Visibility::Tree => "it is neither owned by nor spawned from the requester",
+        Visibility::Agent => {
+            "it belongs to another agent and is neither owned by nor spawned from the requester"
+        }
+        Visibility::All => {
+            "it belongs to another agent that the a2a policy does not allow, and is neither owned \
+             by nor spawned from the requester"
+        }
+    }
+}
+
+/// One row of `list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    #[serde(flatten)]
+    pub session: SessionRow,
+    /// The state of the session's newest lease (none once expired).
+    pub lease_state: Option<LeaseState>,
+    pub visible_as: Grant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listing {
+    pub requester: String,
+    pub requester_agent: Option<String>,
+    pub visibility: Visibility,
+    pub effective_visibility: Visibility,
+    pub sandboxed: bool,
+    pub a2a: A2aPolicy,
+    pub sessions: Vec<Listed>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    pub session_key: String,
+    pub visible_as: Grant,
+    pub events: Vec<Event>,
+}
+
+/// A recorded process and whether that instance is alive now (`None`: the table is unreadable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcState {
+    pub pid: i32,
+    pub start_time: u64,
+    pub alive: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveProc {
+    pub pid: i32,
+    pub start_time: u64,
+    pub role: Role,
+    pub argv0: Option<String>,
+}
+
+/// The live tree of an active lease, as verification proves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveTree {
+    pub verdict: &'static str,
+    pub reason: Option<String>,
+    pub processes: Vec<LiveProc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    pub session: SessionRow,
+    pub visible_as: Grant,
+    pub lease: Option<Lease>,
+    pub root: Option<ProcState>,
+    pub adapter: Option<ProcState>,
+    /// Only for an open or closing lease.
+    pub tree: Option<LiveTree>,
+}
+
+/// The sessions operations over one state root.
+pub struct Sessions<'t> {
+    root: StateRoot,
+    store: Store,
+    table: &'t dyn ProcessTable,
+}
+
+impl<'t> Sessions<'t> {
+    pub fn open(root: StateRoot, table: &'t dyn ProcessTable) -> Result<Self, StoreError> {
+        let store = Store::open(&root.db_path())?;
+        Ok(Sessions { root, store, table })
+    }
+
+    pub fn store(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// Folds wrapper reports into the leases, so lease states and adapter pids are current.
+    fn refresh(&mut self) -> Result<(), StoreError> {
+        crate::report::ingest_reports(&self.root, &mut self.store, self.table).map(|_| ())
+    }
+
+    /// The one gate of the single-session operations: the row exists (else `NotFound`) and the
+    /// requester may see it (else `NotVisible`), judged from all rows loaded once.
+    pub fn authorize(&self, view: &View, key: &str) -> Result<(SessionRow, Grant), SessionsError> {
+        let rows = self.store.sessions()?;
+        let index = SessionIndex::from_rows(&rows);
+        let Some(row) = rows.iter().find(|r| r.session_key == key) else {
+            return Err(SessionsError::NotFound(key.to_string()));
+        };
+        let requester = index.requester(&view.requester);
+        let meta = index.get(key).expect("the index holds every loaded row");
+        match view.scope.grant(&requester, meta) {
+            Some(g) => Ok((row.clone(), g)),
+            None => Err(SessionsError::NotVisible {
+                key: key.to_string(),
+                requester: view.requester.clone(),
+                visibility: describe(&view.scope),
+                why: why_hidden(view.scope.effective()),
+            }),
+        }
+    }
+
+    pub fn list(&mut self, view: &View) -> Result<Listing, SessionsError> {
+        self.refresh()?;
+        let rows = self.store.sessions()?;
+        let mut lease_state: HashMap<String, LeaseState> = HashMap::new();
+        // Oldest first, so the newest lease of a session is the one left in the map.
+        for lease in self.store.leases(&[])?.into_iter().flatten() {
+            lease_state.insert(lease.session_key, lease.state);
+        }
+        let requester_agent = SessionIndex::from_rows(&rows)
+            .requester(&view.requester)
+            .agent()
+            .map(str::to_string);
+        let sessions = visible_rows(&rows, &view.requester, &view.scope)
+            .into_iter()
+            .map(|(r, g)| Listed {
+                lease_state: lease_state.get(&r.session_key).copied(),
+                session: r.clone(),
+                visible_as: g,
+            })
+            .collect();
+        Ok(Listing {
+            requester: view.requester.clone(),
+            requester_agent,
+            visibility: view.scope.visibility,
+            effective_visibility: view.scope.effective(),
+            sandboxed: view.scope.sandboxed,
+            a2a: view.scope.a2a.clone(),
+            sessions,
+        })
+    }
+
+    pub fn history(&mut self, view: &View, key: &str) -> Result<History, SessionsError> {
+        let (_, visible_as) = self.authorize(view, key)?;
+        self.refresh()?;
+        Ok(History {
+            session_key: key.to_string(),
+            visible_as,
+            events: self.store.events(key)?,
+        })
+    }
+
+    pub fn status(&mut self, view: &View, key: &str) -> Result<SessionStatus, SessionsError> {
+        let (session, visible_as) = self.authorize(view, key)?;
+        self.refresh()?;
+        let lease = self.store.latest_lease_for_session(key)?;
+        let state = |id: ProcessId| ProcState {
+            pid: id.pid,
+            start_time: id.start_time,
+            alive: self.table.alive(id).ok(),
+        };
+        let root = lease.as_ref().map(|l| state(l.root()));
+        let adapter = lease
+            .as_ref()
+            .and_then(|l| match (l.adapter_pid, l.adapter_start_time) {
+                (Some(pid), Some(start_time)) => Some(state(ProcessId { pid, start_time })),
+                _ => None,
+            });
+        let tree = lease
+            .as_ref()
+            .filter(|l| l.state.is_active())
+            .map(|l| self.live_tree(l));
+        Ok(SessionStatus {
+            session,
+            visible_as,
+            lease,
+            root,
+            adapter,
+            tree,
+        })
+    }
+
+    fn live_tree(&self, lease: &Lease) -> LiveTree {
+        let snap = match self.table.snapshot() {
+            Ok(s) => s,
+            Err(e) => {
+                return LiveTree {
+                    verdict: "unverifiable",
+                    reason: Some(e.to_string()),
+                    processes: Vec::new(),
+                }
+            }
+        };
+        let wrapper_root = self.root.wrapper_root();
+        let expect = Expect {
+            gateway_instance_id: self.store.gateway_instance_id(),
+            wrapper_root: &wrapper_root,
+        };
+        let verdict = verify_owned_tree(lease, &expect, &snap);
+        let name = verdict.name();
+        match verdict {
+            Verdict::Owned(tree) => {
+                let mut processes: Vec<LiveProc> = tree
+                    .children_first()
+                    .map(|m| LiveProc {
+                        pid: m.pid,
+                        start_time: m.start_time,
+                        role: m.role,
+                        argv0: m.argv0.clone(),
+                    })
+                    .collect();
+                // Root first for reading; the signalling order is not this command's business.
+                processes.reverse();
+                LiveTree {
+                    verdict: name,
+                    reason: None,
+                    processes,
+                }
+            }
+            Verdict::Gone { reason }
+            | Verdict::NotOwned { reason }
+            | Verdict::Unverifiable { reason } => LiveTree {
+                verdict: name,
+                reason: Some(reason),
+                processes: Vec::new(),
+            },
+        }
+    }
+
+    /// Checks visibility, then hands the line to the daemon that serves the state root (only it
+    /// holds the adapter's stdin): [`SessionsError::DaemonNeeded`] when none runs.
+    pub fn send(
+        &mut self,
+        view: &View,
+        key: &str,
+        line: &str,
+    ) -> Result<serde_json::Value, SessionsError> {
+        self.authorize(view, key)?;
+        if line.contains('\n') || line.contains('\r') {
+            return Err(SessionsError::MultiLine);
+        }
+        let Some(mut daemon) = crate::daemon::client::Client::probe(&self.root) else {
+            return Err(SessionsError::DaemonNeeded {
+                key: key.to_string(),
+                socket: crate::daemon::client::socket_for(&self.root),
+            });
+        };
+        daemon
+            .call("send", serde_json::json!({"session": key, "line": line}))
+            .map_err(|e| SessionsError::Daemon {
+                key: key.to_string(),
+                source: e,
+            })
+    }
+}
+
+pub fn run(root: StateRoot, cmd: SessionsCommand) -> Result<u8, Failure> {
+    let table = LiveTable;
+    let mut s = Sessions::open(root, &table)?;
+    match cmd {
+        SessionsCommand::List(v) => {
+            let out = s.list(&v.view()?)?;
+            if v.json {
+                print_json(&out);
+            } else {
+                print_listing(&out);
+            }
+        }
+        SessionsCommand::History { key, view } => {
+            let out = s.history(&view.view()?, &key)?;
+            if view.json {
+                print_json(&out);
+            } else {
+                print_history(&out);
+            }
+        }
+        SessionsCommand::Status { key, view } => {
+            let out = s.status(&view.view()?, &key)?;
+            if view.json {
+                print_json(&out);
+            } else {
+                print_status(&out);
+            }
+        }
+        SessionsCommand::Send { key, line, view } => {
+            let out = s.send(&view.view()?, &key, &line)?;
+            if view.json {
+                print_json(&out);
+            } else {
+                println!("sent {} byte(s) to session {key}", out["bytes"]);
+            }
+        }
+    }
+    Ok(exitcode::OK)
+}
+
+fn print_json<T: Serialize + ?Sized>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+fn or_dash(v: Option<&str>) -> &str {
+    v.unwrap_or("-")
+}
+
+fn print_listing(l: &Listing) {
+    let scope = Scope::new(l.visibility, l.a2a.clone(), l.sandboxed);
+    println!(
+        "sessions visible to {} (agent {}): visibility {}, a2a {}",
+        l.requester,
+        or_dash(l.requester_agent.as_deref()),
+        describe(&scope),
+        l.a2a
+    );
+    if l.sessions.is_empty() {
+        println!("  none");
+        return;
+    }
+    println!(
+        "{:<28}  {:<10}  {:<24}  {:<24}  {:<7}  VISIBLE AS",
+        "SESSION", "AGENT", "OWNER", "SPAWNED BY", "LEASE"
+    );
+    for s in &l.sessions {
+        let r = &s.session;
+        println!(
+            "{:<28}  {:<10}  {:<24}  {:<24}  {:<7}  {}",
+            r.session_key,
+            or_dash(r.agent_id.as_deref()),
+            or_dash(r.owner_session_key.as_deref()),
+            or_dash(r.spawned_by.as_deref()),
+            s.lease_state.map_or("-", LeaseState::as_str),
+            s.visible_as.as_str()
+        );
+    }
+}
+
+fn print_history(h: &History) {
+    println!(
+        "session {} ({} event{}; visible as {})",
+        h.session_key,
+        h.events.len(),
+        if h.events.len() == 1 { "" } else { "s" },
+        h.visible_as.as_str()
+    );
+    for e in &h.events {
+        let detail = e.detail.as_ref().map(|d| d.to_string()).unwrap_or_default();
+        println!(
+            "{:>4}  {}  {:<9}  {}  {}",
+            e.seq,
+            utc(e.at),
+            e.kind,
+            or_dash(e.lease_id.as_deref()),
+            detail
+        );
+    }
+}
+
+fn print_status(s: &SessionStatus) {
+    let r = &s.session;
+    println!(
+        "session {} (agent {}, owner {}, spawned by {}, parent {}; visible as {})",
+        r.session_key,
+        or_dash(r.agent_id.as_deref()),
+        or_dash(r.owner_session_key.as_deref()),
+        or_dash(r.spawned_by.as_deref()),
+        or_dash(r.parent_session_key.as_deref()),
+        s.visible_as.as_str()
+    );
+    let Some(l) = &s.lease else {
+        println!("lease    none (never leased, or expired)");
+        return;
+    };
+    let ended = l
+        .closed_at
+        .map(|t| format!(", ended {}", utc(t)))
+        .unwrap_or_default();
+    println!(
+        "lease    {} {} (started {}{ended}){}",
+        l.lease_id,
+        l.state,
+        utc(l.started_at),
+        l.state_reason
+            .as_deref()
+            .map(|r| format!(" — {r}"))
+            .unwrap_or_default()
+    );
+    let proc_line = |name: &str, p: &Option<ProcState>| match p {
+        Some(p) => println!(
+            "{name:<8} pid {} (start {}) {}",
+            p.pid,
+            p.start_time,
+            match p.alive {
+                Some(true) => "alive",
+                Some(false) => "gone",
+                None => "unknown (process table unreadable)",
+            }
+        ),
+        None => println!("{name:<8} not reported"),
+    };
+    proc_line("root", &s.root);
+    proc_line("adapter", &s.adapter);
+    if let Some(code) = l.exit_status {
+        println!("exit     {code}");
+    }
+    if let Some(t) = &s.tree {
+        println!(
+            "tree     {}{}",
+            t.verdict,
+            t.reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        );
+        for p in &t.processes {
+            let role = serde_json::to_value(p.role).expect("serialisable");
+            println!(
+                "  pid {} ({}, start {}) {}",
+                p.pid,
+                role.as_str().unwrap_or("?"),
+                p.start_time,
+                or_dash(p.argv0.as_deref())
+            );
+        }
+    }
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS.mmm` UTC (civil-from-days, so no date
+/// crate is needed for one column).
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let tod = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{milli:03}",
+        tod / 3600,
+        tod % 3600 / 60,
+        tod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(951_782_400_123), "2000-02-29 00:00:00.123");
+        assert_eq!(utc(1_709_251_199_999), "2024-02-29 23:59:59.999");
+    }
+
+    #[test]
+    fn a2a_flags_combine() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            v: ViewArgs,
+        }
+        let view = |args: &[&str]| {
+            let mut argv = vec!["t", "--as", "r"];
+            argv.extend_from_slice(args);
+            T::try_parse_from(argv).unwrap().v.view()
+        };
+        assert_eq!(view(&[]).ok().unwrap().scope.a2a, A2aPolicy::Off);
+        assert_eq!(
+            view(&["--a2a", "on"]).ok().unwrap().scope.a2a,
+            A2aPolicy::all_pairs()
+        );
+        let pairs = view(&["--a2a-allow", "main:codex"]).ok().unwrap();
+        assert_eq!(
+            pairs.scope.a2a,
+            A2aPolicy::On {
+                rules: vec!["main:codex".parse().unwrap()]
+            }
+        );
+        assert_eq!(pairs.scope.visibility, Visibility::Tree);
+        let clash = view(&["--a2a", "off", "--a2a-allow", "a:b"]);
+        assert_eq!(clash.err().unwrap().code, exitcode::USAGE);
+    }
+}

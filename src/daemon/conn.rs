@@ -1,0 +1,626 @@
+//! One client connection: the peer's uid is checked, then requests are read line by line and
+//! answered in order. Malformed lines get an error reply and the connection carries on.
+//!
+//! Requests that take long run off the connection's thread so the connection keeps serving:
+//! `close` and `reap` (grace periods) reply when done, and each `attach` streams from its own
+//! thread until the session ends or the client hangs up. All of them write through one
+//! [`Out`], a line at a time, so replies and stream items never interleave within a line; they
+//! can interleave between lines, and clients match them by `id`. A client that vanishes only
+//! ends its own streams: sessions never wait for clients (an attach reads from the session's
+//! replay buffer, and a reader that falls behind the buffer is told so instead of slowing the
+//! adapter down).
+
+use super::protocol::{
+    self, err_line, ok_line, parse_request, stream_line, Attach, Code, Frame, LineReader, Op,
+    Target,
+};
+use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
+use super::Daemon;
+use crate::lease::LeaseState;
+use crate::lifecycle::{Controller, LeaseRef, LifecycleError};
+use crate::plan::ReapOptions;
+use crate::proc::LiveTable;
+use crate::store::{SessionRow, StoreError};
+use crate::visibility::{visible_rows, Grant};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A client that does not read its replies for this long is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often an idle attach checks whether its client is still there.
+const ATTACH_TICK: Duration = Duration::from_millis(250);
+/// Stream items written per batch.
+const ATTACH_BATCH: usize = 512;
+
+/// An error reply.
+struct OpError {
+    code: Code,
+    message: String,
+    data: Option<Value>,
+}
+
+type Reply = Result<Value, OpError>;
+
+fn fail(code: Code, message: impl Into<String>) -> OpError {
+    OpError {
+        code,
+        message: message.into(),
+        data: None,
+    }
+}
+
+impl From<StoreError> for OpError {
+    fn from(e: StoreError) -> OpError {
+        let code = match e {
+            StoreError::SessionBusy { .. } => Code::Conflict,
+            _ => Code::Internal,
+        };
+        fail(code, e.to_string())
+    }
+}
+
+impl From<LifecycleError> for OpError {
+    fn from(e: LifecycleError) -> OpError {
+        let code = match e {
+            LifecycleError::Store(_) => Code::Internal,
+            LifecycleError::NoLease(_) | LifecycleError::NoActiveLease(_) => Code::NotFound,
+            LifecycleError::NotOpen { .. } => Code::Conflict,
+        };
+        fail(code, e.to_string())
+    }
+}
+
+impl From<SpawnError> for OpError {
+    fn from(e: SpawnError) -> OpError {
+        let code = match e {
+            SpawnError::Store(_) => Code::Internal,
+            SpawnError::Conflict { .. } => Code::Conflict,
+            _ => Code::SpawnFailed,
+        };
+        fail(code, e.to_string())
+    }
+}
+
+/// The write side of a connection, shared by the request loop and its stream threads.
+struct Out {
+    stream: Mutex<UnixStream>,
+    broken: AtomicBool,
+}
+
+impl Out {
+    /// Writes whole lines; false once the client is gone.
+    fn send(&self, bytes: &[u8]) -> bool {
+        if self.broken.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        if s.write_all(bytes).is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn reply(&self, id: &Value, r: Reply) -> bool {
+        match r {
+            Ok(v) => self.send(&ok_line(id, &v)),
+            Err(e) => self.send(&err_line(id, e.code, &e.message, e.data.as_ref())),
+        }
+    }
+
+    /// True once the client closed its end completely (a half-close, shutdown(SHUT_WR) after
+    /// the last request, is not a hang-up: the client may still be reading a stream).
+    fn hung_up(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        if self.broken.load(Ordering::Relaxed) {
+            return true;
+        }
+        let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fds = [PollFd::new(s.as_fd(), PollFlags::empty())];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) => fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+            Err(_) => false,
+        }
+    }
+}
+
+pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
+    let write = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot serve a connection");
+            return;
+        }
+    };
+    let _ = write.set_write_timeout(Some(WRITE_TIMEOUT));
+    let out = Arc::new(Out {
+        stream: Mutex::new(write),
+        broken: AtomicBool::new(false),
+    });
+    if let Err(msg) = check_peer(&stream) {
+        tracing::warn!("{msg}");
+        out.send(&err_line(&Value::Null, Code::Forbidden, &msg, None));
+        return;
+    }
+    let mut reader = LineReader::new(stream, protocol::MAX_LINE);
+    loop {
+        match reader.next_frame() {
+            Ok(Some(Frame::Line(line))) => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue; // blank lines (a human at socat) are ignored
+                }
+                handle(&d, &out, &line);
+            }
+            Ok(Some(Frame::TooLong)) => {
+                let msg = format!(
+                    "request line exceeds {} bytes; it was discarded",
+                    protocol::MAX_LINE
+                );
+                out.send(&err_line(&Value::Null, Code::LineTooLong, &msg, None));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(error = %e, "connection read failed");
+                break;
+            }
+        }
+        if out.broken.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+}
+
+/// Only the daemon's own user may talk to it (the socket is 0600 as well; root bypasses modes,
+/// the peer check does not).
+fn check_peer(stream: &UnixStream) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let ours = nix::unistd::geteuid().as_raw();
+    match getsockopt(stream, PeerCredentials) {
+        Ok(c) if c.uid() == ours => Ok(()),
+        Ok(c) => Err(format!(
+            "peer pid {} runs as uid {}, not as the daemon's uid {ours}: refused",
+            c.pid(),
+            c.uid()
+        )),
+        Err(e) => Err(format!("cannot read the peer's credentials: {e}; refused")),
+    }
+}
+
+fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
+    let req = match parse_request(line) {
+        Ok(r) => r,
+        Err(e) => {
+            out.send(&err_line(&e.id, e.code, &e.message, None));
+            return;
+        }
+    };
+    let id = req.id;
+    match req.op {
+        Op::Status => {
+            out.reply(&id, d.status().map_err(OpError::from));
+        }
+        Op::Ensure(e) => {
+            out.reply(&id, ensure(d, &e));
+        }
+        Op::Send(s) => {
+            out.reply(&id, send(d, &s.session, &s.line));
+        }
+        Op::Attach(a) => attach(d, out, id, a),
+        Op::Cancel(c) => {
+            out.reply(&id, cancel(d, &c.target, c.acp_session_id));
+        }
+        Op::Close(c) => {
+            let refs: Vec<LeaseRef> = c.targets.iter().map(lease_ref).collect();
+            off_thread(d, out, id, "close", move |d| {
+                let outcomes = d.close(&refs, c.grace_ms, "requested")?;
+                Ok(serde_json::to_value(outcomes).expect("serialisable"))
+            });
+        }
+        Op::Reap(r) => off_thread(d, out, id, "reap", move |d| reap(d, &r)),
+        Op::Leases(l) => {
+            out.reply(&id, leases(d, l.state.as_deref()));
+        }
+        Op::Sessions(q) => {
+            out.reply(&id, sessions(d, &q));
+        }
+        Op::Events(e) => {
+            let r = d
+                .store()
+                .events_since(&e.session, e.since)
+                .map(|ev| serde_json::to_value(ev).expect("serialisable"))
+                .map_err(OpError::from);
+            out.reply(&id, r);
+        }
+    }
+}
+
+fn off_thread(
+    d: &Arc<Daemon>,
+    out: &Arc<Out>,
+    id: Value,
+    name: &str,
+    f: impl FnOnce(&Daemon) -> Reply + Send + 'static,
+) {
+    let (d, out2) = (d.clone(), out.clone());
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let r = f(&d);
+            out2.reply(&id, r);
+        });
+    if let Err(e) = spawned {
+        // The closure (and its id) moved into the failed spawn; answer without an id.
+        out.send(&err_line(
+            &Value::Null,
+            Code::Internal,
+            &format!("cannot start a thread for {name}: {e}"),
+            None,
+        ));
+    }
+}
+
+fn lease_ref(t: &Target) -> LeaseRef {
+    match t {
+        Target::Session(k) => LeaseRef::Session(k.clone()),
+        Target::Lease(id) => LeaseRef::Id(id.clone()),
+    }
+}
+
+fn not_supervised(key: &str) -> OpError {
+    fail(
+        Code::NotFound,
+        format!("session {key} is not supervised by this daemon (start it with ensure)"),
+    )
+}
+
+fn describe(s: &session::Session, created: bool) -> Value {
+    let st = s.status();
+    json!({
+        "sessionKey": s.key,
+        "leaseId": st.lease_id,
+        "rootPid": st.root_pid,
+        "phase": st.phase,
+        "created": created,
+        "lastSeq": st.last_seq,
+    })
+}
+
+fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
+    if d.is_shutting_down() {
+        return Err(fail(
+            Code::ShuttingDown,
+            "the daemon is shutting down and starts no sessions",
+        ));
+    }
+    if let Some(s) = d.session(&e.session) {
+        match s.phase() {
+            Phase::Starting | Phase::Running => return Ok(describe(&s, false)),
+            Phase::Closing => {
+                return Err(fail(
+                    Code::Conflict,
+                    format!(
+                        "session {} is being closed; ensure it again once it has ended",
+                        e.session
+                    ),
+                ))
+            }
+            Phase::Ended => {}
+        }
+    }
+    if !d
+        .starting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(e.session.clone())
+    {
+        return Err(fail(
+            Code::Conflict,
+            format!("session {} is being started by another request", e.session),
+        ));
+    }
+    // Checked again once registered: shutdown sets the flag, then waits for `starting` to drain,
+    // so a session is either refused here or seen (and closed) by the shutdown.
+    let result = if d.is_shutting_down() {
+        Err(fail(
+            Code::ShuttingDown,
+            "the daemon is shutting down and starts no sessions",
+        ))
+    } else {
+        start(d, e)
+    };
+    d.starting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&e.session);
+    result
+}
+
+fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
+    if let Some(cwd) = &e.cwd {
+        if !std::path::Path::new(cwd).is_dir() {
+            return Err(fail(
+                Code::BadRequest,
+                format!("ensure: cwd {cwd} is not a directory"),
+            ));
+        }
+    }
+    let spec = SpawnSpec {
+        root: &d.root,
+        exe: &d.exe,
+        daemon_pid: d.me.pid,
+        default_grace_ms: d.cfg.default_grace_ms,
+        limits: d.cfg.replay,
+    };
+    let s = session::spawn(&spec, e)?;
+    d.sessions().insert(e.session.clone(), s.clone());
+    if let Err(err) = s.await_started() {
+        if matches!(err, SpawnError::Timeout(_)) {
+            if let Some(id) = s.lease_id() {
+                let _ = d.close(&[LeaseRef::Id(id.to_string())], None, "start timed out");
+            }
+        }
+        return Err(err.into());
+    }
+    d.resumable
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|r| r["sessionKey"] != e.session.as_str());
+    Ok(describe(&s, true))
+}
+
+fn send(d: &Daemon, key: &str, line: &str) -> Reply {
+    let s = d.session(key).ok_or_else(|| not_supervised(key))?;
+    let _order = s.order();
+    match s.phase() {
+        Phase::Starting | Phase::Running => {}
+        p => {
+            return Err(fail(
+                Code::NotRunning,
+                format!("session {key} is {p:?}; nothing written").to_lowercase(),
+            ))
+        }
+    }
+    s.write_line(line).map_err(|e| {
+        fail(
+            Code::NotRunning,
+            format!("cannot write to session {key}'s adapter: {e}"),
+        )
+    })?;
+    Ok(json!({"sessionKey": key, "bytes": line.len() + 1, "busy": s.busy()}))
+}
+
+fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
+    let Some(s) = d.session(&a.session) else {
+        out.reply(&id, Err(not_supervised(&a.session)));
+        return;
+    };
+    match s.check_since(a.since) {
+        Err((oldest, last)) => {
+            let e = OpError {
+                code: Code::SeqEvicted,
+                message: format!(
+                    "seq {} fell out of session {}'s replay buffer (oldest buffered seq {oldest}); attach with since >= {} or read persisted events with the events op",
+                    a.since + 1,
+                    a.session,
+                    oldest - 1
+                ),
+                data: Some(json!({"oldestSeq": oldest, "lastSeq": last})),
+            };
+            out.reply(&id, Err(e));
+            return;
+        }
+        Ok((oldest, last)) => {
+            let ok = json!({
+                "sessionKey": s.key,
+                "leaseId": s.lease_id(),
+                "since": a.since,
+                "oldestSeq": oldest,
+                "lastSeq": last,
+                "phase": s.phase(),
+            });
+            if !out.reply(&id, Ok(ok)) {
+                return;
+            }
+        }
+    }
+    let out = out.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("attach:{}", a.session))
+        .spawn(move || {
+            s.attached(1);
+            stream(&s, &out, &id, a.since);
+            s.attached(-1);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start an attach thread");
+    }
+}
+
+/// Streams items above `since` until the session ends, the client goes, or the client falls
+/// out of the buffer.
+fn stream(s: &session::Session, out: &Out, id: &Value, since: i64) {
+    let mut cursor = since;
+    loop {
+        match s.next_batch(cursor, ATTACH_BATCH, ATTACH_TICK) {
+            Batch::Items(items) => {
+                let mut buf = Vec::new();
+                for it in &items {
+                    buf.extend_from_slice(&stream_line(id, &it.body));
+                }
+                if !out.send(&buf) {
+                    return;
+                }
+                cursor = items.last().map_or(cursor, |i| i.seq);
+            }
+            Batch::Idle => {
+                if out.hung_up() {
+                    return;
+                }
+            }
+            Batch::Ended { last_seq } => {
+                let body = format!("\"type\":\"end\",\"reason\":\"ended\",\"lastSeq\":{last_seq}");
+                out.send(&stream_line(id, &body));
+                return;
+            }
+            Batch::Evicted {
+                oldest_seq,
+                last_seq,
+            } => {
+                let error = json!({
+                    "code": Code::SeqEvicted.as_str(),
+                    "message": format!("the client fell behind: seq {} fell out of the replay buffer; attach again", cursor + 1),
+                    "oldestSeq": oldest_seq,
+                    "lastSeq": last_seq,
+                });
+                let body = format!(
+                    "\"type\":\"end\",\"reason\":\"evicted\",\"lastSeq\":{cursor},\"error\":{error}"
+                );
+                out.send(&stream_line(id, &body));
+                return;
+            }
+        }
+    }
+}
+
+fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
+    let supervised = match target {
+        Target::Session(k) => d.session(k),
+        Target::Lease(id) => d.session_by_lease(id),
+    };
+    let table = LiveTable;
+    let Some(s) = supervised.filter(|s| s.phase() != Phase::Ended) else {
+        // Not one of ours: record the intent only, as `leash cancel` does without a daemon.
+        let detail = json!({"acpSessionId": acp, "notified": false});
+        let out =
+            Controller::open(d.root.clone(), &table)?.cancel(&lease_ref(target), Some(detail))?;
+        return Ok(json!({
+            "leaseId": out.lease_id,
+            "sessionKey": out.session_key,
+            "seq": out.seq,
+            "acpSessionId": acp,
+            "notified": false,
+        }));
+    };
+    let _order = s.order();
+    if !matches!(s.phase(), Phase::Running | Phase::Starting) {
+        return Err(fail(
+            Code::NotRunning,
+            format!("session {} is being closed; nothing written", s.key),
+        ));
+    }
+    let Some(lease_id) = s.lease_id().map(str::to_owned) else {
+        return Err(fail(
+            Code::NotRunning,
+            format!("session {} is still starting; nothing written", s.key),
+        ));
+    };
+    let acp = match acp.or_else(|| s.infer_acp_session()) {
+        Some(a) => a,
+        None => {
+            return Err(fail(
+                Code::BadRequest,
+                format!(
+                    "cancel: give \"acpSessionId\": session {} has no single ACP session the daemon could infer",
+                    s.key
+                ),
+            ))
+        }
+    };
+    s.write_line(&session::cancel_notification(&acp))
+        .map_err(|e| {
+            fail(
+                Code::NotRunning,
+                format!("cannot write to session {}'s adapter: {e}", s.key),
+            )
+        })?;
+    let detail = json!({"acpSessionId": acp, "notified": true});
+    let outcome =
+        Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
+    s.sync_events();
+    let outcome = outcome?;
+    Ok(json!({
+        "leaseId": outcome.lease_id,
+        "sessionKey": outcome.session_key,
+        "seq": outcome.seq,
+        "acpSessionId": acp,
+        "notified": true,
+    }))
+}
+
+fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
+    let table = LiveTable;
+    let mut ctl = Controller::open(d.root.clone(), &table)?;
+    let opts = ReapOptions {
+        include_live: r.include_live,
+        retention_ms: r
+            .retention_ms
+            .unwrap_or(7 * 24 * 3600 * 1000)
+            .min(i64::MAX as u64) as i64,
+        now_ms: crate::lease::now_ms(),
+        grace_ms: r.grace_ms,
+    };
+    if r.dry_run {
+        let plan = ctl.plan_reap(&opts)?;
+        return Ok(serde_json::to_value(plan).expect("serialisable"));
+    }
+    let report = ctl.reap(&opts)?;
+    drop(ctl);
+    for s in d.all_sessions() {
+        s.sync_events();
+    }
+    Ok(serde_json::to_value(report).expect("serialisable"))
+}
+
+fn leases(d: &Daemon, state: Option<&str>) -> Reply {
+    let states: Vec<LeaseState> = state.and_then(|s| s.parse().ok()).into_iter().collect();
+    let rows = d.store().leases(&states)?;
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|r| match r {
+            Ok(l) => serde_json::to_value(l).expect("serialisable"),
+            Err(e) => json!({"error": e.to_string()}),
+        })
+        .collect();
+    Ok(Value::Array(rows))
+}
+
+fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
+    let rows = d.store().sessions()?;
+    let live: HashMap<String, Value> = d
+        .all_sessions()
+        .iter()
+        .map(|s| {
+            (
+                s.key.clone(),
+                serde_json::to_value(s.status()).expect("serialisable"),
+            )
+        })
+        .collect();
+    // The one visibility check of leash (`crate::visibility`), as `leash sessions list` runs it;
+    // without a requester, every row (an operator's view).
+    let visible: Vec<(&SessionRow, Option<Grant>)> = match &q.requester {
+        Some(req) => visible_rows(&rows, req, &q.scope)
+            .into_iter()
+            .map(|(r, g)| (r, Some(g)))
+            .collect(),
+        None => rows.iter().map(|r| (r, None)).collect(),
+    };
+    let out: Vec<Value> = visible
+        .into_iter()
+        .map(|(row, grant)| {
+            let mut v = serde_json::to_value(row).expect("serialisable");
+            v["visibleAs"] = grant.map_or(Value::Null, |g| json!(g));
+            v["live"] = live.get(&row.session_key).cloned().unwrap_or(Value::Null);
+            v
+        })
+        .collect();
+    Ok(Value::Array(out))
+}

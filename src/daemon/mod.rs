@@ -1,0 +1,640 @@
+//! `leash serve`: the supervisor daemon. It owns the wrappers of the sessions it spawns (it is
+//! their parent, hence the owner in their leases), so sessions outlive the clients that asked
+//! for them; clients talk to it over a Unix socket with newline-delimited JSON
+//! ([`protocol`], `docs/protocol.md`).
+//!
+//! `serve` reads as a checklist: `lock_state_root → startup_reap → take_interrupted →
+//! bind_socket → watch_signals`, then an accept loop (one thread per connection, see [`conn`])
+//! beside a housekeeping thread (idle close, event sync, pruning of ended sessions), and on
+//! SIGTERM/SIGINT/SIGHUP `shutdown`: record the busy sessions, close every session through the
+//! normal close path, remove the socket, exit 0.
+//!
+//! One daemon per state root: an exclusive `flock` on `<state-dir>/daemon.lock`, which also
+//! tells clients where the socket is. The kernel drops the lock when the daemon dies, however it
+//! dies, so a stale lock cannot exist; a stale socket file can, and is found by probing and
+//! replaced. If the daemon is SIGKILLed its wrappers see their parent die and take their
+//! adapters down; the next daemon's startup reap settles their leases.
+
+pub mod client;
+mod conn;
+pub mod protocol;
+pub mod session;
+
+use crate::lease::{now_ms, ProcessId};
+use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
+use crate::plan::ReapOptions;
+use crate::proc::LiveTable;
+use crate::state::StateRoot;
+use crate::store::{Store, StoreError};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use session::{Limits, Phase, Session};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The lock file that makes one daemon per state root and names its socket.
+pub const LOCK_FILE: &str = "daemon.lock";
+/// `meta` key under which a stopping daemon leaves the sessions that were busy.
+const META_INTERRUPTED: &str = "daemon.interruptedSessions";
+/// Ended sessions stay attachable (their last lines and exit) this long.
+const ENDED_RETENTION: Duration = Duration::from_secs(600);
+/// How long shutdown waits for the wrappers to be reaped after the close.
+const SHUTDOWN_REAP_WAIT: Duration = Duration::from_secs(15);
+/// Longest socket path `bind` accepts (sun_path is 108 bytes, NUL included).
+const MAX_SOCKET_PATH: usize = 107;
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen (default `<state-dir>/leash.sock`).
+    pub socket: Option<PathBuf>,
+    /// Close sessions without traffic for this long (never a busy one).
+    pub idle_close: Option<Duration>,
+    pub replay: Limits,
+    /// Grace of sessions whose `ensure` gives none.
+    pub default_grace_ms: u64,
+    /// Retention of closed/lost leases for the startup reap.
+    pub retention: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("another leash serve (pid {pid}) already serves state root {root} (socket {socket}); stop it first, or use another --state-dir")]
+    AlreadyRunning {
+        pid: String,
+        root: PathBuf,
+        socket: String,
+    },
+    #[error("something already answers on socket {0}; not replacing it (stop it, or choose another --socket)")]
+    SocketInUse(PathBuf),
+    #[error("{0} exists and is not a socket; refusing to replace it (choose another --socket)")]
+    NotASocket(PathBuf),
+    #[error("socket path {0} is longer than {MAX_SOCKET_PATH} bytes; choose a shorter --socket or --state-dir")]
+    PathTooLong(PathBuf),
+    #[error("cannot use {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(io::Error),
+}
+
+/// What the lock file says, for clients and for the refusal message of a second daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockInfo {
+    pub pid: i32,
+    pub socket: PathBuf,
+    pub started_at: i64,
+}
+
+/// The lock file of a state root.
+pub fn lock_path(root: &StateRoot) -> PathBuf {
+    root.dir().join(LOCK_FILE)
+}
+
+/// The daemon's state shared by every thread.
+pub(crate) struct Daemon {
+    root: StateRoot,
+    cfg: ServeConfig,
+    exe: PathBuf,
+    me: ProcessId,
+    started_at: i64,
+    socket: PathBuf,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Keys whose `ensure` is spawning right now.
+    starting: Mutex<HashSet<String>>,
+    /// For reads (status, leases, sessions, events); sessions have their own connections.
+    store: Mutex<Store>,
+    shutting_down: AtomicBool,
+    /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
+    resumable: Mutex<Vec<Value>>,
+    startup_reap: Value,
+}
+
+impl Daemon {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn session(&self, key: &str) -> Option<Arc<Session>> {
+        self.sessions().get(key).cloned()
+    }
+
+    fn session_by_lease(&self, lease_id: &str) -> Option<Arc<Session>> {
+        self.sessions()
+            .values()
+            .find(|s| s.lease_id() == Some(lease_id))
+            .cloned()
+    }
+
+    fn all_sessions(&self) -> Vec<Arc<Session>> {
+        let mut v: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Closes leases through the lifecycle controller, sessions of this daemon included: they
+    /// are marked closing first (so later requests see it) and settled after. Every close path
+    /// of the daemon — the `close` op, idle close, shutdown — comes through here.
+    fn close(
+        &self,
+        refs: &[LeaseRef],
+        grace_ms: Option<u64>,
+        why: &str,
+    ) -> Result<Vec<CloseOutcome>, LifecycleError> {
+        let mut marked: Vec<Arc<Session>> = Vec::new();
+        for r in refs {
+            let s = match r {
+                LeaseRef::Session(k) => self.session(k),
+                LeaseRef::Id(id) => self.session_by_lease(id),
+            };
+            if let Some(s) = s {
+                if s.begin_close() {
+                    tracing::info!(session_key = %s.key, reason = why, "closing session");
+                    marked.push(s);
+                }
+            }
+        }
+        self.close_marked(&marked, refs, grace_ms)
+    }
+
+    /// The second half of [`Daemon::close`], for callers that marked their sessions closing
+    /// themselves (idle close decides and marks atomically).
+    fn close_marked(
+        &self,
+        marked: &[Arc<Session>],
+        refs: &[LeaseRef],
+        grace_ms: Option<u64>,
+    ) -> Result<Vec<CloseOutcome>, LifecycleError> {
+        let table = LiveTable;
+        let result = Controller::open(self.root.clone(), &table)
+            .map_err(LifecycleError::from)
+            .and_then(|mut ctl| ctl.close(refs, grace_ms));
+        for s in marked {
+            let outcome = result.as_ref().ok().and_then(|out| {
+                out.iter()
+                    .find(|o| Some(o.lease_id.as_str()) == s.lease_id())
+            });
+            s.end_close(outcome);
+        }
+        result
+    }
+
+    fn status(&self) -> Result<Value, StoreError> {
+        let (counts, legacy_open, gateway) = {
+            let mut store = self.store();
+            let counts = store.counts()?;
+            let legacy_open = crate::legacy::records(&mut store, true)?.len();
+            (counts, legacy_open, store.gateway_instance_id().to_string())
+        };
+        let sessions: Vec<Value> = self
+            .all_sessions()
+            .iter()
+            .map(|s| serde_json::to_value(s.status()).expect("serialisable"))
+            .collect();
+        let busy: Vec<&Value> = sessions.iter().filter(|s| s["busy"] == true).collect();
+        let busy: Vec<Value> = busy.iter().map(|s| s["sessionKey"].clone()).collect();
+        let resumable = self
+            .resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(json!({
+            "gatewayInstanceId": gateway,
+            "stateDir": self.root.dir(),
+            "database": self.root.db_path(),
+            "wrapperRoot": self.root.wrapper_root(),
+            "leases": counts,
+            "legacyOpen": legacy_open,
+            "daemon": {
+                "pid": self.me.pid,
+                "socket": self.socket,
+                "startedAt": self.started_at,
+                "version": env!("CARGO_PKG_VERSION"),
+                "idleCloseMs": self.cfg.idle_close.map(|d| d.as_millis() as u64),
+                "replayLines": self.cfg.replay.lines,
+                "replayBytes": self.cfg.replay.bytes,
+                "shuttingDown": self.is_shutting_down(),
+                "sessions": sessions,
+                "busy": busy,
+                "resumable": resumable,
+                "startupReap": self.startup_reap,
+            }
+        }))
+    }
+}
+
+/// Runs the daemon until SIGTERM, SIGINT or SIGHUP; returns after an orderly shutdown.
+pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
+    let socket = cfg.socket.clone().unwrap_or_else(|| root.socket_path());
+    let socket = absolute(&socket);
+    if socket.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(ServeError::PathTooLong(socket));
+    }
+    let lock = lock_state_root(&root, &socket)?;
+    let me = crate::proc::self_id();
+    let startup_reap = startup_reap(&root, &cfg)?;
+    let mut store = Store::open(&root.db_path())?;
+    let resumable = take_interrupted(&mut store)?;
+    let listener = bind_socket(&socket)?;
+    let bound = fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok();
+    let info = LockInfo {
+        pid: me.pid,
+        socket: socket.clone(),
+        started_at: now_ms(),
+    };
+    write_lock_info(&lock, &info);
+    let signals = watch_signals()?;
+    let exe = std::env::current_exe().map_err(|source| ServeError::Io {
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+
+    let daemon = Arc::new(Daemon {
+        root,
+        cfg,
+        exe,
+        me,
+        started_at: info.started_at,
+        socket: socket.clone(),
+        sessions: Mutex::new(HashMap::new()),
+        starting: Mutex::new(HashSet::new()),
+        store: Mutex::new(store),
+        shutting_down: AtomicBool::new(false),
+        resumable: Mutex::new(Vec::new()),
+        startup_reap,
+    });
+    announce_resumable(&daemon, resumable);
+    tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
+
+    let hk = daemon.clone();
+    let (stop_housekeeping, stopped) = std::sync::mpsc::channel::<()>();
+    let housekeeping = std::thread::Builder::new()
+        .name("housekeeping".into())
+        .spawn(move || housekeeping_loop(&hk, &stopped))
+        .expect("spawn thread");
+
+    accept_loop(&daemon, &listener, &signals);
+
+    // New sessions are refused from here on; housekeeping finishes its round (an idle close
+    // in flight completes) before the shutdown closes the rest.
+    daemon.shutting_down.store(true, Ordering::SeqCst);
+    drop(stop_housekeeping);
+    let _ = housekeeping.join();
+    shutdown(&daemon);
+    drop(listener);
+    // Remove the socket only if it is still the one we bound.
+    if fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok() == bound {
+        let _ = fs::remove_file(&socket);
+    }
+    let _ = lock.set_len(0);
+    tracing::info!("leash serve stopped");
+    Ok(())
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Takes the state root's daemon lock, or says who holds it.
+fn lock_state_root(root: &StateRoot, socket: &Path) -> Result<Flock<File>, ServeError> {
+    let path = lock_path(root);
+    let io_err = |source| ServeError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let held: Option<LockInfo> = serde_json::from_str(&text).ok();
+            Err(ServeError::AlreadyRunning {
+                pid: held
+                    .as_ref()
+                    .map_or("unknown".into(), |h| h.pid.to_string()),
+                root: root.dir().to_path_buf(),
+                socket: held
+                    .map(|h| h.socket)
+                    .unwrap_or_else(|| socket.to_path_buf())
+                    .display()
+                    .to_string(),
+            })
+        }
+        Err((_, errno)) => Err(io_err(io::Error::from(errno))),
+    }
+}
+
+fn write_lock_info(lock: &Flock<File>, info: &LockInfo) {
+    use std::os::unix::fs::FileExt;
+    let text = serde_json::to_string(info).expect("serialisable");
+    let _ = lock.set_len(0);
+    if let Err(e) = lock.write_all_at(text.as_bytes(), 0) {
+        tracing::warn!(error = %e, "cannot write the lock file; clients will look for the default socket");
+    }
+}
+
+/// Leases of a previous daemon (owner gone) are verified and terminated or marked lost; leases
+/// with a live owner (another process's sessions) are left alone.
+fn startup_reap(root: &StateRoot, cfg: &ServeConfig) -> Result<Value, ServeError> {
+    let table = LiveTable;
+    let mut ctl = Controller::open(root.clone(), &table)?;
+    let report = ctl.reap(&ReapOptions {
+        include_live: false,
+        retention_ms: cfg.retention.as_millis() as i64,
+        now_ms: now_ms(),
+        grace_ms: None,
+    })?;
+    let count =
+        |r: crate::lifecycle::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
+    use crate::lifecycle::CloseResult as R;
+    let summary = json!({
+        "closed": count(R::Closed),
+        "lost": count(R::Lost),
+        "leftOpen": count(R::LeftOpen),
+        "conflict": count(R::Conflict),
+        "legacy": report.legacy.len(),
+        "skipped": report.skipped.len(),
+        "expired": report.expired,
+        "badRows": report.bad_rows.len(),
+    });
+    tracing::info!(%summary, "startup reap done");
+    Ok(summary)
+}
+
+/// Reads (and clears) what the previous daemon left about its busy sessions.
+fn take_interrupted(store: &mut Store) -> Result<Vec<Value>, StoreError> {
+    let Some(text) = store.meta(META_INTERRUPTED)? else {
+        return Ok(Vec::new());
+    };
+    store.set_meta(META_INTERRUPTED, None)?;
+    match serde_json::from_str::<Vec<Value>>(&text) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring an unreadable list of interrupted sessions");
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// Records a `resumable` event for each session the previous daemon stopped while busy, and
+/// keeps them for `status` until they are ensured again.
+fn announce_resumable(d: &Daemon, list: Vec<Value>) {
+    let mut kept = Vec::new();
+    for mut entry in list {
+        let Some(key) = entry["sessionKey"].as_str().map(str::to_owned) else {
+            continue;
+        };
+        let lease = entry["leaseId"].as_str().map(str::to_owned);
+        let seq = d
+            .store()
+            .record_event(&key, lease.as_deref(), "resumable", Some(entry.clone()));
+        match seq {
+            Ok(seq) => entry["eventSeq"] = json!(seq),
+            Err(e) => {
+                tracing::warn!(session_key = %key, error = %e, "cannot record the resumable event")
+            }
+        }
+        tracing::info!(session_key = %key, "session was busy when the previous daemon stopped: resumable");
+        kept.push(entry);
+    }
+    *d.resumable.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+}
+
+/// Binds the socket (mode 0600 from the start), replacing a stale one.
+fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
+    let io_err = |source| ServeError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(ServeError::SocketInUse(path.to_path_buf()));
+            }
+            tracing::info!(socket = %path.display(), "replacing a stale socket (nothing answers on it)");
+            fs::remove_file(path).map_err(io_err)?;
+        }
+        Ok(_) => return Err(ServeError::NotASocket(path.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    // The umask makes the socket 0600 at bind(2), with no window in which others could
+    // connect; serve runs this before it starts any thread, so the process-wide umask is ours.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(io_err)?;
+    let mode = fs::metadata(path).map_err(io_err)?.permissions().mode() & 0o777;
+    if mode != 0o600 {
+        // Only where the umask did not apply (some filesystems ignore it for sockets).
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    }
+    listener.set_nonblocking(true).map_err(io_err)?;
+    Ok(listener)
+}
+
+/// A socket that becomes readable when SIGTERM, SIGINT or SIGHUP arrives.
+fn watch_signals() -> Result<UnixStream, ServeError> {
+    let (read, write) = UnixStream::pair().map_err(ServeError::Signals)?;
+    write.set_nonblocking(true).map_err(ServeError::Signals)?;
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let w = write.try_clone().map_err(ServeError::Signals)?;
+        signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?;
+    }
+    Ok(read)
+}
+
+fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::error!(error = %e, "poll failed; shutting down");
+                return;
+            }
+        }
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+        if ready(&fds[1]) {
+            tracing::info!("termination signal received; shutting down");
+            return;
+        }
+        if !ready(&fds[0]) {
+            continue;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let d = d.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("conn".into())
+                        .spawn(move || conn::serve_connection(d, stream));
+                    if let Err(e) = spawned {
+                        tracing::error!(error = %e, "cannot start a connection thread");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: log and let poll come back to it.
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
+    let tick = d
+        .cfg
+        .idle_close
+        .map_or(Duration::from_secs(1), |i| i / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    // The sender is dropped at shutdown: the wait ends at once.
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(tick) {
+        let sessions = d.all_sessions();
+        for s in &sessions {
+            if s.phase() != Phase::Ended {
+                s.sync_events();
+            }
+        }
+        if let Some(idle) = d.cfg.idle_close {
+            let due: Vec<(Arc<Session>, Duration)> = sessions
+                .iter()
+                .filter_map(|s| s.begin_idle_close(idle).map(|quiet| (s.clone(), quiet)))
+                .collect();
+            if !due.is_empty() {
+                let mut refs = Vec::new();
+                for (s, quiet) in &due {
+                    tracing::info!(session_key = %s.key, idle_ms = quiet.as_millis() as u64, "closing idle session");
+                    let detail = json!({"idleMs": quiet.as_millis() as u64, "idleCloseMs": idle.as_millis() as u64});
+                    let _ = s.record_event("idle", Some(detail));
+                    if let Some(id) = s.lease_id() {
+                        refs.push(LeaseRef::Id(id.to_string()));
+                    }
+                }
+                let marked: Vec<Arc<Session>> = due.into_iter().map(|(s, _)| s).collect();
+                if let Err(e) = d.close_marked(&marked, &refs, None) {
+                    tracing::warn!(error = %e, "idle close failed");
+                }
+            }
+        }
+        d.sessions()
+            .retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
+    }
+}
+
+/// Records the busy sessions, closes every session through the normal close path and waits for
+/// their wrappers to be reaped.
+fn shutdown(d: &Daemon) {
+    // Ensures in flight finish first (they saw the flag too late to refuse), so their sessions
+    // are closed below like the others.
+    let deadline = Instant::now() + SHUTDOWN_REAP_WAIT;
+    while Instant::now() < deadline
+        && !d
+            .starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sessions = d.all_sessions();
+    let mut interrupted = Vec::new();
+    for s in &sessions {
+        if !matches!(s.phase(), Phase::Starting | Phase::Running) || !s.busy() {
+            continue;
+        }
+        let st = s.status();
+        let entry = json!({
+            "sessionKey": s.key,
+            "leaseId": st.lease_id,
+            "pendingPrompts": st.pending_prompts,
+            "acpSessionIds": st.acp_session_ids,
+            "at": now_ms(),
+        });
+        if let Err(e) = s.record_event("interrupted", Some(entry.clone())) {
+            tracing::error!(session_key = %s.key, error = %e, "cannot record the interrupted session");
+        }
+        tracing::info!(session_key = %s.key, "busy at shutdown: recorded for resumption");
+        interrupted.push(entry);
+    }
+    if !interrupted.is_empty() {
+        let text = serde_json::to_string(&interrupted).expect("serialisable");
+        if let Err(e) = d.store().set_meta(META_INTERRUPTED, Some(&text)) {
+            tracing::error!(error = %e, "cannot persist the interrupted sessions");
+        }
+    }
+    let refs: Vec<LeaseRef> = sessions
+        .iter()
+        .filter(|s| matches!(s.phase(), Phase::Starting | Phase::Running))
+        .filter_map(|s| s.lease_id().map(|id| LeaseRef::Id(id.to_string())))
+        .collect();
+    if !refs.is_empty() {
+        match d.close(&refs, None, "daemon shutdown") {
+            Ok(out) => {
+                for o in out {
+                    tracing::info!(lease_id = %o.lease_id, session_key = %o.session_key, result = ?o.result, "closed at shutdown");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),
+        }
+    }
+    let deadline = Instant::now() + SHUTDOWN_REAP_WAIT;
+    while Instant::now() < deadline
+        && sessions
+            .iter()
+            .any(|s| s.lease().is_some() && s.phase() != Phase::Ended)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,902 @@
+//! The daemon's wire protocol: newline-delimited JSON over a Unix socket (see `docs/protocol.md`).
+//!
+//! Everything here is pure: [`parse_request`] turns one line into a [`Request`] or a
+//! [`ProtoError`] that already knows its error code and, when it could be read, the request id,
+//! so a malformed line always gets a reply and never takes the connection down. [`LineReader`]
+//! frames a byte stream into lines with a hard length limit, and the `*_line` functions render
+//! replies. A fuzz target can call [`parse_request`] on arbitrary bytes.
+
+use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::io::{self, Read};
+
+/// The longest request line accepted, newline excluded.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Error codes, as they appear on the wire (`error.code`). Documented in `docs/protocol.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The line is not valid UTF-8.
+    BadUtf8,
+    /// The line is not a JSON object.
+    BadJson,
+    /// The line is longer than [`MAX_LINE`] bytes; it was discarded up to its newline.
+    LineTooLong,
+    /// A field is missing, unknown, of the wrong type, or has a bad value.
+    BadRequest,
+    /// `op` names no operation.
+    UnknownOp,
+    /// No such session or lease.
+    NotFound,
+    /// The request conflicts with the current state (a lease held by someone else, a session
+    /// being started or closed, …).
+    Conflict,
+    /// The session exists but is not running (closing or ended): nothing was written.
+    NotRunning,
+    /// The requested `since` fell out of the replay buffer.
+    SeqEvicted,
+    /// The adapter could not be started.
+    SpawnFailed,
+    /// The peer runs as another user.
+    Forbidden,
+    /// The daemon is shutting down and takes no new sessions.
+    ShuttingDown,
+    /// Anything else (database, I/O); the message says what failed.
+    Internal,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BadUtf8 => "bad_utf8",
+            Code::BadJson => "bad_json",
+            Code::LineTooLong => "line_too_long",
+            Code::BadRequest => "bad_request",
+            Code::UnknownOp => "unknown_op",
+            Code::NotFound => "not_found",
+            Code::Conflict => "conflict",
+            Code::NotRunning => "not_running",
+            Code::SeqEvicted => "seq_evicted",
+            Code::SpawnFailed => "spawn_failed",
+            Code::Forbidden => "forbidden",
+            Code::ShuttingDown => "shutting_down",
+            Code::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Code> {
+        Some(match s {
+            "bad_utf8" => Code::BadUtf8,
+            "bad_json" => Code::BadJson,
+            "line_too_long" => Code::LineTooLong,
+            "bad_request" => Code::BadRequest,
+            "unknown_op" => Code::UnknownOp,
+            "not_found" => Code::NotFound,
+            "conflict" => Code::Conflict,
+            "not_running" => Code::NotRunning,
+            "seq_evicted" => Code::SeqEvicted,
+            "spawn_failed" => Code::SpawnFailed,
+            "forbidden" => Code::Forbidden,
+            "shutting_down" => Code::ShuttingDown,
+            "internal" => Code::Internal,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request that could not be parsed, with what is needed to answer it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtoError {
+    /// The request's id when it could be read, else `null`.
+    pub id: Value,
+    pub code: Code,
+    pub message: String,
+}
+
+impl ProtoError {
+    fn new(id: &Value, code: Code, message: impl Into<String>) -> ProtoError {
+        ProtoError {
+            id: id.clone(),
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// One parsed request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Echoed in the reply and in every stream item: a string or a number.
+    pub id: Value,
+    pub op: Op,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    Status,
+    Ensure(Ensure),
+    Send(Send),
+    Attach(Attach),
+    Cancel(Cancel),
+    Close(Close),
+    Reap(Reap),
+    Leases(Leases),
+    Sessions(Sessions),
+    Events(Events),
+}
+
+/// The operation names, in the order `docs/protocol.md` lists them.
+pub const OPS: &[&str] = &[
+    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
+];
+
+/// Spawn a session's adapter under a lease, or return the running one.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ensure {
+    pub session: String,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Added to (or overriding) the daemon's environment.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub spawned_by: Option<String>,
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub grace_ms: Option<u64>,
+}
+
+/// Write one line to the adapter's stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Send {
+    pub session: String,
+    pub line: String,
+}
+
+/// Stream the adapter's output and lifecycle events with a seq above `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Attach {
+    pub session: String,
+    #[serde(default)]
+    pub since: i64,
+}
+
+/// Names a lease: by id, or as the active lease of a session (exactly one of the two).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Session(String),
+    Lease(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    pub target: Target,
+    /// The ACP session whose turn is cancelled; inferred when the daemon knows exactly one.
+    pub acp_session_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    pub targets: Vec<Target>,
+    pub grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reap {
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub include_live: bool,
+    /// Closed and lost leases older than this are deleted (default 7 days).
+    #[serde(default)]
+    pub retention_ms: Option<u64>,
+    #[serde(default)]
+    pub grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Leases {
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+/// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
+/// [`crate::visibility`], the same check `leash sessions` uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sessions {
+    /// Without a requester every row is listed (an operator's view).
+    pub requester: Option<String>,
+    pub scope: Scope,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSessions {
+    #[serde(default)]
+    requester_session_key: Option<String>,
+    #[serde(default)]
+    visibility: Option<String>,
+    #[serde(default)]
+    a2a: Option<bool>,
+    #[serde(default)]
+    a2a_allow: Vec<String>,
+    #[serde(default)]
+    sandboxed: bool,
+}
+
+/// The lifecycle events persisted for a session, with a seq above `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Events {
+    pub session: String,
+    #[serde(default)]
+    pub since: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawTarget {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    acp_session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawClose {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    sessions: Vec<String>,
+    #[serde(default)]
+    leases: Vec<String>,
+    #[serde(default)]
+    grace_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+/// Parses one request line (without its newline). Pure: no I/O, no allocation beyond the
+/// result, any input gives `Ok` or a [`ProtoError`] (never a panic).
+pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
+    let null = Value::Null;
+    if line.len() > MAX_LINE {
+        return Err(ProtoError::new(
+            &null,
+            Code::LineTooLong,
+            format!(
+                "request line of {} bytes exceeds the limit of {MAX_LINE}",
+                line.len()
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(line).map_err(|e| {
+        ProtoError::new(
+            &null,
+            Code::BadUtf8,
+            format!("request is not valid UTF-8 ({e})"),
+        )
+    })?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ProtoError::new(&null, Code::BadJson, format!("request is not JSON: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(ProtoError::new(
+            &null,
+            Code::BadJson,
+            "request must be a JSON object like {\"id\": 1, \"op\": \"status\"}",
+        ));
+    };
+    let id = match map.remove("id") {
+        Some(v @ (Value::String(_) | Value::Number(_))) => v,
+        Some(other) => {
+            return Err(ProtoError::new(
+                &null,
+                Code::BadRequest,
+                format!(
+                    "\"id\" must be a string or a number, not {}",
+                    kind_of(&other)
+                ),
+            ))
+        }
+        None => {
+            return Err(ProtoError::new(
+                &null,
+                Code::BadRequest,
+                "missing \"id\" (a string or number echoed in the reply)",
+            ))
+        }
+    };
+    let op = match map.remove("op") {
+        Some(Value::String(s)) => s,
+        Some(other) => {
+            return Err(ProtoError::new(
+                &id,
+                Code::BadRequest,
+                format!("\"op\" must be a string, not {}", kind_of(&other)),
+            ))
+        }
+        None => {
+            return Err(ProtoError::new(
+                &id,
+                Code::BadRequest,
+                format!("missing \"op\" (one of: {})", OPS.join(", ")),
+            ))
+        }
+    };
+    let op = parse_op(&op, map).map_err(|(code, msg)| ProtoError::new(&id, code, msg))?;
+    Ok(Request { id, op })
+}
+
+fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> {
+    let fields = Value::Object(fields);
+    Ok(match op {
+        "status" => {
+            let _: NoFields = fields_of(op, fields)?;
+            Op::Status
+        }
+        "ensure" => {
+            let e: Ensure = fields_of(op, fields)?;
+            check_key("session", &e.session)?;
+            if e.argv.is_empty() || e.argv[0].is_empty() {
+                return Err(bad("ensure: \"argv\" must name a command"));
+            }
+            for a in &e.argv {
+                no_nul("argv", a)?;
+            }
+            if let Some(cwd) = &e.cwd {
+                no_nul("cwd", cwd)?;
+                if !cwd.starts_with('/') {
+                    return Err(bad("ensure: \"cwd\" must be an absolute path"));
+                }
+            }
+            for (k, v) in &e.env {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(bad(format!("ensure: bad environment variable name {k:?}")));
+                }
+                // They configure leash itself (which wrapper binary, which state root): not a
+                // session's to choose.
+                if k.starts_with("LEASH_") {
+                    return Err(bad(format!(
+                        "ensure: {k} configures leash itself and cannot be set per session"
+                    )));
+                }
+                no_nul("env", v)?;
+            }
+            for (name, v) in [
+                ("agent", &e.agent),
+                ("owner", &e.owner),
+                ("spawnedBy", &e.spawned_by),
+                ("parent", &e.parent),
+            ] {
+                if let Some(v) = v {
+                    check_key(name, v)?;
+                }
+            }
+            Op::Ensure(e)
+        }
+        "send" => {
+            let s: Send = fields_of(op, fields)?;
+            check_key("session", &s.session)?;
+            if s.line.contains(['\n', '\r']) {
+                return Err(bad(
+                    "send: \"line\" must be one line (no \\n or \\r): the adapter reads newline-framed messages",
+                ));
+            }
+            Op::Send(s)
+        }
+        "attach" => {
+            let a: Attach = fields_of(op, fields)?;
+            check_key("session", &a.session)?;
+            if a.since < 0 {
+                return Err(bad("attach: \"since\" must be 0 or a seq"));
+            }
+            Op::Attach(a)
+        }
+        "cancel" => {
+            let raw: RawTarget = fields_of(op, fields)?;
+            let target = one_target(op, raw.session, raw.lease)?;
+            if let Some(acp) = &raw.acp_session_id {
+                check_key("acpSessionId", acp)?;
+            }
+            Op::Cancel(Cancel {
+                target,
+                acp_session_id: raw.acp_session_id,
+            })
+        }
+        "close" => {
+            let raw: RawClose = fields_of(op, fields)?;
+            let mut targets: Vec<Target> = Vec::new();
+            for s in raw.session.into_iter().chain(raw.sessions) {
+                check_key("session", &s)?;
+                targets.push(Target::Session(s));
+            }
+            for l in raw.lease.into_iter().chain(raw.leases) {
+                check_key("lease", &l)?;
+                targets.push(Target::Lease(l));
+            }
+            if targets.is_empty() {
+                return Err(bad(
+                    "close: name a \"session\" or a \"lease\" (or lists \"sessions\"/\"leases\")",
+                ));
+            }
+            Op::Close(Close {
+                targets,
+                grace_ms: raw.grace_ms,
+            })
+        }
+        "reap" => Op::Reap(fields_of(op, fields)?),
+        "leases" => {
+            let l: Leases = fields_of(op, fields)?;
+            if let Some(s) = &l.state {
+                s.parse::<crate::lease::LeaseState>()
+                    .map_err(|e| bad(format!("leases: {e}")))?;
+            }
+            Op::Leases(l)
+        }
+        "sessions" => {
+            let raw: RawSessions = fields_of(op, fields)?;
+            if let Some(r) = &raw.requester_session_key {
+                check_key("requesterSessionKey", r)?;
+            }
+            let visibility: Visibility = match &raw.visibility {
+                Some(v) => v.parse().map_err(|e| bad(format!("sessions: {e}")))?,
+                None => Visibility::Tree,
+            };
+            let rules = raw
+                .a2a_allow
+                .iter()
+                .map(|r| r.parse::<A2aRule>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("sessions: {e}")))?;
+            let a2a = match (raw.a2a, rules.is_empty()) {
+                (Some(false), false) => {
+                    return Err(bad("sessions: \"a2a\": false contradicts \"a2aAllow\""))
+                }
+                (Some(false), true) | (None, true) => A2aPolicy::Off,
+                (Some(true), _) | (None, false) => A2aPolicy::On { rules },
+            };
+            Op::Sessions(Sessions {
+                requester: raw.requester_session_key,
+                scope: Scope::new(visibility, a2a, raw.sandboxed),
+            })
+        }
+        "events" => {
+            let e: Events = fields_of(op, fields)?;
+            check_key("session", &e.session)?;
+            Op::Events(e)
+        }
+        other => {
+            return Err((
+                Code::UnknownOp,
+                format!(
+                    "unknown op {:?} (one of: {})",
+                    truncate(other, 64),
+                    OPS.join(", ")
+                ),
+            ))
+        }
+    })
+}
+
+fn fields_of<T: serde::de::DeserializeOwned>(op: &str, v: Value) -> Result<T, (Code, String)> {
+    serde_json::from_value(v).map_err(|e| bad(format!("{op}: {e}")))
+}
+
+fn one_target(
+    op: &str,
+    session: Option<String>,
+    lease: Option<String>,
+) -> Result<Target, (Code, String)> {
+    match (session, lease) {
+        (Some(s), None) => {
+            check_key("session", &s)?;
+            Ok(Target::Session(s))
+        }
+        (None, Some(l)) => {
+            check_key("lease", &l)?;
+            Ok(Target::Lease(l))
+        }
+        (Some(_), Some(_)) => Err(bad(format!(
+            "{op}: give \"session\" or \"lease\", not both"
+        ))),
+        (None, None) => Err(bad(format!("{op}: missing \"session\" (or \"lease\")"))),
+    }
+}
+
+fn bad(msg: impl Into<String>) -> (Code, String) {
+    (Code::BadRequest, msg.into())
+}
+
+fn check_key(name: &str, v: &str) -> Result<(), (Code, String)> {
+    if v.is_empty() {
+        return Err(bad(format!("\"{name}\" must not be empty")));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(bad(format!(
+            "\"{name}\" must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn no_nul(name: &str, v: &str) -> Result<(), (Code, String)> {
+    if v.contains('\0') {
+        Err(bad(format!("\"{name}\" must not contain NUL")))
+    } else {
+        Ok(())
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replies
+
+/// `{"id": …, "ok": true, "result": …}` and a newline.
+pub fn ok_line(id: &Value, result: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": true, "result": result}))
+        .expect("JSON values serialise");
+    out.push(b'\n');
+    out
+}
+
+/// `{"id": …, "ok": false, "error": {"code": …, "message": …, …data}}` and a newline.
+pub fn err_line(id: &Value, code: Code, message: &str, data: Option<&Value>) -> Vec<u8> {
+    let mut error = serde_json::json!({"code": code.as_str(), "message": message});
+    if let (Some(Value::Object(extra)), Value::Object(e)) = (data, &mut error) {
+        for (k, v) in extra {
+            if k != "code" && k != "message" {
+                e.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": false, "error": error}))
+        .expect("JSON values serialise");
+    out.push(b'\n');
+    out
+}
+
+/// A stream item: `{"id": …,` followed by a pre-rendered body (`"seq":…,"type":…}`), so one
+/// rendering of an adapter line serves every attached client.
+pub fn stream_line(id: &Value, body: &str) -> Vec<u8> {
+    let id = serde_json::to_string(id).expect("JSON values serialise");
+    let mut out = Vec::with_capacity(id.len() + body.len() + 10);
+    out.extend_from_slice(b"{\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.push(b',');
+    out.extend_from_slice(body.as_bytes());
+    out.extend_from_slice(b"}\n");
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Framing
+
+/// What [`LineReader::next_frame`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A complete line, without its `\n` (and without a `\r` before it).
+    Line(Vec<u8>),
+    /// A line longer than the limit; its bytes up to the next newline are discarded.
+    TooLong,
+}
+
+/// Splits a byte stream into lines of at most `limit` bytes, never holding more than `limit`
+/// plus one read's worth in memory: a longer line is reported once as [`Frame::TooLong`] and
+/// skipped up to its newline, and the stream stays usable after it.
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    limit: usize,
+    skipping: bool,
+    eof: bool,
+}
+
+impl<R: Read> LineReader<R> {
+    pub fn new(inner: R, limit: usize) -> LineReader<R> {
+        LineReader {
+            inner,
+            buf: Vec::new(),
+            limit,
+            skipping: false,
+            eof: false,
+        }
+    }
+
+    /// The next frame; `Ok(None)` at end of stream (a final unterminated line is returned first).
+    pub fn next_frame(&mut self) -> io::Result<Option<Frame>> {
+        let mut scanned = 0;
+        loop {
+            if let Some(pos) = self.buf[scanned..].iter().position(|&b| b == b'\n') {
+                let end = scanned + pos;
+                let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+                line.pop();
+                if self.skipping {
+                    self.skipping = false;
+                    scanned = 0;
+                    continue;
+                }
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if line.len() > self.limit {
+                    return Ok(Some(Frame::TooLong));
+                }
+                return Ok(Some(Frame::Line(line)));
+            }
+            scanned = self.buf.len();
+            if self.skipping {
+                self.buf.clear();
+                scanned = 0;
+            } else if self.buf.len() > self.limit + 1 {
+                self.buf.clear();
+                self.skipping = true;
+                return Ok(Some(Frame::TooLong));
+            }
+            if self.eof {
+                if self.buf.is_empty() || self.skipping {
+                    return Ok(None);
+                }
+                let line = std::mem::take(&mut self.buf);
+                return Ok(Some(Frame::Line(line)));
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match self.inner.read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_of(line: &[u8]) -> Code {
+        parse_request(line).unwrap_err().code
+    }
+
+    #[test]
+    fn parses_every_op() {
+        type Check = fn(&Op) -> bool;
+        let cases: &[(&str, Check)] = &[
+            (r#"{"id":1,"op":"status"}"#, |o| *o == Op::Status),
+            (
+                r#"{"id":"a","op":"ensure","session":"s","argv":["cat"],"env":{"A":"1"},"graceMs":5}"#,
+                |o| matches!(o, Op::Ensure(e) if e.argv == ["cat"] && e.grace_ms == Some(5)),
+            ),
+            (
+                r#"{"id":2,"op":"send","session":"s","line":"{}"}"#,
+                |o| matches!(o, Op::Send(s) if s.line == "{}"),
+            ),
+            (
+                r#"{"id":3,"op":"attach","session":"s","since":7}"#,
+                |o| matches!(o, Op::Attach(a) if a.since == 7),
+            ),
+            (
+                r#"{"id":4,"op":"cancel","session":"s","acpSessionId":"x"}"#,
+                |o| matches!(o, Op::Cancel(c) if c.acp_session_id.as_deref() == Some("x")),
+            ),
+            (
+                r#"{"id":5,"op":"close","lease":"L","sessions":["a","b"]}"#,
+                |o| matches!(o, Op::Close(c) if c.targets.len() == 3),
+            ),
+            (
+                r#"{"id":6,"op":"reap","dryRun":true}"#,
+                |o| matches!(o, Op::Reap(r) if r.dry_run),
+            ),
+            (r#"{"id":7,"op":"leases","state":"open"}"#, |o| {
+                matches!(o, Op::Leases(_))
+            }),
+            (
+                r#"{"id":8,"op":"sessions","requesterSessionKey":"r","visibility":"self"}"#,
+                |o| matches!(o, Op::Sessions(s) if s.scope.visibility == Visibility::SelfOnly),
+            ),
+            (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
+                matches!(o, Op::Events(_))
+            }),
+        ];
+        for (line, check) in cases {
+            let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));
+            assert!(check(&r.op), "{line}: {:?}", r.op);
+        }
+        assert_eq!(OPS.len(), cases.len());
+    }
+
+    #[test]
+    fn malformed_requests_get_codes_and_keep_the_id_when_readable() {
+        assert_eq!(code_of(b"{nope"), Code::BadJson);
+        assert_eq!(code_of(b"[1,2]"), Code::BadJson);
+        assert_eq!(code_of(b"\"status\""), Code::BadJson);
+        assert_eq!(code_of(b"{\"id\":1,\"op\":\"st\xffatus\"}"), Code::BadUtf8);
+        assert_eq!(code_of(br#"{"op":"status"}"#), Code::BadRequest);
+        assert_eq!(code_of(br#"{"id":[1],"op":"status"}"#), Code::BadRequest);
+        let e = parse_request(br#"{"id":9,"op":"frobnicate"}"#).unwrap_err();
+        assert_eq!((e.code, e.id), (Code::UnknownOp, Value::from(9)));
+        let e = parse_request(br#"{"id":"x","op":"send","line":"a"}"#).unwrap_err();
+        assert_eq!((e.code, e.id.clone()), (Code::BadRequest, Value::from("x")));
+        assert!(e.message.contains("session"), "{}", e.message);
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"status","extra":1}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"reap","dryrun":true}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"send","session":"s","line":"a\nb"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"attach","session":"s","since":"x"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"cancel","session":"s","lease":"l"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","argv":[]}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","argv":["x"],"env":{"LEASH_WRAP_BIN":"/tmp/evil"}}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","argv":["x"],"cwd":"rel"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"leases","state":"gone"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"sessions","visibility":"everything"}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"sessions","a2a":false,"a2aAllow":["a:b"]}"#),
+            Code::BadRequest
+        );
+        let long = vec![b' '; MAX_LINE + 1];
+        assert_eq!(code_of(&long), Code::LineTooLong);
+    }
+
+    #[test]
+    fn every_code_round_trips() {
+        for c in [
+            Code::BadUtf8,
+            Code::BadJson,
+            Code::LineTooLong,
+            Code::BadRequest,
+            Code::UnknownOp,
+            Code::NotFound,
+            Code::Conflict,
+            Code::NotRunning,
+            Code::SeqEvicted,
+            Code::SpawnFailed,
+            Code::Forbidden,
+            Code::ShuttingDown,
+            Code::Internal,
+        ] {
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+        }
+    }
+
+    #[test]
+    fn replies_are_single_lines() {
+        let id = Value::from("a\nb");
+        for line in [
+            ok_line(&id, &serde_json::json!({"x": "y\nz"})),
+            err_line(
+                &id,
+                Code::Internal,
+                "m\n",
+                Some(&serde_json::json!({"oldest": 3})),
+            ),
+            stream_line(&id, r#""seq":1,"type":"output","line":"x""#),
+        ] {
+            assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(v["id"], id);
+        }
+        let e: Value = serde_json::from_slice(&err_line(
+            &id,
+            Code::SeqEvicted,
+            "m",
+            Some(&serde_json::json!({"oldestSeq": 3})),
+        ))
+        .unwrap();
+        assert_eq!(e["error"]["code"], "seq_evicted");
+        assert_eq!(e["error"]["oldestSeq"], 3);
+    }
+
+    #[test]
+    fn line_reader_frames_and_survives_overlong_lines() {
+        let mut input = Vec::new();
+        input.extend_from_slice(b"one\r\n");
+        input.extend(std::iter::repeat_n(b'x', 300));
+        input.extend_from_slice(b"\ntwo\n\nthree");
+        let mut r = LineReader::new(&input[..], 100);
+        let mut frames = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            frames.push(f);
+        }
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Line(b"one".to_vec()),
+                Frame::TooLong,
+                Frame::Line(b"two".to_vec()),
+                Frame::Line(Vec::new()),
+                Frame::Line(b"three".to_vec()),
+            ]
+        );
+    }
+
+    #[test]
+    fn line_reader_handles_one_byte_reads() {
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.0.is_empty() || buf.is_empty() {
+                    return Ok(0);
+                }
+                buf[0] = self.0[0];
+                self.0 = &self.0[1..];
+                Ok(1)
+            }
+        }
+        let mut data = b"ab\n".to_vec();
+        data.extend(std::iter::repeat_n(b'y', 50));
+        data.extend_from_slice(b"\ncd\n");
+        let mut r = LineReader::new(Trickle(&data), 10);
+        assert_eq!(r.next_frame().unwrap(), Some(Frame::Line(b"ab".to_vec())));
+        assert_eq!(r.next_frame().unwrap(), Some(Frame::TooLong));
+        assert_eq!(r.next_frame().unwrap(), Some(Frame::Line(b"cd".to_vec())));
+        assert_eq!(r.next_frame().unwrap(), None);
+    }
+}

@@ -1,0 +1,1097 @@
+//! A supervised session: one `leash exec` child of the daemon (lease committed, then the wrapper,
+//! then the adapter), its stdin writer, a thread reading its stdout into a bounded replay buffer,
+//! a thread logging its stderr, and a waiter that settles the lease when the wrapper exits.
+//!
+//! **Seqs.** Output lines and lifecycle events share one per-session, monotonic seq space, the
+//! same one the store's `events` table uses. Output is never written to SQLite line by line: the
+//! session reserves blocks of [`SEQ_BLOCK`] seqs in the store (one write per block), and any event
+//! recorded meanwhile — by the daemon, by a `Controller`, by another process — gets a seq above
+//! the block. Stored events are merged into the stream in seq order whenever a block is reserved
+//! and after every lifecycle action, so a client sees every item exactly once, in seq order, and
+//! a persisted event has the same seq in the database as in the stream. Seqs may skip (the unused
+//! rest of a block); they never repeat or go back, also across daemon restarts.
+//!
+//! **Busy.** A `session/prompt` JSON-RPC request written to the adapter's stdin marks the session
+//! busy until a response with the same id appears on its stdout. The classification is pure
+//! ([`classify_outgoing`], [`classify_incoming`]).
+
+use crate::daemon::protocol::Ensure;
+use crate::lease::{now_ms, LeaseState, ProcessId};
+use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
+use crate::proc::LiveTable;
+use crate::report::WrapperReport;
+use crate::state::StateRoot;
+use crate::store::{Event, Store, StoreError};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Seqs reserved in the store at a time for output lines.
+pub const SEQ_BLOCK: i64 = 1024;
+/// An adapter line longer than this is cut (and marked `truncated`).
+pub const MAX_ADAPTER_LINE: usize = 8 << 20;
+/// How many of the adapter's last stderr lines are kept for error messages.
+const STDERR_TAIL: usize = 20;
+/// How long `ensure` waits for the lease and the adapter's start.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// After the wrapper exits, how long to wait for the rest of its stdout.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many unanswered requests are tracked per session (a bound against a client that never
+/// reads responses).
+const MAX_TRACKED: usize = 4096;
+
+/// Replay buffer bounds. At least the newest item is always kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub lines: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// Spawned; the lease or the adapter's start is not confirmed yet.
+    Starting,
+    Running,
+    /// A close is in flight (or ended and the exit is being collected).
+    Closing,
+    /// The wrapper exited and was reaped; the buffer stays readable for a while.
+    Ended,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot open the state database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot start leash exec ({exe}): {source}")]
+    Exec {
+        exe: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("session {session_key} already has a live lease {lease_id} that this daemon does not supervise; close it first")]
+    Conflict {
+        session_key: String,
+        lease_id: String,
+    },
+    #[error("the adapter did not start (exit status {status}){detail}")]
+    Failed { status: String, detail: String },
+    #[error("the adapter did not start within {0:?}; the session is being closed")]
+    Timeout(Duration),
+}
+
+/// Everything `spawn` needs from the daemon.
+pub struct SpawnSpec<'a> {
+    pub root: &'a StateRoot,
+    /// The `leash` binary to run `exec` with.
+    pub exe: &'a Path,
+    pub daemon_pid: i32,
+    pub default_grace_ms: u64,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseInfo {
+    pub lease_id: String,
+    pub root: ProcessId,
+}
+
+/// One buffered stream item: its seq and its pre-rendered JSON body (without the request id).
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub seq: i64,
+    pub body: Arc<str>,
+}
+
+/// What an attached reader gets from [`Session::next_batch`].
+#[derive(Debug)]
+pub enum Batch {
+    Items(Vec<Item>),
+    /// The session ended and every item up to `last_seq` was handed out.
+    Ended {
+        last_seq: i64,
+    },
+    /// Nothing new within the wait.
+    Idle,
+    /// The cursor fell out of the buffer.
+    Evicted {
+        oldest_seq: i64,
+        last_seq: i64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPrompt {
+    pub id: Value,
+    pub acp_session_id: Option<String>,
+    pub since: i64,
+}
+
+pub struct Session {
+    pub key: String,
+    lease: OnceLock<LeaseInfo>,
+    root: StateRoot,
+    child_pid: i32,
+    created_at: i64,
+    stdin: Mutex<Option<ChildStdin>>,
+    /// Serialises what is written to the adapter and the intents about this session (send,
+    /// cancel), so requests about one session apply in order across connections.
+    ops: Mutex<()>,
+    inner: Mutex<Inner>,
+    changed: Condvar,
+}
+
+struct Inner {
+    store: Store,
+    limits: Limits,
+    items: VecDeque<Item>,
+    bytes: usize,
+    /// The highest seq that was dropped from the buffer.
+    evicted_upto: i64,
+    next: i64,
+    reserved_upto: i64,
+    /// The highest stored event seq merged into the stream.
+    last_synced: i64,
+    last_emitted: i64,
+    phase: Phase,
+    close_in_flight: bool,
+    exit_status: Option<i32>,
+    ended_at: Option<Instant>,
+    pending: BTreeMap<String, PendingPrompt>,
+    /// `session/new` and `session/load` requests awaiting their response (to learn ACP ids).
+    opening: HashMap<String, Option<String>>,
+    acp_sessions: BTreeSet<String>,
+    last_traffic: Instant,
+    output_lines: u64,
+    attached: usize,
+    stderr_tail: VecDeque<String>,
+}
+
+/// A session's state as `status` and `sessions` report it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    pub session_key: String,
+    pub lease_id: Option<String>,
+    pub root_pid: Option<i32>,
+    pub phase: Phase,
+    pub busy: bool,
+    pub pending_prompts: Vec<PendingPrompt>,
+    pub acp_session_ids: Vec<String>,
+    pub created_at: i64,
+    pub idle_ms: u64,
+    pub output_lines: u64,
+    pub oldest_seq: Option<i64>,
+    pub last_seq: i64,
+    pub buffered_lines: usize,
+    pub buffered_bytes: usize,
+    pub attached: usize,
+    pub exit_status: Option<i32>,
+}
+
+/// Starts `leash exec` for the request and the threads that serve it. The session is returned
+/// in [`Phase::Starting`]; [`Session::await_started`] confirms the lease and the adapter.
+pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnError> {
+    let store = Store::open(&spec.root.db_path())?;
+    let last = store.last_seq(&req.session)?;
+    let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
+    let mut cmd = Command::new(spec.exe);
+    cmd.arg("--state-dir")
+        .arg(spec.root.dir())
+        .arg("exec")
+        .arg("--owner-pid")
+        .arg(spec.daemon_pid.to_string())
+        .arg("--session")
+        .arg(&req.session)
+        .arg("--grace-ms")
+        .arg(grace.to_string());
+    for (flag, v) in [
+        ("--agent", &req.agent),
+        ("--owner", &req.owner),
+        ("--spawned-by", &req.spawned_by),
+        ("--parent", &req.parent),
+    ] {
+        if let Some(v) = v {
+            cmd.arg(flag).arg(v);
+        }
+    }
+    cmd.arg("--").args(&req.argv);
+    if let Some(cwd) = &req.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.env_remove(crate::state::ENV_STATE_DIR)
+        .envs(&req.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: a Ctrl-C meant for a foreground daemon must reach the daemon alone, which
+        // then closes its sessions in order.
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|source| SpawnError::Exec {
+        exe: spec.exe.display().to_string(),
+        source,
+    })?;
+    let child_pid = child.id() as i32;
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let session = Arc::new(Session {
+        key: req.session.clone(),
+        lease: OnceLock::new(),
+        root: spec.root.clone(),
+        child_pid,
+        created_at: now_ms(),
+        stdin: Mutex::new(child.stdin.take()),
+        ops: Mutex::new(()),
+        inner: Mutex::new(Inner {
+            store,
+            limits: spec.limits,
+            items: VecDeque::new(),
+            bytes: 0,
+            evicted_upto: 0,
+            next: last + 1,
+            reserved_upto: last,
+            last_synced: last,
+            last_emitted: last,
+            phase: Phase::Starting,
+            close_in_flight: false,
+            exit_status: None,
+            ended_at: None,
+            pending: BTreeMap::new(),
+            opening: HashMap::new(),
+            acp_sessions: BTreeSet::new(),
+            last_traffic: Instant::now(),
+            output_lines: 0,
+            attached: 0,
+            stderr_tail: VecDeque::new(),
+        }),
+        changed: Condvar::new(),
+    });
+    tracing::info!(session_key = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
+
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("out:{}", req.session))
+        .spawn(move || {
+            s.read_stdout(stdout);
+            let _ = done_tx.send(());
+        })
+        .expect("spawn thread");
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("err:{}", req.session))
+        .spawn(move || s.read_stderr(stderr))
+        .expect("spawn thread");
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("wait:{}", req.session))
+        .spawn(move || s.supervise(child, done_rx))
+        .expect("spawn thread");
+    Ok(session)
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent-enough data (plain counters and
+        // buffers); serving the other clients matters more than poisoning.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn lease(&self) -> Option<&LeaseInfo> {
+        self.lease.get()
+    }
+
+    pub fn lease_id(&self) -> Option<&str> {
+        self.lease.get().map(|l| l.lease_id.as_str())
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.lock().phase
+    }
+
+    pub fn busy(&self) -> bool {
+        !self.lock().pending.is_empty()
+    }
+
+    /// How long ago the last line went either way.
+    pub fn idle_for(&self) -> Duration {
+        self.lock().last_traffic.elapsed()
+    }
+
+    /// When the session ended, if it did.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.lock().ended_at
+    }
+
+    pub fn last_seq(&self) -> i64 {
+        self.lock().last_emitted
+    }
+
+    /// Holds the per-session order lock (see the `ops` field).
+    pub fn order(&self) -> MutexGuard<'_, ()> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
+    /// wrapper's report that the adapter started. On failure the reason includes the last lines
+    /// the child wrote to stderr.
+    pub fn await_started(&self) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.lease.get().is_none() {
+                let found = {
+                    let g = self.lock();
+                    g.store.latest_lease_for_session(&self.key)
+                };
+                match found {
+                    Ok(Some(l)) if l.root_pid == self.child_pid => {
+                        let _ = self.lease.set(LeaseInfo {
+                            lease_id: l.lease_id.clone(),
+                            root: l.root(),
+                        });
+                        self.sync_events();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(session_key = %self.key, error = %e, "cannot read the lease yet")
+                    }
+                }
+            }
+            if let Some(info) = self.lease.get() {
+                if let Some(r) = WrapperReport::read(&self.root, &info.lease_id)
+                    .filter(|r| r.wrapper_pid == self.child_pid)
+                {
+                    if r.adapter_pid.is_some() {
+                        let mut g = self.lock();
+                        if g.phase == Phase::Starting {
+                            g.phase = Phase::Running;
+                        }
+                        return Ok(());
+                    }
+                    if let Some(code) = r.exit_status {
+                        return Err(self.failure(code.to_string()));
+                    }
+                }
+            }
+            let (phase, status) = {
+                let g = self.lock();
+                (g.phase, g.exit_status)
+            };
+            if phase == Phase::Ended {
+                if self.lease.get().is_none() {
+                    // leash exec refused before committing a lease of ours: a live lease of the
+                    // session that is not ours is the usual reason.
+                    let g = self.lock();
+                    if let Ok(Some(l)) = g.store.active_lease_for_session(&self.key) {
+                        return Err(SpawnError::Conflict {
+                            session_key: self.key.clone(),
+                            lease_id: l.lease_id,
+                        });
+                    }
+                }
+                return Err(self.failure(status.map_or("unknown".into(), |c| c.to_string())));
+            }
+            if Instant::now() >= deadline {
+                return Err(SpawnError::Timeout(START_TIMEOUT));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn failure(&self, status: String) -> SpawnError {
+        // The stderr reader may still be draining the child's last words.
+        let mut tail = Vec::new();
+        for _ in 0..50 {
+            tail = self.lock().stderr_tail.iter().cloned().collect();
+            if !tail.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        SpawnError::Failed {
+            status,
+            detail: if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", tail.join(" | "))
+            },
+        }
+    }
+
+    /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
+    /// in it. Blocks while the adapter does not read (pipe backpressure).
+    pub fn write_line(&self, line: &str) -> io::Result<()> {
+        // Tracked before the write: a fast adapter may answer before the write call returns,
+        // and its response must find the request.
+        let tracked = self.track_outgoing(classify_outgoing(line));
+        let written = {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+            match stdin.as_mut() {
+                None => Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the adapter's stdin is closed",
+                )),
+                Some(w) => {
+                    let mut buf = Vec::with_capacity(line.len() + 1);
+                    buf.extend_from_slice(line.as_bytes());
+                    buf.push(b'\n');
+                    w.write_all(&buf).and_then(|()| w.flush())
+                }
+            }
+        };
+        let mut g = self.lock();
+        match &written {
+            Ok(()) => g.last_traffic = Instant::now(),
+            Err(_) => {
+                if let Some(key) = tracked {
+                    g.pending.remove(&key);
+                    g.opening.remove(&key);
+                }
+            }
+        }
+        written
+    }
+
+    /// Records a request that expects a response; returns its tracking key.
+    fn track_outgoing(&self, out: Outgoing) -> Option<String> {
+        let mut g = self.lock();
+        match out {
+            Outgoing::Prompt { id, acp_session } => {
+                if let Some(a) = &acp_session {
+                    g.acp_sessions.insert(a.clone());
+                }
+                if g.pending.len() >= MAX_TRACKED {
+                    return None;
+                }
+                let key = id.to_string();
+                g.pending.insert(
+                    key.clone(),
+                    PendingPrompt {
+                        id,
+                        acp_session_id: acp_session,
+                        since: now_ms(),
+                    },
+                );
+                Some(key)
+            }
+            Outgoing::Opens { id, acp_session } => {
+                if let Some(a) = &acp_session {
+                    g.acp_sessions.insert(a.clone());
+                }
+                if g.opening.len() >= MAX_TRACKED {
+                    return None;
+                }
+                let key = id.to_string();
+                g.opening.insert(key.clone(), acp_session);
+                Some(key)
+            }
+            Outgoing::Other => None,
+        }
+    }
+
+    /// The ACP session a `cancel` without an explicit id is meant for: the one of the only
+    /// unanswered prompt, else the only ACP session seen.
+    pub fn infer_acp_session(&self) -> Option<String> {
+        let g = self.lock();
+        let prompts: BTreeSet<&String> = g
+            .pending
+            .values()
+            .filter_map(|p| p.acp_session_id.as_ref())
+            .collect();
+        if prompts.len() == 1 {
+            return prompts.into_iter().next().cloned();
+        }
+        if g.acp_sessions.len() == 1 {
+            return g.acp_sessions.iter().next().cloned();
+        }
+        None
+    }
+
+    /// Drops the adapter's stdin (it sees EOF).
+    pub fn close_stdin(&self) {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// Marks the session as closing; false when it is not running (or already closing).
+    pub fn begin_close(&self) -> bool {
+        let mut g = self.lock();
+        if matches!(g.phase, Phase::Starting | Phase::Running) && !g.close_in_flight {
+            g.phase = Phase::Closing;
+            g.close_in_flight = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Marks the session closing if it is running, not busy, and quiet for at least `idle`;
+    /// returns how long it was quiet. Decided under the order lock, so a prompt being sent
+    /// right now is either seen (busy: kept) or comes after the mark (refused: not running).
+    pub fn begin_idle_close(&self, idle: Duration) -> Option<Duration> {
+        // A send in progress is traffic: not idle.
+        let _order = self.ops.try_lock().ok()?;
+        let mut g = self.lock();
+        let quiet = g.last_traffic.elapsed();
+        if g.phase != Phase::Running
+            || g.close_in_flight
+            || g.is_busy()
+            || quiet < idle
+            || self.lease.get().is_none()
+        {
+            return None;
+        }
+        g.phase = Phase::Closing;
+        g.close_in_flight = true;
+        Some(quiet)
+    }
+
+    /// Ends a close begun with [`Session::begin_close`]. When nothing was terminated (ownership
+    /// unverified, a conflict, an error) the session is running again.
+    pub fn end_close(&self, outcome: Option<&CloseOutcome>) {
+        let terminated = matches!(
+            outcome.map(|o| o.result),
+            Some(CloseResult::Closed | CloseResult::Lost)
+        );
+        {
+            let mut g = self.lock();
+            g.close_in_flight = false;
+            if !terminated && g.phase == Phase::Closing {
+                g.phase = Phase::Running;
+            }
+        }
+        if terminated {
+            self.close_stdin();
+        }
+        self.sync_events();
+        self.changed.notify_all();
+    }
+
+    /// Records a lifecycle event in the store and merges it (with anything recorded before it)
+    /// into the stream. Returns its seq.
+    pub fn record_event(&self, kind: &str, detail: Option<Value>) -> Result<i64, StoreError> {
+        let mut g = self.lock();
+        let seq = g
+            .store
+            .record_event(&self.key, self.lease_id(), kind, detail)?;
+        g.sync(&self.key);
+        drop(g);
+        self.changed.notify_all();
+        Ok(seq)
+    }
+
+    /// Merges events other parties recorded into the stream.
+    pub fn sync_events(&self) {
+        let mut g = self.lock();
+        let before = g.last_emitted;
+        g.sync(&self.key);
+        let moved = g.last_emitted != before;
+        drop(g);
+        if moved {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Where an attach may start: `Err` when `since` fell out of the buffer.
+    pub fn check_since(&self, since: i64) -> Result<(Option<i64>, i64), (i64, i64)> {
+        let g = self.lock();
+        let oldest = g.items.front().map(|i| i.seq);
+        if since < g.evicted_upto {
+            return Err((oldest.unwrap_or(g.last_emitted), g.last_emitted));
+        }
+        Ok((oldest, g.last_emitted))
+    }
+
+    pub fn attached(&self, delta: isize) {
+        let mut g = self.lock();
+        g.attached = g.attached.saturating_add_signed(delta);
+    }
+
+    /// Items with a seq above `cursor` (at most `max`), waiting up to `wait` for new ones.
+    pub fn next_batch(&self, cursor: i64, max: usize, wait: Duration) -> Batch {
+        let mut g = self.lock();
+        let deadline = Instant::now() + wait;
+        loop {
+            if cursor < g.evicted_upto {
+                return Batch::Evicted {
+                    oldest_seq: g.items.front().map_or(g.last_emitted, |i| i.seq),
+                    last_seq: g.last_emitted,
+                };
+            }
+            let start = g.items.partition_point(|i| i.seq <= cursor);
+            if start < g.items.len() {
+                return Batch::Items(g.items.range(start..).take(max).cloned().collect());
+            }
+            if g.phase == Phase::Ended {
+                return Batch::Ended {
+                    last_seq: g.last_emitted,
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Batch::Idle;
+            }
+            g = self
+                .changed
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    pub fn status(&self) -> SessionStatus {
+        let g = self.lock();
+        SessionStatus {
+            session_key: self.key.clone(),
+            lease_id: self.lease_id().map(str::to_owned),
+            root_pid: self.lease.get().map(|l| l.root.pid),
+            phase: g.phase,
+            busy: !g.pending.is_empty(),
+            pending_prompts: g.pending.values().cloned().collect(),
+            acp_session_ids: g.acp_sessions.iter().cloned().collect(),
+            created_at: self.created_at,
+            idle_ms: g.last_traffic.elapsed().as_millis() as u64,
+            output_lines: g.output_lines,
+            oldest_seq: g.items.front().map(|i| i.seq),
+            last_seq: g.last_emitted,
+            buffered_lines: g.items.len(),
+            buffered_bytes: g.bytes,
+            attached: g.attached,
+            exit_status: g.exit_status,
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Threads
+
+    fn read_stdout(&self, out: impl Read) {
+        let mut r = BufReader::with_capacity(64 * 1024, out);
+        loop {
+            match read_capped_line(&mut r, MAX_ADAPTER_LINE) {
+                Ok(Some((line, truncated))) => self.push_output(&line, truncated),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(session_key = %self.key, error = %e, "reading the adapter's stdout failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn push_output(&self, raw: &[u8], truncated: bool) {
+        let text = String::from_utf8_lossy(raw);
+        let lossy = matches!(text, std::borrow::Cow::Owned(_));
+        let mut g = self.lock();
+        g.last_traffic = Instant::now();
+        g.output_lines += 1;
+        if !g.pending.is_empty() || !g.opening.is_empty() {
+            if let Incoming::Response { id, session_id } = classify_incoming(&text) {
+                let key = id.to_string();
+                g.pending.remove(&key);
+                if let Some(asked) = g.opening.remove(&key) {
+                    if let Some(a) = session_id.or(asked) {
+                        g.acp_sessions.insert(a);
+                    }
+                }
+            }
+        }
+        let seq = g.alloc_seq(&self.key);
+        let mut body = format!(
+            "\"seq\":{seq},\"type\":\"output\",\"line\":{}",
+            serde_json::to_string(&*text).expect("strings serialise")
+        );
+        if lossy {
+            body.push_str(",\"lossy\":true");
+        }
+        if truncated {
+            body.push_str(",\"truncated\":true");
+        }
+        g.push(seq, body.into());
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    fn read_stderr(&self, err: impl Read) {
+        let mut r = BufReader::new(err);
+        while let Ok(Some((line, _))) = read_capped_line(&mut r, 64 * 1024) {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            tracing::info!(session_key = %self.key, "stderr: {text}");
+            let mut g = self.lock();
+            if g.stderr_tail.len() == STDERR_TAIL {
+                g.stderr_tail.pop_front();
+            }
+            g.stderr_tail.push_back(text);
+        }
+    }
+
+    /// Waits for the wrapper to exit, then settles the lease and ends the stream.
+    fn supervise(self: Arc<Self>, mut child: Child, stdout_done: mpsc::Receiver<()>) {
+        let status = child.wait();
+        let code = match &status {
+            Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
+            Err(e) => {
+                tracing::error!(session_key = %self.key, error = %e, "cannot wait for the wrapper");
+                None
+            }
+        };
+        // Output written before the exit comes before the exit event.
+        let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
+        {
+            // A close in flight settles the lease itself; let it finish first so its events
+            // precede the exit.
+            let mut g = self.lock();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while g.close_in_flight && Instant::now() < deadline {
+                g = self
+                    .changed
+                    .wait_timeout(g, Duration::from_millis(200))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        if let Some(info) = self.lease.get().cloned() {
+            self.settle_lease(&info);
+        }
+        tracing::info!(session_key = %self.key, status = ?code, "session ended");
+        let detail = json!({ "status": code, "wrapperPid": self.child_pid });
+        if let Err(e) = self.record_event("exit", Some(detail)) {
+            tracing::error!(session_key = %self.key, error = %e, "cannot record the exit");
+        }
+        self.close_stdin();
+        let mut g = self.lock();
+        g.exit_status = code;
+        g.phase = Phase::Ended;
+        g.ended_at = Some(Instant::now());
+        g.pending.clear();
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The wrapper is gone (we reaped it). Its report turns an open lease `lost` with the exit
+    /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
+    /// whatever may remain of its tree is verified and terminated like any close.
+    fn settle_lease(&self, info: &LeaseInfo) {
+        let table = LiveTable;
+        let mut ctl = match Controller::open(self.root.clone(), &table) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(session_key = %self.key, error = %e, "cannot settle the lease");
+                return;
+            }
+        };
+        if let Err(e) = ctl.refresh() {
+            tracing::warn!(session_key = %self.key, error = %e, "cannot ingest the wrapper's report");
+        }
+        let still_open = matches!(
+            ctl.store().lease(&info.lease_id),
+            Ok(Some(l)) if l.state == LeaseState::Open
+        );
+        if still_open {
+            match ctl.close(&[LeaseRef::Id(info.lease_id.clone())], None) {
+                Ok(out) => {
+                    for o in out {
+                        tracing::info!(lease_id = %o.lease_id, result = ?o.result, reason = %o.reason, "lease settled after the wrapper exited");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(lease_id = %info.lease_id, error = %e, "cannot settle the lease")
+                }
+            }
+        }
+        drop(ctl);
+        self.sync_events();
+    }
+}
+
+impl Inner {
+    fn is_busy(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The next seq for an output line, reserving a new block (and merging stored events, which
+    /// all lie below it) when the current one is used up.
+    fn alloc_seq(&mut self, key: &str) -> i64 {
+        if self.next > self.reserved_upto {
+            match self.store.reserve_seqs(key, SEQ_BLOCK, self.last_synced) {
+                Ok((start, events)) => {
+                    for e in events {
+                        self.push_event(e);
+                    }
+                    self.next = self.next.max(start);
+                    self.reserved_upto = start + SEQ_BLOCK - 1;
+                }
+                Err(e) => {
+                    // Keep streaming; the next line tries again. Until then seqs may collide
+                    // with events recorded meanwhile, which is logged.
+                    tracing::error!(session_key = %key, error = %e, "cannot reserve seqs in the store");
+                }
+            }
+        }
+        let seq = self.next;
+        self.next += 1;
+        seq
+    }
+
+    /// Merges stored events above `last_synced` into the stream.
+    fn sync(&mut self, key: &str) {
+        match self.store.events_since(key, self.last_synced) {
+            Ok(events) => {
+                for e in events {
+                    self.push_event(e);
+                }
+            }
+            Err(e) => tracing::warn!(session_key = %key, error = %e, "cannot read events"),
+        }
+    }
+
+    fn push_event(&mut self, e: Event) {
+        self.last_synced = self.last_synced.max(e.seq);
+        if e.seq <= self.last_emitted {
+            return;
+        }
+        self.next = self.next.max(e.seq + 1);
+        let body = format!(
+            "\"seq\":{},\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
+            e.seq,
+            serde_json::to_string(&e.kind).expect("strings serialise"),
+            serde_json::to_string(&e.lease_id).expect("strings serialise"),
+            e.detail.unwrap_or(Value::Null),
+            e.at
+        );
+        self.push(e.seq, body.into());
+    }
+
+    fn push(&mut self, seq: i64, body: Arc<str>) {
+        self.bytes += body.len();
+        self.items.push_back(Item { seq, body });
+        self.last_emitted = seq;
+        while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
+            && self.items.len() > 1
+        {
+            let old = self.items.pop_front().expect("non-empty");
+            self.bytes -= old.body.len();
+            self.evicted_upto = old.seq;
+        }
+    }
+}
+
+/// Reads one line of at most `cap` bytes (the rest of a longer line is discarded). `None` at
+/// end of stream; a final line without a newline is returned.
+fn read_capped_line(r: &mut impl BufRead, cap: usize) -> io::Result<Option<(Vec<u8>, bool)>> {
+    let mut line = Vec::new();
+    let mut truncated = false;
+    let mut any = false;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any.then_some((line, truncated)));
+        }
+        any = true;
+        let (chunk, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        let room = cap.saturating_sub(line.len());
+        if chunk.len() > room {
+            truncated = true;
+        }
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        r.consume(used);
+        if done {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(Some((line, truncated)));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON-RPC classification (pure)
+
+/// What a line written to the adapter means for busy tracking.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    /// A `session/prompt` request: the session is busy until its response.
+    Prompt {
+        id: Value,
+        acp_session: Option<String>,
+    },
+    /// A `session/new` or `session/load` request: its response names the ACP session.
+    Opens {
+        id: Value,
+        acp_session: Option<String>,
+    },
+    Other,
+}
+
+/// What a line from the adapter means for busy tracking.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A response (`result` or `error`, no `method`) to the request with this id.
+    Response {
+        id: Value,
+        session_id: Option<String>,
+    },
+    Other,
+}
+
+pub fn classify_outgoing(line: &str) -> Outgoing {
+    if !line.contains("session/") {
+        return Outgoing::Other;
+    }
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) else {
+        return Outgoing::Other;
+    };
+    // A request has an id; a notification (no id member) gets no response.
+    let Some(id) = m.get("id").filter(|v| !v.is_null()).cloned() else {
+        return Outgoing::Other;
+    };
+    let acp_session = m
+        .get("params")
+        .and_then(|p| p.get("sessionId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    match m.get("method").and_then(Value::as_str) {
+        Some("session/prompt") => Outgoing::Prompt { id, acp_session },
+        Some("session/new" | "session/load") => Outgoing::Opens { id, acp_session },
+        _ => Outgoing::Other,
+    }
+}
+
+pub fn classify_incoming(line: &str) -> Incoming {
+    if !line.contains("\"id\"") {
+        return Incoming::Other;
+    }
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) else {
+        return Incoming::Other;
+    };
+    if m.contains_key("method") || !(m.contains_key("result") || m.contains_key("error")) {
+        return Incoming::Other;
+    }
+    let Some(id) = m.get("id").cloned() else {
+        return Incoming::Other;
+    };
+    let session_id = m
+        .get("result")
+        .and_then(|r| r.get("sessionId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Incoming::Response { id, session_id }
+}
+
+/// The ACP `session/cancel` notification for one ACP session: no `id`, so no response.
+pub fn cancel_notification(acp_session_id: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":\"session/cancel\",\"params\":{{\"sessionId\":{}}}}}",
+        serde_json::to_string(acp_session_id).expect("strings serialise")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_and_their_responses_are_recognised() {
+        let p = r#"{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"a1","prompt":[]}}"#;
+        assert_eq!(
+            classify_outgoing(p),
+            Outgoing::Prompt {
+                id: json!(7),
+                acp_session: Some("a1".into())
+            }
+        );
+        let notif = r#"{"jsonrpc":"2.0","method":"session/prompt","params":{}}"#;
+        assert_eq!(
+            classify_outgoing(notif),
+            Outgoing::Other,
+            "no id: no response expected"
+        );
+        assert_eq!(
+            classify_outgoing(r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}"#),
+            Outgoing::Opens {
+                id: json!(1),
+                acp_session: None
+            }
+        );
+        assert_eq!(
+            classify_outgoing("not json session/prompt"),
+            Outgoing::Other
+        );
+        assert_eq!(
+            classify_incoming(r#"{"jsonrpc":"2.0","id":7,"result":{"stopReason":"end_turn"}}"#),
+            Incoming::Response {
+                id: json!(7),
+                session_id: None
+            }
+        );
+        assert_eq!(
+            classify_incoming(r#"{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s9"}}"#),
+            Incoming::Response {
+                id: json!(1),
+                session_id: Some("s9".into())
+            }
+        );
+        // The agent's own requests carry a method and an id of the agent's choosing.
+        assert_eq!(
+            classify_incoming(
+                r#"{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{}}"#
+            ),
+            Incoming::Other
+        );
+        assert_eq!(
+            classify_incoming(r#"{"jsonrpc":"2.0","method":"session/update","params":{"id":1}}"#),
+            Incoming::Other
+        );
+        // 7 and "7" are different ids.
+        let Incoming::Response { id, .. } =
+            classify_incoming(r#"{"jsonrpc":"2.0","id":"7","error":{"code":-1}}"#)
+        else {
+            panic!()
+        };
+        assert_ne!(id.to_string(), json!(7).to_string());
+    }
+
+    #[test]
+    fn cancel_is_a_notification() {
+        let line = cancel_notification("se\"ss");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"se\"ss"}})
+        );
+        assert!(v.get("id").is_none());
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn capped_lines() {
+        let data = b"short\nlooooooong\r\nend";
+        let mut r = BufReader::with_capacity(3, &data[..]);
+        assert_eq!(
+            read_capped_line(&mut r, 4).unwrap(),
+            Some((b"shor".to_vec(), true))
+        );
+        assert_eq!(
+            read_capped_line(&mut r, 100).unwrap(),
+            Some((b"looooooong".to_vec(), false))
+        );
+        assert_eq!(
+            read_capped_line(&mut r, 100).unwrap(),
+            Some((b"end".to_vec(), false))
+        );
+        assert_eq!(read_capped_line(&mut r, 100).unwrap(), None);
+    }
+}

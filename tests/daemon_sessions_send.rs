@@ -1,0 +1,111 @@
+//! Issues 4 and 5: `leash sessions send` checks visibility, then writes through the daemon (the
+//! only holder of the adapter's stdin); a requester that may not see the session gets exit 5 and
+//! nothing is written. The daemon's `sessions` op answers with the same visibility check.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::json;
+use std::process::Stdio;
+
+#[test]
+fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
+    let tmp = TempDir::new("d-sessions-send");
+    let state = tmp.join("state");
+    let recorder = recorder_script(tmp.path());
+    let log = tmp.join("child.log");
+    let daemon = Daemon::start(&state, &[]);
+    let mut guard = Guard::new();
+    let mut c = daemon.connect();
+    c.call(
+        "ensure",
+        json!({
+            "session": "agent:codex:acp:child",
+            "argv": [recorder.to_str().unwrap(), log.to_str().unwrap()],
+            "agent": "codex",
+            "spawnedBy": "agent:main:main",
+        }),
+    );
+    guard.add(read_pid_file(&tmp.join("child.log.pid")));
+
+    // Not visible to an unrelated requester: exit 5, nothing written.
+    let out = run(
+        &state,
+        &[
+            "sessions",
+            "send",
+            "agent:codex:acp:child",
+            "nope",
+            "--as",
+            "agent:other:main",
+        ],
+    );
+    assert_eq!(out.code, Some(5), "{}", out.stderr);
+    // Its spawner sees its cross-agent child under tree (and all, even with a2a off).
+    for vis in ["tree", "all"] {
+        let line = format!("{{\"hello\":\"{vis}\"}}");
+        let out = run(
+            &state,
+            &[
+                "sessions",
+                "send",
+                "agent:codex:acp:child",
+                &line,
+                "--as",
+                "agent:main:main",
+                "--visibility",
+                vis,
+            ],
+        );
+        assert_eq!(out.code, Some(0), "{vis}: {}", out.stderr);
+    }
+    let lines = wait_lines(&log, 2);
+    assert_eq!(lines, vec!["{\"hello\":\"tree\"}", "{\"hello\":\"all\"}"]);
+
+    let rows = c.call(
+        "sessions",
+        json!({"requesterSessionKey": "agent:main:main", "visibility": "all", "a2a": false}),
+    );
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0]["visibleAs"], "owned", "{rows}");
+    assert_eq!(rows[0]["live"]["phase"], "running", "{rows}");
+    let none = c.call(
+        "sessions",
+        json!({"requesterSessionKey": "agent:other:main", "visibility": "all", "a2a": false}),
+    );
+    assert_eq!(none, json!([]));
+
+    // A visible session the daemon does not supervise has no stdin it could write to: exit 7.
+    let mut other = leash(&state)
+        .args([
+            "exec",
+            "--session",
+            "agent:main:acp:own",
+            "--spawned-by",
+            "agent:main:main",
+            "--",
+            "sleep",
+            "1000",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wrapper = Pid::of(other.id() as i32).unwrap();
+    guard.add(wrapper);
+    guard.add(adapter_of(wrapper));
+    let out = run(
+        &state,
+        &[
+            "sessions",
+            "send",
+            "agent:main:acp:own",
+            "x",
+            "--as",
+            "agent:main:main",
+        ],
+    );
+    assert_eq!(out.code, Some(7), "{}", out.stderr);
+    assert!(out.stderr.contains("not supervised"), "{}", out.stderr);
+    signal(wrapper, libc::SIGTERM);
+    let _ = other.wait();
+}
