@@ -193,12 +193,12 @@ pub fn owns_foreground_tty() -> bool {
 ///
 /// The child shares our memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, as glibc's
 /// posix_spawn does, which itself cannot arm PR_SET_PDEATHSIG): no page tables are copied and no
-/// copy-on-write faults follow. For a process as small as this one a fork is cheap too (no
-/// measurable difference in start time); what this saves is std's spawn machinery, which made up
-/// ~50 kB of the static binary and ~0.1 MB of the wrapper's resident memory (docs/benchmarks.md).
-/// While the child runs we are suspended, so it may use our memory: it runs on its own stack,
-/// makes only async-signal-safe calls that neither allocate nor lock, and reports a failure by
-/// storing its errno in `ChildArgs` before `_exit`.
+/// copy-on-write faults follow. Against std's fork (what std takes once a `pre_exec` hook is set)
+/// that is ~0.1 ms per start on a quiet machine, and std's spawn machinery no longer links
+/// (~50 kB of the static binary); see docs/benchmarks.md. While the child runs we are suspended,
+/// so it may use our memory: it runs on its own stack, makes only async-signal-safe calls that
+/// neither allocate nor lock, and reports a failure by storing its errno in `ChildArgs` before
+/// `_exit`.
 pub fn spawn(cmd: &[OsString], wrapper_pid: i32, hand_tty: bool) -> io::Result<i32> {
     let args = cmd
         .iter()
