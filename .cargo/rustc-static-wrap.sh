@@ -4,8 +4,8 @@
 #
 # It adds `-C target-feature=+crt-static` to exactly one compilation: the `leash-wrap` binary on
 # a linux-gnu target. One wrapper runs per session; linking it statically saves the dynamic
-# loader's work (about 0.35-0.55 ms per start) and about 0.75 MB of RSS per wrapper (measured
-# in docs/benchmarks.md). Cargo's fingerprints do not see this flag: after changing how the
+# loader's work (about 0.5 ms per start) and 0.65-0.85 MB of RSS per wrapper (measured in
+# docs/benchmarks.md). Cargo's fingerprints do not see this flag: after changing how the
 # wrapper is linked, `cargo clean -p leash-wrap`. Why not a rustflag: `[target.<triple>] rustflags` without `--target` also
 # reach proc-macro crates, which cannot be built with crt-static on gnu ("cannot produce
 # proc-macro ... does not support these crate types"); `[build] target = ...` would move every
