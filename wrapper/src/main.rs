@@ -14,13 +14,15 @@
 //! `leash-wrap[PID]:`. Exit status is the adapter's: its code, or 128+N for death by signal N;
 //! 127/126 when the command cannot be run; 125 when the wrapper itself could not do its job.
 
+// One wrapper starts per session, so its start-up is on every session's path: std's runtime
+// start-up is skipped and `sys::c_main` is the entry point (see there for what that saves).
+#![cfg_attr(not(test), no_main)]
+
 mod sys;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Exit status for failures of the wrapper itself (bad usage, a setup syscall failed, the parent
@@ -63,7 +65,8 @@ struct Args {
     cmd: Vec<OsString>,
 }
 
-fn main() {
+/// Called by the entry point, `sys::c_main`.
+fn main() -> ! {
     let args = parse_args();
     let code = run(args);
     std::process::exit(code);
@@ -262,20 +265,10 @@ fn spawn_adapter(cmd: &[OsString]) -> Result<Adapter, i32> {
     // Like tini: if we own the terminal's foreground, hand it to the adapter's new group so an
     // interactive adapter is not stopped by SIGTTIN.
     let hand_tty = sys::owns_foreground_tty();
-    let mut command = Command::new(&cmd[0]);
-    command.args(&cmd[1..]).process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // syscalls (prctl, getppid, signal, tcsetpgrp, getpid); it allocates nothing.
-    unsafe {
-        command.pre_exec(move || sys::child_setup(wrapper_pid, hand_tty));
-    }
-    match command.spawn() {
-        Ok(child) => {
-            let pid = child.id() as i32;
+    match sys::spawn(cmd, wrapper_pid, hand_tty) {
+        Ok(pid) => {
             // The child is unreaped (we have not waited), so its pid cannot have been recycled.
             let pidfd = sys::pidfd_open(pid).ok();
-            // Dropping `Child` neither waits nor kills; we reap with waitpid(-1) below.
-            drop(child);
             Ok(Adapter {
                 pid,
                 pgid: pid,
@@ -288,7 +281,7 @@ fn spawn_adapter(cmd: &[OsString]) -> Result<Adapter, i32> {
             let code = match e.raw_os_error() {
                 Some(libc::ENOENT) => EXIT_NOT_FOUND,
                 Some(libc::ESRCH) => {
-                    // child_setup found the parent gone between fork and exec.
+                    // The child found the wrapper gone between clone and exec.
                     diag(&format!(
                         "not running '{name}': the wrapper's parent changed"
                     ));

@@ -1,11 +1,52 @@
 //! Every syscall the wrapper makes, each behind a small safe function. All `unsafe` of the wrapper
 //! lives here; each block states what it relies on.
 
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 pub type Fd = OwnedFd;
+
+/// The process entry point (the crate is `#![no_main]`). std's own start-up would install a
+/// stack-overflow handler: an alternate signal stack, plus `pthread_getattr_np`, which opens and
+/// parses `/proc/self/maps` with scanf. That is ~15 syscalls on every session start, and in the
+/// static build it links glibc's stdio and scanf, ~140 kB that end up resident. The wrapper
+/// needs two things of that start-up, done here: fds 0-2 open (so nothing it opens lands on
+/// them) and SIGPIPE ignored (a vanished stderr reader must not kill it). `std::env::args_os`
+/// works as before: glibc hands argv to std through `.init_array`, not through `main`.
+#[cfg(not(test))]
+#[export_name = "main"]
+extern "C" fn c_main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    open_standard_fds();
+    // SAFETY: setting a disposition to SIG_IGN runs no code of ours. `spawn` gives the adapter
+    // SIGPIPE's default back before its exec.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    crate::main()
+}
+
+/// Opens /dev/null on each of fds 0-2 that is closed, as std's start-up would.
+#[cfg(not(test))]
+fn open_standard_fds() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: fds is a live array of three pollfd; open gets a NUL-terminated literal. Opening
+    // in fd order fills the lowest closed fd first, which is the one POLLNVAL named.
+    unsafe {
+        if libc::poll(fds.as_mut_ptr(), 3, 0) == -1 {
+            return;
+        }
+        for p in &fds {
+            if p.revents & libc::POLLNVAL != 0 {
+                libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            }
+        }
+    }
+}
 
 fn last_err() -> io::Error {
     io::Error::last_os_error()
@@ -143,39 +184,159 @@ pub fn owns_foreground_tty() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-/// Runs in the forked adapter before exec. Only async-signal-safe calls, no allocation.
+/// Starts `cmd` (searched on PATH like `execvp`) as the adapter and returns its pid. Before its
+/// exec the child leads a new process group, gets the default signal mask and SIGPIPE
+/// disposition, takes the terminal's foreground when `hand_tty`, and arms PR_SET_PDEATHSIG:
+/// the kernel SIGKILLs it if the wrapper dies, even by SIGKILL. That signal is never sent if the
+/// wrapper died before the call, so `getppid()` is re-checked right after it (ESRCH when it
+/// changed): that closes the race.
 ///
-/// PR_SET_PDEATHSIG makes the kernel SIGKILL the adapter if the wrapper dies (even by SIGKILL).
-/// It is never delivered if the parent died before the call, so `getppid()` is re-checked right
-/// after: that closes the fork race.
-pub fn child_setup(wrapper_pid: i32, hand_tty: bool) -> io::Result<()> {
-    // SAFETY: async-signal-safe syscalls on integers and a local sigset only.
+/// The child shares our memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, as glibc's
+/// posix_spawn does, which itself cannot arm PR_SET_PDEATHSIG): no page tables are copied and no
+/// copy-on-write faults follow. Against std's fork (what std takes once a `pre_exec` hook is set)
+/// that is ~0.1 ms per start on a quiet machine, and std's spawn machinery no longer links
+/// (~50 kB of the static binary); see docs/benchmarks.md. While the child runs we are suspended,
+/// so it may use our memory: it runs on its own stack, makes only async-signal-safe calls that
+/// neither allocate nor lock, and reports a failure by storing its errno in `ChildArgs` before
+/// `_exit`.
+pub fn spawn(cmd: &[OsString], wrapper_pid: i32, hand_tty: bool) -> io::Result<i32> {
+    let args = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an argument contains a NUL byte",
+            )
+        })?;
+    if args.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut child = ChildArgs {
+        file: args[0].as_ptr(),
+        argv: argv.as_ptr(),
+        wrapper_pid,
+        hand_tty,
+        errno: 0,
+    };
+    // execvp may copy argv onto the stack (a script without #!), so size the stack like glibc's
+    // posix_spawn does: room for argv plus a margin for the calls themselves.
+    let stack_len = (64 * 1024 + argv.len() * std::mem::size_of::<*const libc::c_char>())
+        .next_multiple_of(4096);
+    // SAFETY: an anonymous private mapping, unmapped below once the child has exec'd or exited.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            stack_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(last_err());
+    }
+    // SAFETY: the stack grows down from its end (x86-64, aarch64); `child` and everything it
+    // points to outlive the child's use of them, because CLONE_VFORK returns only after the
+    // child has exec'd or exited. `child_main` is async-signal-safe (see there).
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            stack.cast::<u8>().add(stack_len).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut child as *mut ChildArgs).cast(),
+        )
+    };
+    let clone_err = last_err();
+    // SAFETY: the mapping made above; the child no longer runs on it.
+    unsafe { libc::munmap(stack, stack_len) };
+    if pid == -1 {
+        return Err(clone_err);
+    }
+    // SAFETY: the child wrote this field (if at all) before it exited; it is gone now.
+    let errno = unsafe { std::ptr::read_volatile(&child.errno) };
+    if errno != 0 {
+        // It exited without exec'ing: reap it here, so the supervision loop never sees it.
+        let mut status = 0;
+        // SAFETY: waiting for our own child; status is a live local.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(pid)
+}
+
+/// What the adapter's side of `spawn` reads, and where it reports a failure.
+#[repr(C)]
+struct ChildArgs {
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    wrapper_pid: i32,
+    hand_tty: bool,
+    errno: i32,
+}
+
+/// The adapter's side of `spawn`, between clone and exec.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive while the parent is suspended
+    // (CLONE_VFORK). Only async-signal-safe calls follow, on integers, a local sigset and the
+    // NUL-terminated strings and array of `ChildArgs`; nothing allocates, locks or unwinds.
     unsafe {
+        let a = arg.cast::<ChildArgs>();
+        if libc::setpgid(0, 0) != 0 {
+            child_fail(a, errno());
+        }
+        // Signal dispositions are per process here (no CLONE_SIGHAND): this changes only ours.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        cvt(libc::prctl(
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
             0,
             0,
             0,
-        ))?;
-        if libc::getppid() != wrapper_pid {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        ) != 0
+        {
+            child_fail(a, errno());
         }
-        if hand_tty {
+        if libc::getppid() != (*a).wrapper_pid {
+            child_fail(a, libc::ESRCH);
+        }
+        if (*a).hand_tty {
             // We are a background group now: tcsetpgrp would stop us with SIGTTOU.
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::tcsetpgrp(0, libc::getpid());
             libc::signal(libc::SIGTTOU, libc::SIG_DFL);
         }
+        libc::execvp((*a).file, (*a).argv);
+        child_fail(a, errno())
     }
-    Ok(())
+}
+
+/// Reports `e` to the suspended parent and exits without running any of its exit code.
+///
+/// # Safety
+/// `a` must be the `ChildArgs` of a `spawn` whose parent is suspended in `clone`.
+unsafe fn child_fail(a: *mut ChildArgs, e: i32) -> ! {
+    // SAFETY: as the caller guarantees; `_exit` runs no atexit handlers or destructors, which
+    // belong to the parent whose memory we share.
+    unsafe {
+        std::ptr::write_volatile(&mut (*a).errno, if e == 0 { libc::EIO } else { e });
+        libc::_exit(127)
+    }
+}
+
+fn errno() -> i32 {
+    last_err().raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// Writes to stderr, ignoring every failure (a closed or broken stderr must not kill us; SIGPIPE
-/// is ignored by the Rust runtime).
+/// is ignored since `c_main`).
 pub fn write_stderr(buf: &[u8]) {
     let mut rest = buf;
     while !rest.is_empty() {

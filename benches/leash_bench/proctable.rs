@@ -1,0 +1,259 @@
+//! Process-table work on a busy host: 2,000 extra live processes (our own `sleep`s), one live
+//! lease (`leash exec` of a shell with two children). Measured: verifying that lease's tree the
+//! way `close` does when its wrapper is alive (`LiveTable::subtree` + `verify_owned_tree`), the
+//! same verification over a full `LiveTable::snapshot` (what `reap` reads), the snapshot alone,
+//! and the incumbent's way: running `ps -axo pid=,ppid=,pgid=,command=` and parsing all of it
+//! for the lease's marker.
+
+use crate::procs::{self, Children, TempDir, Tracked};
+use crate::spawn::verdict;
+use crate::stats::{self, Summary, Table};
+use crate::{Config, Env};
+use leash::lifecycle::Controller;
+use leash::proc::{LiveTable, ProcessTable, Snapshot};
+use leash::state::StateRoot;
+use leash::verify::{verify_owned_tree, Expect, Verdict};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SESSION: &str = "bench-verify";
+
+pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
+    let scratch = TempDir::new("proctable");
+    let state_dir = scratch.path().join("state");
+    let root = StateRoot::open(&state_dir).map_err(|e| e.to_string())?;
+    let mut children = Children::new();
+    let mut tracked = Tracked::new();
+
+    // The lease: wrapper → sh → two sleeps, in the adapter's group.
+    let sh = procs::which("sh").ok_or("sh is not on PATH")?;
+    let lease_proc = Command::new(&env.leash)
+        .args(["exec", "--session", SESSION, "--grace-ms", "1000", "--"])
+        .arg(&sh)
+        .args(["-c", "sleep 600 & sleep 600 & wait"])
+        .env("LEASH_STATE_DIR", &state_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start leash exec: {e}"))?;
+    let root_pid = lease_proc.id() as i32;
+    children.push(lease_proc);
+    let run_dir = root.run_dir();
+    let ready = procs::wait_for(Duration::from_secs(30), || {
+        LiveTable.subtree(root_pid).is_ok_and(|s| s.len() == 4)
+            && std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some())
+    });
+    if !ready {
+        return Err("the staged lease's tree did not come up within 30 s".into());
+    }
+    tracked.add_tree(root_pid);
+
+    let mut ctl = Controller::open(root.clone(), &LiveTable).map_err(|e| e.to_string())?;
+    ctl.refresh().map_err(|e| e.to_string())?;
+    let lease = ctl
+        .store()
+        .active_lease_for_session(SESSION)
+        .map_err(|e| e.to_string())?
+        .ok_or("the staged lease is not in the store")?;
+    if lease.process_group_id.is_none() {
+        return Err("the wrapper's report was not folded into the lease".into());
+    }
+    let gateway = ctl.store().gateway_instance_id().to_string();
+    drop(ctl);
+    let wrapper_root = root.wrapper_root();
+    let expect = Expect {
+        gateway_instance_id: &gateway,
+        wrapper_root: &wrapper_root,
+    };
+    // Each measured operation must also be right: a fast wrong answer is no answer.
+    let verify = |snap: &Snapshot| -> Result<(), String> {
+        match verify_owned_tree(&lease, &expect, snap) {
+            Verdict::Owned(t) if t.len() == 4 => Ok(()),
+            other => Err(format!(
+                "verification gave {} instead of the 4-process tree",
+                other.name()
+            )),
+        }
+    };
+
+    // The crowd.
+    let mut sleepers = Children::new();
+    for _ in 0..cfg.extra_procs {
+        let c = Command::new(&env.sleep)
+            .arg("600")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start sleeper {}: {e}", sleepers.len()))?;
+        sleepers.push(c);
+    }
+    let host_procs = LiveTable.snapshot().map_err(|e| e.to_string())?.len();
+    let marker = lease.lease_id.clone();
+
+    let mut subtree = Vec::new();
+    let mut full_verify = Vec::new();
+    let mut snapshot = Vec::new();
+    let mut floor = Vec::new();
+    let mut ps = Vec::new();
+    let mut ps_lines = 0;
+    let time = |reps: usize, f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+        let mut v = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(stats::median(&v))
+    };
+    let reps_fast = if cfg.quick { 20 } else { 200 };
+    let reps_slow = if cfg.quick { 3 } else { 9 };
+    for _ in 0..cfg.table_rounds {
+        subtree.push(time(reps_fast, &mut || {
+            let snap = LiveTable.subtree(root_pid).map_err(|e| e.to_string())?;
+            verify(&snap)
+        })?);
+        full_verify.push(time(reps_slow, &mut || {
+            let snap = LiveTable.snapshot().map_err(|e| e.to_string())?;
+            verify(&snap)
+        })?);
+        snapshot.push(time(reps_slow, &mut || {
+            let snap = LiveTable.snapshot().map_err(|e| e.to_string())?;
+            std::hint::black_box(snap.len());
+            Ok(())
+        })?);
+        floor.push(time(reps_slow, &mut || {
+            if stat_pass() < cfg.extra_procs {
+                return Err("the /proc scan missed processes".into());
+            }
+            Ok(())
+        })?);
+        ps.push(time(reps_slow, &mut || {
+            let (lines, hits) = ps_and_parse(&marker)?;
+            if hits == 0 {
+                return Err("ps did not show the lease's marker".into());
+            }
+            ps_lines = lines;
+            Ok(())
+        })?);
+    }
+
+    // Close the lease (SIGTERM to its wrapper, our child, which drains its tree), then the crowd.
+    procs::term_child(&children.list[0]);
+    children.finish(Duration::from_secs(10));
+    tracked.kill_all();
+    drop(sleepers);
+
+    let per_round = |num: &[f64], den: &[f64]| -> Summary {
+        let r: Vec<f64> = num.iter().zip(den).map(|(a, b)| a / b).collect();
+        Summary::of(&r)
+    };
+    let mut out = format!(
+        "\n### 4. Process-table work with {} extra processes\n\n{host_procs} processes on the \
+         host during the run (`ps` listed {ps_lines}). The lease verified is a live `leash exec` \
+         of `sh -c 'sleep 600 & sleep 600 & wait'` (4 processes); every verification must \
+         return its 4-process tree. {} rounds; per round the median of {reps_fast} (subtree) or \
+         {reps_slow} (everything else) repetitions; median (min–max) over rounds. \"ps ÷ this\" \
+         is per round.\n\n",
+        cfg.extra_procs, cfg.table_rounds
+    );
+    let mut t = Table::new(&["operation", "time", "ps ÷ this", "target"]);
+    t.row(vec![
+        "`ps -axo pid=,ppid=,pgid=,command=`, run and parsed, marker searched (the incumbent)"
+            .into(),
+        Summary::of(&ps).show(stats::ms),
+        "1×".into(),
+        String::new(),
+    ]);
+    for (label, v, target) in [
+        (
+            "verify one lease: `LiveTable::subtree` + `verify_owned_tree` (close)",
+            &subtree,
+            true,
+        ),
+        (
+            "verify one lease over a full `LiveTable::snapshot` (reap)",
+            &full_verify,
+            false,
+        ),
+        ("full `LiveTable::snapshot` alone", &snapshot, true),
+        (
+            "floor of any full scan: list `/proc`, read every `/proc/<pid>/stat` once \
+             (bench code, not leash's)",
+            &floor,
+            false,
+        ),
+    ] {
+        let r = per_round(&ps, v);
+        t.row(vec![
+            label.into(),
+            Summary::of(v).show(stats::ms),
+            r.show(stats::ratio),
+            if target {
+                verdict(r.median >= 20.0, "≥ 20×")
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    out.push_str(&t.render());
+    Ok(out)
+}
+
+/// Runs `ps` as the incumbent does and parses every line; returns the line count and how many
+/// lines carry the marker.
+fn ps_and_parse(marker: &str) -> Result<(usize, usize), String> {
+    let out = Command::new("ps")
+        .args(["-axo", "pid=,ppid=,pgid=,command="])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ps: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ps failed: {}", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = 0;
+    let mut hits = 0;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(pid), Some(ppid), Some(pgid)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let parsed: Result<Vec<i32>, _> = [pid, ppid, pgid].iter().map(|s| s.parse()).collect();
+        if parsed.is_err() {
+            continue;
+        }
+        lines += 1;
+        let command: Vec<&str> = it.collect();
+        if command.iter().any(|w| w.contains(marker)) {
+            hits += 1;
+        }
+    }
+    Ok((lines, hits))
+}
+
+/// The least a full scan of the process table must do: list `/proc` and read each process's
+/// `stat` (parent, group, start time). Returns how many processes it read.
+fn stat_pass() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let rest = &text[text.rfind(')').map_or(0, |i| i + 1)..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 19 {
+            std::hint::black_box((f[1], f[2], f[19]));
+            n += 1;
+        }
+    }
+    n
+}
