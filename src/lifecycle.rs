@@ -19,7 +19,7 @@ use crate::proc::{self, ProcessTable, Snapshot, TableError};
 use crate::report::{self, WrapperReport};
 use crate::signal::{self, Caller, Delivery, Pinned, Sig, SignalError};
 use crate::state::StateRoot;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, Transition};
 use crate::verify::{Expect, Role};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -170,6 +170,18 @@ impl Job {
     }
 }
 
+/// Leases claimed, and (lease id, why not) for the others.
+type Claimed = (Vec<Lease>, Vec<(String, String)>);
+
+/// How one claimed lease ends.
+struct Finish {
+    lease: Lease,
+    to: LeaseState,
+    reason: String,
+    signals: Vec<SignalRecord>,
+    refused: Vec<RefusedSignal>,
+}
+
 enum JobKind {
     Lease(Lease),
     Legacy(LegacyRecord),
@@ -253,14 +265,17 @@ impl<'t> Controller<'t> {
         for r in refs {
             leases.push(self.resolve(r)?);
         }
-        let mut outcomes = Vec::new();
-        let mut claimed = Vec::new();
-        for lease in leases {
-            match self.claim(&lease)? {
-                Ok(l) => claimed.push(l),
-                Err(reason) => outcomes.push(conflict(&lease, reason)),
-            }
-        }
+        let ids: Vec<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();
+        let (claimed, lost_race) = self.claim_all(&ids)?;
+        let mut outcomes: Vec<CloseOutcome> = lost_race
+            .into_iter()
+            .filter_map(|(id, reason)| {
+                leases
+                    .iter()
+                    .find(|l| l.lease_id == id)
+                    .map(|l| conflict(l, reason))
+            })
+            .collect();
         outcomes.extend(self.terminate_leases(claimed, grace_override)?);
         Ok(outcomes)
     }
@@ -303,20 +318,17 @@ impl<'t> Controller<'t> {
             expired: 0,
             bad_rows: plan.bad_rows.clone(),
         };
-        let mut claimed = Vec::new();
+        let mut candidates = Vec::new();
         for lp in &plan.leases {
-            if let Decision::Skip { reason } = &lp.decision {
-                report.skipped.push((lp.lease_id.clone(), reason.clone()));
-                continue;
-            }
-            let Some(lease) = self.store.lease(&lp.lease_id)? else {
-                continue;
-            };
-            match self.claim(&lease)? {
-                Ok(l) => claimed.push(l),
-                Err(reason) => report.skipped.push((lease.lease_id.clone(), reason)),
+            match &lp.decision {
+                Decision::Skip { reason } => {
+                    report.skipped.push((lp.lease_id.clone(), reason.clone()))
+                }
+                _ => candidates.push(lp.lease_id.as_str()),
             }
         }
+        let (claimed, lost_race) = self.claim_all(&candidates)?;
+        report.skipped.extend(lost_race);
         report.leases = self.terminate_leases(claimed, opts.grace_ms)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
         report.expired = self.store.expire(opts.now_ms - opts.retention_ms)?;
@@ -326,26 +338,33 @@ impl<'t> Controller<'t> {
         Ok(report)
     }
 
-    /// Claims a lease for closing; `Err(reason)` when someone else holds it or it is not active.
-    fn claim(&mut self, lease: &Lease) -> Result<Result<Lease, String>, StoreError> {
-        if lease.state.is_terminal() {
-            return Ok(Err(format!("lease is already {}", lease.state)));
-        }
+    /// Claims leases for closing, in one transaction. Returns the claimed leases, and for the
+    /// others why not (someone else holds it, or it is not active any more).
+    fn claim_all(
+        &mut self,
+        ids: &[&str],
+    ) -> Result<Claimed, StoreError> {
         let table = self.table;
         let stale = |c: ProcessId| !matches!(table.alive(c), Ok(true));
-        match self.store.claim(&lease.lease_id, self.me, stale)? {
-            Some(l) => Ok(Ok(l)),
-            None => {
-                let now = self.store.lease(&lease.lease_id)?;
-                Ok(Err(match now {
-                    Some(l) if l.state == LeaseState::Closing => {
-                        format!("being closed by pid {}", l.claimed_by.map_or(0, |c| c.pid))
-                    }
-                    Some(l) => format!("lease is {}", l.state),
-                    None => "lease vanished".into(),
-                }))
+        let results = self.store.claim_many(ids, self.me, stale)?;
+        let mut claimed = Vec::new();
+        let mut refused = Vec::new();
+        for (id, r) in ids.iter().zip(results) {
+            match r {
+                Some(l) => claimed.push(l),
+                None => {
+                    let why = match self.store.lease(id)? {
+                        Some(l) if l.state == LeaseState::Closing => {
+                            format!("being closed by pid {}", l.claimed_by.map_or(0, |c| c.pid))
+                        }
+                        Some(l) => format!("lease is {}", l.state),
+                        None => "lease vanished".into(),
+                    };
+                    refused.push((id.to_string(), why));
+                }
             }
         }
+        Ok((claimed, refused))
     }
 
     /// A snapshot that covers the given leases: the union of their subtrees when every root is
@@ -393,7 +412,7 @@ impl<'t> Controller<'t> {
         };
         let refs: Vec<&Lease> = claimed.iter().collect();
         let snap = self.snapshot_for(&refs);
-        let mut outcomes = Vec::new();
+        let mut finishes = Vec::new();
         let mut jobs = Vec::new();
         for lease in claimed {
             let grace = grace_override.unwrap_or(lease.grace_ms);
@@ -413,26 +432,21 @@ impl<'t> Controller<'t> {
                         stage: Stage::Terminating,
                     });
                 }
-                Decision::MarkLost { reason } => {
-                    outcomes.push(self.finish_lease(
-                        &lease,
-                        LeaseState::Lost,
-                        reason,
-                        Vec::new(),
-                        Vec::new(),
-                    )?);
-                }
-                Decision::Leave { reason } | Decision::Skip { reason } => {
+                Decision::MarkLost { reason } => finishes.push(Finish {
+                    lease,
+                    to: LeaseState::Lost,
+                    reason,
+                    signals: Vec::new(),
+                    refused: Vec::new(),
+                }),
+                Decision::Leave { reason } | Decision::Skip { reason } => finishes.push(Finish {
+                    lease,
+                    to: LeaseState::Open,
+                    reason,
+                    signals: Vec::new(),
                     // The refusals are the evidence for leaving it open: report them.
-                    let refused = lp.refused.clone();
-                    outcomes.push(self.finish_lease(
-                        &lease,
-                        LeaseState::Open,
-                        reason,
-                        Vec::new(),
-                        refused,
-                    )?);
-                }
+                    refused: lp.refused,
+                }),
             }
         }
         self.run_jobs(&mut jobs);
@@ -497,9 +511,15 @@ impl<'t> Controller<'t> {
             } else {
                 LeaseState::Closed
             };
-            outcomes.push(self.finish_lease(&lease, state, reason, j.signals, j.refused)?);
+            finishes.push(Finish {
+                lease,
+                to: state,
+                reason,
+                signals: j.signals,
+                refused: j.refused,
+            });
         }
-        Ok(outcomes)
+        self.finish_all(finishes)
     }
 
     /// Pins one planned process and sends it `sig`, recording what happened.
@@ -613,59 +633,65 @@ impl<'t> Controller<'t> {
         signal::wait_all(&killed, Instant::now() + KILL_WAIT);
     }
 
-    fn finish_lease(
-        &mut self,
-        lease: &Lease,
-        to: LeaseState,
-        reason: String,
-        signals: Vec<SignalRecord>,
-        refused: Vec<RefusedSignal>,
-    ) -> Result<CloseOutcome, StoreError> {
-        let report = WrapperReport::read(&self.root, &lease.lease_id).filter(|r| {
-            r.wrapper_pid == lease.root_pid && r.wrapper_start_time == lease.root_start_time
-        });
-        if let Some(r) = &report {
-            self.store.apply_report(
-                &lease.lease_id,
-                &crate::store::ReportUpdate {
-                    process_group_id: r.process_group_id,
-                    adapter_pid: r.adapter_pid,
-                    adapter_start_time: r.adapter_start_time,
-                    exit_status: r.exit_status,
+    /// Records how each claimed lease ended (one transaction for all of them), folding in the
+    /// wrapper's report where there is one.
+    fn finish_all(&mut self, finishes: Vec<Finish>) -> Result<Vec<CloseOutcome>, StoreError> {
+        let mut reports = Vec::with_capacity(finishes.len());
+        for f in &finishes {
+            let lease = &f.lease;
+            let report = WrapperReport::read(&self.root, &lease.lease_id).filter(|r| {
+                r.wrapper_pid == lease.root_pid && r.wrapper_start_time == lease.root_start_time
+            });
+            if let Some(r) = &report {
+                self.store.apply_report(
+                    &lease.lease_id,
+                    &crate::store::ReportUpdate {
+                        process_group_id: r.process_group_id,
+                        adapter_pid: r.adapter_pid,
+                        adapter_start_time: r.adapter_start_time,
+                        exit_status: r.exit_status,
+                    },
+                )?;
+            }
+            reports.push(report);
+        }
+        let transitions: Vec<Transition<'_>> = finishes
+            .iter()
+            .map(|f| Transition {
+                lease_id: &f.lease.lease_id,
+                from: LeaseState::Closing,
+                to: f.to,
+                reason: &f.reason,
+            })
+            .collect();
+        let changed = self.store.transition_many(&transitions, Some(self.me))?;
+        let mut outcomes = Vec::with_capacity(finishes.len());
+        for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
+            let result = match (changed, f.to) {
+                (false, _) => CloseResult::Conflict,
+                (true, LeaseState::Closed) => CloseResult::Closed,
+                (true, LeaseState::Lost) => CloseResult::Lost,
+                (true, _) => CloseResult::LeftOpen,
+            };
+            if changed && f.to.is_terminal() && report.is_some() {
+                report::remove_report(&self.root, &f.lease.lease_id);
+            }
+            tracing::info!(lease_id = %f.lease.lease_id, result = ?result, reason = %f.reason, "close finished");
+            outcomes.push(CloseOutcome {
+                exit_status: report.and_then(|r| r.exit_status).or(f.lease.exit_status),
+                lease_id: f.lease.lease_id,
+                session_key: f.lease.session_key,
+                result,
+                reason: if changed {
+                    f.reason
+                } else {
+                    "lease changed hands during the close".into()
                 },
-            )?;
+                signals: f.signals,
+                refused: f.refused,
+            });
         }
-        let changed = self.store.transition(
-            &lease.lease_id,
-            LeaseState::Closing,
-            to,
-            Some(self.me),
-            &reason,
-        )?;
-        let result = match (changed, to) {
-            (false, _) => CloseResult::Conflict,
-            (true, LeaseState::Closed) => CloseResult::Closed,
-            (true, LeaseState::Lost) => CloseResult::Lost,
-            (true, _) => CloseResult::LeftOpen,
-        };
-        if changed && to.is_terminal() {
-            report::remove_report(&self.root, &lease.lease_id);
-        }
-        tracing::info!(lease_id = %lease.lease_id, result = ?result, %reason, "close finished");
-        let exit_status = report.and_then(|r| r.exit_status).or(lease.exit_status);
-        Ok(CloseOutcome {
-            lease_id: lease.lease_id.clone(),
-            session_key: lease.session_key.clone(),
-            result,
-            reason: if changed {
-                reason
-            } else {
-                "lease changed hands during the close".into()
-            },
-            signals,
-            refused,
-            exit_status,
-        })
+        Ok(outcomes)
     }
 
     fn reap_legacy(

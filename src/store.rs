@@ -536,6 +536,18 @@ impl Store {
         claimant: ProcessId,
         stale_claim: impl Fn(ProcessId) -> bool,
     ) -> Result<Option<Lease>, StoreError> {
+        let mut claimed = self.claim_many(&[lease_id], claimant, stale_claim)?;
+        Ok(claimed.pop().flatten())
+    }
+
+    /// [`Store::claim`] for many leases in one transaction (a startup reap may claim thousands):
+    /// one result per id, in order.
+    pub fn claim_many(
+        &mut self,
+        lease_ids: &[&str],
+        claimant: ProcessId,
+        stale_claim: impl Fn(ProcessId) -> bool,
+    ) -> Result<Vec<Option<Lease>>, StoreError> {
         let path = self.path.clone();
         let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
@@ -543,70 +555,17 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        let current = tx
-            .query_row(
-                &format!("SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"),
-                [lease_id],
-                |r| Ok(lease_from_row(r)),
-            )
-            .optional()
-            .map_err(err)?;
-        let Some(current) = current else {
-            return Ok(None);
-        };
-        let current = current?;
-        let changed = match (current.state, current.claimed_by) {
-            (LeaseState::Open, _) => tx
-                .execute(
-                    "UPDATE leases SET state = 'closing', claimed_by_pid = ?2, \
-                     claimed_by_start = ?3, updated_at = ?4 WHERE lease_id = ?1 AND state = 'open'",
-                    params![lease_id, claimant.pid, claimant.start_time as i64, now],
-                )
-                .map_err(err)?,
-            (LeaseState::Closing, claimed) => {
-                let stale = match claimed {
-                    Some(c) => c == claimant || stale_claim(c),
-                    None => true,
-                };
-                if !stale {
-                    return Ok(None);
-                }
-                tx.execute(
-                    "UPDATE leases SET claimed_by_pid = ?2, claimed_by_start = ?3, updated_at = ?4 \
-                     WHERE lease_id = ?1 AND state = 'closing' \
-                     AND claimed_by_pid IS ?5 AND claimed_by_start IS ?6",
-                    params![
-                        lease_id,
-                        claimant.pid,
-                        claimant.start_time as i64,
-                        now,
-                        claimed.map(|c| c.pid),
-                        claimed.map(|c| c.start_time as i64)
-                    ],
-                )
-                .map_err(err)?
-            }
-            _ => 0,
-        };
-        if changed != 1 {
-            return Ok(None);
-        }
-        if current.state == LeaseState::Open {
-            insert_event(
-                &tx,
-                &current.session_key,
-                Some(lease_id),
-                "closing",
-                None,
-                now,
-            )
-            .map_err(err)?;
+        let mut out = Vec::with_capacity(lease_ids.len());
+        for id in lease_ids {
+            out.push(
+                claim_in(&tx, id, claimant, &stale_claim, now).map_err(|e| match e {
+                    ClaimError::Sql(e) => err(e),
+                    ClaimError::Row(e) => e,
+                })?,
+            );
         }
         tx.commit().map_err(err)?;
-        let mut lease = current;
-        lease.state = LeaseState::Closing;
-        lease.claimed_by = Some(claimant);
-        Ok(Some(lease))
+        Ok(out)
     }
 
     /// Moves a lease to `to`, only if it is currently in `from` (and, when `claimant` is given,
@@ -619,63 +578,45 @@ impl Store {
         claimant: Option<ProcessId>,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        if !from.can_become(to) {
-            return Err(StoreError::BadRow {
-                lease_id: lease_id.to_string(),
-                detail: format!("transition {from} -> {to} is not allowed"),
-            });
+        let changed = self.transition_many(
+            &[Transition {
+                lease_id,
+                from,
+                to,
+                reason,
+            }],
+            claimant,
+        )?;
+        Ok(changed[0])
+    }
+
+    /// [`Store::transition`] for many leases in one transaction: whether each row changed.
+    pub fn transition_many(
+        &mut self,
+        items: &[Transition<'_>],
+        claimant: Option<ProcessId>,
+    ) -> Result<Vec<bool>, StoreError> {
+        for t in items {
+            if !t.from.can_become(t.to) {
+                return Err(StoreError::BadRow {
+                    lease_id: t.lease_id.to_string(),
+                    detail: format!("transition {} -> {} is not allowed", t.from, t.to),
+                });
+            }
         }
         let path = self.path.clone();
         let err = |e| map_err(&path, self.busy, e);
         let now = crate::lease::now_ms();
-        let closed_at = to.is_terminal().then_some(now);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        let changed = tx
-            .execute(
-                "UPDATE leases SET state = ?3, state_reason = ?4, closed_at = COALESCE(?5, closed_at), \
-                 updated_at = ?6, claimed_by_pid = NULL, claimed_by_start = NULL \
-                 WHERE lease_id = ?1 AND state = ?2 \
-                 AND (?7 IS NULL OR (claimed_by_pid = ?7 AND claimed_by_start = ?8))",
-                params![
-                    lease_id,
-                    from.as_str(),
-                    to.as_str(),
-                    reason,
-                    closed_at,
-                    now,
-                    claimant.map(|c| c.pid),
-                    claimant.map(|c| c.start_time as i64),
-                ],
-            )
-            .map_err(err)?;
-        if changed == 1 {
-            let session: String = tx
-                .query_row(
-                    "SELECT session_key FROM leases WHERE lease_id = ?1",
-                    [lease_id],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            let kind = if to == LeaseState::Open {
-                "reopened"
-            } else {
-                to.as_str()
-            };
-            insert_event(
-                &tx,
-                &session,
-                Some(lease_id),
-                kind,
-                Some(serde_json::json!({ "reason": reason })),
-                now,
-            )
-            .map_err(err)?;
+        let mut out = Vec::with_capacity(items.len());
+        for t in items {
+            out.push(transition_in(&tx, t, claimant, now).map_err(err)?);
         }
         tx.commit().map_err(err)?;
-        Ok(changed == 1)
+        Ok(out)
     }
 
     /// Fills in what the wrapper reported. Only fills: a reported value never overwrites one
@@ -953,6 +894,145 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
     })
 }
 
+/// One state change for [`Store::transition_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct Transition<'a> {
+    pub lease_id: &'a str,
+    pub from: LeaseState,
+    pub to: LeaseState,
+    pub reason: &'a str,
+}
+
+enum ClaimError {
+    Sql(rusqlite::Error),
+    Row(StoreError),
+}
+
+impl From<rusqlite::Error> for ClaimError {
+    fn from(e: rusqlite::Error) -> Self {
+        ClaimError::Sql(e)
+    }
+}
+
+/// The body of a claim, inside the caller's immediate transaction.
+fn claim_in(
+    tx: &Connection,
+    lease_id: &str,
+    claimant: ProcessId,
+    stale_claim: &impl Fn(ProcessId) -> bool,
+    now: i64,
+) -> Result<Option<Lease>, ClaimError> {
+    let current = tx
+        .prepare_cached(&format!(
+            "SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"
+        ))?
+        .query_row([lease_id], |r| Ok(lease_from_row(r)))
+        .optional()?;
+    let Some(current) = current else {
+        return Ok(None);
+    };
+    let current = current.map_err(ClaimError::Row)?;
+    let changed = match (current.state, current.claimed_by) {
+        (LeaseState::Open, _) => tx
+            .prepare_cached(
+                "UPDATE leases SET state = 'closing', claimed_by_pid = ?2, \
+                 claimed_by_start = ?3, updated_at = ?4 WHERE lease_id = ?1 AND state = 'open'",
+            )?
+            .execute(params![
+                lease_id,
+                claimant.pid,
+                claimant.start_time as i64,
+                now
+            ])?,
+        (LeaseState::Closing, claimed) => {
+            let stale = match claimed {
+                Some(c) => c == claimant || stale_claim(c),
+                None => true,
+            };
+            if !stale {
+                return Ok(None);
+            }
+            tx.prepare_cached(
+                "UPDATE leases SET claimed_by_pid = ?2, claimed_by_start = ?3, updated_at = ?4 \
+                 WHERE lease_id = ?1 AND state = 'closing' \
+                 AND claimed_by_pid IS ?5 AND claimed_by_start IS ?6",
+            )?
+            .execute(params![
+                lease_id,
+                claimant.pid,
+                claimant.start_time as i64,
+                now,
+                claimed.map(|c| c.pid),
+                claimed.map(|c| c.start_time as i64)
+            ])?
+        }
+        _ => 0,
+    };
+    if changed != 1 {
+        return Ok(None);
+    }
+    if current.state == LeaseState::Open {
+        insert_event(
+            tx,
+            &current.session_key,
+            Some(lease_id),
+            "closing",
+            None,
+            now,
+        )?;
+    }
+    let mut lease = current;
+    lease.state = LeaseState::Closing;
+    lease.claimed_by = Some(claimant);
+    Ok(Some(lease))
+}
+
+/// The body of a transition, inside the caller's immediate transaction.
+fn transition_in(
+    tx: &Connection,
+    t: &Transition<'_>,
+    claimant: Option<ProcessId>,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let closed_at = t.to.is_terminal().then_some(now);
+    let changed = tx
+        .prepare_cached(
+            "UPDATE leases SET state = ?3, state_reason = ?4, closed_at = COALESCE(?5, closed_at), \
+             updated_at = ?6, claimed_by_pid = NULL, claimed_by_start = NULL \
+             WHERE lease_id = ?1 AND state = ?2 \
+             AND (?7 IS NULL OR (claimed_by_pid = ?7 AND claimed_by_start = ?8))",
+        )?
+        .execute(params![
+            t.lease_id,
+            t.from.as_str(),
+            t.to.as_str(),
+            t.reason,
+            closed_at,
+            now,
+            claimant.map(|c| c.pid),
+            claimant.map(|c| c.start_time as i64),
+        ])?;
+    if changed == 1 {
+        let session: String = tx
+            .prepare_cached("SELECT session_key FROM leases WHERE lease_id = ?1")?
+            .query_row([t.lease_id], |r| r.get(0))?;
+        let kind = if t.to == LeaseState::Open {
+            "reopened"
+        } else {
+            t.to.as_str()
+        };
+        insert_event(
+            tx,
+            &session,
+            Some(t.lease_id),
+            kind,
+            Some(serde_json::json!({ "reason": t.reason })),
+            now,
+        )?;
+    }
+    Ok(changed == 1)
+}
+
 /// Appends an event with the next seq of its session. Call inside a write transaction.
 fn insert_event(
     conn: &Connection,
@@ -963,9 +1043,10 @@ fn insert_event(
     at: i64,
 ) -> rusqlite::Result<i64> {
     let seq = last_seq(conn, session_key)? + 1;
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO events (session_key, lease_id, seq, kind, detail, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
+    )?
+    .execute(params![
             session_key,
             lease_id,
             seq,
@@ -979,12 +1060,11 @@ fn insert_event(
 
 /// The highest seq used or reserved in a session's seq space.
 fn last_seq(conn: &Connection, session_key: &str) -> rusqlite::Result<i64> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE session_key = ?1), 0), \
          COALESCE((SELECT floor FROM seq_floor WHERE session_key = ?1), 0))",
-        [session_key],
-        |r| r.get(0),
-    )
+    )?
+    .query_row([session_key], |r| r.get(0))
 }
 
 fn events_after(conn: &Connection, session_key: &str, after: i64) -> rusqlite::Result<Vec<Event>> {
