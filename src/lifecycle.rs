@@ -340,10 +340,7 @@ impl<'t> Controller<'t> {
 
     /// Claims leases for closing, in one transaction. Returns the claimed leases, and for the
     /// others why not (someone else holds it, or it is not active any more).
-    fn claim_all(
-        &mut self,
-        ids: &[&str],
-    ) -> Result<Claimed, StoreError> {
+    fn claim_all(&mut self, ids: &[&str]) -> Result<Claimed, StoreError> {
         let table = self.table;
         let stale = |c: ProcessId| !matches!(table.alive(c), Ok(true));
         let results = self.store.claim_many(ids, self.me, stale)?;
