@@ -228,6 +228,9 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
     };
     let exe = proc.exe().ok().map(|p| p.to_string_lossy().into_owned());
     let argv = proc.cmdline().ok();
+    // A process in the middle of execve shows an empty environ (and cmdline) for a moment, after
+    // its exe already names the new program: it then simply carries no markers. That can only
+    // hide a process from verification, never make a stranger look like ours.
     let env = proc.environ().ok().map(|env| {
         let get = |k: &str| {
             env.get(std::ffi::OsStr::new(k))

@@ -41,12 +41,23 @@ fn adapter_leads_its_own_group_and_wrapper_keeps_the_exec_pid() {
     );
     assert_eq!(ppid(wrapper), Some(std::process::id() as i32));
 
-    // The adapter carries the lease markers in its environment.
-    let env = std::fs::read(format!("/proc/{adapter}/environ")).unwrap();
-    let env = String::from_utf8_lossy(&env);
+    // The adapter carries the lease markers in its environment. Between exec's switch to the new
+    // program (exe already `sleep`) and the setup of its stack, the kernel shows an empty
+    // environ: wait for it to be filled in.
+    let mut env = String::new();
+    assert!(wait_for(|| {
+        env = String::from_utf8_lossy(
+            &std::fs::read(format!("/proc/{adapter}/environ")).unwrap_or_default(),
+        )
+        .into_owned();
+        !env.is_empty()
+    }));
     let leases = run_json(&state, &["leases", "--json"]);
     let lease_id = leases[0]["leaseId"].as_str().unwrap().to_string();
-    assert!(env.contains(&format!("OPENCLAW_ACPX_LEASE_ID={lease_id}")));
+    assert!(
+        env.contains(&format!("OPENCLAW_ACPX_LEASE_ID={lease_id}")),
+        "adapter {adapter} environ: {env:?}; leases: {leases}"
+    );
     let gw = run_json(&state, &["status", "--json"])["gatewayInstanceId"]
         .as_str()
         .unwrap()
