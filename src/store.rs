@@ -173,7 +173,7 @@ pub struct SessionRow {
 }
 
 /// One lifecycle event of a session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     pub session_key: String,

@@ -50,14 +50,14 @@
 //!   never need a rule.
 
 use crate::store::SessionRow;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
 /// How far a requester may see. Ordered from narrowest to widest: each visibility shows a superset
 /// of the one before it, which is what makes clamping a sandboxed requester a `min`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Visibility {
     #[serde(rename = "self")]
     SelfOnly,
@@ -198,6 +198,13 @@ impl Serialize for A2aRule {
     }
 }
 
+impl<'de> Deserialize<'de> for A2aRule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl fmt::Display for A2aRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.from.0, self.to.0)
@@ -205,7 +212,7 @@ impl fmt::Display for A2aRule {
 }
 
 /// Whether a requester may see sessions of *other* agents (the seed's `AgentToAgentPolicy`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "camelCase")]
 pub enum A2aPolicy {
     /// No cross-agent rows, except those in the requester's tree.
@@ -399,7 +406,7 @@ impl Requester {
 }
 
 /// Why a row is visible (shown to operators, so a surprising answer can be traced to a field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Grant {
     /// It is the requester's own session.

@@ -115,3 +115,87 @@ fn cli_commands_go_through_a_running_daemon() {
     );
     assert_eq!(out.code, Some(7), "{}", out.stderr);
 }
+
+#[test]
+fn sessions_list_history_and_status_go_through_the_daemon() {
+    let tmp = TempDir::new("d-thin-sessions");
+    let state = tmp.join("state");
+    let recorder = recorder_script(tmp.path());
+    let log = tmp.join("child.log");
+    let daemon = Daemon::start_logging(&state, &[], "debug");
+    let mut guard = Guard::new();
+    let mut c = daemon.connect();
+    c.call(
+        "ensure",
+        json!({
+            "session": "agent:codex:acp:child",
+            "argv": [recorder.to_str().unwrap(), log.to_str().unwrap()],
+            "agent": "codex",
+            "spawnedBy": "agent:main:main",
+        }),
+    );
+    guard.add(read_pid_file(&tmp.join("child.log.pid")));
+
+    let key = "agent:codex:acp:child";
+    let asks: [&[&str]; 3] = [
+        &["sessions", "list", "--as", "agent:main:main", "--json"],
+        &[
+            "sessions",
+            "history",
+            key,
+            "--as",
+            "agent:main:main",
+            "--json",
+        ],
+        &[
+            "sessions",
+            "status",
+            key,
+            "--as",
+            "agent:main:main",
+            "--json",
+        ],
+    ];
+    for args in asks {
+        let via = run_json(&state, args);
+        let direct = run_json(&state, &[&["--no-daemon"], args].concat());
+        assert_eq!(
+            via, direct,
+            "{args:?}: the daemon answers as the database does"
+        );
+    }
+    // The daemon did the answering (its log shows the queries) ...
+    assert!(
+        wait_for(|| daemon.log_text().contains("\"query\":\"status\"")),
+        "{}",
+        daemon.log_text()
+    );
+    // ... with the same gate: not visible 5, unknown 4, both through the daemon.
+    let out = run(
+        &state,
+        &["sessions", "history", key, "--as", "agent:other:main"],
+    );
+    assert_eq!(out.code, Some(5), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+    let out = run(
+        &state,
+        &["sessions", "status", "nope", "--as", "agent:main:main"],
+    );
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    let human = run(&state, &["sessions", "list", "--as", "agent:main:main"]);
+    assert_eq!(human.code, Some(0), "{}", human.stderr);
+    assert!(human.stdout.contains(key), "{}", human.stdout);
+    // A named socket that does not answer is an error, not a silent fallback.
+    let out = run(
+        &state,
+        &[
+            "--socket",
+            "/nonexistent/leash.sock",
+            "sessions",
+            "list",
+            "--as",
+            "x",
+        ],
+    );
+    assert_eq!(out.code, Some(7), "{}", out.stderr);
+}

@@ -362,7 +362,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         },
         Command::Legacy(c) => run_legacy(root, c),
         Command::Serve(a) => serve::run_serve(root, cli.socket, a),
-        Command::Sessions(c) => sessions::run(root, c),
+        Command::Sessions(c) => {
+            let client = daemon()?;
+            sessions::run(root, c, client)
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::store::{Event, SessionRow, Store, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use crate::visibility::{visible_rows, A2aPolicy, A2aRule, Grant, Scope, SessionIndex, Visibility};
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -205,7 +205,7 @@ fn why_hidden(v: Visibility) -> &'static str {
 }
 
 /// One row of `list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Listed {
     #[serde(flatten)]
@@ -215,7 +215,7 @@ pub struct Listed {
     pub visible_as: Grant,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Listing {
     pub requester: String,
@@ -227,7 +227,7 @@ pub struct Listing {
     pub sessions: Vec<Listed>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct History {
     pub session_key: String,
@@ -236,7 +236,7 @@ pub struct History {
 }
 
 /// A recorded process and whether that instance is alive now (`None`: the table is unreadable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcState {
     pub pid: i32,
@@ -244,7 +244,7 @@ pub struct ProcState {
     pub alive: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveProc {
     pub pid: i32,
@@ -254,15 +254,15 @@ pub struct LiveProc {
 }
 
 /// The live tree of an active lease, as verification proves it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveTree {
-    pub verdict: &'static str,
+    pub verdict: String,
     pub reason: Option<String>,
     pub processes: Vec<LiveProc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatus {
     pub session: SessionRow,
@@ -393,7 +393,7 @@ impl<'t> Sessions<'t> {
             Ok(s) => s,
             Err(e) => {
                 return LiveTree {
-                    verdict: "unverifiable",
+                    verdict: "unverifiable".into(),
                     reason: Some(e.to_string()),
                     processes: Vec::new(),
                 }
@@ -405,7 +405,7 @@ impl<'t> Sessions<'t> {
             wrapper_root: &wrapper_root,
         };
         let verdict = verify_owned_tree(lease, &expect, &snap);
-        let name = verdict.name();
+        let name = verdict.name().to_string();
         match verdict {
             Verdict::Owned(tree) => {
                 let mut processes: Vec<LiveProc> = tree
@@ -462,7 +462,19 @@ impl<'t> Sessions<'t> {
     }
 }
 
-pub fn run(root: StateRoot, cmd: SessionsCommand) -> Result<u8, Failure> {
+/// Runs a `leash sessions` command: through the daemon when one serves the state root (`daemon`
+/// is `Some`; `send` always needs it), else on the database directly. Either way the answer
+/// comes from the same [`Sessions`] operations.
+pub fn run(
+    root: StateRoot,
+    cmd: SessionsCommand,
+    daemon: Option<crate::daemon::client::Client>,
+) -> Result<u8, Failure> {
+    if let Some(client) = daemon {
+        if let Some(code) = run_through_daemon(client, &cmd)? {
+            return Ok(code);
+        }
+    }
     let table = LiveTable;
     let mut s = Sessions::open(root, &table)?;
     match cmd {
@@ -500,6 +512,63 @@ pub fn run(root: StateRoot, cmd: SessionsCommand) -> Result<u8, Failure> {
         }
     }
     Ok(exitcode::OK)
+}
+
+/// `list`, `history` and `status` asked of the daemon (its `sessions` op with a `query`), printed
+/// exactly as the direct path prints them. `Ok(None)` for `send`, which has its own route.
+fn run_through_daemon(
+    mut client: crate::daemon::client::Client,
+    cmd: &SessionsCommand,
+) -> Result<Option<u8>, Failure> {
+    use crate::daemon::protocol::Code;
+    let (query, key, args) = match cmd {
+        SessionsCommand::List(v) => ("list", None, v),
+        SessionsCommand::History { key, view } => ("history", Some(key), view),
+        SessionsCommand::Status { key, view } => ("status", Some(key), view),
+        SessionsCommand::Send { .. } => return Ok(None),
+    };
+    let view = args.view()?;
+    let mut req = serde_json::json!({
+        "query": query,
+        "requesterSessionKey": view.requester,
+        "visibility": view.scope.visibility.as_str(),
+        "sandboxed": view.scope.sandboxed,
+    });
+    match &view.scope.a2a {
+        A2aPolicy::Off => req["a2a"] = false.into(),
+        A2aPolicy::On { rules } => {
+            req["a2a"] = true.into();
+            req["a2aAllow"] = rules.iter().map(|r| r.to_string()).collect();
+        }
+    }
+    if let Some(k) = key {
+        req["session"] = k.as_str().into();
+    }
+    let v = client.call("sessions", req).map_err(|e| {
+        let code = match e.code() {
+            Some(Code::NotFound) => exitcode::NOT_FOUND,
+            Some(Code::NotVisible) => exitcode::NOT_VISIBLE,
+            Some(Code::BadRequest) => exitcode::USAGE,
+            _ => exitcode::FAILURE,
+        };
+        Failure::new(code, e.to_string())
+    })?;
+    let bad = |e: serde_json::Error| {
+        Failure::new(
+            exitcode::FAILURE,
+            format!("the daemon's answer to sessions {query} is not understood: {e}"),
+        )
+    };
+    if args.json {
+        print_json(&v);
+        return Ok(Some(exitcode::OK));
+    }
+    match query {
+        "list" => print_listing(&serde_json::from_value(v).map_err(bad)?),
+        "history" => print_history(&serde_json::from_value(v).map_err(bad)?),
+        _ => print_status(&serde_json::from_value(v).map_err(bad)?),
+    }
+    Ok(Some(exitcode::OK))
 }
 
 fn print_json<T: Serialize + ?Sized>(v: &T) {

@@ -203,6 +203,7 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         }
     };
     let id = req.id;
+    tracing::debug!(id = %id, op = ?std::mem::discriminant(&req.op), request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));
@@ -593,6 +594,9 @@ fn leases(d: &Daemon, state: Option<&str>) -> Reply {
 }
 
 fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
+    if let (Some(query), Some(requester)) = (&q.query, &q.requester) {
+        return session_query(d, query, requester, &q.scope);
+    }
     let rows = d.store().sessions()?;
     let live: HashMap<String, Value> = d
         .all_sessions()
@@ -623,4 +627,30 @@ fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
         })
         .collect();
     Ok(Value::Array(out))
+}
+
+/// `leash sessions list|history|status` asked of the daemon: the CLI's own operations (the same
+/// visibility gate, the same JSON), run here so that the thin client goes through the daemon.
+fn session_query(
+    d: &Daemon,
+    query: &protocol::SessionQuery,
+    requester: &str,
+    scope: &crate::visibility::Scope,
+) -> Reply {
+    use crate::cli::sessions::{Sessions, SessionsError, View};
+    use protocol::SessionQuery;
+    let table = crate::proc::LiveTable;
+    let mut s = Sessions::open(d.root.clone(), &table)?;
+    let view = View::new(requester, scope.clone());
+    let to_reply = |e: SessionsError| match e {
+        SessionsError::NotFound(_) => fail(Code::NotFound, e.to_string()),
+        SessionsError::NotVisible { .. } => fail(Code::NotVisible, e.to_string()),
+        other => fail(Code::Internal, other.to_string()),
+    };
+    let v = match query {
+        SessionQuery::List => s.list(&view).map(|o| serde_json::to_value(o)),
+        SessionQuery::History(k) => s.history(&view, k).map(|o| serde_json::to_value(o)),
+        SessionQuery::Status(k) => s.status(&view, k).map(|o| serde_json::to_value(o)),
+    };
+    Ok(v.map_err(to_reply)?.expect("serialisable"))
 }

@@ -29,6 +29,8 @@ pub enum Code {
     UnknownOp,
     /// No such session or lease.
     NotFound,
+    /// The requester may not see that session.
+    NotVisible,
     /// The request conflicts with the current state (a lease held by someone else, a session
     /// being started or closed, …).
     Conflict,
@@ -55,6 +57,7 @@ impl Code {
             Code::BadRequest => "bad_request",
             Code::UnknownOp => "unknown_op",
             Code::NotFound => "not_found",
+            Code::NotVisible => "not_visible",
             Code::Conflict => "conflict",
             Code::NotRunning => "not_running",
             Code::SeqEvicted => "seq_evicted",
@@ -73,6 +76,7 @@ impl Code {
             "bad_request" => Code::BadRequest,
             "unknown_op" => Code::UnknownOp,
             "not_found" => Code::NotFound,
+            "not_visible" => Code::NotVisible,
             "conflict" => Code::Conflict,
             "not_running" => Code::NotRunning,
             "seq_evicted" => Code::SeqEvicted,
@@ -225,6 +229,17 @@ pub struct Sessions {
     /// Without a requester every row is listed (an operator's view).
     pub requester: Option<String>,
     pub scope: Scope,
+    /// `leash sessions list|history|status` run in the daemon (same answers, same JSON as the
+    /// CLI's `--json`); `None` is the plain row listing.
+    pub query: Option<SessionQuery>,
+}
+
+/// One of the `leash sessions` read operations, asked of the daemon by the thin client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionQuery {
+    List,
+    History(String),
+    Status(String),
 }
 
 #[derive(Deserialize)]
@@ -240,6 +255,10 @@ struct RawSessions {
     a2a_allow: Vec<String>,
     #[serde(default)]
     sandboxed: bool,
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 /// The lifecycle events persisted for a session, with a seq above `since`.
@@ -480,9 +499,32 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 (Some(false), true) | (None, true) => A2aPolicy::Off,
                 (Some(true), _) | (None, false) => A2aPolicy::On { rules },
             };
+            let session = || {
+                raw.session
+                    .clone()
+                    .ok_or_else(|| bad("sessions: this query needs \"session\""))
+            };
+            let query = match raw.query.as_deref() {
+                None => None,
+                Some("list") => Some(SessionQuery::List),
+                Some("history") => Some(SessionQuery::History(session()?)),
+                Some("status") => Some(SessionQuery::Status(session()?)),
+                Some(other) => {
+                    return Err(bad(format!(
+                        "sessions: unknown query {other:?} (list, history or status)"
+                    )))
+                }
+            };
+            if let Some(k) = &raw.session {
+                check_key("session", k)?;
+            }
+            if query.is_some() && raw.requester_session_key.is_none() {
+                return Err(bad("sessions: a query needs \"requesterSessionKey\""));
+            }
             Op::Sessions(Sessions {
                 requester: raw.requester_session_key,
                 scope: Scope::new(visibility, a2a, raw.sandboxed),
+                query,
             })
         }
         "events" => {

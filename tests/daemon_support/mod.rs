@@ -25,8 +25,13 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `leash --state-dir STATE serve ARGS…` and waits until its socket answers.
     pub fn start(state: &Path, args: &[&str]) -> Daemon {
+        Daemon::start_logging(state, args, "info")
+    }
+
+    /// [`Daemon::start`] with another log filter (`debug` logs every request).
+    pub fn start_logging(state: &Path, args: &[&str], filter: &str) -> Daemon {
         let log = unique_log(state);
-        let child = spawn_serve(state, args, &log);
+        let child = spawn_serve(state, args, &log, filter);
         let pid = Pid::of(child.id() as i32).expect("daemon started");
         let mut d = Daemon {
             state: state.to_path_buf(),
@@ -116,12 +121,12 @@ fn unique_log(state: &Path) -> PathBuf {
     unreachable!()
 }
 
-fn spawn_serve(state: &Path, args: &[&str], log: &Path) -> Child {
+fn spawn_serve(state: &Path, args: &[&str], log: &Path, filter: &str) -> Child {
     let log_file = std::fs::File::create(log).unwrap();
     leash(state)
         .arg("serve")
         .args(args)
-        .env("LEASH_LOG", "info")
+        .env("LEASH_LOG", filter)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file)
