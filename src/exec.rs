@@ -115,6 +115,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         closed_at: None,
         exit_status: None,
         claimed_by: None,
+        root_pidfs_ino: proc::pidfs_ino_of(me.pid),
     };
     if let Some(expected) = owner_mismatch {
         new.state = LeaseState::Lost;

@@ -110,6 +110,10 @@ pub struct Lease {
     /// The wrapper's pid (the pid that ran `leash exec`, kept across its exec).
     pub root_pid: i32,
     pub root_start_time: u64,
+    /// The root's pidfs inode where the kernel has pidfs (>= 6.9): unique for the life of the
+    /// system, it tells the root apart from a process that reused its pid within one clock tick.
+    #[serde(default)]
+    pub root_pidfs_ino: Option<u64>,
     /// The adapter's process group (reported by the wrapper after spawn).
     pub process_group_id: Option<i32>,
     pub adapter_pid: Option<i32>,

@@ -34,6 +34,10 @@ pub struct ProcessInfo {
     /// The lease markers from `environ`; `None` when `environ` is unreadable.
     #[serde(default)]
     pub env: Option<LeaseEnv>,
+    /// The pidfs inode (Linux >= 6.9): unique for the life of the system, so it tells apart two
+    /// processes that got the same pid within one clock tick. `None` where unknown.
+    #[serde(default)]
+    pub pidfs_ino: Option<u64>,
 }
 
 fn default_state() -> char {
@@ -252,6 +256,7 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
         exe,
         argv,
         env,
+        pidfs_ino: crate::sys::pidfs_ino(pid),
     }))
 }
 
@@ -334,6 +339,11 @@ pub fn start_time_of(pid: i32) -> Option<u64> {
     // The command name may contain spaces and parentheses: split after the LAST ')'.
     let rest = &text[text.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The pidfs inode of a process (see [`ProcessInfo::pidfs_ino`]).
+pub fn pidfs_ino_of(pid: i32) -> Option<u64> {
+    crate::sys::pidfs_ino(pid)
 }
 
 /// The calling process as an instance (its start time never changes across exec).

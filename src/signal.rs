@@ -261,6 +261,7 @@ mod tests {
             exe: None,
             argv: None,
             env: None,
+            pidfs_ino: None,
         }
     }
 

@@ -130,6 +130,10 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE TABLE seq_floor (session_key TEXT PRIMARY KEY, floor INTEGER NOT NULL);
     "#,
+    // 3: the root's pidfs inode, an identity that pid reuse within one clock tick cannot fake.
+    r#"
+    ALTER TABLE leases ADD COLUMN root_pidfs_ino INTEGER;
+    "#,
 ];
 
 pub struct Store {
@@ -354,9 +358,10 @@ impl Store {
             "INSERT INTO leases (lease_id, gateway_instance_id, session_key, agent_id, wrapper_root, \
              wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, \
              adapter_start_time, command_hash, command_json, owner_pid, owner_start_time, \
-             started_at, grace_ms, state, state_reason, closed_at, exit_status, updated_at) \
+             started_at, grace_ms, state, state_reason, closed_at, exit_status, updated_at, \
+             root_pidfs_ino) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19, ?20, ?21, ?22)",
+             ?18, ?19, ?20, ?21, ?22, ?23)",
             params![
                 lease.lease_id,
                 lease.gateway_instance_id,
@@ -380,6 +385,7 @@ impl Store {
                 lease.closed_at,
                 lease.exit_status,
                 now,
+                lease.root_pidfs_ino.map(|v| v as i64),
             ],
         )
         .map_err(err)?;
@@ -783,7 +789,7 @@ impl Store {
 const LEASE_COLS: &str = "lease_id, gateway_instance_id, session_key, agent_id, wrapper_root, \
     wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, adapter_start_time, \
     command_hash, command_json, owner_pid, owner_start_time, started_at, grace_ms, state, \
-    state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start";
+    state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start, root_pidfs_ino";
 
 const SESSION_COLS: &str = "session_key, agent_id, owner_session_key, spawned_by, \
     parent_session_key, backend, gateway_instance_id, created_at, lease_id";
@@ -890,6 +896,9 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         closed_at: opt_int(19, "closed_at")?,
         exit_status: opt_int(20, "exit_status")?.map(|v| v as i32),
         claimed_by,
+        root_pidfs_ino: opt_int(23, "root_pidfs_ino")?
+            .map(|v| ticks(v, "root_pidfs_ino"))
+            .transpose()?,
         lease_id,
     })
 }
@@ -1147,6 +1156,7 @@ mod tests {
             closed_at: None,
             exit_status: None,
             claimed_by: None,
+            root_pidfs_ino: None,
         }
     }
 

@@ -81,3 +81,26 @@ pub fn raise_nofile_limit() {
         }
     }
 }
+
+/// The pidfs magic (`statfs(2)` on a pidfd, Linux >= 6.9).
+const PIDFS_MAGIC: i64 = 0x5049_4446;
+
+/// The process's pidfs inode number: on Linux >= 6.9 every process gets one for the life of the
+/// system and it is never reused, unlike a pid, and unlike a start time that only has clock-tick
+/// resolution (a pid recycled within the same tick keeps the same `(pid, start time)`). `None`
+/// on older kernels, where all pidfds share one anonymous inode, or when the process is gone.
+pub fn pidfs_ino(pid: i32) -> Option<u64> {
+    let fd = pidfd_open(pid).ok()?;
+    // SAFETY: fstatfs/fstat fill locals we own; the fd is live for the duration.
+    unsafe {
+        let mut sfs: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(fd.as_raw_fd(), &mut sfs) != 0 || sfs.f_type as i64 != PIDFS_MAGIC {
+            return None;
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return None;
+        }
+        Some(st.st_ino)
+    }
+}

@@ -171,6 +171,22 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
             ));
             None
         }
+        Some(p)
+            if lease
+                .root_pidfs_ino
+                .zip(p.pidfs_ino)
+                .is_some_and(|(want, got)| want != got) =>
+        {
+            evidence.push(format!(
+                "root pid {} now belongs to another process (same start time {}, but pidfs inode \
+                 {} ≠ recorded {}): the pid was reused within one clock tick",
+                p.pid,
+                p.start_time,
+                p.pidfs_ino.unwrap_or_default(),
+                lease.root_pidfs_ino.unwrap_or_default()
+            ));
+            None
+        }
         Some(p) if p.state == 'Z' => {
             evidence.push(format!(
                 "root pid {} has exited (zombie, not yet reaped by its parent)",
@@ -558,6 +574,7 @@ mod tests {
             closed_at: None,
             exit_status: None,
             claimed_by: None,
+            root_pidfs_ino: None,
         }
     }
 
@@ -580,6 +597,7 @@ mod tests {
                 lease_id: Some(LID.into()),
                 gateway_instance_id: Some(GW.into()),
             }),
+            pidfs_ino: None,
         }
     }
 

@@ -116,6 +116,7 @@ fn lease() -> Lease {
         closed_at: None,
         exit_status: None,
         claimed_by: None,
+        root_pidfs_ino: None,
     }
 }
 

@@ -61,6 +61,11 @@ fn refused_with(o: &Value, pid: i32, why: &str) {
     );
 }
 
+/// The pidfs inode of a live process, as a forger rewriting a row could read it.
+fn ino(pid: i32) -> i64 {
+    leash::proc::pidfs_ino_of(pid).map_or(0, |i| i as i64)
+}
+
 fn pid1() -> Pid {
     Pid::of(1).expect("pid 1 is visible")
 }
@@ -74,8 +79,9 @@ fn a_row_naming_pid_1_as_its_root_is_refused() {
     tamper(
         &state,
         &id,
-        "root_pid = 1, root_start_time = ?2",
-        &[init.start as i64],
+        "root_pid = 1, root_start_time = ?2, root_pidfs_ino = ?3",
+        // A thorough forger copies the pidfs inode too, so only the remaining guards stand.
+        &[init.start as i64, ino(1)],
     );
     let (code, v, _) = leash_json(&state, &["close", &id, "--grace-ms", "100"], None);
     assert_eq!(code, Some(6), "unverified: {v}");
@@ -399,8 +405,8 @@ fn a_row_naming_another_uids_process_is_refused() {
     tamper(
         &state,
         &id,
-        "root_pid = ?2, root_start_time = ?3",
-        &[d.pid.pid as i64, d.pid.start as i64],
+        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
+        &[d.pid.pid as i64, d.pid.start as i64, ino(d.pid.pid)],
     );
     let (code, v, _) = leash_json(&state, &["close", &id, "--grace-ms", "100"], None);
     assert_eq!(code, Some(6), "{v}");
@@ -433,8 +439,8 @@ fn unreadable_proc_entries_leave_the_lease_unverified() {
     tamper(
         &state,
         &id,
-        "root_pid = ?2, root_start_time = ?3",
-        &[d.pid.pid as i64, d.pid.start as i64],
+        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
+        &[d.pid.pid as i64, d.pid.start as i64, ino(d.pid.pid)],
     );
     // Hand the state root to uid 65534 (the tree up to it must be traversable).
     use std::os::unix::fs::PermissionsExt;

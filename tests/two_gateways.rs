@@ -41,8 +41,13 @@ fn a_lease_naming_another_gateways_wrapper_is_refused() {
     tamper(
         &a,
         &a_id,
-        "root_pid = ?2, root_start_time = ?3",
-        &[wb.pid as i64, wb.start as i64],
+        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
+        // The forger copies B's pidfs inode as well: only the remaining evidence can refuse it.
+        &[
+            wb.pid as i64,
+            wb.start as i64,
+            leash::proc::pidfs_ino_of(wb.pid).map_or(0, |i| i as i64),
+        ],
     );
 
     let out = run(&a, &["close", &a_id, "--json", "--grace-ms", "200"]);

@@ -254,6 +254,7 @@ fn stale_lease(
         closed_at: None,
         exit_status: None,
         claimed_by: None,
+        root_pidfs_ino: None,
     };
     let session = SessionRow {
         session_key: lease.session_key.clone(),

@@ -117,6 +117,7 @@ fuzz_target!(|input: Input| {
             exe,
             argv: Some(argv),
             env: env(&p.env),
+            pidfs_ino: None,
         });
     }
     let snap = Snapshot::new(procs);
@@ -143,6 +144,7 @@ fuzz_target!(|input: Input| {
         closed_at: None,
         exit_status: None,
         claimed_by: None,
+            root_pidfs_ino: None,
     };
     let caller = Caller {
         pid: pid(input.caller_pid),

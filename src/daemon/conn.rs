@@ -648,9 +648,9 @@ fn session_query(
         other => fail(Code::Internal, other.to_string()),
     };
     let v = match query {
-        SessionQuery::List => s.list(&view).map(|o| serde_json::to_value(o)),
-        SessionQuery::History(k) => s.history(&view, k).map(|o| serde_json::to_value(o)),
-        SessionQuery::Status(k) => s.status(&view, k).map(|o| serde_json::to_value(o)),
+        SessionQuery::List => s.list(&view).map(serde_json::to_value),
+        SessionQuery::History(k) => s.history(&view, k).map(serde_json::to_value),
+        SessionQuery::Status(k) => s.status(&view, k).map(serde_json::to_value),
     };
     Ok(v.map_err(to_reply)?.expect("serialisable"))
 }
