@@ -8,7 +8,8 @@
 //!
 //! Hard refusals, whatever a lease row says: pid ≤ 1, leash's own pid, the leader of leash's own
 //! process group, a group id ≤ 1 or leash's own, and processes of another uid. leash can only send
-//! SIGTERM and SIGKILL ([`Sig`]); no code path can send anything else, or `kill(-1)`/`kill(0)`.
+//! SIGTERM and SIGKILL ([`Sig`]); no code path can send anything else, nor signal "every process"
+//! (pid -1) or "my own group" (pid 0) the way kill(2) could.
 
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
