@@ -37,6 +37,7 @@ pub mod lifecycle;
 pub mod plan;
 pub mod proc;
 pub mod report;
+pub mod sessions;
 pub mod signal;
 pub mod state;
 pub mod store;

@@ -4,8 +4,8 @@
 //! code the command line runs ([`Sessions`] over a real SQLite store), so the matrix checks that
 //! all four ask the same question and get the same answer.
 
-use leash::cli::sessions::{Sessions, SessionsError, View};
 use leash::proc::FixtureTable;
+use leash::sessions::{Sessions, SessionsError, View};
 use leash::state::StateRoot;
 use leash::visibility::{A2aPolicy, Grant, Scope, Visibility};
 

@@ -4,8 +4,8 @@
 //! exactly the transitive closure of the ownership fields (computed here by a different
 //! algorithm: an upward fixed point instead of the index's downward walk).
 
-use leash::cli::sessions::{Sessions, View};
 use leash::proc::FixtureTable;
+use leash::sessions::{Sessions, View};
 use leash::state::StateRoot;
 use leash::store::SessionRow;
 use leash::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};

@@ -637,7 +637,7 @@ fn session_query(
     requester: &str,
     scope: &crate::visibility::Scope,
 ) -> Reply {
-    use crate::cli::sessions::{Sessions, SessionsError, View};
+    use crate::sessions::{Sessions, SessionsError, View};
     use protocol::SessionQuery;
     let table = crate::proc::LiveTable;
     let mut s = Sessions::open(d.root.clone(), &table)?;
