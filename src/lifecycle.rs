@@ -636,19 +636,9 @@ impl<'t> Controller<'t> {
         let mut reports = Vec::with_capacity(finishes.len());
         for f in &finishes {
             let lease = &f.lease;
-            let report = WrapperReport::read(&self.root, &lease.lease_id).filter(|r| {
-                r.wrapper_pid == lease.root_pid && r.wrapper_start_time == lease.root_start_time
-            });
+            let report = WrapperReport::read_for(&self.root, lease);
             if let Some(r) = &report {
-                self.store.apply_report(
-                    &lease.lease_id,
-                    &crate::store::ReportUpdate {
-                        process_group_id: r.process_group_id,
-                        adapter_pid: r.adapter_pid,
-                        adapter_start_time: r.adapter_start_time,
-                        exit_status: r.exit_status,
-                    },
-                )?;
+                r.apply(&mut self.store, &lease.lease_id)?;
             }
             reports.push(report);
         }

@@ -39,6 +39,31 @@ impl WrapperReport {
             && self.adapter_pid.is_none_or(|p| p > 1)
             && self.process_group_id.is_none_or(|p| p > 1)
     }
+
+    /// The lease's report, if there is one and it names the lease's own wrapper; a report that
+    /// names another process is ignored (and said so in the log).
+    pub fn read_for(root: &StateRoot, lease: &Lease) -> Option<WrapperReport> {
+        let report = Self::read(root, &lease.lease_id)?;
+        if report.matches(lease) {
+            Some(report)
+        } else {
+            tracing::warn!(lease_id = %lease.lease_id, "wrapper report names another process; ignored");
+            None
+        }
+    }
+
+    /// Fills in the lease row from this report (only fields it does not have yet).
+    pub fn apply(&self, store: &mut Store, lease_id: &str) -> Result<bool, StoreError> {
+        store.apply_report(
+            lease_id,
+            &ReportUpdate {
+                process_group_id: self.process_group_id,
+                adapter_pid: self.adapter_pid,
+                adapter_start_time: self.adapter_start_time,
+                exit_status: self.exit_status,
+            },
+        )
+    }
 }
 
 /// Folds every active lease's report into its row. A lease whose wrapper reported its end and is
@@ -55,22 +80,10 @@ pub fn ingest_reports(
         .into_iter()
         .flatten()
     {
-        let Some(report) = WrapperReport::read(root, &lease.lease_id) else {
+        let Some(report) = WrapperReport::read_for(root, &lease) else {
             continue;
         };
-        if !report.matches(&lease) {
-            tracing::warn!(lease_id = %lease.lease_id, "wrapper report names another process; ignored");
-            continue;
-        }
-        store.apply_report(
-            &lease.lease_id,
-            &ReportUpdate {
-                process_group_id: report.process_group_id,
-                adapter_pid: report.adapter_pid,
-                adapter_start_time: report.adapter_start_time,
-                exit_status: report.exit_status,
-            },
-        )?;
+        report.apply(store, &lease.lease_id)?;
         if let (Some(code), LeaseState::Open) = (report.exit_status, lease.state) {
             // The wrapper exits only after its whole tree is gone; confirm it is gone too.
             if matches!(table.alive(lease.root()), Ok(false)) {
