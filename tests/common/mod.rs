@@ -240,10 +240,23 @@ pub fn signal(p: Pid, sig: i32) {
 }
 
 /// Writes an executable shell script.
+///
+/// The script is put in place by `cp`, not written from this process: tests run as threads of one
+/// process, and a child another thread forks at the wrong moment inherits our write descriptor
+/// until it execs; exec'ing the script meanwhile fails with ETXTBSY ("Text file busy"). Only the
+/// short-lived `cp` ever holds the final file open for writing.
 pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let draft = dir.join(format!(".{name}.draft"));
+    std::fs::write(&draft, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let copied = Command::new("cp")
+        .arg(&draft)
+        .arg(&p)
+        .status()
+        .expect("run cp");
+    assert!(copied.success(), "cp {} failed", draft.display());
+    std::fs::remove_file(&draft).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     p
 }
