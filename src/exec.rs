@@ -15,6 +15,7 @@ use crate::verify::{verify_owned_tree, Expect, Verdict};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::process::Command;
 
 pub const DEFAULT_GRACE_MS: u64 = 3_000;
 
@@ -204,5 +205,3 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         source: err,
     })
 }
-
-use std::process::Command;

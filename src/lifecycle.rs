@@ -152,6 +152,27 @@ enum Stage {
 }
 
 impl Job {
+    fn new(
+        kind: JobKind,
+        session_key: String,
+        grace_ms: u64,
+        planned: Vec<PlannedSignal>,
+        refused: Vec<RefusedSignal>,
+    ) -> Job {
+        Job {
+            kind,
+            session_key,
+            grace: Duration::from_millis(grace_ms),
+            planned,
+            pins: Vec::new(),
+            signals: Vec::new(),
+            refused,
+            // Set when its SIGTERMs are out (run_jobs).
+            deadline: Instant::now(),
+            stage: Stage::Terminating,
+        }
+    }
+
     /// SIGKILLs the pinned members that are still alive and match `which`.
     fn kill_alive(&mut self, which: impl Fn(Role) -> bool) {
         for (p, role) in &self.pins {
@@ -416,18 +437,14 @@ impl<'t> Controller<'t> {
             let lp = plan::plan_lease(&lease, &expect, snap.as_ref(), &self.caller, grace);
             match lp.decision {
                 Decision::Terminate => {
-                    let refused = lp.refused.clone();
-                    jobs.push(Job {
-                        session_key: lease.session_key.clone(),
-                        kind: JobKind::Lease(lease),
-                        grace: Duration::from_millis(grace),
-                        planned: lp.signals,
-                        pins: Vec::new(),
-                        signals: Vec::new(),
-                        refused,
-                        deadline: Instant::now(),
-                        stage: Stage::Terminating,
-                    });
+                    let key = lease.session_key.clone();
+                    jobs.push(Job::new(
+                        JobKind::Lease(lease),
+                        key,
+                        grace,
+                        lp.signals,
+                        lp.refused,
+                    ));
                 }
                 Decision::MarkLost { reason } => finishes.push(Finish {
                     lease,
@@ -694,19 +711,13 @@ impl<'t> Controller<'t> {
                 continue;
             };
             match &lp.decision {
-                Decision::Terminate => jobs.push(Job {
-                    session_key: rec.session_key.clone(),
-                    kind: JobKind::Legacy(rec.clone()),
-                    grace: Duration::from_millis(
-                        grace_override.unwrap_or(crate::exec::DEFAULT_GRACE_MS),
-                    ),
-                    planned: lp.signals.clone(),
-                    pins: Vec::new(),
-                    signals: Vec::new(),
-                    refused: lp.refused.clone(),
-                    deadline: Instant::now(),
-                    stage: Stage::Terminating,
-                }),
+                Decision::Terminate => jobs.push(Job::new(
+                    JobKind::Legacy(rec.clone()),
+                    rec.session_key.clone(),
+                    grace_override.unwrap_or(crate::exec::DEFAULT_GRACE_MS),
+                    lp.signals.clone(),
+                    lp.refused.clone(),
+                )),
                 Decision::MarkLost { reason } => {
                     legacy::finish(&mut self.store, rec.id, "lost", reason)?;
                     out.push(LegacyOutcome {

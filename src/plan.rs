@@ -136,15 +136,9 @@ pub fn plan_lease(
         Verdict::Owned(tree) => {
             plan.evidence = tree.evidence.clone();
             let (signals, refused) = signals_for(&tree, snap, caller);
+            plan.decision = terminate_unless_all_refused(&signals);
             plan.signals = signals;
             plan.refused = refused;
-            plan.decision = if plan.signals.is_empty() {
-                Decision::Leave {
-                    reason: "every live member is refused by the signalling guards".into(),
-                }
-            } else {
-                Decision::Terminate
-            };
         }
         Verdict::Gone { reason } => plan.decision = Decision::MarkLost { reason },
         Verdict::NotOwned { reason } | Verdict::Unverifiable { reason } => {
@@ -152,6 +146,17 @@ pub fn plan_lease(
         }
     }
     plan
+}
+
+/// A verified tree is terminated, unless the guards refuse every one of its members.
+fn terminate_unless_all_refused(signals: &[PlannedSignal]) -> Decision {
+    if signals.is_empty() {
+        Decision::Leave {
+            reason: "every live member is refused by the signalling guards".into(),
+        }
+    } else {
+        Decision::Terminate
+    }
 }
 
 /// Applies the signalling guards to each member of a verified tree.
@@ -302,15 +307,9 @@ pub fn plan_legacy(
             lp.verdict = "owned".into();
             lp.reason = reason;
             let (signals, refused) = signals_for(&tree, snap, caller);
+            lp.decision = terminate_unless_all_refused(&signals);
             lp.signals = signals;
             lp.refused = refused;
-            lp.decision = if lp.signals.is_empty() {
-                Decision::Leave {
-                    reason: "every live member is refused by the signalling guards".into(),
-                }
-            } else {
-                Decision::Terminate
-            };
         }
         LegacyVerdict::Gone { reason } => {
             lp.verdict = "gone".into();
