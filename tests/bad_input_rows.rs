@@ -114,15 +114,8 @@ fn a_row_naming_pid_1_as_its_root_is_refused() {
 fn close_and_reap_report_which_pids_the_guards_refused_and_why() {
     let tmp = TempDir::new("row-refusals-reported");
     let state = tmp.join("state");
-    let id = dead_lease(&state, "s");
-    let g = own_group(&tmp, &markers(&state, &id));
+    let (id, g) = lease_naming_own_group(&tmp, &state);
     let group = g.leader.pid.pid;
-    tamper(
-        &state,
-        &id,
-        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
-        &[group as i64, g.leader.pid.start as i64],
-    );
     let (_, plan, _) = leash_json(
         &state,
         &["reap", "--dry-run", "--include-live"],
@@ -249,19 +242,27 @@ while :; do env -u OPENCLAW_ACPX_LEASE_ID -u OPENCLAW_GATEWAY_INSTANCE_ID sleep 
     }
 }
 
+/// A dead lease whose row is rewritten so that its adapter and group are a process group of the
+/// test's own (`OwnGroup`), which the reaper will run in; the group's members carry the lease's
+/// markers, so only the guards stand between them and a signal.
+fn lease_naming_own_group(tmp: &TempDir, state: &Path) -> (String, OwnGroup) {
+    let id = dead_lease(state, "s");
+    let g = own_group(tmp, &markers(state, &id));
+    tamper(
+        state,
+        &id,
+        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
+        &[g.leader.pid.pid as i64, g.leader.pid.start as i64],
+    );
+    (id, g)
+}
+
 #[test]
 fn a_row_naming_the_reapers_own_group_is_refused() {
     let tmp = TempDir::new("row-own-group");
     let state = tmp.join("state");
-    let id = dead_lease(&state, "s");
-    let g = own_group(&tmp, &markers(&state, &id));
+    let (id, g) = lease_naming_own_group(&tmp, &state);
     let group = g.leader.pid.pid;
-    tamper(
-        &state,
-        &id,
-        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
-        &[group as i64, g.leader.pid.start as i64],
-    );
     for args in [
         vec!["close", id.as_str(), "--grace-ms", "100"],
         vec!["reap", "--include-live", "--grace-ms", "100"],

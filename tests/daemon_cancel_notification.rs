@@ -12,18 +12,17 @@ use serde_json::{json, Value};
 fn cancel_writes_one_notification_and_signals_nothing() {
     let tmp = TempDir::new("d-cancel");
     let state = tmp.join("state");
-    let recorder = recorder_script(tmp.path());
-    let log = tmp.join("stdin.log");
     let daemon = Daemon::start(&state, &[]);
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    let started = ensure(
+    let (started, log, adapter) = ensure_recorder(
         &mut c,
+        tmp.path(),
         "chat",
-        &[recorder.to_str().unwrap(), log.to_str().unwrap()],
+        "stdin.log",
+        json!({"graceMs": 500}),
     );
     let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    let adapter = read_pid_file(&tmp.join("stdin.log.pid"));
     guard.add(adapter);
 
     // A turn is running: the prompt names the ACP session.
@@ -104,17 +103,17 @@ fn cancel_writes_one_notification_and_signals_nothing() {
 fn cancel_without_a_known_acp_session_asks_for_one_and_writes_nothing() {
     let tmp = TempDir::new("d-cancel-noid");
     let state = tmp.join("state");
-    let recorder = recorder_script(tmp.path());
-    let log = tmp.join("stdin.log");
     let daemon = Daemon::start(&state, &[]);
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    ensure(
+    let (_, log, adapter) = ensure_recorder(
         &mut c,
+        tmp.path(),
         "quiet",
-        &[recorder.to_str().unwrap(), log.to_str().unwrap()],
+        "stdin.log",
+        json!({"graceMs": 500}),
     );
-    guard.add(read_pid_file(&tmp.join("stdin.log.pid")));
+    guard.add(adapter);
     assert_eq!(
         c.error_code("cancel", json!({"session": "quiet"})),
         "bad_request"

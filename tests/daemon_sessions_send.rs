@@ -12,21 +12,17 @@ use std::process::Stdio;
 fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
     let tmp = TempDir::new("d-sessions-send");
     let state = tmp.join("state");
-    let recorder = recorder_script(tmp.path());
-    let log = tmp.join("child.log");
     let daemon = Daemon::start(&state, &[]);
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    c.call(
-        "ensure",
-        json!({
-            "session": "agent:codex:acp:child",
-            "argv": [recorder.to_str().unwrap(), log.to_str().unwrap()],
-            "agent": "codex",
-            "spawnedBy": "agent:main:main",
-        }),
+    let (_, log, adapter) = ensure_recorder(
+        &mut c,
+        tmp.path(),
+        "agent:codex:acp:child",
+        "child.log",
+        json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(read_pid_file(&tmp.join("child.log.pid")));
+    guard.add(adapter);
 
     // Not visible to an unrelated requester: exit 5, nothing written.
     let out = run(

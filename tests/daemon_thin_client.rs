@@ -11,18 +11,17 @@ use serde_json::json;
 fn cli_commands_go_through_a_running_daemon() {
     let tmp = TempDir::new("d-thin");
     let state = tmp.join("state");
-    let recorder = recorder_script(tmp.path());
-    let log = tmp.join("chat.log");
     let mut daemon = Daemon::start(&state, &[]);
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    let started = ensure(
+    let (started, log, adapter) = ensure_recorder(
         &mut c,
+        tmp.path(),
         "chat",
-        &[recorder.to_str().unwrap(), log.to_str().unwrap()],
+        "chat.log",
+        json!({"graceMs": 500}),
     );
     let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    let adapter = read_pid_file(&tmp.join("chat.log.pid"));
     guard.add(adapter);
 
     let st = run_json(&state, &["status", "--json"]);
@@ -120,21 +119,17 @@ fn cli_commands_go_through_a_running_daemon() {
 fn sessions_list_history_and_status_go_through_the_daemon() {
     let tmp = TempDir::new("d-thin-sessions");
     let state = tmp.join("state");
-    let recorder = recorder_script(tmp.path());
-    let log = tmp.join("child.log");
     let daemon = Daemon::start_logging(&state, &[], "debug");
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    c.call(
-        "ensure",
-        json!({
-            "session": "agent:codex:acp:child",
-            "argv": [recorder.to_str().unwrap(), log.to_str().unwrap()],
-            "agent": "codex",
-            "spawnedBy": "agent:main:main",
-        }),
+    let (_, _, adapter) = ensure_recorder(
+        &mut c,
+        tmp.path(),
+        "agent:codex:acp:child",
+        "child.log",
+        json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(read_pid_file(&tmp.join("child.log.pid")));
+    guard.add(adapter);
 
     let key = "agent:codex:acp:child";
     let asks: [&[&str]; 3] = [

@@ -266,6 +266,30 @@ pub fn ensure(c: &mut Conn, session: &str, argv: &[&str]) -> Value {
     )
 }
 
+/// Starts `session` with the recorder script as its adapter (it writes its stdin to
+/// `<dir>/<log_name>` and its pid to `<log>.pid`), with `extra` fields merged into the `ensure`
+/// request. Returns the `ensure` result, the log path and the adapter.
+pub fn ensure_recorder(
+    c: &mut Conn,
+    dir: &Path,
+    session: &str,
+    log_name: &str,
+    extra: Value,
+) -> (Value, PathBuf, Pid) {
+    let recorder = recorder_script(dir);
+    let log = dir.join(log_name);
+    let mut req = json!({
+        "session": session,
+        "argv": [recorder.to_str().unwrap(), log.to_str().unwrap()],
+    });
+    if let Value::Object(m) = extra {
+        req.as_object_mut().unwrap().extend(m);
+    }
+    let started = c.call("ensure", req);
+    let adapter = read_pid_file(&dir.join(format!("{log_name}.pid")));
+    (started, log, adapter)
+}
+
 /// The daemon's view of one session (from `status`).
 pub fn session_status(c: &mut Conn, session: &str) -> Option<Value> {
     let st = c.call("status", json!({}));
