@@ -350,6 +350,8 @@ impl<'t> Controller<'t> {
         }
         let (claimed, lost_race) = self.claim_all(&candidates)?;
         report.skipped.extend(lost_race);
+        // The plan's snapshot predates the claims: terminate_leases reads the evidence again, so
+        // what is signalled is judged by what is alive once the leases are ours.
         report.leases = self.terminate_leases(claimed, opts.grace_ms)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
         report.expired = self.store.expire(opts.now_ms - opts.retention_ms)?;
