@@ -8,8 +8,11 @@
 //!
 //! Hard refusals, whatever a lease row says: pid ≤ 1, leash's own pid, the leader of leash's own
 //! process group, a group id ≤ 1 or leash's own, and processes of another uid. leash can only send
-//! SIGTERM and SIGKILL ([`Sig`]); no code path can send anything else, nor signal "every process"
-//! (pid -1) or "my own group" (pid 0) the way kill(2) could.
+//! SIGTERM and SIGKILL ([`Sig`]), each SIGTERM followed by a SIGCONT through the same pidfd (a
+//! stopped process cannot act on SIGTERM until it runs again, so without it every stopped member
+//! would wait out the grace and end in SIGKILL; systemd does the same); no code path can send
+//! anything else, nor signal "every process" (pid -1) or "my own group" (pid 0) the way kill(2)
+//! could.
 
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
@@ -186,10 +189,11 @@ pub fn pin(
     }))
 }
 
-/// Sends `sig` to the pinned process.
+/// Sends `sig` to the pinned process (SIGTERM is followed by SIGCONT, see the module header).
 pub fn send(p: &Pinned, sig: Sig) -> Result<Delivery, SignalError> {
     match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), false) {
         Ok(()) => {
+            wake_after_term(p, sig, false);
             tracing::debug!(
                 pid = p.id.pid,
                 start_time = p.id.start_time,
@@ -213,13 +217,28 @@ pub fn send_group(p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, Sig
     }
     check_group(p.pgid, caller)?;
     match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), true) {
-        Ok(()) => Ok(Delivery::Delivered),
+        Ok(()) => {
+            wake_after_term(p, sig, true);
+            Ok(Delivery::Delivered)
+        }
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(SignalError::GroupUnsupported),
         Err(e) => Err(SignalError::Os {
             pid: p.id.pid,
             source: e,
         }),
+    }
+}
+
+/// After a SIGTERM, a SIGCONT to the same target (process or group), through the same pidfd: a
+/// SIGSTOPped process would otherwise sit on its SIGTERM until the grace ends in SIGKILL. Its
+/// failure changes nothing (the SIGTERM is out; the SIGKILL after the grace still comes).
+fn wake_after_term(p: &Pinned, sig: Sig, group: bool) {
+    if sig != Sig::Term {
+        return;
+    }
+    if let Err(e) = sys::pidfd_send_signal(p.fd.as_fd(), libc::SIGCONT, group) {
+        tracing::debug!(pid = p.id.pid, group, error = %e, "SIGCONT after SIGTERM not delivered");
     }
 }
 

@@ -32,6 +32,10 @@ const EXIT_CANNOT_EXECUTE: i32 = 126;
 const EXIT_NOT_FOUND: i32 = 127;
 
 const DEFAULT_GRACE_MS: u64 = 3_000;
+/// The longest grace: one hour, as in leash (`leash::lease::MAX_GRACE_MS`). A larger
+/// `--grace-ms` is taken as this, so no value can overflow the deadline arithmetic or leave a
+/// tree alive for days after its owner died.
+const MAX_GRACE_MS: u64 = 3_600_000;
 
 /// While SIGKILLs are out, how often to sweep again for descendants that were re-parented to us
 /// after the last sweep (their parent died from our SIGKILL).
@@ -45,15 +49,17 @@ usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--] CMD [ARG
 
 Runs CMD in its own process group and keeps its whole tree from outliving this wrapper's parent.
 
-  --grace-ms N      after SIGTERM, wait N ms before SIGKILL (default 3000)
+  --grace-ms N      after SIGTERM, wait N ms before SIGKILL (default 3000; at most 3600000,
+                    larger values are taken as 3600000)
   --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
                     (default: the parent at start)
   --report PATH     write pids, start times, group id and the exit status to PATH (atomically)
   -h, --help        this text
   -V, --version     print the version (to stderr: stdout belongs to CMD)
 
-Signals TERM, INT, HUP and QUIT are forwarded to CMD's process group. When the parent process
-exits, the group and every re-parented descendant get SIGTERM, then SIGKILL after the grace, and
+Signals TERM, INT, HUP and QUIT are forwarded to CMD's process group (TERM followed by CONT, so
+a stopped process acts on it). When the parent process exits, the group and every re-parented
+descendant get SIGTERM and SIGCONT, then SIGKILL after the grace, and
 the wrapper exits only when all of them are gone. Exit status: CMD's code, 128+N if CMD died of
 signal N, 127 if CMD was not found, 126 if it could not be executed, 125 if leash-wrap failed.
 leash-wrap never writes to stdout.";
@@ -136,7 +142,8 @@ fn parse_args() -> Args {
                 std::process::exit(0);
             }
             b"--grace-ms" => {
-                grace = Duration::from_millis(parse_num(it.next(), "--grace-ms"));
+                let ms = parse_num(it.next(), "--grace-ms").min(MAX_GRACE_MS);
+                grace = Duration::from_millis(ms);
             }
             b"--owner-pid" => {
                 let pid = parse_num(it.next(), "--owner-pid");
@@ -429,7 +436,7 @@ fn supervise(
                     ));
                     sweep(adapter, libc::SIGTERM);
                     phase = Phase::Terminating {
-                        deadline: Instant::now() + grace,
+                        deadline: deadline_after(grace),
                     };
                 }
             }
@@ -467,7 +474,7 @@ fn supervise(
                 // The adapter is gone but left descendants: they are ours to clean up.
                 sweep(adapter, libc::SIGTERM);
                 phase = Phase::Terminating {
-                    deadline: Instant::now() + grace,
+                    deadline: deadline_after(grace),
                 };
             }
         }
@@ -490,12 +497,22 @@ fn supervise(
     }
 }
 
+/// `now + grace`, saturating: a grace too large for the clock ends at the farthest instant the
+/// clock can hold instead of overflowing (`--grace-ms` is capped anyway; this is the second
+/// guard, so the arithmetic can never panic and abort the wrapper mid-teardown).
+fn deadline_after(grace: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(grace)
+        .or_else(|| now.checked_add(Duration::from_millis(MAX_GRACE_MS)))
+        .unwrap_or(now)
+}
+
 /// Forwards an ordinary termination signal to the adapter's group, and, once the adapter is
 /// gone, to its remaining descendants one by one.
 fn forward(adapter: &Adapter, sig: i32) {
     signal_group(adapter, sig);
     if adapter.reaped {
-        sys::for_each_descendant(|pidfd| sys::pidfd_signal(pidfd, sig));
+        sys::for_each_descendant(|pidfd| send_one(pidfd, sig));
     }
 }
 
@@ -504,10 +521,27 @@ fn forward(adapter: &Adapter, sig: i32) {
 /// with `setsid()`. Returns how many descendants were signalled individually.
 fn sweep(adapter: &Adapter, sig: i32) -> usize {
     signal_group(adapter, sig);
-    sys::for_each_descendant(|pidfd| sys::pidfd_signal(pidfd, sig))
+    sys::for_each_descendant(|pidfd| send_one(pidfd, sig))
 }
 
+/// One pinned process: `sig`, and after a SIGTERM a SIGCONT, so a stopped process acts on the
+/// SIGTERM now instead of sitting out the grace until the SIGKILL (as systemd does).
+fn send_one(pidfd: &sys::Fd, sig: i32) {
+    sys::pidfd_signal(pidfd, sig);
+    if sig == libc::SIGTERM {
+        sys::pidfd_signal(pidfd, libc::SIGCONT);
+    }
+}
+
+/// The adapter's group: `sig`, and after a SIGTERM a SIGCONT (see [`send_one`]).
 fn signal_group(adapter: &Adapter, sig: i32) {
+    signal_group_once(adapter, sig);
+    if sig == libc::SIGTERM {
+        signal_group_once(adapter, libc::SIGCONT);
+    }
+}
+
+fn signal_group_once(adapter: &Adapter, sig: i32) {
     if let Some(fd) = &adapter.pidfd {
         match sys::pidfd_signal_group(fd, sig) {
             // ESRCH: the group is empty.

@@ -89,3 +89,57 @@ fn report_is_written_atomically_with_the_exit_status() {
     assert_eq!(leftovers, 1, "no temp file left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_forwarded_sigterm_wakes_a_stopped_adapter() {
+    // The adapter handles SIGTERM (exit 7) and stops itself. SIGTERM to the wrapper is forwarded
+    // to its group followed by SIGCONT, so the handler runs; without the SIGCONT the adapter
+    // would stay stopped and the wrapper would wait for ever.
+    let mut child = wrap()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; kill -STOP $$; while :; do sleep 1 & wait $!; done",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wrapper = child.id() as i32;
+    let stat = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state_of = |pid: i32| {
+        let s = stat(pid);
+        s.rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_owned))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let adapter = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+            .unwrap_or_default();
+        if let Some(a) = kids.split_whitespace().next().and_then(|p| p.parse::<i32>().ok()) {
+            if state_of(a).as_deref() == Some("T") {
+                break a;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "adapter never stopped");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // SAFETY: kill(2) on the wrapper this test spawned (still our unreaped child).
+    unsafe { libc::kill(wrapper, libc::SIGTERM) };
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: our own children, by pid; the adapter is unreaped under the wrapper.
+            unsafe {
+                libc::kill(adapter, libc::SIGKILL);
+                libc::kill(wrapper, libc::SIGKILL);
+            }
+            let _ = child.wait();
+            panic!("the stopped adapter never acted on the forwarded SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(status.code(), Some(7));
+}
