@@ -17,7 +17,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-pub const DEFAULT_GRACE_MS: u64 = 3_000;
+pub use crate::limits::DEFAULT_GRACE_MS;
 
 /// What to run, and the session it belongs to.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +43,8 @@ pub enum ExecError {
     Install(#[from] InstallError),
     #[error("no command given")]
     NoCommand,
+    #[error("{0}; nothing started")]
+    BadInput(#[from] crate::limits::ValueError),
     #[error("leash exec has no visible parent process (parent pid {0}); cannot record an owner")]
     NoParent(i32),
     #[error("session {session_key} already has a live lease {lease_id}; nothing started (close it first: leash close --session {session_key})")]
@@ -69,6 +71,20 @@ pub enum ExecError {
 pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
+    }
+    // The edge: the same key rule and grace range as the CLI and the daemon, before anything is
+    // stored.
+    crate::limits::check_grace_ms("the grace", req.grace_ms)?;
+    for (what, v) in [
+        ("--session", &req.session_key),
+        ("--agent", &req.agent_id),
+        ("--owner", &req.owner_session_key),
+        ("--spawned-by", &req.spawned_by),
+        ("--parent", &req.parent_session_key),
+    ] {
+        if let Some(v) = v {
+            crate::limits::check_key(what, v)?;
+        }
     }
     let mut store = Store::open(&root.db_path())?;
     let wrapper_path = install_wrapper(root)?;

@@ -20,6 +20,9 @@ pub const ENV_WRAP_BIN: &str = "LEASH_WRAP_BIN";
 pub enum InstallError {
     #[error("cannot find the leash-wrap binary (looked in {looked}); build it with `cargo build --release --workspace` or set LEASH_WRAP_BIN")]
     NotFound { looked: String },
+    #[error("{0} is a symbolic link; leash trusts an installed wrapper by its path and never \
+             through a link: remove it, and leash installs the wrapper again")]
+    Symlink(PathBuf),
     #[error("cannot install the wrapper {src} into {dest}: {source}")]
     Copy {
         src: PathBuf,
@@ -80,8 +83,11 @@ pub fn install_from(src: &Path, wrapper_root: &Path) -> Result<PathBuf, InstallE
     let meta = fs::metadata(src).map_err(|e| err(wrapper_root, e))?;
     let stamp = meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128;
     let dest = wrapper_root.join(format!("leash-wrap-{:x}-{:x}", meta.len(), stamp));
-    if fs::metadata(&dest).is_ok_and(|d| d.len() == meta.len()) {
-        return Ok(dest);
+    match fs::symlink_metadata(&dest) {
+        // An installed wrapper is trusted by its path: never through a link.
+        Ok(d) if d.file_type().is_symlink() => return Err(InstallError::Symlink(dest)),
+        Ok(d) if d.is_file() && d.len() == meta.len() => return Ok(dest),
+        _ => {}
     }
     let tmp = wrapper_root.join(format!(
         ".leash-wrap.{}.{}.tmp",

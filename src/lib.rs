@@ -33,6 +33,7 @@ pub mod exitcode;
 pub mod install;
 pub mod lease;
 pub mod legacy;
+pub mod limits;
 pub mod lifecycle;
 pub mod plan;
 pub mod proc;

@@ -251,6 +251,43 @@ impl<'t> Controller<'t> {
         }
     }
 
+    /// [`Controller::resolve`] for a close: an active lease whose row does not read is repaired
+    /// first ([`Store::repair_lease`]: fields that are not evidence reset to safe values, a
+    /// `repaired` event), then closed like any other, verification included. An invalid row
+    /// never makes a live tree unkillable; a row whose evidence does not read is refused (it
+    /// cannot be verified, so nothing is signalled).
+    fn resolve_or_repair(&mut self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
+        match self.resolve(r) {
+            Err(LifecycleError::Store(StoreError::BadRow { lease_id, detail })) => {
+                match self.store.repair_lease(&lease_id)? {
+                    Some((lease, _)) => Ok(lease),
+                    None => Err(StoreError::BadRow { lease_id, detail }.into()),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Repairs the active rows that do not read (see [`Controller::resolve_or_repair`]) before
+    /// a reap plans; those whose evidence does not read stay in the plan's bad rows.
+    fn repair_active_rows(&mut self) -> Result<(), StoreError> {
+        let bad: Vec<String> = self
+            .store
+            .leases(&[LeaseState::Open, LeaseState::Closing])?
+            .into_iter()
+            .filter_map(|r| match r {
+                Err(StoreError::BadRow { lease_id, .. }) => Some(lease_id),
+                _ => None,
+            })
+            .collect();
+        for id in bad {
+            if let Err(e) = self.store.repair_lease(&id) {
+                tracing::warn!(lease_id = %id, error = %e, "unreadable lease row left alone");
+            }
+        }
+        Ok(())
+    }
+
     /// Records the intent to cancel the active turn. Sends no signal; the lease stays open.
     pub fn cancel(
         &mut self,
@@ -284,7 +321,7 @@ impl<'t> Controller<'t> {
         self.refresh()?;
         let mut leases = Vec::new();
         for r in refs {
-            leases.push(self.resolve(r)?);
+            leases.push(self.resolve_or_repair(r)?);
         }
         let ids: Vec<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();
         let (claimed, lost_race) = self.claim_all(&ids)?;
@@ -331,6 +368,7 @@ impl<'t> Controller<'t> {
     /// legacy records handled fail-safe, old closed/lost leases expired.
     pub fn reap(&mut self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
         self.refresh()?;
+        self.repair_active_rows()?;
         let plan = self.plan_reap(opts)?;
         let mut report = ReapReport {
             leases: Vec::new(),
@@ -603,7 +641,9 @@ impl<'t> Controller<'t> {
                 self.pin_and_send(s, Sig::Term, &mut j.pins, &mut j.signals, &mut j.refused);
             }
             j.planned = planned;
-            j.deadline = Instant::now() + j.grace;
+            // Saturating: a grace read from a row is at most an hour, but never panic on one.
+            let now = Instant::now();
+            j.deadline = now.checked_add(j.grace).unwrap_or(now);
         }
         loop {
             let now = Instant::now();

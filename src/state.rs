@@ -24,6 +24,25 @@ pub enum StateError {
     Foreign { path: PathBuf, owner: u32, us: u32 },
     #[error("state path {0} exists but is not a directory")]
     NotADir(PathBuf),
+    #[error("{0} is a symbolic link; leash does not follow links inside its state directory (it \
+             would trust whatever the link points to): remove the link, and leash creates the \
+             directory itself")]
+    Symlink(PathBuf),
+    #[error("state directory {0} does not exist (only `leash exec`, `leash serve` and `leash \
+             legacy import` create one); check --state-dir / LEASH_STATE_DIR")]
+    Missing(PathBuf),
+    #[error("cannot make {0} an absolute path (is the current directory gone?); give an absolute \
+             path")]
+    Relative(PathBuf),
+}
+
+/// `p` made absolute against the current directory (lexically: `..` is kept, symlinks are not
+/// resolved). A relative state directory would name another root from every other directory.
+pub fn absolute(p: &Path) -> Result<PathBuf, StateError> {
+    if p.is_absolute() {
+        return Ok(p.to_path_buf());
+    }
+    std::path::absolute(p).map_err(|_| StateError::Relative(p.to_path_buf()))
 }
 
 #[derive(Debug, Clone)]
@@ -34,7 +53,12 @@ pub struct StateRoot {
 impl StateRoot {
     /// Picks the state directory: the flag, else `LEASH_STATE_DIR`, else
     /// `$XDG_STATE_HOME/leash`, else `~/.local/state/leash`.
+    /// Relative paths are made absolute against the current directory.
     pub fn resolve(flag: Option<&Path>) -> Result<PathBuf, StateError> {
+        Self::resolve_relative(flag).and_then(|p| absolute(&p))
+    }
+
+    fn resolve_relative(flag: Option<&Path>) -> Result<PathBuf, StateError> {
         if let Some(p) = flag {
             return Ok(p.to_path_buf());
         }
@@ -51,17 +75,51 @@ impl StateRoot {
         Err(StateError::NoDefault)
     }
 
-    /// Opens (creating when needed, mode 0700) the state root and its subdirectories.
+    /// Opens (creating when needed, mode 0700) the state root and its subdirectories. The root
+    /// itself may be a symlink (it is canonicalised); `wrappers/` and `run/` may not.
     pub fn open(dir: &Path) -> Result<StateRoot, StateError> {
-        ensure_private_dir(dir)?;
+        ensure_private_dir(dir, true)?;
         // /proc/<pid>/exe shows canonical paths; keep ours canonical so they compare.
         let dir = fs::canonicalize(dir).map_err(|source| StateError::Create {
             path: dir.to_path_buf(),
             source,
         })?;
         let root = StateRoot { dir };
-        ensure_private_dir(&root.wrapper_root())?;
-        ensure_private_dir(&root.run_dir())?;
+        ensure_private_dir(&root.wrapper_root(), false)?;
+        ensure_private_dir(&root.run_dir(), false)?;
+        Ok(root)
+    }
+
+    /// Opens a state root that must already exist, with its database: what every command but
+    /// `exec`, `serve` and `legacy import` uses, so that none of them creates a state root (and
+    /// a new gateway id) by accident. Creates nothing.
+    pub fn open_existing(dir: &Path) -> Result<StateRoot, StateError> {
+        let missing = || StateError::Missing(dir.to_path_buf());
+        match fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(StateError::NotADir(dir.to_path_buf())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing()),
+            Err(source) => {
+                return Err(StateError::Create {
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        let canonical = fs::canonicalize(dir).map_err(|source| StateError::Create {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let root = StateRoot { dir: canonical };
+        if fs::symlink_metadata(root.db_path()).is_err() {
+            return Err(missing());
+        }
+        check_private_dir(root.dir(), true)?;
+        for sub in [root.wrapper_root(), root.run_dir()] {
+            if fs::symlink_metadata(&sub).is_ok() {
+                check_private_dir(&sub, false)?;
+            }
+        }
         Ok(root)
     }
 
@@ -93,41 +151,55 @@ impl StateRoot {
     }
 }
 
-fn ensure_private_dir(path: &Path) -> Result<(), StateError> {
-    let create_err = |source| StateError::Create {
-        path: path.to_path_buf(),
-        source,
-    };
+fn ensure_private_dir(path: &Path, follow: bool) -> Result<(), StateError> {
     match fs::symlink_metadata(path) {
-        Ok(meta) => {
-            let meta = if meta.file_type().is_symlink() {
-                fs::metadata(path).map_err(create_err)?
-            } else {
-                meta
-            };
-            if !meta.is_dir() {
-                return Err(StateError::NotADir(path.to_path_buf()));
-            }
-            let us = nix::unistd::geteuid().as_raw();
-            if meta.uid() != us {
-                return Err(StateError::Foreign {
-                    path: path.to_path_buf(),
-                    owner: meta.uid(),
-                    us,
-                });
-            }
-            if meta.mode() & 0o077 != 0 {
-                fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(create_err)?;
-            }
-            Ok(())
-        }
+        Ok(_) => check_private_dir(path, follow),
         Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(path)
-            .map_err(create_err),
-        Err(e) => Err(create_err(e)),
+            .map_err(|source| StateError::Create {
+                path: path.to_path_buf(),
+                source,
+            }),
+        Err(source) => Err(StateError::Create {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
+}
+
+/// An existing directory of ours: ours (uid), a directory, tightened to 0700; a symlink only when
+/// `follow` (the state root itself, which is canonicalised; never a directory inside it).
+fn check_private_dir(path: &Path, follow: bool) -> Result<(), StateError> {
+    let create_err = |source| StateError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::symlink_metadata(path).map_err(create_err)?;
+    let meta = if meta.file_type().is_symlink() {
+        if !follow {
+            return Err(StateError::Symlink(path.to_path_buf()));
+        }
+        fs::metadata(path).map_err(create_err)?
+    } else {
+        meta
+    };
+    if !meta.is_dir() {
+        return Err(StateError::NotADir(path.to_path_buf()));
+    }
+    let us = nix::unistd::geteuid().as_raw();
+    if meta.uid() != us {
+        return Err(StateError::Foreign {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            us,
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(create_err)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -161,6 +233,30 @@ mod tests {
             StateRoot::open(&file),
             Err(StateError::NotADir(_))
         ));
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn refuses_symlinked_subdirectories_and_creates_nothing_when_asked_not_to() {
+        let tmp = tempdir();
+        let elsewhere = tmp.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o755)).unwrap();
+        let root = tmp.join("root");
+        fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("wrappers")).unwrap();
+        assert!(matches!(StateRoot::open(&root), Err(StateError::Symlink(_))));
+        assert_eq!(
+            fs::metadata(&elsewhere).unwrap().mode() & 0o777,
+            0o755,
+            "the link's target is left as it was"
+        );
+        let missing = tmp.join("nope");
+        assert!(matches!(
+            StateRoot::open_existing(&missing),
+            Err(StateError::Missing(_))
+        ));
+        assert!(!missing.exists());
         fs::remove_dir_all(&tmp).unwrap();
     }
 

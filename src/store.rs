@@ -41,11 +41,17 @@ pub enum StoreError {
     },
     #[error("lease row {lease_id} is invalid: {detail}")]
     BadRow { lease_id: String, detail: String },
+    #[error("refusing to store lease {lease_id}: {detail} (it would not read back); nothing stored")]
+    Unstorable { lease_id: String, detail: String },
     #[error("session {session_key} already has an active lease {lease_id}")]
     SessionBusy {
         session_key: String,
         lease_id: String,
     },
+    #[error("{path} is a symbolic link; leash does not open its database through a link (the \
+             link's target would be turned into a leash database): replace the link with the real \
+             file, or move it aside")]
+    Symlink { path: PathBuf },
     #[error("state database {path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -196,6 +202,7 @@ impl Store {
 
     pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
         let err = |e| map_err(path, busy, e);
+        refuse_symlinks(path)?;
         let conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(busy).map_err(err)?;
         // journal_mode returns a row; a corrupt file fails here first.
@@ -310,6 +317,14 @@ impl Store {
         session: Option<&SessionRow>,
         supersede: impl FnOnce(&Lease) -> Option<String>,
     ) -> Result<(), StoreError> {
+        let unstorable = |detail: String| StoreError::Unstorable {
+            lease_id: lease.lease_id.clone(),
+            detail,
+        };
+        crate::limits::check_grace_ms("the grace", lease.grace_ms)
+            .map_err(|e| unstorable(e.to_string()))?;
+        crate::limits::check_key("the session key", &lease.session_key)
+            .map_err(|e| unstorable(e.to_string()))?;
         let now = crate::lease::now_ms();
         let tx = self
             .conn
@@ -389,6 +404,21 @@ impl Store {
             ],
         )
         .map_err(err)?;
+        // Store only what reads back: the row just written must parse as the lease it came from,
+        // else the transaction is dropped (rolled back) and nothing is stored. A row that does
+        // not read can be neither listed nor closed nor reaped.
+        let back = tx
+            .query_row(
+                &format!("SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"),
+                [&lease.lease_id],
+                |r| Ok(lease_from_row(r)),
+            )
+            .map_err(err)?;
+        match back {
+            Ok(l) if l == *lease => {}
+            Ok(_) => return Err(unstorable("a field reads back changed".into())),
+            Err(e) => return Err(unstorable(e.to_string())),
+        }
         if let Some(s) = session {
             tx.execute(
                 "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
@@ -781,6 +811,90 @@ impl Store {
     }
 
     /// The underlying connection, for modules that own their own tables (legacy records).
+    /// Repairs an active lease row that does not read, so that it can be closed: the fields that
+    /// identify its processes (id, gateway, session, wrapper root and path, root pid, start time
+    /// and pidfs inode, command hash, owner, state) must read, since verification compares them
+    /// with the live process table; every other field that does not read is reset to a safe
+    /// value (grace → the default, adapter pid/group/start time, exit status, claim and times →
+    /// unknown, command → empty) and a `repaired` event records which. Returns the repaired
+    /// lease and what was reset, `Ok(None)` when there is no such active row, and `BadRow` when
+    /// an identifying field does not read (such a row cannot be verified and is never signalled).
+    pub fn repair_lease(
+        &mut self,
+        lease_id: &str,
+    ) -> Result<Option<(Lease, Vec<String>)>, StoreError> {
+        let path = self.path.clone();
+        let err = |e| map_err(&path, self.busy, e);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let read = |tx: &Connection| -> rusqlite::Result<Option<Result<Lease, StoreError>>> {
+            tx.query_row(
+                &format!(
+                    "SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1 \
+                     AND state IN ('open','closing')"
+                ),
+                [lease_id],
+                |r| Ok(lease_from_row(r)),
+            )
+            .optional()
+        };
+        let Some(first) = read(&tx).map_err(err)? else {
+            return Ok(None);
+        };
+        let detail = match first {
+            Ok(l) => return Ok(Some((l, Vec::new()))),
+            Err(e) => e.to_string(),
+        };
+        let mut fixed = Vec::new();
+        for (check, reset, what) in REPAIRS {
+            let bad: bool = tx
+                .query_row(
+                    &format!("SELECT NOT ({check}) FROM leases WHERE lease_id = ?1"),
+                    [lease_id],
+                    |r| r.get::<_, Option<bool>>(0),
+                )
+                .map_err(err)?
+                .unwrap_or(true);
+            if bad {
+                let sql = format!("UPDATE leases SET {reset} WHERE lease_id = ?1");
+                if reset.contains("?2") {
+                    let grace = crate::limits::DEFAULT_GRACE_MS as i64;
+                    tx.execute(&sql, params![lease_id, grace]).map_err(err)?;
+                } else {
+                    tx.execute(&sql, [lease_id]).map_err(err)?;
+                }
+                fixed.push(what.to_string());
+            }
+        }
+        let lease = match read(&tx).map_err(err)? {
+            Some(Ok(l)) => l,
+            Some(Err(e)) => {
+                return Err(StoreError::BadRow {
+                    lease_id: lease_id.to_string(),
+                    detail: format!(
+                        "{e}; a field that identifies its processes does not read, so it cannot \
+                         be verified and nothing is signalled (fix or delete the row by hand)"
+                    ),
+                })
+            }
+            None => return Ok(None),
+        };
+        insert_event(
+            &tx,
+            &lease.session_key,
+            Some(lease_id),
+            "repaired",
+            Some(serde_json::json!({ "reset": fixed, "was": detail })),
+            crate::lease::now_ms(),
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        tracing::warn!(lease_id, reset = ?fixed, was = %detail, "repaired an unreadable lease row");
+        Ok(Some((lease, fixed)))
+    }
+
     pub fn conn(&mut self) -> &mut Connection {
         &mut self.conn
     }
@@ -790,6 +904,73 @@ const LEASE_COLS: &str = "lease_id, gateway_instance_id, session_key, agent_id, 
     wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, adapter_start_time, \
     command_hash, command_json, owner_pid, owner_start_time, started_at, grace_ms, state, \
     state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start, root_pidfs_ino";
+
+/// The fields [`Store::repair_lease`] may reset: (SQL that holds when the field reads, the reset
+/// (?2 is the default grace), what is said in the `repaired` event). They mirror the checks of
+/// [`lease_from_row`]; none of them is evidence that verification compares with `/proc`.
+const REPAIRS: &[(&str, &str, &str)] = &[
+    (
+        "typeof(grace_ms) = 'integer' AND grace_ms BETWEEN 0 AND 3600000",
+        "grace_ms = ?2",
+        "grace_ms (now the default)",
+    ),
+    (
+        "process_group_id IS NULL OR (typeof(process_group_id) = 'integer' \
+         AND process_group_id BETWEEN 1 AND 2147483647)",
+        "process_group_id = NULL",
+        "process_group_id",
+    ),
+    (
+        "adapter_pid IS NULL OR (typeof(adapter_pid) = 'integer' \
+         AND adapter_pid BETWEEN 1 AND 2147483647)",
+        "adapter_pid = NULL",
+        "adapter_pid",
+    ),
+    (
+        "adapter_start_time IS NULL OR (typeof(adapter_start_time) = 'integer' \
+         AND adapter_start_time >= 0)",
+        "adapter_start_time = NULL",
+        "adapter_start_time",
+    ),
+    (
+        "exit_status IS NULL OR typeof(exit_status) = 'integer'",
+        "exit_status = NULL",
+        "exit_status",
+    ),
+    (
+        "(claimed_by_pid IS NULL OR (typeof(claimed_by_pid) = 'integer' \
+         AND claimed_by_pid BETWEEN 1 AND 2147483647)) AND (claimed_by_start IS NULL \
+         OR (typeof(claimed_by_start) = 'integer' AND claimed_by_start >= 0))",
+        "claimed_by_pid = NULL, claimed_by_start = NULL",
+        "claimed_by",
+    ),
+    (
+        "typeof(started_at) = 'integer'",
+        "started_at = 0",
+        "started_at",
+    ),
+    (
+        "closed_at IS NULL OR typeof(closed_at) = 'integer'",
+        "closed_at = NULL",
+        "closed_at",
+    ),
+    (
+        "state_reason IS NULL OR typeof(state_reason) = 'text'",
+        "state_reason = NULL",
+        "state_reason",
+    ),
+    (
+        "agent_id IS NULL OR typeof(agent_id) = 'text'",
+        "agent_id = NULL",
+        "agent_id",
+    ),
+    (
+        "typeof(command_json) = 'text' AND json_valid(command_json) \
+         AND json_type(command_json) = 'array'",
+        "command_json = '[]'",
+        "command_json",
+    ),
+];
 
 const SESSION_COLS: &str = "session_key, agent_id, owner_session_key, spawned_by, \
     parent_session_key, backend, gateway_instance_id, created_at, lease_id";
@@ -890,7 +1071,8 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         owner_pid: pid(int(13, "owner_pid")?, "owner_pid")?,
         owner_start_time: ticks(int(14, "owner_start_time")?, "owner_start_time")?,
         started_at: int(15, "started_at")?,
-        grace_ms: ticks(int(16, "grace_ms")?, "grace_ms")?,
+        grace_ms: crate::limits::check_grace_ms("grace_ms", ticks(int(16, "grace_ms")?, "grace_ms")?)
+            .map_err(|e| bad(e.to_string()))?,
         state,
         state_reason: opt_text(18, "state_reason")?,
         closed_at: opt_int(19, "closed_at")?,
@@ -1093,6 +1275,23 @@ fn events_after(conn: &Connection, session_key: &str, after: i64) -> rusqlite::R
         })
     })?;
     rows.collect()
+}
+
+/// The database and its `-wal`/`-shm` companions must not be symlinks: SQLite would follow them
+/// and make the link's target (any file of ours) a leash database, or its journal.
+fn refuse_symlinks(path: &Path) -> Result<(), StoreError> {
+    let mut names = vec![path.to_path_buf()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        names.push(PathBuf::from(p));
+    }
+    for p in names {
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(StoreError::Symlink { path: p });
+        }
+    }
+    Ok(())
 }
 
 fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {

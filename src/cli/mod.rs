@@ -25,13 +25,19 @@ Exit codes:
   0    success
   1    error (I/O, corrupt or locked database, ...): the message says what failed
   2    bad usage
-  3    conflict: the session already has a live lease, or the lease is not open, or another
-       process is closing it
-  4    no such lease or session
+  3    conflict: the lease is not open, or another process is closing it
+  4    no such lease, session or state directory
   5    the requester may not see that session
   6    ownership could not be verified: nothing was signalled (the reason is printed and recorded)
   7    the operation needs a running daemon (leash serve)
-  125  leash exec could not start the wrapper; any other status of leash exec is the adapter's";
+  125  leash exec itself failed (bad usage, the session already has a live lease, the database,
+       the wrapper): nothing was started; any other status of leash exec is the adapter's
+
+Errors: one line on stderr, `leash: MESSAGE`. With --json or --error-format json, one JSON line
+instead: {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\"exitCode\":125}} (codes as in the
+daemon protocol, docs/protocol.md).";
+
+const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,26 +50,37 @@ lease, and no process leash started outlives its owner.",
     after_help = EXIT_CODES
 )]
 pub struct Cli {
-    /// State directory (one per gateway installation) [default: $XDG_STATE_HOME/leash, else
-    /// ~/.local/state/leash]
-    #[arg(long, global = true, env = "LEASH_STATE_DIR", value_name = "DIR")]
+    /// State directory (one per gateway installation; only `exec`, `serve` and `legacy import`
+    /// create it) [default: $XDG_STATE_HOME/leash, else ~/.local/state/leash]
+    #[arg(long, global = true, env = "LEASH_STATE_DIR", value_name = "DIR", help_heading = GLOBAL)]
     pub state_dir: Option<PathBuf>,
 
     /// More log output on stderr (-v: info, -vv: debug). LEASH_LOG overrides (tracing filter syntax).
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = GLOBAL)]
     pub verbose: u8,
 
     /// The daemon's socket: where `leash serve` listens and where the other commands look for
     /// it [default: the one the running daemon recorded, else <state-dir>/leash.sock]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH", help_heading = GLOBAL)]
     pub socket: Option<PathBuf>,
 
     /// Work on the state database directly even when a daemon serves the state root
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub no_daemon: bool,
+
+    /// How errors are printed on stderr: `text` (one line) or `json` (one JSON line with the
+    /// protocol's error code; the default with --json)
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", help_heading = GLOBAL)]
+    pub error_format: Option<ErrorFormat>,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ErrorFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,7 +96,10 @@ still active starts nothing and exits 125 with the reason, unless nothing of the
 alive any more (verified: wrapper, adapter, marked escapees): then the old lease is marked lost \
 and the new one proceeds.",
         after_help = "Exit status: the adapter's (its code, or 128+N if it died of signal N); 127 if \
-CMD was not found, 126 if it could not be executed; 125 if leash could not start it."
+CMD was not found, 126 if it could not be executed; 125 if leash exec itself failed (bad usage, \
+a live lease for the session, the database, the wrapper), nothing started. With --error-format \
+json the cause is one JSON line on stderr: {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\
+\"exitCode\":125}}; codes: bad_request, conflict, spawn_failed, internal."
     )]
     Exec(ExecArgs),
     /// List leases.
@@ -88,7 +108,14 @@ CMD was not found, 126 if it could not be executed; 125 if leash could not start
     Status(JsonArg),
     /// Verify a lease's live tree, then terminate it children first (SIGTERM, grace, SIGKILL).
     Close(CloseArgs),
-    /// Record the intent to cancel the active turn. Never signals; the lease stays open.
+    /// Record the intent to cancel the active turn of a lease (LEASE) or session (--session KEY).
+    #[command(
+        long_about = "Record the intent to cancel the active turn of a lease, named by its id \
+(LEASE) or as the active lease of a session (--session KEY). Never signals; the lease stays open. \
+When a daemon supervises the session it also writes an ACP session/cancel notification to the \
+adapter (for --acp-session ID, or the one ACP session it knows); otherwise, or when it knows \
+none, the intent is recorded just the same and the output says no notification was written."
+    )]
     Cancel(TargetArgs),
     /// Reap orphaned leases (owner gone): what a gateway runs at startup.
     #[command(
@@ -99,7 +126,7 @@ is alive are live sessions and are left alone. Legacy records are handled fail-s
 lost leases older than the retention are deleted. Never starts from a command-line search."
     )]
     Reap(ReapArgs),
-    /// Records of the old gateway that predate leases.
+    /// Records of the old gateway that predate leases (import, list).
     #[command(subcommand)]
     Legacy(LegacyCommand),
     /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
@@ -110,26 +137,69 @@ lost leases older than the retention are deleted. Never starts from a command-li
     Sessions(sessions::SessionsCommand),
 }
 
+/// A session key (or agent id): the one rule of [`crate::limits::check_key`].
+pub(crate) fn parse_key(s: &str) -> Result<String, String> {
+    crate::limits::check_key("the key", s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// A duration flag (humantime, or bare seconds), at most `max_ms`.
+fn duration_at_most(what: &'static str, max_ms: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s: &str| crate::limits::parse_duration_ms(what, s, max_ms).map_err(|e| e.to_string())
+}
+
+fn grace_duration(s: &str) -> Result<u64, String> {
+    duration_at_most("the grace", crate::limits::MAX_GRACE_MS)(s)
+}
+
+fn grace_millis(s: &str) -> Result<u64, String> {
+    let ms: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of milliseconds"))?;
+    crate::limits::check_grace_ms("the grace", ms).map_err(|e| e.to_string())
+}
+
+/// The grace between SIGTERM and SIGKILL: `--grace DURATION`, or `--grace-ms N` (milliseconds;
+/// kept for scripts written before durations).
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct GraceArg {
+    /// Time between SIGTERM and SIGKILL, e.g. 500ms, 3s, 1m (at most 1h)
+    #[arg(long, value_name = "DURATION", value_parser = grace_duration, conflicts_with = "grace_ms")]
+    pub grace: Option<u64>,
+    /// The same in milliseconds (kept for older scripts)
+    #[arg(long, value_name = "MS", value_parser = grace_millis)]
+    pub grace_ms: Option<u64>,
+}
+
+impl GraceArg {
+    /// The grace in milliseconds, if one was given.
+    pub fn ms(&self) -> Option<u64> {
+        self.grace.or(self.grace_ms)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// Session key (default: lease:<lease id>)
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub session: Option<String>,
     /// Agent id of the session
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_key)]
     pub agent: Option<String>,
     /// Session key of the session that owns this one
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub owner: Option<String>,
     /// Session key of the session that spawned this one
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub spawned_by: Option<String>,
     /// Parent session key
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub parent: Option<String>,
-    /// Milliseconds between SIGTERM and SIGKILL when the tree is terminated
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
-    pub grace_ms: u64,
+    /// [default: 3s]
+    #[command(flatten)]
+    pub grace: GraceArg,
     /// The pid of the process that spawns leash exec (the gateway). If our parent is not that
     /// process any more, nothing is started and the lease is recorded lost.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
@@ -141,7 +211,7 @@ pub struct ExecArgs {
 
 #[derive(Debug, Args)]
 pub struct JsonArg {
-    /// Print JSON
+    /// Print JSON (errors too, as one JSON line on stderr)
     #[arg(long)]
     pub json: bool,
 }
@@ -149,7 +219,7 @@ pub struct JsonArg {
 #[derive(Debug, Args)]
 pub struct LeasesArgs {
     /// Only leases in this state
-    #[arg(long, value_name = "STATE", value_parser = parse_state)]
+    #[arg(long, value_name = "STATE", value_parser = state_parser())]
     pub state: Option<LeaseState>,
     #[command(flatten)]
     pub json: JsonArg,
@@ -157,7 +227,7 @@ pub struct LeasesArgs {
 
 #[derive(Debug, Args)]
 pub struct TargetArgs {
-    /// Lease id
+    /// Lease id (or give --session)
     #[arg(
         value_name = "LEASE",
         required_unless_present = "session",
@@ -165,11 +235,11 @@ pub struct TargetArgs {
     )]
     pub lease: Option<String>,
     /// The active lease of this session
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub session: Option<String>,
     /// With a daemon: the ACP session whose turn to cancel (the daemon writes a session/cancel
     /// notification for it to the adapter); inferred when the daemon knows just one
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_key)]
     pub acp_session: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
@@ -191,11 +261,11 @@ pub struct CloseArgs {
     #[arg(value_name = "LEASE", required_unless_present = "session")]
     pub leases: Vec<String>,
     /// The active lease of this session (repeatable)
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub session: Vec<String>,
-    /// Milliseconds between SIGTERM and SIGKILL (default: the lease's own)
-    #[arg(long, value_name = "N")]
-    pub grace_ms: Option<u64>,
+    /// [default: the lease's own]
+    #[command(flatten)]
+    pub grace: GraceArg,
     #[command(flatten)]
     pub json: JsonArg,
 }
@@ -209,19 +279,28 @@ pub struct ReapArgs {
     #[arg(long)]
     pub include_live: bool,
     /// Delete closed and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_retention)]
     pub retention: Duration,
-    /// Milliseconds between SIGTERM and SIGKILL (default: each lease's own)
-    #[arg(long, value_name = "N")]
-    pub grace_ms: Option<u64>,
+    /// [default: each lease's own]
+    #[command(flatten)]
+    pub grace: GraceArg,
     #[command(flatten)]
     pub json: JsonArg,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum LegacyCommand {
-    /// Import records from a JSON array of {"sessionKey", "pid", "command", "wrapperPath"?}
+    /// Import records of the old gateway from a JSON file
+    #[command(
+        long_about = "Import records of the old gateway (processes started before leases existed) \
+from FILE, a JSON array of {\"sessionKey\": KEY, \"pid\": PID, \"command\": \"CMD LINE\", \
+\"wrapperPath\": PATH (optional)}. `leash reap` then handles them fail-safe: a record is \
+terminated only if its pid still runs that command from the wrapper directory, else it is marked \
+lost or left alone with the reason. Creates the state directory when needed."
+    )]
     Import {
+        /// The JSON file to import
+        #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Directory the old gateway's wrappers live in (default: this gateway's wrapper root)
         #[arg(long, value_name = "DIR")]
@@ -231,37 +310,30 @@ pub enum LegacyCommand {
     List(JsonArg),
 }
 
-fn parse_state(s: &str) -> Result<LeaseState, String> {
-    s.parse().map_err(|e: crate::lease::BadState| e.to_string())
+/// `open`, `closing`, `closed` or `lost`, listed in `--help` and in the error.
+fn state_parser() -> impl clap::builder::TypedValueParser<Value = LeaseState> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(LeaseState::ALL.map(LeaseState::as_str))
+        .map(|s| s.parse::<LeaseState>().expect("one of the listed states"))
 }
 
-/// Parses `7d`, `12h`, `30m`, `45s`, `500ms` (or a bare number of seconds).
+/// Parses a duration (humantime syntax: `7d`, `12h`, `30m`, `45s`, `500ms`; a bare number is
+/// seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (use e.g. 7d, 12h, 30m, 45s, 500ms)"))?;
-    let ms = match unit {
-        "ms" => n,
-        "" | "s" => n.saturating_mul(1_000),
-        "m" => n.saturating_mul(60_000),
-        "h" => n.saturating_mul(3_600_000),
-        "d" => n.saturating_mul(86_400_000),
-        _ => {
-            return Err(format!(
-                "unknown unit '{unit}' in '{s}' (use ms, s, m, h or d)"
-            ))
-        }
-    };
-    Ok(Duration::from_millis(ms))
+    crate::limits::parse_duration(s).map_err(|e| e.to_string())
 }
 
-/// An error with the exit code it maps to.
+fn parse_retention(s: &str) -> Result<Duration, String> {
+    duration_at_most("the retention", crate::limits::MAX_RETENTION_MS)(s).map(Duration::from_millis)
+}
+
+/// An error with the exit code it maps to and its cause in the protocol's words (`code` of an
+/// error reply: `not_found`, `conflict`, ...), for `--error-format json`.
+#[derive(Debug)]
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    pub cause: String,
 }
 
 impl Failure {
@@ -269,7 +341,40 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            cause: cause_of(code).to_string(),
         }
+    }
+
+    /// The same failure with a more specific cause.
+    pub fn with_cause(mut self, cause: impl Into<String>) -> Failure {
+        self.cause = cause.into();
+        self
+    }
+
+    /// The JSON error line: `{"error":{"code","message","exitCode"}}`, like the daemon's error
+    /// replies.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({"error": {
+            "code": self.cause,
+            "message": self.message,
+            "exitCode": self.code,
+        }})
+        .to_string()
+    }
+}
+
+/// The cause an exit code stands for, in the protocol's words (plus `unverified` and
+/// `daemon_needed`, which only the CLI has).
+fn cause_of(code: u8) -> &'static str {
+    match code {
+        exitcode::USAGE => "bad_request",
+        exitcode::CONFLICT => "conflict",
+        exitcode::NOT_FOUND => "not_found",
+        exitcode::NOT_VISIBLE => "not_visible",
+        exitcode::UNVERIFIED => "unverified",
+        exitcode::DAEMON_NEEDED => "daemon_needed",
+        exitcode::EXEC_FAILED => "spawn_failed",
+        _ => "internal",
     }
 }
 
@@ -277,6 +382,7 @@ impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
         let code = match e {
             StoreError::SessionBusy { .. } => exitcode::CONFLICT,
+            StoreError::Unstorable { .. } => exitcode::USAGE,
             _ => exitcode::FAILURE,
         };
         Failure::new(code, e.to_string())
@@ -285,7 +391,12 @@ impl From<StoreError> for Failure {
 
 impl From<StateError> for Failure {
     fn from(e: StateError) -> Failure {
-        Failure::new(exitcode::FAILURE, e.to_string())
+        let code = match e {
+            StateError::Missing(_) => exitcode::NOT_FOUND,
+            StateError::Relative(_) => exitcode::USAGE,
+            _ => exitcode::FAILURE,
+        };
+        Failure::new(code, e.to_string())
     }
 }
 
@@ -301,13 +412,112 @@ impl From<LifecycleError> for Failure {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e, &args),
+    };
     init_logging(cli.verbose, matches!(cli.command, Command::Serve(_)));
+    let json_errors = match cli.error_format {
+        Some(f) => f == ErrorFormat::Json,
+        None => wants_json(&cli.command),
+    };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("leash: {}", f.message);
+            if json_errors {
+                eprintln!("{}", f.to_json());
+            } else {
+                eprintln!("leash: {}", f.message);
+            }
             ExitCode::from(f.code)
+        }
+    }
+}
+
+/// A command line clap refused: help and version go out as clap prints them; errors exit 2, or
+/// 125 for `leash exec` (every failure of exec itself is 125, so it never collides with an
+/// adapter's status), as one JSON line when JSON errors were asked for.
+fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            exitcode::USAGE
+        } else {
+            exitcode::OK
+        });
+    }
+    let (exec, json) = scan_args(args);
+    let code = if exec {
+        exitcode::EXEC_FAILED
+    } else {
+        exitcode::USAGE
+    };
+    if json {
+        let rendered = e.render().to_string();
+        let message = rendered
+            .lines()
+            .next()
+            .unwrap_or("bad usage")
+            .trim_start_matches("error: ")
+            .to_string();
+        let f = Failure::new(code, message).with_cause("bad_request");
+        eprintln!("{}", f.to_json());
+    } else {
+        let _ = e.print();
+    }
+    ExitCode::from(code)
+}
+
+/// From a command line clap refused: is it `leash exec`, and were JSON errors asked for
+/// (`--error-format json`, or `--json`)? Global options with a value are skipped; the first
+/// other word is the subcommand.
+fn scan_args(args: &[OsString]) -> (bool, bool) {
+    let words: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut subcommand = None;
+    let mut json = false;
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        match w {
+            "--" => break,
+            "--json" => json = true,
+            "--error-format=json" => json = true,
+            "--error-format" => {
+                json = words.get(i + 1).map(String::as_str) == Some("json");
+                i += 1;
+            }
+            "--state-dir" | "--socket" if subcommand.is_none() => i += 1,
+            _ if !w.starts_with('-') && subcommand.is_none() => subcommand = Some(w.to_string()),
+            _ => {}
+        }
+        i += 1;
+    }
+    (subcommand.as_deref() == Some("exec"), json)
+}
+
+/// Did the command ask for JSON output (so errors are JSON too)?
+fn wants_json(c: &Command) -> bool {
+    match c {
+        Command::Leases(a) => a.json.json,
+        Command::Status(a) => a.json,
+        Command::Close(a) => a.json.json,
+        Command::Cancel(a) => a.json.json,
+        Command::Reap(a) => a.json.json,
+        Command::Legacy(LegacyCommand::List(a)) => a.json,
+        Command::Sessions(c) => c.json(),
+        Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. }) => {
+            false
         }
     }
 }
@@ -329,17 +539,31 @@ fn init_logging(verbose: u8, daemon: bool) {
         .try_init();
 }
 
-fn open_root(cli_dir: Option<&std::path::Path>) -> Result<StateRoot, Failure> {
-    let dir = StateRoot::resolve(cli_dir)?;
-    Ok(StateRoot::open(&dir)?)
-}
-
 pub fn run(cli: Cli) -> Result<u8, Failure> {
-    let root = open_root(cli.state_dir.as_deref())?;
+    let dir = StateRoot::resolve(cli.state_dir.as_deref())?;
+    // Only the commands that start something (and `legacy import`, which records the old
+    // gateway's processes before any session runs) may create a state root: a typo in
+    // --state-dir must not silently become a second gateway.
+    let creates = matches!(
+        cli.command,
+        Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. })
+    );
+    if let Command::Exec(a) = cli.command {
+        return run_exec(&dir, a);
+    }
+    let root = if creates {
+        StateRoot::open(&dir)?
+    } else {
+        StateRoot::open_existing(&dir)?
+    };
+    let socket = match cli.socket {
+        Some(p) => Some(crate::state::absolute(&p)?),
+        None => None,
+    };
     // These commands go through the daemon when one serves the state root.
-    let daemon = || serve::connect(&root, cli.socket.as_deref(), cli.no_daemon);
+    let daemon = || serve::connect(&root, socket.as_deref(), cli.no_daemon);
     match cli.command {
-        Command::Exec(a) => run_exec(&root, a),
+        Command::Exec(_) => unreachable!("handled above"),
         Command::Leases(a) => match daemon()? {
             Some(c) => serve::leases(c, &a),
             None => run_leases(&root, a),
@@ -361,7 +585,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             None => run_reap(root, a),
         },
         Command::Legacy(c) => run_legacy(root, c),
-        Command::Serve(a) => serve::run_serve(root, cli.socket, a),
+        Command::Serve(a) => serve::run_serve(root, socket, a),
         Command::Sessions(c) => {
             let client = daemon()?;
             sessions::run(root, c, client)
@@ -369,27 +593,39 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-fn run_exec(root: &StateRoot, a: ExecArgs) -> Result<u8, Failure> {
+fn run_exec(dir: &std::path::Path, a: ExecArgs) -> Result<u8, Failure> {
+    let failed = |msg: String, cause: &str| Failure::new(exitcode::EXEC_FAILED, msg).with_cause(cause);
+    let root = StateRoot::open(dir).map_err(|e| failed(format!("{e}; nothing started"), "internal"))?;
     let req = ExecRequest {
         session_key: a.session,
         agent_id: a.agent,
         owner_session_key: a.owner,
         spawned_by: a.spawned_by,
         parent_session_key: a.parent,
-        grace_ms: a.grace_ms,
+        grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         owner_pid: a.owner_pid,
         command: a.command,
     };
-    match crate::exec::exec(root, req) {
+    match crate::exec::exec(&root, req) {
         Ok(never) => match never {},
         Err(e) => {
+            let cause = match &e {
+                ExecError::SessionLive { .. } => "conflict",
+                ExecError::BadInput(_) | ExecError::NoCommand => "bad_request",
+                ExecError::Store(StoreError::Unstorable { .. }) => "bad_request",
+                ExecError::Store(_) | ExecError::State(_) => "internal",
+                ExecError::Install(_)
+                | ExecError::NoParent(_)
+                | ExecError::OwnerGone { .. }
+                | ExecError::Exec { .. } => "spawn_failed",
+            };
             let msg = match &e {
                 ExecError::Store(_) | ExecError::State(_) | ExecError::Install(_) => {
                     format!("{e}; nothing started")
                 }
                 _ => e.to_string(),
             };
-            Err(Failure::new(exitcode::EXEC_FAILED, msg))
+            Err(failed(msg, cause))
         }
     }
 }
@@ -431,7 +667,7 @@ fn run_close(root: StateRoot, a: CloseArgs) -> Result<u8, Failure> {
         .map(|l| LeaseRef::Id(l.clone()))
         .chain(a.session.iter().map(|s| LeaseRef::Session(s.clone())))
         .collect();
-    let outcomes = ctl.close(&targets, a.grace_ms)?;
+    let outcomes = ctl.close(&targets, a.grace.ms())?;
     output::close(&outcomes, a.json.json);
     let code = outcomes
         .iter()
@@ -462,9 +698,9 @@ fn run_reap(root: StateRoot, a: ReapArgs) -> Result<u8, Failure> {
     let mut ctl = Controller::open(root, &table)?;
     let opts = ReapOptions {
         include_live: a.include_live,
-        retention_ms: a.retention.as_millis() as i64,
+        retention_ms: i64::try_from(a.retention.as_millis()).unwrap_or(i64::MAX),
         now_ms: crate::lease::now_ms(),
-        grace_ms: a.grace_ms,
+        grace_ms: a.grace.ms(),
     };
     if a.dry_run {
         let plan = ctl.plan_reap(&opts)?;
@@ -510,18 +746,6 @@ fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration("7d").unwrap(),
-            Duration::from_secs(7 * 86400)
-        );
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
-        assert!(parse_duration("x").is_err());
-        assert!(parse_duration("5y").is_err());
-    }
 
     #[test]
     fn cli_is_well_formed() {

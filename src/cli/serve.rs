@@ -3,9 +3,7 @@
 //! print exactly what they print without it, and exit with the same codes. `--no-daemon` makes
 //! them work on the database directly.
 
-use super::{
-    output, parse_duration, CloseArgs, Failure, JsonArg, LeasesArgs, ReapArgs, TargetArgs,
-};
+use super::{output, CloseArgs, Failure, GraceArg, JsonArg, LeasesArgs, ReapArgs, TargetArgs};
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::Code;
 use crate::daemon::session::Limits;
@@ -33,7 +31,7 @@ exits 0. The protocol (newline-delimited JSON) is in docs/protocol.md.";
 pub struct ServeArgs {
     /// Close sessions without traffic (a line either way) for this long, never a busy one
     /// (e.g. 30m); off by default
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle_close)]
     pub idle_close: Option<Duration>,
     /// Replay buffer per session: at most this many items (output lines and events)
     #[arg(long, value_name = "N", default_value_t = 10_000,
@@ -43,11 +41,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub replay_bytes: u64,
-    /// Milliseconds between SIGTERM and SIGKILL for sessions whose ensure names none
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
-    pub grace_ms: u64,
+    /// For sessions whose ensure names none [default: 3s]
+    #[command(flatten)]
+    pub grace: GraceArg,
     /// Startup reap: delete closed and lost leases that ended longer ago than this
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = super::parse_retention)]
     pub retention: Duration,
 }
 
@@ -63,7 +61,7 @@ pub(super) fn run_serve(
             lines: usize::try_from(a.replay_lines).unwrap_or(usize::MAX),
             bytes: usize::try_from(a.replay_bytes).unwrap_or(usize::MAX),
         },
-        default_grace_ms: a.grace_ms,
+        default_grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         retention: a.retention,
     };
     match serve(root, cfg) {
@@ -78,6 +76,12 @@ pub(super) fn run_serve(
             Err(Failure::new(code, e.to_string()))
         }
     }
+}
+
+fn parse_idle_close(s: &str) -> Result<Duration, String> {
+    crate::limits::parse_duration_ms("--idle-close", s, crate::limits::MAX_IDLE_CLOSE_MS)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
 }
 
 /// The daemon serving `root`, if one does (and `--no-daemon` is not given). A socket named with
@@ -115,15 +119,42 @@ pub(super) fn connect(
     Ok(Some(c))
 }
 
-/// Maps a daemon error to the exit code the same failure has without a daemon.
-fn remote(e: ClientError) -> Failure {
+/// Maps a daemon error to the exit code the same failure has without a daemon, its message in
+/// the CLI's words (flags, not wire fields), its cause the daemon's code.
+pub(super) fn remote(e: ClientError) -> Failure {
     let code = match e.code() {
         Some(Code::NotFound) => exitcode::NOT_FOUND,
+        Some(Code::NotVisible) => exitcode::NOT_VISIBLE,
         Some(Code::Conflict | Code::NotRunning | Code::ShuttingDown) => exitcode::CONFLICT,
         Some(Code::BadRequest | Code::UnknownOp) => exitcode::USAGE,
         _ => exitcode::FAILURE,
     };
-    Failure::new(code, format!("{e} (via the daemon)"))
+    let f = Failure::new(code, format!("{} (via the daemon)", cli_words(&e.to_string())));
+    match e.code() {
+        Some(c) => f.with_cause(c.as_str()),
+        None => f,
+    }
+}
+
+/// A daemon message with the wire fields the CLI sets named as the flags that set them.
+pub(super) fn cli_words(msg: &str) -> String {
+    const FIELDS: &[(&str, &str)] = &[
+        ("\"acpSessionId\"", "--acp-session"),
+        ("\"graceMs\"", "--grace"),
+        ("\"retentionMs\"", "--retention"),
+        ("\"requesterSessionKey\"", "--as"),
+        ("\"a2aAllow\"", "--a2a-allow"),
+        ("\"sessions\"", "--session"),
+        ("\"session\"", "--session"),
+        ("\"leases\"", "LEASE"),
+        ("\"lease\"", "LEASE"),
+        ("\"state\"", "--state"),
+    ];
+    let mut out = msg.to_string();
+    for (wire, flag) in FIELDS {
+        out = out.replace(wire, flag);
+    }
+    out
 }
 
 fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
@@ -204,7 +235,7 @@ pub(super) fn close(mut c: Client, a: &CloseArgs) -> Result<u8, Failure> {
     let v = c
         .call(
             "close",
-            json!({"leases": a.leases, "sessions": a.session, "graceMs": a.grace_ms}),
+            json!({"leases": a.leases, "sessions": a.session, "graceMs": a.grace.ms()}),
         )
         .map_err(remote)?;
     let outcomes: Vec<CloseOutcome> = decode(v, "close")?;
@@ -239,6 +270,7 @@ pub(super) fn cancel(mut c: Client, a: &TargetArgs) -> Result<u8, Failure> {
         return Ok(exitcode::OK);
     }
     let notified = v["notified"] == true;
+    let supervised = v["supervised"] == true;
     let acp = v["acpSessionId"].as_str().map(str::to_owned);
     let out: CancelOutcome = decode(v, "cancel")?;
     output::cancel(&out, false);
@@ -246,6 +278,10 @@ pub(super) fn cancel(mut c: Client, a: &TargetArgs) -> Result<u8, Failure> {
         (true, Some(acp)) => {
             println!("session/cancel written to the adapter for ACP session {acp}")
         }
+        (false, _) if supervised => println!(
+            "no notification written: the daemon knows no single ACP session of this session \
+             (give --acp-session ID)"
+        ),
         _ => println!("no notification written: the daemon does not supervise this session"),
     }
     Ok(exitcode::OK)
@@ -258,8 +294,8 @@ pub(super) fn reap(mut c: Client, a: &ReapArgs) -> Result<u8, Failure> {
             json!({
                 "dryRun": a.dry_run,
                 "includeLive": a.include_live,
-                "retentionMs": a.retention.as_millis() as u64,
-                "graceMs": a.grace_ms,
+                "retentionMs": u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX),
+                "graceMs": a.grace.ms(),
             }),
         )
         .map_err(remote)?;

@@ -22,6 +22,7 @@ pub enum SessionsCommand {
     /// A session's lifecycle events, in order
     History {
         /// Session key
+        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
         key: String,
         #[command(flatten)]
         view: ViewArgs,
@@ -29,6 +30,7 @@ pub enum SessionsCommand {
     /// Write LINE to a session's adapter stdin (needs a running `leash serve`)
     Send {
         /// Session key
+        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
         key: String,
         /// One line of input for the adapter (no newline inside)
         #[arg(allow_hyphen_values = true)]
@@ -39,10 +41,23 @@ pub enum SessionsCommand {
     /// A session's lease state and live processes
     Status {
         /// Session key
+        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
         key: String,
         #[command(flatten)]
         view: ViewArgs,
     },
+}
+
+impl SessionsCommand {
+    /// Was JSON asked for (so errors are JSON too)?
+    pub fn json(&self) -> bool {
+        match self {
+            SessionsCommand::List(v) => v.json,
+            SessionsCommand::History { view, .. }
+            | SessionsCommand::Send { view, .. }
+            | SessionsCommand::Status { view, .. } => view.json,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -55,7 +70,7 @@ pub enum OnOff {
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     /// Session key of the requester: every answer is what this session may see
-    #[arg(long = "as", value_name = "KEY")]
+    #[arg(long = "as", value_name = "REQUESTER", value_parser = super::parse_key)]
     pub requester: String,
     /// self, tree, agent or all
     #[arg(long, value_name = "V", default_value = "tree", value_parser = parse_visibility)]
@@ -221,7 +236,11 @@ fn run_through_daemon(
             Some(Code::BadRequest) => exitcode::USAGE,
             _ => exitcode::FAILURE,
         };
-        Failure::new(code, e.to_string())
+        let f = Failure::new(code, super::serve::cli_words(&e.to_string()));
+        match e.code() {
+            Some(c) => f.with_cause(c.as_str()),
+            None => f,
+        }
     })?;
     let bad = |e: serde_json::Error| {
         Failure::new(

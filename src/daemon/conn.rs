@@ -508,6 +508,7 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
             "seq": out.seq,
             "acpSessionId": acp,
             "notified": false,
+            "supervised": false,
         }));
     };
     let _order = s.order();
@@ -523,17 +524,22 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
             format!("session {} is still starting; nothing written", s.key),
         ));
     };
-    let acp = match acp.or_else(|| s.infer_acp_session()) {
-        Some(a) => a,
-        None => {
-            return Err(fail(
-                Code::BadRequest,
-                format!(
-                    "cancel: give \"acpSessionId\": session {} has no single ACP session the daemon could infer",
-                    s.key
-                ),
-            ))
-        }
+    let Some(acp) = acp.or_else(|| s.infer_acp_session()) else {
+        // No single ACP session to notify: the intent is recorded all the same, as without a
+        // daemon (`leash cancel` answers the same either way); `notified: false` says why not.
+        let detail = json!({"acpSessionId": null, "notified": false});
+        let out = Controller::open(d.root.clone(), &table)?
+            .cancel(&LeaseRef::Id(lease_id), Some(detail));
+        s.sync_events();
+        let out = out?;
+        return Ok(json!({
+            "leaseId": out.lease_id,
+            "sessionKey": out.session_key,
+            "seq": out.seq,
+            "acpSessionId": null,
+            "notified": false,
+            "supervised": true,
+        }));
     };
     s.write_line(&session::cancel_notification(&acp))
         .map_err(|e| {
@@ -553,6 +559,7 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
         "seq": outcome.seq,
         "acpSessionId": acp,
         "notified": true,
+        "supervised": true,
     }))
 }
 

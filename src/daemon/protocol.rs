@@ -416,6 +416,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                     check_key(name, v)?;
                 }
             }
+            check_ms(op, "graceMs", e.grace_ms, crate::limits::check_grace_ms)?;
             Op::Ensure(e)
         }
         "send" => {
@@ -463,12 +464,23 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                     "close: name a \"session\" or a \"lease\" (or lists \"sessions\"/\"leases\")",
                 ));
             }
+            check_ms(op, "graceMs", raw.grace_ms, crate::limits::check_grace_ms)?;
             Op::Close(Close {
                 targets,
                 grace_ms: raw.grace_ms,
             })
         }
-        "reap" => Op::Reap(fields_of(op, fields)?),
+        "reap" => {
+            let r: Reap = fields_of(op, fields)?;
+            check_ms(op, "graceMs", r.grace_ms, crate::limits::check_grace_ms)?;
+            check_ms(
+                op,
+                "retentionMs",
+                r.retention_ms,
+                crate::limits::check_retention_ms,
+            )?;
+            Op::Reap(r)
+        }
         "leases" => {
             let l: Leases = fields_of(op, fields)?;
             if let Some(s) = &l.state {
@@ -574,16 +586,24 @@ fn bad(msg: impl Into<String>) -> (Code, String) {
     (Code::BadRequest, msg.into())
 }
 
+/// The one key rule ([`crate::limits::check_key`]), the field named as on the wire.
 fn check_key(name: &str, v: &str) -> Result<(), (Code, String)> {
-    if v.is_empty() {
-        return Err(bad(format!("\"{name}\" must not be empty")));
+    crate::limits::check_key("key", v).map_err(|e| bad(format!("\"{name}\": {e}")))
+}
+
+/// A millisecond field against its real range ([`crate::limits`]): `bad_request` naming the range.
+fn check_ms(
+    op: &str,
+    name: &str,
+    v: Option<u64>,
+    check: fn(&'static str, u64) -> Result<u64, crate::limits::ValueError>,
+) -> Result<(), (Code, String)> {
+    match v {
+        Some(ms) => check("value", ms)
+            .map(|_| ())
+            .map_err(|e| bad(format!("{op}: \"{name}\": {e}"))),
+        None => Ok(()),
     }
-    if v.chars().any(char::is_control) {
-        return Err(bad(format!(
-            "\"{name}\" must not contain control characters"
-        )));
-    }
-    Ok(())
 }
 
 fn no_nul(name: &str, v: &str) -> Result<(), (Code, String)> {
@@ -845,6 +865,26 @@ mod tests {
         );
         let long = vec![b' '; MAX_LINE + 1];
         assert_eq!(code_of(&long), Code::LineTooLong);
+    }
+
+    #[test]
+    fn millisecond_fields_are_checked_against_their_range() {
+        for line in [
+            r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"graceMs":9223372036854775808}"#,
+            r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"graceMs":3600001}"#,
+            r#"{"id":1,"op":"close","session":"s","graceMs":18446744073709551615}"#,
+            r#"{"id":1,"op":"reap","graceMs":3600001}"#,
+            r#"{"id":1,"op":"reap","retentionMs":18446744073709551615}"#,
+        ] {
+            let e = parse_request(line.as_bytes()).unwrap_err();
+            assert_eq!(e.code, Code::BadRequest, "{line}");
+            assert!(e.message.contains("at most"), "{line}: {}", e.message);
+        }
+        let ok = r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"graceMs":3600000}"#;
+        assert!(parse_request(ok.as_bytes()).is_ok());
+        let e = parse_request(br#"{"id":1,"op":"ensure","session":"a\nb","argv":["x"]}"#)
+            .unwrap_err();
+        assert!(e.message.contains("control characters"), "{}", e.message);
     }
 
     #[test]

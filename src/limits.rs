@@ -1,0 +1,139 @@
+//! The real range of every numeric input and the one rule for session keys, in one place. The
+//! CLI's value parsers, the daemon's protocol validation, `leash exec` and the store all check
+//! against these, so a value accepted at one edge is accepted at all of them, and every value
+//! that is stored reads back (a grace of 2^64-1 ms once became a negative row that nothing could
+//! read, close, or reap). Pure: no I/O.
+
+use std::time::Duration;
+
+/// The grace between SIGTERM and SIGKILL when none is given.
+pub const DEFAULT_GRACE_MS: u64 = 3_000;
+
+/// The longest grace between SIGTERM and SIGKILL: one hour. A tree whose owner died must be gone
+/// in bounded time; an hour is far beyond any adapter's clean shutdown. `leash-wrap` caps its
+/// `--grace-ms` at the same value.
+pub const MAX_GRACE_MS: u64 = 3_600_000;
+
+/// The longest retention of closed and lost leases: 100 years (i.e. "keep them"), far inside the
+/// i64 milliseconds the store computes with.
+pub const MAX_RETENTION_MS: u64 = 100 * 365 * 86_400_000;
+
+/// The longest `--idle-close`: one year.
+pub const MAX_IDLE_CLOSE_MS: u64 = 365 * 86_400_000;
+
+/// A value outside its range, or a duration that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("{what} must be at most {max} ({max_ms} ms), got {got}")]
+    TooLarge {
+        what: &'static str,
+        max: String,
+        max_ms: u64,
+        got: String,
+    },
+    #[error("'{0}' is not a duration: use a number with a unit, e.g. 500ms, 3s, 30m, 12h, 7d (a bare number is seconds)")]
+    NotADuration(String),
+    #[error("{what} must not be empty")]
+    EmptyKey { what: &'static str },
+    #[error("{what} must not contain control characters (newlines, tabs, NUL, ...): {shown}")]
+    ControlInKey { what: &'static str, shown: String },
+}
+
+/// Checks a grace in milliseconds: `0..=MAX_GRACE_MS`.
+pub fn check_grace_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
+    at_most(what, ms, MAX_GRACE_MS)
+}
+
+/// Checks a retention in milliseconds: `0..=MAX_RETENTION_MS`.
+pub fn check_retention_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
+    at_most(what, ms, MAX_RETENTION_MS)
+}
+
+fn at_most(what: &'static str, v: u64, max: u64) -> Result<u64, ValueError> {
+    if v > max {
+        return Err(ValueError::TooLarge {
+            what,
+            max: humantime::format_duration(Duration::from_millis(max)).to_string(),
+            max_ms: max,
+            got: format!("{v} ms"),
+        });
+    }
+    Ok(v)
+}
+
+/// Parses a duration: humantime syntax (`500ms`, `3s`, `1m 30s`, `12h`, `7d`), or a bare number
+/// of seconds (what the CLI always accepted for `--retention` and `--idle-close`).
+pub fn parse_duration(s: &str) -> Result<Duration, ValueError> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| ValueError::NotADuration(s.to_string()));
+    }
+    humantime::parse_duration(t).map_err(|_| ValueError::NotADuration(s.to_string()))
+}
+
+/// Parses a duration no longer than `max_ms`, returning whole milliseconds.
+pub fn parse_duration_ms(what: &'static str, s: &str, max_ms: u64) -> Result<u64, ValueError> {
+    let d = parse_duration(s)?;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    at_most(what, ms, max_ms)
+}
+
+/// The one rule for session keys (and the other keys that name sessions, agents and ACP
+/// sessions): not empty, no control characters. A newline in a key would break every line-based
+/// listing (`leases`) and the daemon refuses it, so `leash exec` and every CLI flag refuse it too.
+pub fn check_key(what: &'static str, v: &str) -> Result<(), ValueError> {
+    if v.is_empty() {
+        return Err(ValueError::EmptyKey { what });
+    }
+    if v.chars().any(char::is_control) {
+        return Err(ValueError::ControlInKey {
+            what,
+            shown: format!("{v:?}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_or_bare_seconds() {
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn ranges_name_their_limit() {
+        assert_eq!(check_grace_ms("grace", MAX_GRACE_MS), Ok(MAX_GRACE_MS));
+        let e = check_grace_ms("grace", u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("at most 1h") && e.contains("3600000 ms"), "{e}");
+        assert!(parse_duration_ms("grace", "2h", MAX_GRACE_MS).is_err());
+        assert_eq!(parse_duration_ms("grace", "2s", MAX_GRACE_MS), Ok(2000));
+        assert!(check_retention_ms("retention", u64::MAX).is_err());
+        assert!(MAX_RETENTION_MS < i64::MAX as u64);
+    }
+
+    #[test]
+    fn keys_refuse_empty_and_control_characters() {
+        assert!(check_key("session", "agent:main:1").is_ok());
+        assert!(check_key("session", "é ü").is_ok());
+        assert!(check_key("session", "").is_err());
+        assert!(check_key("session", "a\nb").is_err());
+        assert!(check_key("session", "a\0b").is_err());
+        assert!(check_key("session", "a\tb").is_err());
+    }
+}
