@@ -7,6 +7,51 @@ use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::plan::{Decision, ReapPlan};
 use serde::Serialize;
 
+/// A value's word in the JSON output (`closed`, `groupMember`, `alreadyGone`, ...), so human
+/// output and JSON say the same thing.
+fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// How long ago a process started, from its start time in clock ticks since boot
+/// (`/proc/<pid>/stat` field 22): "started 4s ago", or the raw ticks when the clock cannot be read.
+fn started(start_ticks: u64) -> String {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let uptime = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok());
+    match uptime {
+        Some(up) if hz > 0 => {
+            let age = (up - start_ticks as f64 / hz as f64).max(0.0);
+            format!("started {} ago", age_text(std::time::Duration::from_secs_f64(age)))
+        }
+        _ => format!("start time {start_ticks} ticks"),
+    }
+}
+
+/// A duration, rounded for humans: `850ms`, `12s`, `4m 5s`, `3h 2m`, `2d 4h`.
+pub fn age_text(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+/// Age of a Unix time in milliseconds: "4m 5s".
+fn age_since(ms: i64) -> String {
+    let now = crate::lease::now_ms();
+    age_text(std::time::Duration::from_millis(now.saturating_sub(ms).max(0) as u64))
+}
+
 fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
@@ -28,15 +73,15 @@ pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
         return;
     }
     println!(
-        "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  REASON",
-        "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT"
+        "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  REASON",
+        "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT", "AGE"
     );
     for r in rows {
         match r {
             Ok(l) => {
                 let opt = |v: Option<i32>| v.map_or("-".to_string(), |v| v.to_string());
                 println!(
-                    "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {}",
+                    "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {}",
                     l.lease_id,
                     l.state.as_str(),
                     truncate(&l.session_key, 24),
@@ -44,6 +89,7 @@ pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
                     opt(l.adapter_pid),
                     opt(l.process_group_id),
                     opt(l.exit_status),
+                    age_since(l.started_at),
                     l.state_reason.as_deref().unwrap_or("")
                 );
             }
@@ -87,17 +133,20 @@ pub fn close(outcomes: &[CloseOutcome], json: bool) {
     }
     for o in outcomes {
         println!(
-            "lease {} (session {}): {:?} — {}",
-            o.lease_id, o.session_key, o.result, o.reason
+            "lease {} (session {}): {} — {}",
+            o.lease_id,
+            o.session_key,
+            word(&o.result),
+            o.reason
         );
         for s in &o.signals {
             println!(
-                "  {} → pid {} ({:?}, start {}): {:?}",
+                "  {} → pid {} ({}, {}): {}",
                 s.signal.name(),
                 s.pid,
-                s.role,
-                s.start_time,
-                s.delivery
+                word(&s.role),
+                started(s.start_time),
+                word(&s.delivery)
             );
         }
         for r in &o.refused {
@@ -164,10 +213,10 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         for s in &lp.signals {
             let sigs: Vec<&str> = s.signals.iter().map(|s| s.name()).collect();
             println!(
-                "    pid {} ({:?}, start {}, {}): {} — {}",
+                "    pid {} ({}, {}, {}): {} — {}",
                 s.pid,
-                s.role,
-                s.start_time,
+                word(&s.role),
+                started(s.start_time),
                 s.argv0.as_deref().unwrap_or("?"),
                 sigs.join(" then "),
                 s.evidence
@@ -188,8 +237,10 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         );
         for s in &lg.signals {
             println!(
-                "    pid {} ({:?}): SIGTERM then SIGKILL — {}",
-                s.pid, s.role, s.evidence
+                "    pid {} ({}): SIGTERM then SIGKILL — {}",
+                s.pid,
+                word(&s.role),
+                s.evidence
             );
         }
         for r in &lg.refused {
@@ -215,8 +266,12 @@ pub fn reap_report(r: &ReapReport, json: bool) {
     close(&r.leases, false);
     for lg in &r.legacy {
         println!(
-            "legacy #{} session {} pid {}: {:?} — {}",
-            lg.id, lg.session_key, lg.pid, lg.result, lg.reason
+            "legacy #{} session {} pid {}: {} — {}",
+            lg.id,
+            lg.session_key,
+            lg.pid,
+            word(&lg.result),
+            lg.reason
         );
     }
     for (id, why) in &r.skipped {

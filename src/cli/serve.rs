@@ -97,7 +97,7 @@ pub(super) fn connect(
     let Some(path) = socket else {
         return Ok(Client::probe(root));
     };
-    let mut c = Client::connect(path).map_err(|e| {
+    let mut c = Client::connect_to_daemon(root, path).map_err(|e| {
         Failure::new(
             exitcode::DAEMON_NEEDED,
             format!("{e}; without --socket leash works on the state database directly"),

@@ -2,6 +2,10 @@
 //! else the default `<state-dir>/leash.sock`), probes it by connecting, and sends requests.
 //! The CLI uses it to go through the daemon when one runs and to work on the store directly
 //! when none does.
+//!
+//! A socket is trusted only when it is the daemon's: its path is not a symlink, the lock file
+//! `daemon.lock` is held (a daemon runs) and names a pid, and the peer on the other end of the
+//! connection has that pid (`SO_PEERCRED`, from the kernel, not from anything the peer says).
 
 use super::protocol::{Code, Frame, LineReader, MAX_LINE};
 use super::{lock_path, LockInfo};
@@ -23,6 +27,17 @@ pub enum ClientError {
     Closed,
     #[error("the daemon's reply is not valid: {0}")]
     Protocol(String),
+    #[error("{0} is a symbolic link; not trusting it as the daemon's socket (remove it, or give the real path with --socket)")]
+    SymlinkSocket(PathBuf),
+    #[error("no daemon holds {lock}, so the process answering on {socket} is not this state root's daemon; not trusting it (is it a stale or foreign socket? remove it)")]
+    NoDaemon { socket: PathBuf, lock: PathBuf },
+    #[error("the process on {socket} is pid {peer}, not the daemon pid {recorded} recorded in {lock}; not trusting it")]
+    NotTheDaemon {
+        socket: PathBuf,
+        lock: PathBuf,
+        peer: i32,
+        recorded: i32,
+    },
     /// The daemon answered with an error.
     #[error("{message}")]
     Remote {
@@ -39,6 +54,27 @@ impl ClientError {
             ClientError::Remote { code, .. } => Code::parse(code),
             _ => None,
         }
+    }
+}
+
+/// The pid of the daemon holding the lock file, if one holds it: the file is not a symlink, a
+/// shared lock on it cannot be taken (the daemon's exclusive lock is held), and it names a pid.
+fn daemon_pid(lock: &Path) -> Option<i32> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(lock)
+        .ok()?;
+    let text = std::fs::read_to_string(lock).ok()?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+        // Nobody holds it: no daemon runs (our shared lock is dropped at once).
+        Ok(_unlocked) => None,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => serde_json::from_str::<LockInfo>(&text)
+            .ok()
+            .map(|l| l.pid)
+            .filter(|&p| p > 0),
+        Err(_) => None,
     }
 }
 
@@ -74,10 +110,53 @@ impl Client {
         })
     }
 
+    /// Connects to `socket` and keeps the connection only if the peer is the daemon that holds
+    /// `root`'s lock file (see the module header).
+    pub fn connect_to_daemon(root: &StateRoot, socket: &Path) -> Result<Client, ClientError> {
+        if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ClientError::SymlinkSocket(socket.to_path_buf()));
+        }
+        let lock = lock_path(root);
+        let no_daemon = || ClientError::NoDaemon {
+            socket: socket.to_path_buf(),
+            lock: lock.clone(),
+        };
+        let recorded = daemon_pid(&lock).ok_or_else(no_daemon)?;
+        let client = Client::connect(socket)?;
+        let peer = nix::sys::socket::getsockopt(
+            &client.stream,
+            nix::sys::socket::sockopt::PeerCredentials,
+        )
+        .map_err(|e| ClientError::Io {
+            socket: socket.to_path_buf(),
+            source: io::Error::from(e),
+        })?
+        .pid();
+        if peer != recorded {
+            return Err(ClientError::NotTheDaemon {
+                socket: socket.to_path_buf(),
+                lock,
+                peer,
+                recorded,
+            });
+        }
+        Ok(client)
+    }
+
     /// The daemon serving `root`, or `None` when nothing answers on its socket (no daemon, or a
-    /// stale socket left by a killed one).
+    /// stale socket left by a killed one). A socket that answers but is not the daemon's is
+    /// not used (a warning says why).
     pub fn probe(root: &StateRoot) -> Option<Client> {
-        Client::connect(&socket_for(root)).ok()
+        let socket = socket_for(root);
+        match Client::connect_to_daemon(root, &socket) {
+            Ok(c) => Some(c),
+            Err(ClientError::Io { .. }) => None,
+            Err(ClientError::NoDaemon { .. }) if !socket.exists() => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "working on the state database directly");
+                None
+            }
+        }
     }
 
     pub fn socket(&self) -> &Path {

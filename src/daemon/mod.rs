@@ -338,6 +338,8 @@ fn lock_state_root(root: &StateRoot, socket: &Path) -> Result<Flock<File>, Serve
         .create(true)
         .truncate(false)
         .mode(0o600)
+        // Never through a symlink: the lock file is trusted by clients (it names the daemon).
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .map_err(io_err)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {

@@ -143,3 +143,39 @@ fn a_forwarded_sigterm_wakes_a_stopped_adapter() {
     };
     assert_eq!(status.code(), Some(7));
 }
+
+#[test]
+fn an_oversize_grace_saturates_instead_of_aborting_the_teardown() {
+    // The adapter exits leaving a child: the wrapper SIGTERMs it and sets its SIGKILL deadline
+    // to now + grace. With 2^64-1 ms that addition overflowed and aborted the wrapper, leaving
+    // the child behind. Capped and saturating, the teardown runs and the child is gone.
+    let dir = std::env::temp_dir().join(format!("leash-wrap-grace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("child.pid");
+    let script = format!("sleep 1000 & echo $! > '{}'; exit 3", pidfile.display());
+    let out = wrap()
+        .args(["--grace-ms", "18446744073709551615", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = std::fs::read_to_string(format!("/proc/{child}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false);
+    if alive {
+        // SAFETY: the sleep this test's wrapper started; cleanup when the assertion fails.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!alive, "the adapter's child outlived the wrapper");
+}
