@@ -206,6 +206,8 @@ fn closing_several_leases_at_once() {
 fn close_of_an_unknown_lease_or_closed_session_says_so() {
     let tmp = TempDir::new("unknown");
     let state = tmp.join("state");
+    // The state root exists (only exec and serve create one).
+    assert_eq!(run(&state, &["exec", "--", "true"]).code, Some(0));
     let out = run(&state, &["close", "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8a"]);
     assert_eq!(out.code, Some(4), "{}", out.stderr);
     let out = run(&state, &["cancel", "--session", "nope"]);
