@@ -20,8 +20,10 @@ pub const ENV_WRAP_BIN: &str = "LEASH_WRAP_BIN";
 pub enum InstallError {
     #[error("cannot find the leash-wrap binary (looked in {looked}); install it next to leash with `cargo install --path wrapper` (from the leash source tree), build both with `cargo build --release --workspace`, or set LEASH_WRAP_BIN")]
     NotFound { looked: String },
-    #[error("{0} is a symbolic link; leash trusts an installed wrapper by its path and never \
-             through a link: remove it, and leash installs the wrapper again")]
+    #[error(
+        "{0} is a symbolic link; leash trusts an installed wrapper by its path and never \
+             through a link: remove it, and leash installs the wrapper again"
+    )]
     Symlink(PathBuf),
     #[error("cannot install the wrapper {src} into {dest}: {source}")]
     Copy {

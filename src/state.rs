@@ -24,15 +24,21 @@ pub enum StateError {
     Foreign { path: PathBuf, owner: u32, us: u32 },
     #[error("state path {0} exists but is not a directory")]
     NotADir(PathBuf),
-    #[error("{0} is a symbolic link; leash does not follow links inside its state directory (it \
+    #[error(
+        "{0} is a symbolic link; leash does not follow links inside its state directory (it \
              would trust whatever the link points to): remove the link, and leash creates the \
-             directory itself")]
+             directory itself"
+    )]
     Symlink(PathBuf),
-    #[error("state directory {0} does not exist (only `leash exec`, `leash serve` and `leash \
-             legacy import` create one); check --state-dir / LEASH_STATE_DIR")]
+    #[error(
+        "state directory {0} does not exist (only `leash exec`, `leash serve` and `leash \
+             legacy import` create one); check --state-dir / LEASH_STATE_DIR"
+    )]
     Missing(PathBuf),
-    #[error("cannot make {0} an absolute path (is the current directory gone?); give an absolute \
-             path")]
+    #[error(
+        "cannot make {0} an absolute path (is the current directory gone?); give an absolute \
+             path"
+    )]
     Relative(PathBuf),
 }
 
@@ -245,7 +251,10 @@ mod tests {
         let root = tmp.join("root");
         fs::create_dir_all(&root).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.join("wrappers")).unwrap();
-        assert!(matches!(StateRoot::open(&root), Err(StateError::Symlink(_))));
+        assert!(matches!(
+            StateRoot::open(&root),
+            Err(StateError::Symlink(_))
+        ));
         assert_eq!(
             fs::metadata(&elsewhere).unwrap().mode() & 0o777,
             0o755,

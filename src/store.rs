@@ -41,16 +41,20 @@ pub enum StoreError {
     },
     #[error("lease row {lease_id} is invalid: {detail}")]
     BadRow { lease_id: String, detail: String },
-    #[error("refusing to store lease {lease_id}: {detail} (it would not read back); nothing stored")]
+    #[error(
+        "refusing to store lease {lease_id}: {detail} (it would not read back); nothing stored"
+    )]
     Unstorable { lease_id: String, detail: String },
     #[error("session {session_key} already has an active lease {lease_id}")]
     SessionBusy {
         session_key: String,
         lease_id: String,
     },
-    #[error("{path} is a symbolic link; leash does not open its database through a link (the \
+    #[error(
+        "{path} is a symbolic link; leash does not open its database through a link (the \
              link's target would be turned into a leash database): replace the link with the real \
-             file, or move it aside")]
+             file, or move it aside"
+    )]
     Symlink { path: PathBuf },
     #[error("state database {path}: {source}")]
     Sqlite {
@@ -1071,8 +1075,11 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         owner_pid: pid(int(13, "owner_pid")?, "owner_pid")?,
         owner_start_time: ticks(int(14, "owner_start_time")?, "owner_start_time")?,
         started_at: int(15, "started_at")?,
-        grace_ms: crate::limits::check_grace_ms("grace_ms", ticks(int(16, "grace_ms")?, "grace_ms")?)
-            .map_err(|e| bad(e.to_string()))?,
+        grace_ms: crate::limits::check_grace_ms(
+            "grace_ms",
+            ticks(int(16, "grace_ms")?, "grace_ms")?,
+        )
+        .map_err(|e| bad(e.to_string()))?,
         state,
         state_reason: opt_text(18, "state_reason")?,
         closed_at: opt_int(19, "closed_at")?,

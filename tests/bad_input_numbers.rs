@@ -45,7 +45,11 @@ fn ensure_refuses_an_oversize_grace_with_the_range() {
     let state = tmp.join("state");
     let daemon = Daemon::start(&state, &[]);
     let mut c = daemon.connect();
-    for grace in [json!(9_223_372_036_854_775_808u64), json!(u64::MAX), json!(3_600_001)] {
+    for grace in [
+        json!(9_223_372_036_854_775_808u64),
+        json!(u64::MAX),
+        json!(3_600_001),
+    ] {
         let r = c.request(
             "ensure",
             json!({"session": "s", "argv": ["sleep", "1000"], "graceMs": grace}),
@@ -61,7 +65,12 @@ fn ensure_refuses_an_oversize_grace_with_the_range() {
 }
 
 /// A session whose adapter ignores SIGTERM; returns (wrapper, adapter, lease id).
-fn stubborn(guard: &mut Guard, tmp: &TempDir, state: &std::path::Path, key: &str) -> (Pid, Pid, String) {
+fn stubborn(
+    guard: &mut Guard,
+    tmp: &TempDir,
+    state: &std::path::Path,
+    key: &str,
+) -> (Pid, Pid, String) {
     let trap = trap_script(tmp.path());
     let log = tmp.join(&format!("{key}.log"));
     let child = guard.child(
@@ -76,7 +85,10 @@ fn stubborn(guard: &mut Guard, tmp: &TempDir, state: &std::path::Path, key: &str
     let wrapper = Pid::of(child.id() as i32).unwrap();
     let adapter = Logged::wait_started(log).pid;
     guard.add(adapter);
-    let id = lease_of(state, key)["leaseId"].as_str().unwrap().to_string();
+    let id = lease_of(state, key)["leaseId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     (wrapper, adapter, id)
 }
 
@@ -105,7 +117,16 @@ fn close_repairs_a_row_it_cannot_read_but_whose_root_it_verifies() {
     assert_eq!(l["graceMs"], 3000, "the grace was reset to the default");
     let hist = run_json(
         &state,
-        &["sessions", "history", "s", "--as", "s", "--visibility", "all", "--json"],
+        &[
+            "sessions",
+            "history",
+            "s",
+            "--as",
+            "s",
+            "--visibility",
+            "all",
+            "--json",
+        ],
     );
     let kinds: Vec<&str> = hist["events"]
         .as_array()
@@ -135,11 +156,17 @@ fn a_row_whose_evidence_does_not_read_is_refused_and_nothing_is_signalled() {
     let state = tmp.join("state");
     let mut guard = Guard::new();
     let (wrapper, adapter, id) = stubborn(&mut guard, &tmp, &state, "e");
-    tamper(&state, &id, "root_start_time = ?2, grace_ms = ?3", &[-1, -1]);
+    tamper(
+        &state,
+        &id,
+        "root_start_time = ?2, grace_ms = ?3",
+        &[-1, -1],
+    );
     let out = run(&state, &["close", "--session", "e"]);
     assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stderr.contains("cannot be verified and nothing is signalled"),
+        out.stderr
+            .contains("cannot be verified and nothing is signalled"),
         "{}",
         out.stderr
     );

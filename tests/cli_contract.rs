@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 /// The one JSON error line on stderr.
 fn json_error(out: &Output) -> Value {
     let line = out.stderr.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON error line ({e}): {}", out.stderr))
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("not a JSON error line ({e}): {}", out.stderr))
 }
 
 #[test]
@@ -27,7 +28,9 @@ fn every_failure_of_exec_is_125_with_a_machine_readable_cause() {
             .spawn()
             .unwrap(),
     );
-    assert!(wait_for(|| run(&state, &["leases", "--json"]).stdout.contains("\"live\"")));
+    assert!(wait_for(|| run(&state, &["leases", "--json"])
+        .stdout
+        .contains("\"live\"")));
 
     let cases: &[(&[&str], &str)] = &[
         (&["exec", "--session", "live", "--", "true"], "conflict"),
@@ -48,14 +51,19 @@ fn every_failure_of_exec_is_125_with_a_machine_readable_cause() {
         let e = json_error(&out);
         assert_eq!(e["error"]["code"], *cause, "{args:?}: {e}");
         assert_eq!(e["error"]["exitCode"], 125, "{e}");
-        assert!(e["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
     }
     // Nothing of the refused keys was stored.
     let keys: Vec<String> = leases(&state)
         .iter()
         .map(|l| l["sessionKey"].as_str().unwrap_or("").to_string())
         .collect();
-    assert!(keys.iter().all(|k| !k.contains('\n') && !k.is_empty()), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| !k.contains('\n') && !k.is_empty()),
+        "{keys:?}"
+    );
 }
 
 #[test]
@@ -88,7 +96,11 @@ fn read_only_commands_never_create_a_state_root() {
     ] {
         let out = run(&missing, &args);
         assert_eq!(out.code, Some(4), "{args:?}: {}", out.stderr);
-        assert!(out.stderr.contains("does not exist"), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("does not exist"),
+            "{args:?}: {}",
+            out.stderr
+        );
         assert!(!missing.exists(), "{args:?} created the state root");
     }
     // With --json the error is JSON too.
@@ -104,7 +116,15 @@ fn a_relative_state_dir_is_made_absolute() {
     let ok = std::process::Command::new(leash_bin())
         .current_dir(tmp.path())
         .env_remove("LEASH_STATE_DIR")
-        .args(["--state-dir", "rel/state", "exec", "--session", "r", "--", "true"])
+        .args([
+            "--state-dir",
+            "rel/state",
+            "exec",
+            "--session",
+            "r",
+            "--",
+            "true",
+        ])
         .status()
         .unwrap();
     assert!(ok.success());
@@ -114,7 +134,11 @@ fn a_relative_state_dir_is_made_absolute() {
         .args(["status", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let dir = v["stateDir"].as_str().unwrap();
     assert!(dir.starts_with('/'), "{dir}");
@@ -145,7 +169,10 @@ fn cancel_by_session_answers_the_same_with_or_without_a_daemon() {
         "both recorded the intent: {kinds:?}"
     );
     // Errors through the daemon name CLI flags, not wire fields.
-    let out = run(&state, &["cancel", "--session", "k", "--acp-session", "x\ny"]);
+    let out = run(
+        &state,
+        &["cancel", "--session", "k", "--acp-session", "x\ny"],
+    );
     assert_eq!(out.code, Some(2));
     assert!(!out.stderr.contains("acpSessionId"), "{}", out.stderr);
 }
@@ -167,7 +194,10 @@ fn grace_takes_durations_and_milliseconds() {
         assert_eq!(run(&state, &full).code, Some(0), "{args:?}");
         assert_eq!(lease_of(&state, &key)["graceMs"], ms, "{args:?}");
     }
-    let out = run(&state, &["exec", "--grace", "1s", "--grace-ms", "5", "--", "true"]);
+    let out = run(
+        &state,
+        &["exec", "--grace", "1s", "--grace-ms", "5", "--", "true"],
+    );
     assert_eq!(out.code, Some(125), "both given: {}", out.stderr);
 }
 
@@ -183,7 +213,10 @@ fn help_is_readable() {
     let top = help(&["--help"]);
     assert!(top.contains("Global options:"), "{top}");
     let close = help(&["close", "--help"]);
-    assert!(close.contains("Global options:") && close.contains("--grace <DURATION>"), "{close}");
+    assert!(
+        close.contains("Global options:") && close.contains("--grace <DURATION>"),
+        "{close}"
+    );
     let cancel = help(&["cancel", "--help"]);
     assert!(cancel.contains("--session"), "{cancel}");
     assert!(help(&["cancel", "-h"]).contains("--session KEY"));
@@ -191,7 +224,10 @@ fn help_is_readable() {
     assert!(!hist.contains("<KEY> <KEY>"), "{hist}");
     assert!(hist.contains("<SESSION>"), "{hist}");
     let import = help(&["legacy", "import", "--help"]);
-    assert!(import.contains("JSON") && import.contains("<FILE>"), "{import}");
+    assert!(
+        import.contains("JSON") && import.contains("<FILE>"),
+        "{import}"
+    );
     let leases = help(&["leases", "--help"]);
     assert!(leases.contains("open, closing, closed, lost"), "{leases}");
     assert!(!state.exists(), "help created the state root");

@@ -26,7 +26,11 @@ fn symlinked_directories_inside_the_state_root_are_refused() {
         symlink(&target, state.join(sub)).unwrap();
         let out = exec_true(&state);
         assert_eq!(out.code, Some(125), "{sub}: {}", out.stderr);
-        assert!(out.stderr.contains("symbolic link"), "{sub}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("symbolic link"),
+            "{sub}: {}",
+            out.stderr
+        );
         let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o755, "{sub}: the link's target was chmodded");
         assert_eq!(
@@ -48,7 +52,11 @@ fn a_symlinked_database_is_refused_and_its_target_left_alone() {
         symlink(&precious, state.join(name)).unwrap();
         let out = exec_true(&state);
         assert_eq!(out.code, Some(125), "{name}: {}", out.stderr);
-        assert!(out.stderr.contains("symbolic link"), "{name}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("symbolic link"),
+            "{name}: {}",
+            out.stderr
+        );
         assert_eq!(
             std::fs::read(&precious).unwrap(),
             b"not a database\n",

@@ -145,7 +145,10 @@ pub(crate) fn parse_key(s: &str) -> Result<String, String> {
 }
 
 /// A duration flag (humantime, or bare seconds), at most `max_ms`.
-fn duration_at_most(what: &'static str, max_ms: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
+fn duration_at_most(
+    what: &'static str,
+    max_ms: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s: &str| crate::limits::parse_duration_ms(what, s, max_ms).map_err(|e| e.to_string())
 }
 
@@ -447,11 +450,13 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = e.print();
-        return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-            exitcode::USAGE
-        } else {
-            exitcode::OK
-        });
+        return ExitCode::from(
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                exitcode::USAGE
+            } else {
+                exitcode::OK
+            },
+        );
     }
     let (exec, json) = scan_args(args);
     let code = if exec {
@@ -594,8 +599,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 fn run_exec(dir: &std::path::Path, a: ExecArgs) -> Result<u8, Failure> {
-    let failed = |msg: String, cause: &str| Failure::new(exitcode::EXEC_FAILED, msg).with_cause(cause);
-    let root = StateRoot::open(dir).map_err(|e| failed(format!("{e}; nothing started"), "internal"))?;
+    let failed =
+        |msg: String, cause: &str| Failure::new(exitcode::EXEC_FAILED, msg).with_cause(cause);
+    let root =
+        StateRoot::open(dir).map_err(|e| failed(format!("{e}; nothing started"), "internal"))?;
     let req = ExecRequest {
         session_key: a.session,
         agent_id: a.agent,

@@ -28,7 +28,10 @@ fn started(start_ticks: u64) -> String {
     match uptime {
         Some(up) if hz > 0 => {
             let age = (up - start_ticks as f64 / hz as f64).max(0.0);
-            format!("started {} ago", age_text(std::time::Duration::from_secs_f64(age)))
+            format!(
+                "started {} ago",
+                age_text(std::time::Duration::from_secs_f64(age))
+            )
         }
         _ => format!("start time {start_ticks} ticks"),
     }
@@ -49,7 +52,9 @@ pub fn age_text(d: std::time::Duration) -> String {
 /// Age of a Unix time in milliseconds: "4m 5s".
 fn age_since(ms: i64) -> String {
     let now = crate::lease::now_ms();
-    age_text(std::time::Duration::from_millis(now.saturating_sub(ms).max(0) as u64))
+    age_text(std::time::Duration::from_millis(
+        now.saturating_sub(ms).max(0) as u64,
+    ))
 }
 
 fn print_json<T: Serialize + ?Sized>(v: &T) {

@@ -129,7 +129,10 @@ pub(super) fn remote(e: ClientError) -> Failure {
         Some(Code::BadRequest | Code::UnknownOp) => exitcode::USAGE,
         _ => exitcode::FAILURE,
     };
-    let f = Failure::new(code, format!("{} (via the daemon)", cli_words(&e.to_string())));
+    let f = Failure::new(
+        code,
+        format!("{} (via the daemon)", cli_words(&e.to_string())),
+    );
     match e.code() {
         Some(c) => f.with_cause(c.as_str()),
         None => f,

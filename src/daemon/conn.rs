@@ -528,8 +528,8 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
         // No single ACP session to notify: the intent is recorded all the same, as without a
         // daemon (`leash cancel` answers the same either way); `notified: false` says why not.
         let detail = json!({"acpSessionId": null, "notified": false});
-        let out = Controller::open(d.root.clone(), &table)?
-            .cancel(&LeaseRef::Id(lease_id), Some(detail));
+        let out =
+            Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
         let out = out?;
         return Ok(json!({

@@ -882,8 +882,8 @@ mod tests {
         }
         let ok = r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"graceMs":3600000}"#;
         assert!(parse_request(ok.as_bytes()).is_ok());
-        let e = parse_request(br#"{"id":1,"op":"ensure","session":"a\nb","argv":["x"]}"#)
-            .unwrap_err();
+        let e =
+            parse_request(br#"{"id":1,"op":"ensure","session":"a\nb","argv":["x"]}"#).unwrap_err();
         assert!(e.message.contains("control characters"), "{}", e.message);
     }
 

@@ -116,12 +116,19 @@ fn a_forwarded_sigterm_wakes_a_stopped_adapter() {
     let adapter = loop {
         let kids = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
             .unwrap_or_default();
-        if let Some(a) = kids.split_whitespace().next().and_then(|p| p.parse::<i32>().ok()) {
+        if let Some(a) = kids
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse::<i32>().ok())
+        {
             if state_of(a).as_deref() == Some("T") {
                 break a;
             }
         }
-        assert!(std::time::Instant::now() < deadline, "adapter never stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "adapter never stopped"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     // SAFETY: kill(2) on the wrapper this test spawned (still our unreaped child).
@@ -154,7 +161,14 @@ fn an_oversize_grace_saturates_instead_of_aborting_the_teardown() {
     let pidfile = dir.join("child.pid");
     let script = format!("sleep 1000 & echo $! > '{}'; exit 3", pidfile.display());
     let out = wrap()
-        .args(["--grace-ms", "18446744073709551615", "--", "sh", "-c", &script])
+        .args([
+            "--grace-ms",
+            "18446744073709551615",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
