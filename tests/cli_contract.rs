@@ -262,3 +262,19 @@ fn lease_of_opt(state: &std::path::Path, key: &str) -> bool {
         .stdout
         .contains(&format!("\"{key}\""))
 }
+
+#[test]
+fn exec_without_any_state_directory_is_125_too() {
+    let out = std::process::Command::new(leash_bin())
+        .env_remove("LEASH_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("HOME")
+        .args(["--error-format", "json", "exec", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let line = String::from_utf8_lossy(&out.stderr);
+    let v: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["error"]["exitCode"], 125, "{v}");
+}

@@ -545,7 +545,14 @@ fn init_logging(verbose: u8, daemon: bool) {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
-    let dir = StateRoot::resolve(cli.state_dir.as_deref())?;
+    let dir = StateRoot::resolve(cli.state_dir.as_deref()).map_err(|e| {
+        let f = Failure::from(e);
+        match cli.command {
+            // Every failure of exec itself is 125.
+            Command::Exec(_) => Failure::new(exitcode::EXEC_FAILED, f.message).with_cause(f.cause),
+            _ => f,
+        }
+    })?;
     // Only the commands that start something (and `legacy import`, which records the old
     // gateway's processes before any session runs) may create a state root: a typo in
     // --state-dir must not silently become a second gateway.
