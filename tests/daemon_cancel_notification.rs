@@ -100,7 +100,10 @@ fn cancel_writes_one_notification_and_signals_nothing() {
 }
 
 #[test]
-fn cancel_without_a_known_acp_session_asks_for_one_and_writes_nothing() {
+fn cancel_without_a_known_acp_session_records_the_intent_and_writes_nothing() {
+    // Issue 10: a cancel answers the same with or without a daemon. With no ACP session to
+    // notify, the intent is recorded (as `leash cancel --no-daemon` does) and `notified: false`
+    // says that nothing was written.
     let tmp = TempDir::new("d-cancel-noid");
     let state = tmp.join("state");
     let daemon = Daemon::start(&state, &[]);
@@ -114,11 +117,15 @@ fn cancel_without_a_known_acp_session_asks_for_one_and_writes_nothing() {
         json!({"graceMs": 500}),
     );
     guard.add(adapter);
-    assert_eq!(
-        c.error_code("cancel", json!({"session": "quiet"})),
-        "bad_request"
-    );
+    let r = c.call("cancel", json!({"session": "quiet"}));
+    assert_eq!(r["notified"], false, "{r}");
+    assert_eq!(r["supervised"], true, "{r}");
+    assert!(r["acpSessionId"].is_null(), "{r}");
     c.call("send", json!({"session": "quiet", "line": "sentinel"}));
-    assert_eq!(wait_lines(&log, 1), vec!["sentinel".to_string()]);
-    assert!(!event_kinds(&mut c, "quiet").contains(&"cancel".to_string()));
+    assert_eq!(
+        wait_lines(&log, 1),
+        vec!["sentinel".to_string()],
+        "nothing but the sentinel was written"
+    );
+    assert!(event_kinds(&mut c, "quiet").contains(&"cancel".to_string()));
 }
