@@ -8,6 +8,10 @@ fn two_roots_two_identities_and_stable_ids() {
     let tmp = TempDir::new("roots");
     let a = tmp.join("a");
     let b = tmp.join("b");
+    // The first exec creates a root (read-only commands never do).
+    for d in [&a, &b] {
+        assert_eq!(run(d, &["exec", "--", "true"]).code, Some(0));
+    }
     let sa = run_json(&a, &["status", "--json"]);
     let sb = run_json(&b, &["status", "--json"]);
     assert_ne!(sa["gatewayInstanceId"], sb["gatewayInstanceId"]);
@@ -31,6 +35,17 @@ fn two_roots_two_identities_and_stable_ids() {
 #[test]
 fn env_and_flag_pick_the_root() {
     let tmp = TempDir::new("rootenv");
+    let create = |env: (&str, std::path::PathBuf)| {
+        let ok = std::process::Command::new(leash_bin())
+            .args(["exec", "--", "true"])
+            .env_remove("LEASH_STATE_DIR")
+            .env(env.0, env.1)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    create(("LEASH_STATE_DIR", tmp.join("fromenv")));
+    create(("XDG_STATE_HOME", tmp.join("xdg")));
     let out = std::process::Command::new(leash_bin())
         .args(["status", "--json"])
         .env("LEASH_STATE_DIR", tmp.join("fromenv"))
