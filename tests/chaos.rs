@@ -1257,6 +1257,8 @@ fn chaos_leaves_no_leak_no_wrong_signal_and_no_stuck_lease() {
         let state = tmp.join(&format!("state{i}"));
         let work = tmp.join(&format!("work{i}"));
         std::fs::create_dir_all(work.join("sig")).unwrap();
+        // The first exec creates the root (read-only commands never do).
+        assert_eq!(run(&state, &["exec", "--", "true"]).code, Some(0));
         let status = run_json(&state, &["status", "--json"]);
         roots.push(RootInfo {
             index: i,
