@@ -116,13 +116,13 @@ impl Client {
         if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(ClientError::SymlinkSocket(socket.to_path_buf()));
         }
+        // Nothing listening (no daemon, or a stale socket of a killed one) is an I/O error.
+        let client = Client::connect(socket)?;
         let lock = lock_path(root);
-        let no_daemon = || ClientError::NoDaemon {
+        let recorded = daemon_pid(&lock).ok_or_else(|| ClientError::NoDaemon {
             socket: socket.to_path_buf(),
             lock: lock.clone(),
-        };
-        let recorded = daemon_pid(&lock).ok_or_else(no_daemon)?;
-        let client = Client::connect(socket)?;
+        })?;
         let peer = nix::sys::socket::getsockopt(
             &client.stream,
             nix::sys::socket::sockopt::PeerCredentials,
@@ -151,7 +151,6 @@ impl Client {
         match Client::connect_to_daemon(root, &socket) {
             Ok(c) => Some(c),
             Err(ClientError::Io { .. }) => None,
-            Err(ClientError::NoDaemon { .. }) if !socket.exists() => None,
             Err(e) => {
                 tracing::warn!(error = %e, "working on the state database directly");
                 None
