@@ -351,9 +351,9 @@ fn print_status(s: &SessionStatus) {
     );
     let proc_line = |name: &str, p: &Option<ProcState>| match p {
         Some(p) => println!(
-            "{name:<8} pid {} (start {}) {}",
+            "{name:<8} pid {} ({}) {}",
             p.pid,
-            p.start_time,
+            super::output::started(p.start_time),
             match p.alive {
                 Some(true) => "alive",
                 Some(false) => "gone",
@@ -379,10 +379,10 @@ fn print_status(s: &SessionStatus) {
         for p in &t.processes {
             let role = serde_json::to_value(p.role).expect("serialisable");
             println!(
-                "  pid {} ({}, start {}) {}",
+                "  pid {} ({}, {}) {}",
                 p.pid,
                 role.as_str().unwrap_or("?"),
-                p.start_time,
+                super::output::started(p.start_time),
                 or_dash(p.argv0.as_deref())
             );
         }
