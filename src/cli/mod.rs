@@ -168,7 +168,8 @@ fn grace_millis(s: &str) -> Result<u64, String> {
 /// kept for scripts written before durations).
 #[derive(Debug, Args, Clone, Copy, Default)]
 pub struct GraceArg {
-    /// Time between SIGTERM and SIGKILL, e.g. 500ms, 3s, 1m (at most 1h)
+    /// Time between SIGTERM and SIGKILL, e.g. 500ms, 3s, 1m (at most 1h) [default: 3s for exec
+    /// and serve; each lease's own for close and reap]
     #[arg(long, value_name = "DURATION", value_parser = grace_duration, conflicts_with = "grace_ms")]
     pub grace: Option<u64>,
     /// The same in milliseconds (kept for older scripts)
