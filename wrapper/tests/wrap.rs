@@ -152,44 +152,58 @@ fn a_forwarded_sigterm_wakes_a_stopped_adapter() {
 }
 
 #[test]
-fn an_oversize_grace_saturates_instead_of_aborting_the_teardown() {
-    // The adapter exits leaving a child: the wrapper SIGTERMs it and sets its SIGKILL deadline
-    // to now + grace. With 2^64-1 ms that addition overflowed and aborted the wrapper, leaving
-    // the child behind. Capped and saturating, the teardown runs and the child is gone.
+fn an_oversize_grace_is_capped_at_one_hour() {
+    // `--grace-ms 2^64-1` meant "never SIGKILL": a TERM-ignoring adapter outlived its owner for
+    // good. The wrapper caps the grace at one hour (and its deadline arithmetic saturates); its
+    // parent-death message says which grace it applies.
     let dir = std::env::temp_dir().join(format!("leash-wrap-grace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pidfile = dir.join("child.pid");
-    let script = format!("sleep 1000 & echo $! > '{}'; exit 3", pidfile.display());
-    let out = wrap()
-        .args([
-            "--grace-ms",
-            "18446744073709551615",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let child: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let alive = std::fs::read_to_string(format!("/proc/{child}/stat"))
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false);
-    if alive {
-        // SAFETY: the sleep this test's wrapper started; cleanup when the assertion fails.
-        unsafe { libc::kill(child, libc::SIGKILL) };
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let err = dir.join("wrap.err");
+    let pidfile = dir.join("wrap.pid");
+    let script = format!(
+        "'{}' --grace-ms 18446744073709551615 -- sleep 1000 2>'{}' </dev/null &\necho $! > '{}'\nwait",
+        env!("CARGO_BIN_EXE_leash-wrap"),
+        err.display(),
+        pidfile.display()
     );
-    assert!(!alive, "the adapter's child outlived the wrapper");
+    let mut spawner = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let wrapper: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "wrapper never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Wait for the adapter, so the wrapper is in its supervision loop.
+    while std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "adapter never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    spawner.kill().unwrap(); // SIGKILL to the sh this test spawned: the wrapper's parent dies
+    let _ = spawner.wait();
+    let text = loop {
+        let t = std::fs::read_to_string(&err).unwrap_or_default();
+        let gone = std::fs::read_to_string(format!("/proc/{wrapper}/stat")).is_err();
+        if gone && t.contains("SIGKILL after") {
+            break t;
+        }
+        assert!(std::time::Instant::now() < deadline, "no teardown: {t}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(text.contains("SIGKILL after 3600000 ms"), "{text}");
 }
