@@ -278,3 +278,40 @@ fn exec_without_any_state_directory_is_125_too() {
     let v: Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(v["error"]["exitCode"], 125, "{v}");
 }
+
+#[test]
+fn a_relative_socket_is_recorded_absolute() {
+    // A relative --socket is made absolute before it is recorded in daemon.lock, so clients in
+    // any other directory find the daemon (a guard: the daemon already did this).
+    let tmp = TempDir::new("relsock");
+    let state = tmp.join("state");
+    let mut guard = Guard::new();
+    let daemon = guard.child(
+        std::process::Command::new(leash_bin())
+            .current_dir(tmp.path())
+            .env_remove("LEASH_STATE_DIR")
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["serve", "--socket", "rel.sock"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = daemon.id();
+    let lock = state.join("daemon.lock");
+    let mut recorded = Value::Null;
+    assert!(wait_for(|| {
+        recorded = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        recorded["pid"] == pid && tmp.join("rel.sock").exists()
+    }));
+    let socket = recorded["socket"].as_str().unwrap();
+    assert!(socket.starts_with('/'), "{recorded}");
+    // From this test's own working directory, the CLI finds the daemon.
+    let v = run_json(&state, &["status", "--json"]);
+    assert_eq!(v["daemon"]["pid"], pid, "{v}");
+}
