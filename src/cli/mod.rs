@@ -522,9 +522,9 @@ fn wants_json(c: &Command) -> bool {
         Command::Reap(a) => a.json.json,
         Command::Legacy(LegacyCommand::List(a)) => a.json,
         Command::Sessions(c) => c.json(),
-        Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. }) => {
-            false
-        }
+        // exec, serve, legacy import (and commands without --json): text unless
+        // --error-format json.
+        _ => false,
     }
 }
 
