@@ -321,8 +321,15 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
             format!("request is not valid UTF-8 ({e})"),
         )
     })?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ProtoError::new(&null, Code::BadJson, format!("request is not JSON: {e}")))?;
+    // Strict: an object with a key twice is refused (serde_json would keep the last one).
+    let value: Value = super::strict_json::parse(text).map_err(|e| {
+        let code = if e.to_string().starts_with("duplicate key") {
+            Code::BadRequest
+        } else {
+            Code::BadJson
+        };
+        ProtoError::new(&null, code, format!("request is not valid JSON: {e}"))
+    })?;
     let Value::Object(mut map) = value else {
         return Err(ProtoError::new(
             &null,
@@ -331,7 +338,19 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         ));
     };
     let id = match map.remove("id") {
-        Some(v @ (Value::String(_) | Value::Number(_))) => v,
+        Some(v @ Value::String(_)) => v,
+        // Only integers that read back exactly: a larger number (or a fraction) would come back
+        // as a float the client could not match with its request.
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n),
+        Some(Value::Number(n)) => {
+            return Err(ProtoError::new(
+                &null,
+                Code::BadRequest,
+                format!(
+                    "\"id\" {n} is not an integer between -2^63 and 2^64-1; use such an integer or a string"
+                ),
+            ))
+        }
         Some(other) => {
             return Err(ProtoError::new(
                 &null,
