@@ -355,6 +355,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
     }
     let spec = SpawnSpec {
         root: &d.root,
+        store: &d.session_store,
         exe: &d.exe,
         daemon_pid: d.me.pid,
         default_grace_ms: d.cfg.default_grace_ms,

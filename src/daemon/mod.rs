@@ -46,8 +46,11 @@ use std::time::{Duration, Instant};
 pub const LOCK_FILE: &str = "daemon.lock";
 /// `meta` key under which a stopping daemon leaves the sessions that were busy.
 const META_INTERRUPTED: &str = "daemon.interruptedSessions";
-/// Ended sessions stay attachable (their last lines and exit) this long.
-const ENDED_RETENTION: Duration = Duration::from_secs(600);
+/// Ended sessions stay attachable (their last lines and exit) this long, and at most
+/// [`MAX_ENDED`] of them (the newest): a daemon that runs for weeks under churn must stay flat.
+/// Their events stay in the database (`events`, `sessions history`).
+const ENDED_RETENTION: Duration = Duration::from_secs(300);
+const MAX_ENDED: usize = 64;
 /// How long shutdown waits for the wrappers to be reaped after the close.
 const SHUTDOWN_REAP_WAIT: Duration = Duration::from_secs(15);
 /// Longest socket path `bind` accepts (sun_path is 108 bytes, NUL included).
@@ -119,8 +122,11 @@ pub(crate) struct Daemon {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
-    /// For reads (status, leases, sessions, events); sessions have their own connections.
+    /// For the daemon's own reads (status, leases, sessions, events).
     store: Mutex<Store>,
+    /// The one connection all sessions write their seqs and events through (a connection per
+    /// session leaked two descriptors per session that ever ran).
+    session_store: session::SharedStore,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<Value>>,
@@ -274,6 +280,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         source,
     })?;
 
+    let root_db = root.db_path();
     let daemon = Arc::new(Daemon {
         root,
         cfg,
@@ -284,6 +291,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         sessions: Mutex::new(HashMap::new()),
         starting: Mutex::new(HashSet::new()),
         store: Mutex::new(store),
+        session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,
@@ -569,8 +577,22 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
                 }
             }
         }
-        d.sessions()
-            .retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
+        prune_ended(&mut d.sessions());
+    }
+}
+
+/// Drops ended sessions older than [`ENDED_RETENTION`], and the oldest beyond [`MAX_ENDED`].
+fn prune_ended(sessions: &mut HashMap<String, Arc<Session>>) {
+    sessions.retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
+    let mut ended: Vec<(Instant, String)> = sessions
+        .iter()
+        .filter_map(|(k, s)| s.ended_at().map(|at| (at, k.clone())))
+        .collect();
+    if ended.len() > MAX_ENDED {
+        ended.sort();
+        for (_, k) in &ended[..ended.len() - MAX_ENDED] {
+            sessions.remove(k);
+        }
     }
 }
 

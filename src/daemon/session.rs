@@ -11,6 +11,18 @@
 //! a persisted event has the same seq in the database as in the stream. Seqs may skip (the unused
 //! rest of a block); they never repeat or go back, also across daemon restarts.
 //!
+//! **When the database cannot be written** (disk full, a lock held past the busy timeout) no seq
+//! can be reserved, and an output line is never given one that was not: the output thread holds
+//! the line and retries (the adapter meets backpressure on its stdout pipe), `status` shows
+//! `outputHeld` with the error, and the stream resumes in order once a block is reserved. Seqs
+//! handed out are therefore always at or below the store's floor, so later events — and the
+//! next lease of the same key — land above everything a client has seen.
+//!
+//! **Locks.** The store connection is shared by every session of the daemon (one connection, not
+//! one per session) behind its own mutex, taken before a session's `inner` lock and never while
+//! holding it. `inner` is only ever held for in-memory work, so `status` never waits on a
+//! database write.
+//!
 //! **Busy.** A `session/prompt` JSON-RPC request written to the adapter's stdin marks the session
 //! busy until a response with the same id appears on its stdout. The classification is pure
 //! ([`classify_outgoing`], [`classify_incoming`]).
@@ -46,6 +58,13 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many unanswered requests are tracked per session (a bound against a client that never
 /// reads responses).
 const MAX_TRACKED: usize = 4096;
+/// While seqs cannot be reserved, how long the output thread waits between attempts (doubling
+/// from [`HOLD_RETRY_MIN`]).
+const HOLD_RETRY_MIN: Duration = Duration::from_millis(50);
+const HOLD_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The daemon's store connection shared by its sessions.
+pub type SharedStore = Arc<Mutex<Store>>;
 
 /// Replay buffer bounds. At least the newest item is always kept.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +109,8 @@ pub enum SpawnError {
 /// Everything `spawn` needs from the daemon.
 pub struct SpawnSpec<'a> {
     pub root: &'a StateRoot,
+    /// The connection every session of the daemon writes its seqs and events through.
+    pub store: &'a SharedStore,
     /// The `leash` binary to run `exec` with.
     pub exe: &'a Path,
     pub daemon_pid: i32,
@@ -141,6 +162,7 @@ pub struct Session {
     root: StateRoot,
     child_pid: i32,
     created_at: i64,
+    store: SharedStore,
     stdin: Mutex<Option<ChildStdin>>,
     /// Serialises what is written to the adapter and the intents about this session (send,
     /// cancel), so requests about one session apply in order across connections.
@@ -150,7 +172,6 @@ pub struct Session {
 }
 
 struct Inner {
-    store: Store,
     limits: Limits,
     items: VecDeque<Item>,
     bytes: usize,
@@ -173,6 +194,10 @@ struct Inner {
     output_lines: u64,
     attached: usize,
     stderr_tail: VecDeque<String>,
+    /// Why output is held (seqs cannot be reserved), while it is.
+    held: Option<String>,
+    /// Lines that could never be given a seq (the session ended while the store was failing).
+    output_dropped: u64,
 }
 
 /// A session's state as `status` and `sessions` report it.
@@ -195,13 +220,22 @@ pub struct SessionStatus {
     pub buffered_bytes: usize,
     pub attached: usize,
     pub exit_status: Option<i32>,
+    /// Output is held because no seqs can be reserved in the store (the error says why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_held: Option<String>,
+    /// Lines dropped because the session ended before the store took seqs again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub output_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
 /// in [`Phase::Starting`]; [`Session::await_started`] confirms the lease and the adapter.
 pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnError> {
-    let store = Store::open(&spec.root.db_path())?;
-    let last = store.last_seq(&req.session)?;
+    let last = lock_store(spec.store).last_seq(&req.session)?;
     let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
     let mut cmd = Command::new(spec.exe);
     cmd.arg("--state-dir")
@@ -248,10 +282,10 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         root: spec.root.clone(),
         child_pid,
         created_at: now_ms(),
+        store: spec.store.clone(),
         stdin: Mutex::new(child.stdin.take()),
         ops: Mutex::new(()),
         inner: Mutex::new(Inner {
-            store,
             limits: spec.limits,
             items: VecDeque::new(),
             bytes: 0,
@@ -271,6 +305,8 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
             output_lines: 0,
             attached: 0,
             stderr_tail: VecDeque::new(),
+            held: None,
+            output_dropped: 0,
         }),
         changed: Condvar::new(),
     });
@@ -298,7 +334,16 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     Ok(session)
 }
 
+fn lock_store(store: &SharedStore) -> MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Session {
+    /// The shared store connection. Never taken while holding `inner` (see the module docs).
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock_store(&self.store)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent-enough data (plain counters and
         // buffers); serving the other clients matters more than poisoning.
@@ -347,10 +392,7 @@ impl Session {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if self.lease.get().is_none() {
-                let found = {
-                    let g = self.lock();
-                    g.store.latest_lease_for_session(&self.key)
-                };
+                let found = self.store().latest_lease_for_session(&self.key);
                 match found {
                     Ok(Some(l)) if l.root_pid == self.child_pid => {
                         let _ = self.lease.set(LeaseInfo {
@@ -389,8 +431,8 @@ impl Session {
                 if self.lease.get().is_none() {
                     // leash exec refused before committing a lease of ours: a live lease of the
                     // session that is not ours is the usual reason.
-                    let g = self.lock();
-                    if let Ok(Some(l)) = g.store.active_lease_for_session(&self.key) {
+                    let found = self.store().active_lease_for_session(&self.key);
+                    if let Ok(Some(l)) = found {
                         return Err(SpawnError::Conflict {
                             session_key: self.key.clone(),
                             lease_id: l.lease_id,
@@ -577,25 +619,93 @@ impl Session {
     /// Records a lifecycle event in the store and merges it (with anything recorded before it)
     /// into the stream. Returns its seq.
     pub fn record_event(&self, kind: &str, detail: Option<Value>) -> Result<i64, StoreError> {
-        let mut g = self.lock();
-        let seq = g
-            .store
-            .record_event(&self.key, self.lease_id(), kind, detail)?;
-        g.sync(&self.key);
-        drop(g);
-        self.changed.notify_all();
+        let mut store = self.store();
+        let seq = store.record_event(&self.key, self.lease_id(), kind, detail)?;
+        self.sync_with(&store);
+        drop(store);
         Ok(seq)
     }
 
     /// Merges events other parties recorded into the stream.
     pub fn sync_events(&self) {
-        let mut g = self.lock();
-        let before = g.last_emitted;
-        g.sync(&self.key);
-        let moved = g.last_emitted != before;
-        drop(g);
-        if moved {
-            self.changed.notify_all();
+        let store = self.store();
+        self.sync_with(&store);
+    }
+
+    /// Reads the stored events above what was merged and merges them. The caller holds the
+    /// store lock, so two merges never interleave (a later read pushed first would make the
+    /// earlier one's events look old); `inner` is held only for the in-memory part.
+    fn sync_with(&self, store: &Store) {
+        let after = self.lock().last_synced;
+        match store.events_since(&self.key, after) {
+            Ok(events) if !events.is_empty() => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                drop(g);
+                self.changed.notify_all();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(session_key = %self.key, error = %e, "cannot read events"),
+        }
+    }
+
+    /// Reserves the next block of seqs for output (merging the events stored meanwhile, which
+    /// all lie below it). On failure the error is kept for `status` and returned.
+    fn reserve_block(&self) -> Result<(), StoreError> {
+        let mut store = self.store();
+        let after = self.lock().last_synced;
+        match store.reserve_seqs(&self.key, SEQ_BLOCK, after) {
+            Ok((start, events)) => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                g.next = g.next.max(start);
+                g.reserved_upto = start + SEQ_BLOCK - 1;
+                if g.held.take().is_some() {
+                    tracing::info!(session_key = %self.key, "seqs reserved again; output resumes");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                drop(store);
+                let mut g = self.lock();
+                if g.held.is_none() {
+                    tracing::error!(session_key = %self.key, error = %e, "cannot reserve seqs in the store; holding the adapter's output until it can");
+                }
+                g.held = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// A seq for the next output line, with the lock under which it must be pushed (so no
+    /// event slips in between): one from a reserved block, never one the store has not
+    /// reserved. Waits (holding the line) while the store cannot be written; `None` when the
+    /// session ended meanwhile and the line must be dropped.
+    fn output_seq(&self) -> Option<(MutexGuard<'_, Inner>, i64)> {
+        let mut pause = HOLD_RETRY_MIN;
+        loop {
+            {
+                let mut g = self.lock();
+                if g.next <= g.reserved_upto {
+                    let seq = g.next;
+                    g.next += 1;
+                    return Some((g, seq));
+                }
+            }
+            if self.reserve_block().is_err() {
+                let mut g = self.lock();
+                if g.phase == Phase::Ended {
+                    g.output_dropped += 1;
+                    return None;
+                }
+                drop(g);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(HOLD_RETRY_MAX);
+            }
         }
     }
 
@@ -665,6 +775,8 @@ impl Session {
             buffered_bytes: g.bytes,
             attached: g.attached,
             exit_status: g.exit_status,
+            output_held: g.held.clone(),
+            output_dropped: g.output_dropped,
         }
     }
 
@@ -688,7 +800,9 @@ impl Session {
     fn push_output(&self, raw: &[u8], truncated: bool) {
         let text = String::from_utf8_lossy(raw);
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
-        let mut g = self.lock();
+        let Some((mut g, seq)) = self.output_seq() else {
+            return;
+        };
         g.last_traffic = Instant::now();
         g.output_lines += 1;
         if !g.pending.is_empty() || !g.opening.is_empty() {
@@ -702,7 +816,6 @@ impl Session {
                 }
             }
         }
-        let seq = g.alloc_seq(&self.key);
         let mut body = format!(
             "\"seq\":{seq},\"type\":\"output\",\"line\":{}",
             serde_json::to_string(&*text).expect("strings serialise")
@@ -813,42 +926,6 @@ impl Session {
 impl Inner {
     fn is_busy(&self) -> bool {
         !self.pending.is_empty()
-    }
-
-    /// The next seq for an output line, reserving a new block (and merging stored events, which
-    /// all lie below it) when the current one is used up.
-    fn alloc_seq(&mut self, key: &str) -> i64 {
-        if self.next > self.reserved_upto {
-            match self.store.reserve_seqs(key, SEQ_BLOCK, self.last_synced) {
-                Ok((start, events)) => {
-                    for e in events {
-                        self.push_event(e);
-                    }
-                    self.next = self.next.max(start);
-                    self.reserved_upto = start + SEQ_BLOCK - 1;
-                }
-                Err(e) => {
-                    // Keep streaming; the next line tries again. Until then seqs may collide
-                    // with events recorded meanwhile, which is logged.
-                    tracing::error!(session_key = %key, error = %e, "cannot reserve seqs in the store");
-                }
-            }
-        }
-        let seq = self.next;
-        self.next += 1;
-        seq
-    }
-
-    /// Merges stored events above `last_synced` into the stream.
-    fn sync(&mut self, key: &str) {
-        match self.store.events_since(key, self.last_synced) {
-            Ok(events) => {
-                for e in events {
-                    self.push_event(e);
-                }
-            }
-            Err(e) => tracing::warn!(session_key = %key, error = %e, "cannot read events"),
-        }
     }
 
     fn push_event(&mut self, e: Event) {
