@@ -19,6 +19,7 @@ pub mod client;
 mod conn;
 pub mod protocol;
 pub mod session;
+mod stdin_pipe;
 pub mod strict_json;
 
 use crate::lease::{now_ms, ProcessId};

@@ -44,6 +44,8 @@ pub enum Code {
     Forbidden,
     /// The daemon is shutting down and takes no new sessions.
     ShuttingDown,
+    /// `send`: the adapter did not read its stdin before the send's timeout.
+    SendTimeout,
     /// Anything else (database, I/O); the message says what failed.
     Internal,
 }
@@ -64,6 +66,7 @@ impl Code {
             Code::SpawnFailed => "spawn_failed",
             Code::Forbidden => "forbidden",
             Code::ShuttingDown => "shutting_down",
+            Code::SendTimeout => "send_timeout",
             Code::Internal => "internal",
         }
     }
@@ -83,6 +86,7 @@ impl Code {
             "spawn_failed" => Code::SpawnFailed,
             "forbidden" => Code::Forbidden,
             "shutting_down" => Code::ShuttingDown,
+            "send_timeout" => Code::SendTimeout,
             "internal" => Code::Internal,
             _ => return None,
         })
@@ -170,7 +174,16 @@ pub struct Ensure {
 pub struct Send {
     pub session: String,
     pub line: String,
+    /// How long to wait for an adapter that does not read its stdin (default
+    /// [`SEND_TIMEOUT_MS`], at most [`MAX_SEND_TIMEOUT_MS`]).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
+
+/// Default `send` timeout.
+pub const SEND_TIMEOUT_MS: u64 = 10_000;
+/// Longest `send` timeout a request may ask for.
+pub const MAX_SEND_TIMEOUT_MS: u64 = 600_000;
 
 /// Stream the adapter's output and lifecycle events with a seq above `since`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -440,6 +453,11 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "send" => {
             let s: Send = fields_of(op, fields)?;
             check_key("session", &s.session)?;
+            if s.timeout_ms.is_some_and(|t| t == 0 || t > MAX_SEND_TIMEOUT_MS) {
+                return Err(bad(format!(
+                    "send: \"timeoutMs\" must be between 1 and {MAX_SEND_TIMEOUT_MS}"
+                )));
+            }
             if s.line.contains(['\n', '\r']) {
                 return Err(bad(
                     "send: \"line\" must be one line (no \\n or \\r): the adapter reads newline-framed messages",

@@ -28,6 +28,8 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 use crate::daemon::protocol::Ensure;
+pub use crate::daemon::stdin_pipe::PipeError;
+use crate::daemon::stdin_pipe::StdinPipe;
 use crate::lease::{now_ms, LeaseState, ProcessId};
 use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
 use crate::proc::LiveTable;
@@ -37,10 +39,10 @@ use crate::store::{Event, Store, StoreError};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -163,7 +165,7 @@ pub struct Session {
     child_pid: i32,
     created_at: i64,
     store: SharedStore,
-    stdin: Mutex<Option<ChildStdin>>,
+    stdin: Mutex<StdinPipe>,
     /// Serialises what is written to the adapter and the intents about this session (send,
     /// cancel), so requests about one session apply in order across connections.
     ops: Mutex<()>,
@@ -283,7 +285,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         child_pid,
         created_at: now_ms(),
         store: spec.store.clone(),
-        stdin: Mutex::new(child.stdin.take()),
+        stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
         ops: Mutex::new(()),
         inner: Mutex::new(Inner {
             limits: spec.limits,
@@ -385,6 +387,23 @@ impl Session {
         self.ops.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The order lock if it can be had within `wait` (a send blocked on a full pipe holds it
+    /// for up to its timeout).
+    pub fn order_within(&self, wait: Duration) -> Option<MutexGuard<'_, ()>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.ops.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
     /// wrapper's report that the adapter started. On failure the reason includes the last lines
     /// the child wrote to stderr.
@@ -469,25 +488,14 @@ impl Session {
     }
 
     /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
-    /// in it. Blocks while the adapter does not read (pipe backpressure).
-    pub fn write_line(&self, line: &str) -> io::Result<()> {
+    /// in it. Waits at most `timeout` while the adapter does not read (see [`StdinPipe`]).
+    pub fn write_line(&self, line: &str, timeout: Duration) -> Result<(), PipeError> {
         // Tracked before the write: a fast adapter may answer before the write call returns,
         // and its response must find the request.
         let tracked = self.track_outgoing(classify_outgoing(line));
         let written = {
             let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
-            match stdin.as_mut() {
-                None => Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the adapter's stdin is closed",
-                )),
-                Some(w) => {
-                    let mut buf = Vec::with_capacity(line.len() + 1);
-                    buf.extend_from_slice(line.as_bytes());
-                    buf.push(b'\n');
-                    w.write_all(&buf).and_then(|()| w.flush())
-                }
-            }
+            stdin.write_line(line.as_bytes(), timeout)
         };
         let mut g = self.lock();
         match &written {
@@ -559,7 +567,7 @@ impl Session {
 
     /// Drops the adapter's stdin (it sees EOF).
     pub fn close_stdin(&self) {
-        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).close();
     }
 
     /// Marks the session as closing; false when it is not running (or already closing).
