@@ -164,6 +164,8 @@ pub struct Session {
     root: StateRoot,
     child_pid: i32,
     created_at: i64,
+    /// The largest encoded `line` of an output item (see [`encode_bounded`]).
+    item_cap: usize,
     store: SharedStore,
     stdin: Mutex<StdinPipe>,
     /// Serialises what is written to the adapter and the intents about this session (send,
@@ -284,6 +286,12 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         root: spec.root.clone(),
         child_pid,
         created_at: now_ms(),
+        item_cap: spec
+            .limits
+            .bytes
+            .min(MAX_ADAPTER_LINE)
+            .saturating_sub(ITEM_OVERHEAD)
+            .max(MIN_ITEM_LINE),
         store: spec.store.clone(),
         stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
         ops: Mutex::new(()),
@@ -808,6 +816,9 @@ impl Session {
     fn push_output(&self, raw: &[u8], truncated: bool) {
         let text = String::from_utf8_lossy(raw);
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
+        // Encoded (and bounded) before any lock is taken: this is the costly part of a line.
+        let (line, cut) = encode_bounded(&text, self.item_cap);
+        let truncated = truncated || cut;
         let Some((mut g, seq)) = self.output_seq() else {
             return;
         };
@@ -824,10 +835,7 @@ impl Session {
                 }
             }
         }
-        let mut body = format!(
-            "\"seq\":{seq},\"type\":\"output\",\"line\":{}",
-            serde_json::to_string(&*text).expect("strings serialise")
-        );
+        let mut body = format!("\"seq\":{seq},\"type\":\"output\",\"line\":{line}");
         if lossy {
             body.push_str(",\"lossy\":true");
         }
@@ -965,6 +973,41 @@ impl Inner {
             self.evicted_upto = old.seq;
         }
     }
+}
+
+/// Room kept in an output item for everything but the line (`"seq":…,"type":"output","line":`,
+/// the `lossy`/`truncated` flags, and the request id a client adds).
+const ITEM_OVERHEAD: usize = 160;
+/// An item always has room for this much of its line, however small `--replay-bytes` is.
+const MIN_ITEM_LINE: usize = 256;
+
+/// The adapter's line as a JSON string of at most `cap` bytes, quotes included, and whether it
+/// had to be cut. Bounds are on the *encoded* size: JSON escaping turns a control byte into six
+/// bytes (`\u0001`), so a line of 8 MiB could otherwise become an item of 48 MiB. The cut falls
+/// on a character boundary.
+fn encode_bounded(text: &str, cap: usize) -> (String, bool) {
+    fn escaped_len(c: char) -> usize {
+        match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        }
+    }
+    let budget = cap.saturating_sub(2);
+    let mut used = 0;
+    let mut end = text.len();
+    for (i, c) in text.char_indices() {
+        let n = escaped_len(c);
+        if used + n > budget {
+            end = i;
+            break;
+        }
+        used += n;
+    }
+    let cut = end < text.len();
+    let encoded = serde_json::to_string(&text[..end]).expect("strings serialise");
+    debug_assert_eq!(encoded.len(), used + 2);
+    (encoded, cut)
 }
 
 /// Reads one line of at most `cap` bytes (the rest of a longer line is discarded). `None` at
@@ -1159,6 +1202,25 @@ mod tests {
         );
         assert!(v.get("id").is_none());
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn items_are_bounded_by_their_encoded_size() {
+        let controls = "\u{1}".repeat(1000);
+        let (enc, cut) = encode_bounded(&controls, 602);
+        assert!(cut);
+        assert_eq!(enc.len(), 602, "100 escaped bytes of six plus the quotes");
+        assert_eq!(serde_json::from_str::<String>(&enc).unwrap(), "\u{1}".repeat(100));
+        let mixed = "aé\"\n\u{7f}✓\u{2}".repeat(50);
+        for cap in 2..400 {
+            let (enc, cut) = encode_bounded(&mixed, cap);
+            assert!(enc.len() <= cap.max(2), "cap {cap}: {}", enc.len());
+            let back: String = serde_json::from_str(&enc).unwrap();
+            assert!(mixed.starts_with(&back));
+            assert_eq!(cut, back.len() < mixed.len());
+        }
+        let (enc, cut) = encode_bounded("plain", 100);
+        assert_eq!((enc.as_str(), cut), ("\"plain\"", false));
     }
 
     #[test]
