@@ -57,6 +57,8 @@ const STDERR_TAIL: usize = 20;
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// After the wrapper exits, how long to wait for the rest of its stdout.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the rest of the stdout gets before the lease is settled (see `supervise`).
+const QUICK_DRAIN: Duration = Duration::from_millis(200);
 /// How many unanswered requests are tracked per session (a bound against a client that never
 /// reads responses).
 const MAX_TRACKED: usize = 4096;
@@ -870,8 +872,11 @@ impl Session {
                 None
             }
         };
-        // Output written before the exit comes before the exit event.
-        let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
+        // Output written before the exit comes before the exit event. But members of the tree
+        // that outlived the wrapper (a SIGKILLed wrapper forwards nothing) keep the pipe open:
+        // the daemon, the wrapper's parent, knows at once, so it settles the lease first — its
+        // tree is terminated within the session's grace — and only then waits for the rest.
+        let drained = stdout_done.recv_timeout(QUICK_DRAIN).is_ok();
         {
             // A close in flight settles the lease itself; let it finish first so its events
             // precede the exit.
@@ -887,6 +892,9 @@ impl Session {
         }
         if let Some(info) = self.lease.get().cloned() {
             self.settle_lease(&info);
+        }
+        if !drained {
+            let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
         }
         tracing::info!(session_key = %self.key, status = ?code, "session ended");
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
