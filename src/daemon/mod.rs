@@ -543,7 +543,7 @@ fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     }
 }
 
-fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
+fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
     let tick = d
         .cfg
         .idle_close
@@ -557,6 +557,7 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
                 s.sync_events();
             }
         }
+        notice_changed_leases(d, &sessions);
         if let Some(idle) = d.cfg.idle_close {
             let due: Vec<(Arc<Session>, Duration)> = sessions
                 .iter()
@@ -579,6 +580,44 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
             }
         }
         prune_ended(&mut d.sessions());
+    }
+}
+
+/// A lease of a live session that another process moved out of `open` (a `leash --no-daemon
+/// close`, a reap run against the database) while the daemon was not closing it. The session
+/// stops taking input at once (phase `closing`), and the daemon finishes the close itself: the
+/// claim of a closer that died mid-grace is stale and is taken over, and a closer still at work
+/// keeps its claim (the attempt is a conflict, repeated each round until the lease settles).
+fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
+    for s in sessions {
+        if !s.watch_lease() {
+            continue;
+        }
+        let Some(id) = s.lease_id().map(str::to_owned) else {
+            continue;
+        };
+        let row = d.store().lease(&id);
+        let Ok(Some(lease)) = row else {
+            continue;
+        };
+        if lease.state == crate::lease::LeaseState::Open || !s.begin_takeover() {
+            continue;
+        }
+        tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,
+            claimed_by = ?lease.claimed_by.map(|c| c.pid),
+            "the lease changed underneath the daemon; the session takes no more input and the daemon finishes the close");
+        let (d, s) = (d.clone(), s.clone());
+        let spawned = std::thread::Builder::new()
+            .name("takeover".into())
+            .spawn(move || {
+                let refs = [LeaseRef::Id(id)];
+                if let Err(e) = d.close_marked(std::slice::from_ref(&s), &refs, None) {
+                    tracing::warn!(session_key = %s.key, error = %e, "cannot finish the close");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a thread to finish a close");
+        }
     }
 }
 

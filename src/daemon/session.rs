@@ -613,17 +613,41 @@ impl Session {
         Some(quiet)
     }
 
+    /// Marks the session closing for a lease that changed underneath the daemon (see
+    /// `notice_changed_leases` in the daemon); false when it ended or a close is in flight.
+    pub fn begin_takeover(&self) -> bool {
+        let mut g = self.lock();
+        if g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some() {
+            g.phase = Phase::Closing;
+            g.close_in_flight = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the daemon should look at this session's lease row for changes made by others.
+    pub fn watch_lease(&self) -> bool {
+        let g = self.lock();
+        g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some()
+    }
+
     /// Ends a close begun with [`Session::begin_close`]. When nothing was terminated (ownership
-    /// unverified, a conflict, an error) the session is running again.
+    /// unverified, a conflict, an error) the session is running again — unless its lease is no
+    /// longer open (someone else is closing it): then it stays closing and takes no input.
     pub fn end_close(&self, outcome: Option<&CloseOutcome>) {
         let terminated = matches!(
             outcome.map(|o| o.result),
             Some(CloseResult::Closed | CloseResult::Lost)
         );
+        let lease_open = terminated
+            || self.lease_id().is_none_or(|id| {
+                !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open)
+            });
         {
             let mut g = self.lock();
             g.close_in_flight = false;
-            if !terminated && g.phase == Phase::Closing {
+            if !terminated && lease_open && g.phase == Phase::Closing {
                 g.phase = Phase::Running;
             }
         }
