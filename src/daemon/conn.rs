@@ -236,12 +236,7 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             out.reply(&id, sessions(d, &q));
         }
         Op::Events(e) => {
-            let r = d
-                .store()
-                .events_since(&e.session, e.since)
-                .map(|ev| serde_json::to_value(ev).expect("serialisable"))
-                .map_err(OpError::from);
-            out.reply(&id, r);
+            out.reply(&id, events(d, &e));
         }
     }
 }
@@ -278,11 +273,41 @@ fn lease_ref(t: &Target) -> LeaseRef {
     }
 }
 
-fn not_supervised(key: &str) -> OpError {
-    fail(
-        Code::NotFound,
-        format!("session {key} is not supervised by this daemon (start it with ensure)"),
-    )
+/// Why a `send` or `attach` has no session of this daemon to go to: the key runs under a lease
+/// someone else started (`leash exec`), or there is no such session here at all.
+fn not_supervised(d: &Daemon, key: &str) -> OpError {
+    match d.store().active_lease_for_session(key) {
+        Ok(Some(l)) => OpError {
+            code: Code::NotSupervised,
+            message: format!(
+                "session {key} runs under lease {} (wrapper pid {}) that `leash exec` started, not this daemon: only sessions started through the daemon (ensure) take input or stream output; nothing was sent",
+                l.lease_id, l.root_pid
+            ),
+            data: Some(json!({"leaseId": l.lease_id, "rootPid": l.root_pid})),
+        },
+        _ => fail(
+            Code::NotFound,
+            format!("session {key} is not supervised by this daemon (start it with ensure; the events of an ended session stay readable with the events op)"),
+        ),
+    }
+}
+
+/// `events`: a session's persisted events above `since`; `not_found` for a key that has no
+/// events, no lease and no session row (as `attach` and `send` answer).
+fn events(d: &Daemon, e: &protocol::Events) -> Reply {
+    let store = d.store();
+    let ev = store.events_since(&e.session, e.since)?;
+    if ev.is_empty()
+        && store.session(&e.session)?.is_none()
+        && store.latest_lease_for_session(&e.session)?.is_none()
+        && store.last_seq(&e.session)? == 0
+    {
+        return Err(fail(
+            Code::NotFound,
+            format!("no session {} in this state root", e.session),
+        ));
+    }
+    Ok(serde_json::to_value(ev).expect("serialisable"))
 }
 
 fn describe(s: &session::Session, created: bool) -> Value {
@@ -399,7 +424,7 @@ fn write_failed(key: &str, e: session::PipeError) -> OpError {
 }
 
 fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
-    let s = d.session(key).ok_or_else(|| not_supervised(key))?;
+    let s = d.session(key).ok_or_else(|| not_supervised(d, key))?;
     // The timeout covers the wait behind an earlier send as well.
     let started = std::time::Instant::now();
     let Some(_order) = s.order_within(timeout) else {
@@ -428,7 +453,7 @@ fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
 
 fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
     let Some(s) = d.session(&a.session) else {
-        out.reply(&id, Err(not_supervised(&a.session)));
+        out.reply(&id, Err(not_supervised(d, &a.session)));
         return;
     };
     match s.check_since(a.since) {

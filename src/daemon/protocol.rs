@@ -46,6 +46,9 @@ pub enum Code {
     ShuttingDown,
     /// `send`: the adapter did not read its stdin before the send's timeout.
     SendTimeout,
+    /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
+    /// exec`): only sessions started with `ensure` take input or stream output.
+    NotSupervised,
     /// Anything else (database, I/O); the message says what failed.
     Internal,
 }
@@ -67,6 +70,7 @@ impl Code {
             Code::Forbidden => "forbidden",
             Code::ShuttingDown => "shutting_down",
             Code::SendTimeout => "send_timeout",
+            Code::NotSupervised => "not_supervised",
             Code::Internal => "internal",
         }
     }
@@ -87,6 +91,7 @@ impl Code {
             "forbidden" => Code::Forbidden,
             "shutting_down" => Code::ShuttingDown,
             "send_timeout" => Code::SendTimeout,
+            "not_supervised" => Code::NotSupervised,
             "internal" => Code::Internal,
             _ => return None,
         })
