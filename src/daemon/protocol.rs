@@ -656,8 +656,20 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// `{"id": …, "ok": true, "result": …}` and a newline.
 pub fn ok_line(id: &Value, result: &Value) -> Vec<u8> {
-    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": true, "result": result}))
-        .expect("JSON values serialise");
+    // Borrowed, not built with json!: that would deep-copy the result (a status with many
+    // sessions is tens of KB) on every reply.
+    #[derive(serde::Serialize)]
+    struct OkReply<'a> {
+        id: &'a Value,
+        ok: bool,
+        result: &'a Value,
+    }
+    let mut out = serde_json::to_vec(&OkReply {
+        id,
+        ok: true,
+        result,
+    })
+    .expect("JSON values serialise");
     out.push(b'\n');
     out
 }
