@@ -696,10 +696,7 @@ impl<'t> Controller<'t> {
         let changed = self.store.transition_many(&transitions, Some(self.me))?;
         let mut outcomes = Vec::with_capacity(finishes.len());
         for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
-            let signalled = f
-                .signals
-                .iter()
-                .any(|s| s.delivery == Delivery::Delivered);
+            let signalled = f.signals.iter().any(|s| s.delivery == Delivery::Delivered);
             let result = match (changed, f.to) {
                 // What this close did is the answer: signals sent are never a "conflict", even
                 // when the row was settled by someone else meanwhile.

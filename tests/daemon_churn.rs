@@ -85,8 +85,7 @@ fn churn(daemon: &Daemon, quitter: &std::path::Path, from: usize, to: usize, wor
                     }
                     // Its wrapper is SIGKILLed (the daemon is its parent).
                     _ => {
-                        let wrapper =
-                            Pid::of(started["rootPid"].as_i64().unwrap() as i32).unwrap();
+                        let wrapper = Pid::of(started["rootPid"].as_i64().unwrap() as i32).unwrap();
                         signal(wrapper, libc::SIGKILL);
                     }
                 }
@@ -165,5 +164,8 @@ fn fds_threads_and_memory_stay_flat_under_churn() {
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
-    assert!(kinds.contains(&"spawned") && kinds.contains(&"exit"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"spawned") && kinds.contains(&"exit"),
+        "{kinds:?}"
+    );
 }

@@ -60,7 +60,10 @@ fn one_claim_per_lease_inside_one_daemon() {
                 .count();
             r["result"]["leases"].as_array().unwrap().clone()
         };
-        outcomes.extend(list.into_iter().filter(|o| o["leaseId"] == lease_id.as_str()));
+        outcomes.extend(
+            list.into_iter()
+                .filter(|o| o["leaseId"] == lease_id.as_str()),
+        );
     }
     let delivered = |o: &Value| {
         o["signals"]

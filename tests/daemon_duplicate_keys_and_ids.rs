@@ -24,7 +24,10 @@ fn a_duplicate_dry_run_key_reaps_nothing() {
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["error"]["code"], "bad_request", "{r}");
     assert!(
-        r["error"]["message"].as_str().unwrap().contains("duplicate key \"dryRun\""),
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("duplicate key \"dryRun\""),
         "{r}"
     );
     // The id cannot be trusted either (which one?), so the reply carries none.

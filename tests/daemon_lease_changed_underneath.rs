@@ -26,7 +26,14 @@ fn the_daemon_takes_over_a_close_whose_closer_died() {
     let mut guard = Guard::new();
     let closer = guard.child(
         leash(&state)
-            .args(["--no-daemon", "close", "--session", "s", "--grace-ms", "600000"])
+            .args([
+                "--no-daemon",
+                "close",
+                "--session",
+                "s",
+                "--grace-ms",
+                "600000",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

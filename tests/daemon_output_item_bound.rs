@@ -20,7 +20,10 @@ fn escaping_does_not_grow_an_item_past_the_replay_bytes() {
         "controls.sh",
         r#"head -c 1048576 /dev/zero | tr '\0' '\1'; echo; echo done; exec cat"#,
     );
-    c.call("ensure", json!({"session": "s", "argv": [noisy.to_str().unwrap()], "graceMs": 200}));
+    c.call(
+        "ensure",
+        json!({"session": "s", "argv": [noisy.to_str().unwrap()], "graceMs": 200}),
+    );
     assert!(wait_daemon(&mut c, |c| {
         session_status(c, "s").is_some_and(|s| s["outputLines"] == 2)
     }));
@@ -31,7 +34,10 @@ fn escaping_does_not_grow_an_item_past_the_replay_bytes() {
     let mut a = daemon.connect();
     let mut raw = std::io::BufReader::new(a.stream.try_clone().unwrap());
     let since = st["oldestSeq"].as_i64().unwrap() - 1;
-    a.send_raw(format!("{{\"id\":\"a\",\"op\":\"attach\",\"session\":\"s\",\"since\":{since}}}\n").as_bytes());
+    a.send_raw(
+        format!("{{\"id\":\"a\",\"op\":\"attach\",\"session\":\"s\",\"since\":{since}}}\n")
+            .as_bytes(),
+    );
     let mut big: Option<String> = None;
     for _ in 0..20 {
         let mut line = String::new();
@@ -47,6 +53,9 @@ fn escaping_does_not_grow_an_item_past_the_replay_bytes() {
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["truncated"], true, "{}", &line[..200]);
     let text = v["line"].as_str().unwrap();
-    assert!(text.len() > 4096 && text.chars().all(|ch| ch == '\u{1}'), "not a prefix");
+    assert!(
+        text.len() > 4096 && text.chars().all(|ch| ch == '\u{1}'),
+        "not a prefix"
+    );
     c.call("close", json!({"session": "s"}));
 }

@@ -28,7 +28,10 @@ fn a_blocked_send_times_out_and_does_not_hold_up_cancel() {
     let chunk = "x".repeat(16 * 1024 - 1);
     let mut timed_out = None;
     for _ in 0..64 {
-        let r = c.request("send", json!({"session": "s", "line": chunk, "timeoutMs": 300}));
+        let r = c.request(
+            "send",
+            json!({"session": "s", "line": chunk, "timeoutMs": 300}),
+        );
         if r["ok"] == false {
             timed_out = Some(r);
             break;
@@ -43,7 +46,10 @@ fn a_blocked_send_times_out_and_does_not_hold_up_cancel() {
         let mut b = daemon.connect();
         std::thread::spawn(move || {
             let t = Instant::now();
-            let r = b.request("send", json!({"session": "s", "line": "{}", "timeoutMs": 4000}));
+            let r = b.request(
+                "send",
+                json!({"session": "s", "line": "{}", "timeoutMs": 4000}),
+            );
             (r, t.elapsed())
         })
     };
@@ -54,16 +60,25 @@ fn a_blocked_send_times_out_and_does_not_hold_up_cancel() {
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["result"]["notified"], false, "{r}");
     assert!(
-        r["result"]["reason"].as_str().unwrap().contains("not written"),
+        r["result"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not written"),
         "{r}"
     );
-    assert!(!blocked.is_finished(), "the cancel waited for the blocked send ({cancel_took:?})");
+    assert!(
+        !blocked.is_finished(),
+        "the cancel waited for the blocked send ({cancel_took:?})"
+    );
     let kinds = event_kinds(&mut c, "s");
     assert!(kinds.contains(&"cancel".to_string()), "{kinds:?}");
 
     let (r, took) = blocked.join().unwrap();
     assert_eq!(r["error"]["code"], "send_timeout", "{r}");
-    assert!(took >= Duration::from_millis(3500), "timed out early: {took:?}");
+    assert!(
+        took >= Duration::from_millis(3500),
+        "timed out early: {took:?}"
+    );
     // The session is still running: a timeout is not a failure of the adapter.
     assert_eq!(session_status(&mut c, "s").unwrap()["phase"], "running");
     c.call("close", json!({"session": "s"}));

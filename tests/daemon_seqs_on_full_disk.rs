@@ -23,7 +23,13 @@ impl Tmpfs {
     fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(at).unwrap();
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(at)
             .status()
             .map(|s| s.success())
@@ -39,7 +45,10 @@ impl Drop for Tmpfs {
             if lazy {
                 c.arg("-l");
             }
-            c.arg(&self.0).status().map(|s| s.success()).unwrap_or(false)
+            c.arg(&self.0)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
         };
         if !wait_for_within(std::time::Duration::from_secs(10), || umount(false)) {
             umount(true);
@@ -124,12 +133,23 @@ while IFS= read -r n; do i=0; while [ "$i" -lt "$n" ]; do i=$((i+1)); echo "line
     let held = wait_daemon(&mut c, |c| {
         session_status(c, "s").is_some_and(|s| s["outputHeld"].is_string())
     });
-    assert!(held, "the daemon never reported held output: {:?}", session_status(&mut c, "s"));
+    assert!(
+        held,
+        "the daemon never reported held output: {:?}",
+        session_status(&mut c, "s")
+    );
     let while_full = outputs(&seen);
-    assert!(while_full < 4500, "all output went out while no seq could be reserved");
+    assert!(
+        while_full < 4500,
+        "all output went out while no seq could be reserved"
+    );
 
     std::fs::remove_file(&filler).unwrap();
-    assert!(wait_for(|| outputs(&seen) == 4500), "{} lines", outputs(&seen));
+    assert!(
+        wait_for(|| outputs(&seen) == 4500),
+        "{} lines",
+        outputs(&seen)
+    );
     let st = session_status(&mut c, "s").unwrap();
     assert!(st.get("outputHeld").is_none(), "{st}");
     let closed = c.call("close", json!({"session": "s"}));
@@ -176,7 +196,10 @@ while IFS= read -r n; do i=0; while [ "$i" -lt "$n" ]; do i=$((i+1)); echo "line
     assert_eq!(reply["ok"], true, "{reply}");
     let first = c.next_item(&id);
     assert_eq!(first["kind"], "spawned", "{first}");
-    assert!(first["seq"].as_i64().unwrap() > max_seen, "{first} after {max_seen}");
+    assert!(
+        first["seq"].as_i64().unwrap() > max_seen,
+        "{first} after {max_seen}"
+    );
     c.call("close", json!({"session": "s"}));
     drop(c);
     drop(daemon);

@@ -109,23 +109,39 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
         "{}",
         out.stderr
     );
-    assert!(!out.stderr.contains("needs a running daemon"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("needs a running daemon"),
+        "{}",
+        out.stderr
+    );
     let mut c = daemon.connect();
-    let r = c.request("send", json!({"session": "agent:main:acp:own", "line": "x"}));
+    let r = c.request(
+        "send",
+        json!({"session": "agent:main:acp:own", "line": "x"}),
+    );
     assert_eq!(r["error"]["code"], "not_supervised", "{r}");
     assert_eq!(r["error"]["rootPid"], wrapper.pid, "{r}");
     let r = c.request("attach", json!({"session": "agent:main:acp:own"}));
     assert_eq!(r["error"]["code"], "not_supervised", "{r}");
     // An unknown session is not_found for events too, as for attach and send.
-    assert_eq!(c.error_code("events", json!({"session": "nobody"})), "not_found");
-    assert_eq!(c.error_code("attach", json!({"session": "nobody"})), "not_found");
+    assert_eq!(
+        c.error_code("events", json!({"session": "nobody"})),
+        "not_found"
+    );
+    assert_eq!(
+        c.error_code("attach", json!({"session": "nobody"})),
+        "not_found"
+    );
     assert_eq!(
         c.error_code("send", json!({"session": "nobody", "line": "x"})),
         "not_found"
     );
     // A known session with nothing above `since` is an empty list, not an error.
     assert_eq!(
-        c.call("events", json!({"session": "agent:main:acp:own", "since": 1000})),
+        c.call(
+            "events",
+            json!({"session": "agent:main:acp:own", "since": 1000})
+        ),
         json!([])
     );
     signal(wrapper, libc::SIGTERM);

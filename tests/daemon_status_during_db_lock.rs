@@ -23,7 +23,10 @@ fn status_answers_while_a_session_waits_for_the_database() {
         "printer.sh",
         r#"while IFS= read -r n; do i=0; while [ "$i" -lt "$n" ]; do i=$((i+1)); echo "line $i"; done; done"#,
     );
-    c.call("ensure", json!({"session": "s", "argv": [printer.to_str().unwrap()], "graceMs": 200}));
+    c.call(
+        "ensure",
+        json!({"session": "s", "argv": [printer.to_str().unwrap()], "graceMs": 200}),
+    );
 
     // The first block of seqs is reserved by the first line.
     c.call("send", json!({"session": "s", "line": "10"}));
@@ -66,7 +69,10 @@ fn status_answers_while_a_session_waits_for_the_database() {
         "status stalled while the database was locked ({held_for:?})"
     );
     let stalled_at = poller.join().unwrap();
-    assert!(stalled_at < 3010, "the output never waited for the database");
+    assert!(
+        stalled_at < 3010,
+        "the output never waited for the database"
+    );
     // Once the lock is gone the rest arrives.
     assert!(wait_daemon(&mut c, |c| {
         session_status(c, "s").is_some_and(|s| s["outputLines"] == 3010)

@@ -409,9 +409,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
 /// A write to the adapter's stdin that failed, as an error reply.
 fn write_failed(key: &str, e: session::PipeError) -> OpError {
     match e {
-        session::PipeError::TimedOut {
-            written, total, ..
-        } => OpError {
+        session::PipeError::TimedOut { written, total, .. } => OpError {
             code: Code::SendTimeout,
             message: format!("session {key}: {e}"),
             data: Some(json!({"bytesWritten": written, "bytes": total})),
@@ -436,7 +434,9 @@ fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
             data: Some(json!({"bytesWritten": 0, "bytes": line.len() + 1})),
         });
     };
-    let timeout = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+    let timeout = timeout
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_millis(1));
     match s.phase() {
         Phase::Starting | Phase::Running => {}
         p => {
@@ -601,8 +601,8 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
     };
     if let Some(why) = not_written {
         let detail = json!({"acpSessionId": acp, "notified": false, "reason": why});
-        let outcome = Controller::open(d.root.clone(), &table)?
-            .cancel(&LeaseRef::Id(lease_id), Some(detail));
+        let outcome =
+            Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
         let outcome = outcome?;
         return Ok(json!({

@@ -458,7 +458,9 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "send" => {
             let s: Send = fields_of(op, fields)?;
             check_key("session", &s.session)?;
-            if s.timeout_ms.is_some_and(|t| t == 0 || t > MAX_SEND_TIMEOUT_MS) {
+            if s.timeout_ms
+                .is_some_and(|t| t == 0 || t > MAX_SEND_TIMEOUT_MS)
+            {
                 return Err(bad(format!(
                     "send: \"timeoutMs\" must be between 1 and {MAX_SEND_TIMEOUT_MS}"
                 )));

@@ -641,9 +641,9 @@ impl Session {
             Some(CloseResult::Closed | CloseResult::Lost)
         );
         let lease_open = terminated
-            || self.lease_id().is_none_or(|id| {
-                !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open)
-            });
+            || self.lease_id().is_none_or(
+                |id| !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open),
+            );
         {
             let mut g = self.lock();
             g.close_in_flight = false;
@@ -1242,7 +1242,10 @@ mod tests {
         let (enc, cut) = encode_bounded(&controls, 602);
         assert!(cut);
         assert_eq!(enc.len(), 602, "100 escaped bytes of six plus the quotes");
-        assert_eq!(serde_json::from_str::<String>(&enc).unwrap(), "\u{1}".repeat(100));
+        assert_eq!(
+            serde_json::from_str::<String>(&enc).unwrap(),
+            "\u{1}".repeat(100)
+        );
         let mixed = "aé\"\n\u{7f}✓\u{2}".repeat(50);
         for cap in 2..400 {
             let (enc, cut) = encode_bounded(&mixed, cap);
