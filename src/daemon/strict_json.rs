@@ -108,6 +108,14 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse(&deep).is_err());
+        let deep = "{\"a\":".repeat(100_000);
+        assert!(parse(&deep).is_err());
+    }
+
+    #[test]
     fn ordinary_json_parses_as_serde_json_does() {
         for text in [
             r#"{"id":1,"op":"status"}"#,
