@@ -324,7 +324,7 @@ impl<'t> Controller<'t> {
             leases.push(self.resolve_or_repair(r)?);
         }
         let ids: Vec<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();
-        let (claimed, lost_race) = self.claim_all(&ids)?;
+        let ((claimed, lost_race), _held) = self.claim_all(&ids)?;
         let mut outcomes: Vec<CloseOutcome> = lost_race
             .into_iter()
             .filter_map(|(id, reason)| {
@@ -386,7 +386,7 @@ impl<'t> Controller<'t> {
                 _ => candidates.push(lp.lease_id.as_str()),
             }
         }
-        let (claimed, lost_race) = self.claim_all(&candidates)?;
+        let ((claimed, lost_race), _held) = self.claim_all(&candidates)?;
         report.skipped.extend(lost_race);
         // The plan's snapshot predates the claims: terminate_leases reads the evidence again, so
         // what is signalled is judged by what is alive once the leases are ours.
@@ -400,17 +400,40 @@ impl<'t> Controller<'t> {
     }
 
     /// Claims leases for closing, in one transaction. Returns the claimed leases, and for the
-    /// others why not (someone else holds it, or it is not active any more).
-    fn claim_all(&mut self, ids: &[&str]) -> Result<Claimed, StoreError> {
+    /// others why not (someone else holds it, or it is not active any more), and the guard that
+    /// keeps the claims exclusive inside this process until it is dropped.
+    ///
+    /// In the store a claimant is a process, and a claim held by the same process counts as
+    /// stale (it is what a retry after an error looks like). Inside a daemon many requests share
+    /// one pid, so the store alone would let concurrent closes and reaps of one lease all go
+    /// ahead; the process-wide [`HeldClaims`] set refuses a lease another thread of this process
+    /// is closing right now, before the store is asked.
+    fn claim_all(&mut self, ids: &[&str]) -> Result<(Claimed, HeldClaims), StoreError> {
+        let mut refused = Vec::new();
+        let mut held = HeldClaims::default();
+        let mut mine: Vec<&str> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if held.take(id) {
+                mine.push(id);
+            } else {
+                refused.push((
+                    id.to_string(),
+                    format!(
+                        "being closed by another request in this process (pid {})",
+                        self.me.pid
+                    ),
+                ));
+            }
+        }
         let table = self.table;
         let stale = |c: ProcessId| !matches!(table.alive(c), Ok(true));
-        let results = self.store.claim_many(ids, self.me, stale)?;
+        let results = self.store.claim_many(&mine, self.me, stale)?;
         let mut claimed = Vec::new();
-        let mut refused = Vec::new();
-        for (id, r) in ids.iter().zip(results) {
+        for (id, r) in mine.iter().zip(results) {
             match r {
                 Some(l) => claimed.push(l),
                 None => {
+                    held.release(id);
                     let why = match self.store.lease(id)? {
                         Some(l) if l.state == LeaseState::Closing => {
                             format!("being closed by pid {}", l.claimed_by.map_or(0, |c| c.pid))
@@ -422,7 +445,7 @@ impl<'t> Controller<'t> {
                 }
             }
         }
-        Ok((claimed, refused))
+        Ok(((claimed, refused), held))
     }
 
     /// A snapshot that covers the given leases: the union of their subtrees when every root is
@@ -713,7 +736,11 @@ impl<'t> Controller<'t> {
         let changed = self.store.transition_many(&transitions, Some(self.me))?;
         let mut outcomes = Vec::with_capacity(finishes.len());
         for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
+            let signalled = f.signals.iter().any(|s| s.delivery == Delivery::Delivered);
             let result = match (changed, f.to) {
+                // What this close did is the answer: signals sent are never a "conflict", even
+                // when the row was settled by someone else meanwhile.
+                (false, LeaseState::Closed) if signalled => CloseResult::Closed,
                 (false, _) => CloseResult::Conflict,
                 (true, LeaseState::Closed) => CloseResult::Closed,
                 (true, LeaseState::Lost) => CloseResult::Lost,
@@ -730,6 +757,11 @@ impl<'t> Controller<'t> {
                 result,
                 reason: if changed {
                     f.reason
+                } else if signalled {
+                    format!(
+                        "{}; the lease row was settled by another process meanwhile",
+                        f.reason
+                    )
                 } else {
                     "lease changed hands during the close".into()
                 },
@@ -807,6 +839,46 @@ impl<'t> Controller<'t> {
             });
         }
         Ok(out)
+    }
+}
+
+/// The leases some thread of this process is closing right now (see [`Controller::claim_all`]).
+static HELD: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A set of in-process claims; dropping it releases them (also on an error or a panic).
+#[derive(Default)]
+struct HeldClaims(Vec<String>);
+
+impl HeldClaims {
+    fn set() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+        HELD.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes `id` for this holder; false when another holder in this process has it.
+    fn take(&mut self, id: &str) -> bool {
+        if Self::set().insert(id.to_string()) {
+            self.0.push(id.to_string());
+            true
+        } else {
+            false
+        }
+    }
+
+    fn release(&mut self, id: &str) {
+        if let Some(i) = self.0.iter().position(|h| h == id) {
+            self.0.swap_remove(i);
+            Self::set().remove(id);
+        }
+    }
+}
+
+impl Drop for HeldClaims {
+    fn drop(&mut self) {
+        let mut set = Self::set();
+        for id in &self.0 {
+            set.remove(id);
+        }
     }
 }
 

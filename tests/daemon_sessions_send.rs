@@ -71,7 +71,9 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
     );
     assert_eq!(none, json!([]));
 
-    // A visible session the daemon does not supervise has no stdin it could write to: exit 7.
+    // A visible session the daemon does not supervise (started by `leash exec`) has no stdin it
+    // could write to. The answer says so — not "needs a running daemon" while one runs — and
+    // exits 3 (a conflict with how the session runs), the wire code being not_supervised.
     let mut other = leash(&state)
         .args([
             "exec",
@@ -100,8 +102,48 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
             "agent:main:main",
         ],
     );
-    assert_eq!(out.code, Some(7), "{}", out.stderr);
-    assert!(out.stderr.contains("not supervised"), "{}", out.stderr);
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("only sessions started through the daemon (ensure) take input"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("needs a running daemon"),
+        "{}",
+        out.stderr
+    );
+    let mut c = daemon.connect();
+    let r = c.request(
+        "send",
+        json!({"session": "agent:main:acp:own", "line": "x"}),
+    );
+    assert_eq!(r["error"]["code"], "not_supervised", "{r}");
+    assert_eq!(r["error"]["rootPid"], wrapper.pid, "{r}");
+    let r = c.request("attach", json!({"session": "agent:main:acp:own"}));
+    assert_eq!(r["error"]["code"], "not_supervised", "{r}");
+    // An unknown session is not_found for events too, as for attach and send.
+    assert_eq!(
+        c.error_code("events", json!({"session": "nobody"})),
+        "not_found"
+    );
+    assert_eq!(
+        c.error_code("attach", json!({"session": "nobody"})),
+        "not_found"
+    );
+    assert_eq!(
+        c.error_code("send", json!({"session": "nobody", "line": "x"})),
+        "not_found"
+    );
+    // A known session with nothing above `since` is an empty list, not an error.
+    assert_eq!(
+        c.call(
+            "events",
+            json!({"session": "agent:main:acp:own", "since": 1000})
+        ),
+        json!([])
+    );
     signal(wrapper, libc::SIGTERM);
     let _ = other.wait();
 }

@@ -135,9 +135,11 @@ impl From<SessionsError> for Failure {
             SessionsError::DaemonNeeded { .. } => exitcode::DAEMON_NEEDED,
             SessionsError::MultiLine => exitcode::USAGE,
             // A session the daemon does not supervise (a gateway's own `leash exec`) has no
-            // stdin the daemon could write to.
+            // stdin the daemon could write to: that is a conflict with how it runs, not a
+            // missing daemon.
             SessionsError::Daemon { ref source, .. } => match source.code() {
-                Some(crate::daemon::protocol::Code::NotFound) => exitcode::DAEMON_NEEDED,
+                Some(crate::daemon::protocol::Code::NotFound) => exitcode::NOT_FOUND,
+                Some(crate::daemon::protocol::Code::NotSupervised) => exitcode::CONFLICT,
                 Some(crate::daemon::protocol::Code::NotRunning) => exitcode::CONFLICT,
                 _ => exitcode::FAILURE,
             },

@@ -37,6 +37,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const ATTACH_TICK: Duration = Duration::from_millis(250);
 /// Stream items written per batch.
 const ATTACH_BATCH: usize = 512;
+/// How long `cancel` waits for a send in progress, and then for its notification to be written.
+const CANCEL_WAIT: Duration = Duration::from_secs(1);
 
 /// An error reply.
 struct OpError {
@@ -212,7 +214,8 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             out.reply(&id, ensure(d, &e));
         }
         Op::Send(s) => {
-            out.reply(&id, send(d, &s.session, &s.line));
+            let timeout = Duration::from_millis(s.timeout_ms.unwrap_or(protocol::SEND_TIMEOUT_MS));
+            out.reply(&id, send(d, &s.session, &s.line, timeout));
         }
         Op::Attach(a) => attach(d, out, id, a),
         Op::Cancel(c) => {
@@ -233,12 +236,7 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             out.reply(&id, sessions(d, &q));
         }
         Op::Events(e) => {
-            let r = d
-                .store()
-                .events_since(&e.session, e.since)
-                .map(|ev| serde_json::to_value(ev).expect("serialisable"))
-                .map_err(OpError::from);
-            out.reply(&id, r);
+            out.reply(&id, events(d, &e));
         }
     }
 }
@@ -275,11 +273,41 @@ fn lease_ref(t: &Target) -> LeaseRef {
     }
 }
 
-fn not_supervised(key: &str) -> OpError {
-    fail(
-        Code::NotFound,
-        format!("session {key} is not supervised by this daemon (start it with ensure)"),
-    )
+/// Why a `send` or `attach` has no session of this daemon to go to: the key runs under a lease
+/// someone else started (`leash exec`), or there is no such session here at all.
+fn not_supervised(d: &Daemon, key: &str) -> OpError {
+    match d.store().active_lease_for_session(key) {
+        Ok(Some(l)) => OpError {
+            code: Code::NotSupervised,
+            message: format!(
+                "session {key} runs under lease {} (wrapper pid {}) that `leash exec` started, not this daemon: only sessions started through the daemon (ensure) take input or stream output; nothing was sent",
+                l.lease_id, l.root_pid
+            ),
+            data: Some(json!({"leaseId": l.lease_id, "rootPid": l.root_pid})),
+        },
+        _ => fail(
+            Code::NotFound,
+            format!("session {key} is not supervised by this daemon (start it with ensure; the events of an ended session stay readable with the events op)"),
+        ),
+    }
+}
+
+/// `events`: a session's persisted events above `since`; `not_found` for a key that has no
+/// events, no lease and no session row (as `attach` and `send` answer).
+fn events(d: &Daemon, e: &protocol::Events) -> Reply {
+    let store = d.store();
+    let ev = store.events_since(&e.session, e.since)?;
+    if ev.is_empty()
+        && store.session(&e.session)?.is_none()
+        && store.latest_lease_for_session(&e.session)?.is_none()
+        && store.last_seq(&e.session)? == 0
+    {
+        return Err(fail(
+            Code::NotFound,
+            format!("no session {} in this state root", e.session),
+        ));
+    }
+    Ok(serde_json::to_value(ev).expect("serialisable"))
 }
 
 fn describe(s: &session::Session, created: bool) -> Value {
@@ -355,6 +383,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
     }
     let spec = SpawnSpec {
         root: &d.root,
+        store: &d.session_store,
         exe: &d.exe,
         daemon_pid: d.me.pid,
         default_grace_ms: d.cfg.default_grace_ms,
@@ -377,9 +406,37 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
     Ok(describe(&s, true))
 }
 
-fn send(d: &Daemon, key: &str, line: &str) -> Reply {
-    let s = d.session(key).ok_or_else(|| not_supervised(key))?;
-    let _order = s.order();
+/// A write to the adapter's stdin that failed, as an error reply.
+fn write_failed(key: &str, e: session::PipeError) -> OpError {
+    match e {
+        session::PipeError::TimedOut { written, total, .. } => OpError {
+            code: Code::SendTimeout,
+            message: format!("session {key}: {e}"),
+            data: Some(json!({"bytesWritten": written, "bytes": total})),
+        },
+        e => fail(
+            Code::NotRunning,
+            format!("cannot write to session {key}'s adapter: {e}"),
+        ),
+    }
+}
+
+fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
+    let s = d.session(key).ok_or_else(|| not_supervised(d, key))?;
+    // The timeout covers the wait behind an earlier send as well.
+    let started = std::time::Instant::now();
+    let Some(_order) = s.order_within(timeout) else {
+        return Err(OpError {
+            code: Code::SendTimeout,
+            message: format!(
+                "session {key}: an earlier send is still blocked on the adapter's stdin after {timeout:?}; nothing written"
+            ),
+            data: Some(json!({"bytesWritten": 0, "bytes": line.len() + 1})),
+        });
+    };
+    let timeout = timeout
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_millis(1));
     match s.phase() {
         Phase::Starting | Phase::Running => {}
         p => {
@@ -389,18 +446,14 @@ fn send(d: &Daemon, key: &str, line: &str) -> Reply {
             ))
         }
     }
-    s.write_line(line).map_err(|e| {
-        fail(
-            Code::NotRunning,
-            format!("cannot write to session {key}'s adapter: {e}"),
-        )
-    })?;
+    s.write_line(line, timeout)
+        .map_err(|e| write_failed(key, e))?;
     Ok(json!({"sessionKey": key, "bytes": line.len() + 1, "busy": s.busy()}))
 }
 
 fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
     let Some(s) = d.session(&a.session) else {
-        out.reply(&id, Err(not_supervised(&a.session)));
+        out.reply(&id, Err(not_supervised(d, &a.session)));
         return;
     };
     match s.check_since(a.since) {
@@ -511,7 +564,10 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
             "supervised": false,
         }));
     };
-    let _order = s.order();
+    // A send blocked on an adapter that does not read holds the order lock for up to its
+    // timeout: cancel, the no-signal way to stop a turn, does not queue behind it. It records
+    // the intent and says the notification could not be written.
+    let order = s.order_within(CANCEL_WAIT);
     if !matches!(s.phase(), Phase::Running | Phase::Starting) {
         return Err(fail(
             Code::NotRunning,
@@ -541,13 +597,29 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
             "supervised": true,
         }));
     };
-    s.write_line(&session::cancel_notification(&acp))
-        .map_err(|e| {
-            fail(
-                Code::NotRunning,
-                format!("cannot write to session {}'s adapter: {e}", s.key),
-            )
-        })?;
+    let not_written = match order {
+        None => Some("a send to the adapter is blocked (it does not read its stdin)".to_string()),
+        Some(_) => match s.write_line(&session::cancel_notification(&acp), CANCEL_WAIT) {
+            Ok(()) => None,
+            Err(e @ session::PipeError::TimedOut { .. }) => Some(e.to_string()),
+            Err(e) => return Err(write_failed(&s.key, e)),
+        },
+    };
+    if let Some(why) = not_written {
+        let detail = json!({"acpSessionId": acp, "notified": false, "reason": why});
+        let outcome =
+            Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
+        s.sync_events();
+        let outcome = outcome?;
+        return Ok(json!({
+            "leaseId": outcome.lease_id,
+            "sessionKey": outcome.session_key,
+            "seq": outcome.seq,
+            "acpSessionId": acp,
+            "notified": false,
+            "reason": format!("the cancel was recorded but not written to the adapter: {why}"),
+        }));
+    }
     let detail = json!({"acpSessionId": acp, "notified": true});
     let outcome =
         Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));

@@ -19,6 +19,8 @@ pub mod client;
 mod conn;
 pub mod protocol;
 pub mod session;
+mod stdin_pipe;
+pub mod strict_json;
 
 use crate::lease::{now_ms, ProcessId};
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
@@ -45,8 +47,11 @@ use std::time::{Duration, Instant};
 pub const LOCK_FILE: &str = "daemon.lock";
 /// `meta` key under which a stopping daemon leaves the sessions that were busy.
 const META_INTERRUPTED: &str = "daemon.interruptedSessions";
-/// Ended sessions stay attachable (their last lines and exit) this long.
-const ENDED_RETENTION: Duration = Duration::from_secs(600);
+/// Ended sessions stay attachable (their last lines and exit) this long, and at most
+/// [`MAX_ENDED`] of them (the newest): a daemon that runs for weeks under churn must stay flat.
+/// Their events stay in the database (`events`, `sessions history`).
+const ENDED_RETENTION: Duration = Duration::from_secs(300);
+const MAX_ENDED: usize = 64;
 /// How long shutdown waits for the wrappers to be reaped after the close.
 const SHUTDOWN_REAP_WAIT: Duration = Duration::from_secs(15);
 /// Longest socket path `bind` accepts (sun_path is 108 bytes, NUL included).
@@ -118,8 +123,11 @@ pub(crate) struct Daemon {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
-    /// For reads (status, leases, sessions, events); sessions have their own connections.
+    /// For the daemon's own reads (status, leases, sessions, events).
     store: Mutex<Store>,
+    /// The one connection all sessions write their seqs and events through (a connection per
+    /// session leaked two descriptors per session that ever ran).
+    session_store: session::SharedStore,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<Value>>,
@@ -273,6 +281,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         source,
     })?;
 
+    let root_db = root.db_path();
     let daemon = Arc::new(Daemon {
         root,
         cfg,
@@ -283,6 +292,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         sessions: Mutex::new(HashMap::new()),
         starting: Mutex::new(HashSet::new()),
         store: Mutex::new(store),
+        session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,
@@ -535,7 +545,7 @@ fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     }
 }
 
-fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
+fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
     let tick = d
         .cfg
         .idle_close
@@ -549,6 +559,7 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
                 s.sync_events();
             }
         }
+        notice_changed_leases(d, &sessions);
         if let Some(idle) = d.cfg.idle_close {
             let due: Vec<(Arc<Session>, Duration)> = sessions
                 .iter()
@@ -570,8 +581,60 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
                 }
             }
         }
-        d.sessions()
-            .retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
+        prune_ended(&mut d.sessions());
+    }
+}
+
+/// A lease of a live session that another process moved out of `open` (a `leash --no-daemon
+/// close`, a reap run against the database) while the daemon was not closing it. The session
+/// stops taking input at once (phase `closing`), and the daemon finishes the close itself: the
+/// claim of a closer that died mid-grace is stale and is taken over, and a closer still at work
+/// keeps its claim (the attempt is a conflict, repeated each round until the lease settles).
+fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
+    for s in sessions {
+        if !s.watch_lease() {
+            continue;
+        }
+        let Some(id) = s.lease_id().map(str::to_owned) else {
+            continue;
+        };
+        let row = d.store().lease(&id);
+        let Ok(Some(lease)) = row else {
+            continue;
+        };
+        if lease.state == crate::lease::LeaseState::Open || !s.begin_takeover() {
+            continue;
+        }
+        tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,
+            claimed_by = ?lease.claimed_by.map(|c| c.pid),
+            "the lease changed underneath the daemon; the session takes no more input and the daemon finishes the close");
+        let (d, s) = (d.clone(), s.clone());
+        let spawned = std::thread::Builder::new()
+            .name("takeover".into())
+            .spawn(move || {
+                let refs = [LeaseRef::Id(id)];
+                if let Err(e) = d.close_marked(std::slice::from_ref(&s), &refs, None) {
+                    tracing::warn!(session_key = %s.key, error = %e, "cannot finish the close");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a thread to finish a close");
+        }
+    }
+}
+
+/// Drops ended sessions older than [`ENDED_RETENTION`], and the oldest beyond [`MAX_ENDED`].
+fn prune_ended(sessions: &mut HashMap<String, Arc<Session>>) {
+    sessions.retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
+    let mut ended: Vec<(Instant, String)> = sessions
+        .iter()
+        .filter_map(|(k, s)| s.ended_at().map(|at| (at, k.clone())))
+        .collect();
+    if ended.len() > MAX_ENDED {
+        ended.sort();
+        for (_, k) in &ended[..ended.len() - MAX_ENDED] {
+            sessions.remove(k);
+        }
     }
 }
 

@@ -44,6 +44,11 @@ pub enum Code {
     Forbidden,
     /// The daemon is shutting down and takes no new sessions.
     ShuttingDown,
+    /// `send`: the adapter did not read its stdin before the send's timeout.
+    SendTimeout,
+    /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
+    /// exec`): only sessions started with `ensure` take input or stream output.
+    NotSupervised,
     /// Anything else (database, I/O); the message says what failed.
     Internal,
 }
@@ -64,6 +69,8 @@ impl Code {
             Code::SpawnFailed => "spawn_failed",
             Code::Forbidden => "forbidden",
             Code::ShuttingDown => "shutting_down",
+            Code::SendTimeout => "send_timeout",
+            Code::NotSupervised => "not_supervised",
             Code::Internal => "internal",
         }
     }
@@ -83,6 +90,8 @@ impl Code {
             "spawn_failed" => Code::SpawnFailed,
             "forbidden" => Code::Forbidden,
             "shutting_down" => Code::ShuttingDown,
+            "send_timeout" => Code::SendTimeout,
+            "not_supervised" => Code::NotSupervised,
             "internal" => Code::Internal,
             _ => return None,
         })
@@ -170,7 +179,16 @@ pub struct Ensure {
 pub struct Send {
     pub session: String,
     pub line: String,
+    /// How long to wait for an adapter that does not read its stdin (default
+    /// [`SEND_TIMEOUT_MS`], at most [`MAX_SEND_TIMEOUT_MS`]).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
+
+/// Default `send` timeout.
+pub const SEND_TIMEOUT_MS: u64 = 10_000;
+/// Longest `send` timeout a request may ask for.
+pub const MAX_SEND_TIMEOUT_MS: u64 = 600_000;
 
 /// Stream the adapter's output and lifecycle events with a seq above `since`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -321,8 +339,15 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
             format!("request is not valid UTF-8 ({e})"),
         )
     })?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ProtoError::new(&null, Code::BadJson, format!("request is not JSON: {e}")))?;
+    // Strict: an object with a key twice is refused (serde_json would keep the last one).
+    let value: Value = super::strict_json::parse(text).map_err(|e| {
+        let code = if e.to_string().starts_with("duplicate key") {
+            Code::BadRequest
+        } else {
+            Code::BadJson
+        };
+        ProtoError::new(&null, code, format!("request is not valid JSON: {e}"))
+    })?;
     let Value::Object(mut map) = value else {
         return Err(ProtoError::new(
             &null,
@@ -331,7 +356,19 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         ));
     };
     let id = match map.remove("id") {
-        Some(v @ (Value::String(_) | Value::Number(_))) => v,
+        Some(v @ Value::String(_)) => v,
+        // Only integers that read back exactly: a larger number (or a fraction) would come back
+        // as a float the client could not match with its request.
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n),
+        Some(Value::Number(n)) => {
+            return Err(ProtoError::new(
+                &null,
+                Code::BadRequest,
+                format!(
+                    "\"id\" {n} is not an integer between -2^63 and 2^64-1; use such an integer or a string"
+                ),
+            ))
+        }
         Some(other) => {
             return Err(ProtoError::new(
                 &null,
@@ -422,6 +459,13 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "send" => {
             let s: Send = fields_of(op, fields)?;
             check_key("session", &s.session)?;
+            if s.timeout_ms
+                .is_some_and(|t| t == 0 || t > MAX_SEND_TIMEOUT_MS)
+            {
+                return Err(bad(format!(
+                    "send: \"timeoutMs\" must be between 1 and {MAX_SEND_TIMEOUT_MS}"
+                )));
+            }
             if s.line.contains(['\n', '\r']) {
                 return Err(bad(
                     "send: \"line\" must be one line (no \\n or \\r): the adapter reads newline-framed messages",
@@ -634,8 +678,20 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// `{"id": …, "ok": true, "result": …}` and a newline.
 pub fn ok_line(id: &Value, result: &Value) -> Vec<u8> {
-    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": true, "result": result}))
-        .expect("JSON values serialise");
+    // Borrowed, not built with json!: that would deep-copy the result (a status with many
+    // sessions is tens of KB) on every reply.
+    #[derive(serde::Serialize)]
+    struct OkReply<'a> {
+        id: &'a Value,
+        ok: bool,
+        result: &'a Value,
+    }
+    let mut out = serde_json::to_vec(&OkReply {
+        id,
+        ok: true,
+        result,
+    })
+    .expect("JSON values serialise");
     out.push(b'\n');
     out
 }

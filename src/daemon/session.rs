@@ -11,11 +11,25 @@
 //! a persisted event has the same seq in the database as in the stream. Seqs may skip (the unused
 //! rest of a block); they never repeat or go back, also across daemon restarts.
 //!
+//! **When the database cannot be written** (disk full, a lock held past the busy timeout) no seq
+//! can be reserved, and an output line is never given one that was not: the output thread holds
+//! the line and retries (the adapter meets backpressure on its stdout pipe), `status` shows
+//! `outputHeld` with the error, and the stream resumes in order once a block is reserved. Seqs
+//! handed out are therefore always at or below the store's floor, so later events — and the
+//! next lease of the same key — land above everything a client has seen.
+//!
+//! **Locks.** The store connection is shared by every session of the daemon (one connection, not
+//! one per session) behind its own mutex, taken before a session's `inner` lock and never while
+//! holding it. `inner` is only ever held for in-memory work, so `status` never waits on a
+//! database write.
+//!
 //! **Busy.** A `session/prompt` JSON-RPC request written to the adapter's stdin marks the session
 //! busy until a response with the same id appears on its stdout. The classification is pure
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 use crate::daemon::protocol::Ensure;
+pub use crate::daemon::stdin_pipe::PipeError;
+use crate::daemon::stdin_pipe::StdinPipe;
 use crate::lease::{now_ms, LeaseState, ProcessId};
 use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
 use crate::proc::LiveTable;
@@ -25,10 +39,10 @@ use crate::store::{Event, Store, StoreError};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -43,9 +57,18 @@ const STDERR_TAIL: usize = 20;
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// After the wrapper exits, how long to wait for the rest of its stdout.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the rest of the stdout gets before the lease is settled (see `supervise`).
+const QUICK_DRAIN: Duration = Duration::from_millis(200);
 /// How many unanswered requests are tracked per session (a bound against a client that never
 /// reads responses).
 const MAX_TRACKED: usize = 4096;
+/// While seqs cannot be reserved, how long the output thread waits between attempts (doubling
+/// from [`HOLD_RETRY_MIN`]).
+const HOLD_RETRY_MIN: Duration = Duration::from_millis(50);
+const HOLD_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The daemon's store connection shared by its sessions.
+pub type SharedStore = Arc<Mutex<Store>>;
 
 /// Replay buffer bounds. At least the newest item is always kept.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +113,8 @@ pub enum SpawnError {
 /// Everything `spawn` needs from the daemon.
 pub struct SpawnSpec<'a> {
     pub root: &'a StateRoot,
+    /// The connection every session of the daemon writes its seqs and events through.
+    pub store: &'a SharedStore,
     /// The `leash` binary to run `exec` with.
     pub exe: &'a Path,
     pub daemon_pid: i32,
@@ -141,7 +166,10 @@ pub struct Session {
     root: StateRoot,
     child_pid: i32,
     created_at: i64,
-    stdin: Mutex<Option<ChildStdin>>,
+    /// The largest encoded `line` of an output item (see [`encode_bounded`]).
+    item_cap: usize,
+    store: SharedStore,
+    stdin: Mutex<StdinPipe>,
     /// Serialises what is written to the adapter and the intents about this session (send,
     /// cancel), so requests about one session apply in order across connections.
     ops: Mutex<()>,
@@ -150,7 +178,6 @@ pub struct Session {
 }
 
 struct Inner {
-    store: Store,
     limits: Limits,
     items: VecDeque<Item>,
     bytes: usize,
@@ -173,6 +200,10 @@ struct Inner {
     output_lines: u64,
     attached: usize,
     stderr_tail: VecDeque<String>,
+    /// Why output is held (seqs cannot be reserved), while it is.
+    held: Option<String>,
+    /// Lines that could never be given a seq (the session ended while the store was failing).
+    output_dropped: u64,
 }
 
 /// A session's state as `status` and `sessions` report it.
@@ -195,13 +226,22 @@ pub struct SessionStatus {
     pub buffered_bytes: usize,
     pub attached: usize,
     pub exit_status: Option<i32>,
+    /// Output is held because no seqs can be reserved in the store (the error says why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_held: Option<String>,
+    /// Lines dropped because the session ended before the store took seqs again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub output_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
 /// in [`Phase::Starting`]; [`Session::await_started`] confirms the lease and the adapter.
 pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnError> {
-    let store = Store::open(&spec.root.db_path())?;
-    let last = store.last_seq(&req.session)?;
+    let last = lock_store(spec.store).last_seq(&req.session)?;
     let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
     let mut cmd = Command::new(spec.exe);
     cmd.arg("--state-dir")
@@ -248,10 +288,16 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         root: spec.root.clone(),
         child_pid,
         created_at: now_ms(),
-        stdin: Mutex::new(child.stdin.take()),
+        item_cap: spec
+            .limits
+            .bytes
+            .min(MAX_ADAPTER_LINE)
+            .saturating_sub(ITEM_OVERHEAD)
+            .max(MIN_ITEM_LINE),
+        store: spec.store.clone(),
+        stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
         ops: Mutex::new(()),
         inner: Mutex::new(Inner {
-            store,
             limits: spec.limits,
             items: VecDeque::new(),
             bytes: 0,
@@ -271,6 +317,8 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
             output_lines: 0,
             attached: 0,
             stderr_tail: VecDeque::new(),
+            held: None,
+            output_dropped: 0,
         }),
         changed: Condvar::new(),
     });
@@ -298,7 +346,16 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     Ok(session)
 }
 
+fn lock_store(store: &SharedStore) -> MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Session {
+    /// The shared store connection. Never taken while holding `inner` (see the module docs).
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock_store(&self.store)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent-enough data (plain counters and
         // buffers); serving the other clients matters more than poisoning.
@@ -340,6 +397,23 @@ impl Session {
         self.ops.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The order lock if it can be had within `wait` (a send blocked on a full pipe holds it
+    /// for up to its timeout).
+    pub fn order_within(&self, wait: Duration) -> Option<MutexGuard<'_, ()>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.ops.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
     /// wrapper's report that the adapter started. On failure the reason includes the last lines
     /// the child wrote to stderr.
@@ -347,10 +421,7 @@ impl Session {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if self.lease.get().is_none() {
-                let found = {
-                    let g = self.lock();
-                    g.store.latest_lease_for_session(&self.key)
-                };
+                let found = self.store().latest_lease_for_session(&self.key);
                 match found {
                     Ok(Some(l)) if l.root_pid == self.child_pid => {
                         let _ = self.lease.set(LeaseInfo {
@@ -389,8 +460,8 @@ impl Session {
                 if self.lease.get().is_none() {
                     // leash exec refused before committing a lease of ours: a live lease of the
                     // session that is not ours is the usual reason.
-                    let g = self.lock();
-                    if let Ok(Some(l)) = g.store.active_lease_for_session(&self.key) {
+                    let found = self.store().active_lease_for_session(&self.key);
+                    if let Ok(Some(l)) = found {
                         return Err(SpawnError::Conflict {
                             session_key: self.key.clone(),
                             lease_id: l.lease_id,
@@ -427,25 +498,14 @@ impl Session {
     }
 
     /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
-    /// in it. Blocks while the adapter does not read (pipe backpressure).
-    pub fn write_line(&self, line: &str) -> io::Result<()> {
+    /// in it. Waits at most `timeout` while the adapter does not read (see [`StdinPipe`]).
+    pub fn write_line(&self, line: &str, timeout: Duration) -> Result<(), PipeError> {
         // Tracked before the write: a fast adapter may answer before the write call returns,
         // and its response must find the request.
         let tracked = self.track_outgoing(classify_outgoing(line));
         let written = {
             let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
-            match stdin.as_mut() {
-                None => Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the adapter's stdin is closed",
-                )),
-                Some(w) => {
-                    let mut buf = Vec::with_capacity(line.len() + 1);
-                    buf.extend_from_slice(line.as_bytes());
-                    buf.push(b'\n');
-                    w.write_all(&buf).and_then(|()| w.flush())
-                }
-            }
+            stdin.write_line(line.as_bytes(), timeout)
         };
         let mut g = self.lock();
         match &written {
@@ -517,7 +577,7 @@ impl Session {
 
     /// Drops the adapter's stdin (it sees EOF).
     pub fn close_stdin(&self) {
-        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).close();
     }
 
     /// Marks the session as closing; false when it is not running (or already closing).
@@ -553,17 +613,41 @@ impl Session {
         Some(quiet)
     }
 
+    /// Marks the session closing for a lease that changed underneath the daemon (see
+    /// `notice_changed_leases` in the daemon); false when it ended or a close is in flight.
+    pub fn begin_takeover(&self) -> bool {
+        let mut g = self.lock();
+        if g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some() {
+            g.phase = Phase::Closing;
+            g.close_in_flight = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the daemon should look at this session's lease row for changes made by others.
+    pub fn watch_lease(&self) -> bool {
+        let g = self.lock();
+        g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some()
+    }
+
     /// Ends a close begun with [`Session::begin_close`]. When nothing was terminated (ownership
-    /// unverified, a conflict, an error) the session is running again.
+    /// unverified, a conflict, an error) the session is running again — unless its lease is no
+    /// longer open (someone else is closing it): then it stays closing and takes no input.
     pub fn end_close(&self, outcome: Option<&CloseOutcome>) {
         let terminated = matches!(
             outcome.map(|o| o.result),
             Some(CloseResult::Closed | CloseResult::Lost)
         );
+        let lease_open = terminated
+            || self.lease_id().is_none_or(
+                |id| !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open),
+            );
         {
             let mut g = self.lock();
             g.close_in_flight = false;
-            if !terminated && g.phase == Phase::Closing {
+            if !terminated && lease_open && g.phase == Phase::Closing {
                 g.phase = Phase::Running;
             }
         }
@@ -577,25 +661,93 @@ impl Session {
     /// Records a lifecycle event in the store and merges it (with anything recorded before it)
     /// into the stream. Returns its seq.
     pub fn record_event(&self, kind: &str, detail: Option<Value>) -> Result<i64, StoreError> {
-        let mut g = self.lock();
-        let seq = g
-            .store
-            .record_event(&self.key, self.lease_id(), kind, detail)?;
-        g.sync(&self.key);
-        drop(g);
-        self.changed.notify_all();
+        let mut store = self.store();
+        let seq = store.record_event(&self.key, self.lease_id(), kind, detail)?;
+        self.sync_with(&store);
+        drop(store);
         Ok(seq)
     }
 
     /// Merges events other parties recorded into the stream.
     pub fn sync_events(&self) {
-        let mut g = self.lock();
-        let before = g.last_emitted;
-        g.sync(&self.key);
-        let moved = g.last_emitted != before;
-        drop(g);
-        if moved {
-            self.changed.notify_all();
+        let store = self.store();
+        self.sync_with(&store);
+    }
+
+    /// Reads the stored events above what was merged and merges them. The caller holds the
+    /// store lock, so two merges never interleave (a later read pushed first would make the
+    /// earlier one's events look old); `inner` is held only for the in-memory part.
+    fn sync_with(&self, store: &Store) {
+        let after = self.lock().last_synced;
+        match store.events_since(&self.key, after) {
+            Ok(events) if !events.is_empty() => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                drop(g);
+                self.changed.notify_all();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(session_key = %self.key, error = %e, "cannot read events"),
+        }
+    }
+
+    /// Reserves the next block of seqs for output (merging the events stored meanwhile, which
+    /// all lie below it). On failure the error is kept for `status` and returned.
+    fn reserve_block(&self) -> Result<(), StoreError> {
+        let mut store = self.store();
+        let after = self.lock().last_synced;
+        match store.reserve_seqs(&self.key, SEQ_BLOCK, after) {
+            Ok((start, events)) => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                g.next = g.next.max(start);
+                g.reserved_upto = start + SEQ_BLOCK - 1;
+                if g.held.take().is_some() {
+                    tracing::info!(session_key = %self.key, "seqs reserved again; output resumes");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                drop(store);
+                let mut g = self.lock();
+                if g.held.is_none() {
+                    tracing::error!(session_key = %self.key, error = %e, "cannot reserve seqs in the store; holding the adapter's output until it can");
+                }
+                g.held = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// A seq for the next output line, with the lock under which it must be pushed (so no
+    /// event slips in between): one from a reserved block, never one the store has not
+    /// reserved. Waits (holding the line) while the store cannot be written; `None` when the
+    /// session ended meanwhile and the line must be dropped.
+    fn output_seq(&self) -> Option<(MutexGuard<'_, Inner>, i64)> {
+        let mut pause = HOLD_RETRY_MIN;
+        loop {
+            {
+                let mut g = self.lock();
+                if g.next <= g.reserved_upto {
+                    let seq = g.next;
+                    g.next += 1;
+                    return Some((g, seq));
+                }
+            }
+            if self.reserve_block().is_err() {
+                let mut g = self.lock();
+                if g.phase == Phase::Ended {
+                    g.output_dropped += 1;
+                    return None;
+                }
+                drop(g);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(HOLD_RETRY_MAX);
+            }
         }
     }
 
@@ -665,6 +817,8 @@ impl Session {
             buffered_bytes: g.bytes,
             attached: g.attached,
             exit_status: g.exit_status,
+            output_held: g.held.clone(),
+            output_dropped: g.output_dropped,
         }
     }
 
@@ -688,7 +842,12 @@ impl Session {
     fn push_output(&self, raw: &[u8], truncated: bool) {
         let text = String::from_utf8_lossy(raw);
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
-        let mut g = self.lock();
+        // Encoded (and bounded) before any lock is taken: this is the costly part of a line.
+        let (line, cut) = encode_bounded(&text, self.item_cap);
+        let truncated = truncated || cut;
+        let Some((mut g, seq)) = self.output_seq() else {
+            return;
+        };
         g.last_traffic = Instant::now();
         g.output_lines += 1;
         if !g.pending.is_empty() || !g.opening.is_empty() {
@@ -702,11 +861,7 @@ impl Session {
                 }
             }
         }
-        let seq = g.alloc_seq(&self.key);
-        let mut body = format!(
-            "\"seq\":{seq},\"type\":\"output\",\"line\":{}",
-            serde_json::to_string(&*text).expect("strings serialise")
-        );
+        let mut body = format!("\"seq\":{seq},\"type\":\"output\",\"line\":{line}");
         if lossy {
             body.push_str(",\"lossy\":true");
         }
@@ -741,8 +896,11 @@ impl Session {
                 None
             }
         };
-        // Output written before the exit comes before the exit event.
-        let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
+        // Output written before the exit comes before the exit event. But members of the tree
+        // that outlived the wrapper (a SIGKILLed wrapper forwards nothing) keep the pipe open:
+        // the daemon, the wrapper's parent, knows at once, so it settles the lease first — its
+        // tree is terminated within the session's grace — and only then waits for the rest.
+        let drained = stdout_done.recv_timeout(QUICK_DRAIN).is_ok();
         {
             // A close in flight settles the lease itself; let it finish first so its events
             // precede the exit.
@@ -758,6 +916,9 @@ impl Session {
         }
         if let Some(info) = self.lease.get().cloned() {
             self.settle_lease(&info);
+        }
+        if !drained {
+            let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
         }
         tracing::info!(session_key = %self.key, status = ?code, "session ended");
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
@@ -815,42 +976,6 @@ impl Inner {
         !self.pending.is_empty()
     }
 
-    /// The next seq for an output line, reserving a new block (and merging stored events, which
-    /// all lie below it) when the current one is used up.
-    fn alloc_seq(&mut self, key: &str) -> i64 {
-        if self.next > self.reserved_upto {
-            match self.store.reserve_seqs(key, SEQ_BLOCK, self.last_synced) {
-                Ok((start, events)) => {
-                    for e in events {
-                        self.push_event(e);
-                    }
-                    self.next = self.next.max(start);
-                    self.reserved_upto = start + SEQ_BLOCK - 1;
-                }
-                Err(e) => {
-                    // Keep streaming; the next line tries again. Until then seqs may collide
-                    // with events recorded meanwhile, which is logged.
-                    tracing::error!(session_key = %key, error = %e, "cannot reserve seqs in the store");
-                }
-            }
-        }
-        let seq = self.next;
-        self.next += 1;
-        seq
-    }
-
-    /// Merges stored events above `last_synced` into the stream.
-    fn sync(&mut self, key: &str) {
-        match self.store.events_since(key, self.last_synced) {
-            Ok(events) => {
-                for e in events {
-                    self.push_event(e);
-                }
-            }
-            Err(e) => tracing::warn!(session_key = %key, error = %e, "cannot read events"),
-        }
-    }
-
     fn push_event(&mut self, e: Event) {
         self.last_synced = self.last_synced.max(e.seq);
         if e.seq <= self.last_emitted {
@@ -880,6 +1005,41 @@ impl Inner {
             self.evicted_upto = old.seq;
         }
     }
+}
+
+/// Room kept in an output item for everything but the line (`"seq":…,"type":"output","line":`,
+/// the `lossy`/`truncated` flags, and the request id a client adds).
+const ITEM_OVERHEAD: usize = 160;
+/// An item always has room for this much of its line, however small `--replay-bytes` is.
+const MIN_ITEM_LINE: usize = 256;
+
+/// The adapter's line as a JSON string of at most `cap` bytes, quotes included, and whether it
+/// had to be cut. Bounds are on the *encoded* size: JSON escaping turns a control byte into six
+/// bytes (`\u0001`), so a line of 8 MiB could otherwise become an item of 48 MiB. The cut falls
+/// on a character boundary.
+fn encode_bounded(text: &str, cap: usize) -> (String, bool) {
+    fn escaped_len(c: char) -> usize {
+        match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        }
+    }
+    let budget = cap.saturating_sub(2);
+    let mut used = 0;
+    let mut end = text.len();
+    for (i, c) in text.char_indices() {
+        let n = escaped_len(c);
+        if used + n > budget {
+            end = i;
+            break;
+        }
+        used += n;
+    }
+    let cut = end < text.len();
+    let encoded = serde_json::to_string(&text[..end]).expect("strings serialise");
+    debug_assert_eq!(encoded.len(), used + 2);
+    (encoded, cut)
 }
 
 /// Reads one line of at most `cap` bytes (the rest of a longer line is discarded). `None` at
@@ -1074,6 +1234,28 @@ mod tests {
         );
         assert!(v.get("id").is_none());
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn items_are_bounded_by_their_encoded_size() {
+        let controls = "\u{1}".repeat(1000);
+        let (enc, cut) = encode_bounded(&controls, 602);
+        assert!(cut);
+        assert_eq!(enc.len(), 602, "100 escaped bytes of six plus the quotes");
+        assert_eq!(
+            serde_json::from_str::<String>(&enc).unwrap(),
+            "\u{1}".repeat(100)
+        );
+        let mixed = "aé\"\n\u{7f}✓\u{2}".repeat(50);
+        for cap in 2..400 {
+            let (enc, cut) = encode_bounded(&mixed, cap);
+            assert!(enc.len() <= cap.max(2), "cap {cap}: {}", enc.len());
+            let back: String = serde_json::from_str(&enc).unwrap();
+            assert!(mixed.starts_with(&back));
+            assert_eq!(cut, back.len() < mixed.len());
+        }
+        let (enc, cut) = encode_bounded("plain", 100);
+        assert_eq!((enc.as_str(), cut), ("\"plain\"", false));
     }
 
     #[test]

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+# `status` latency while N daemon sessions print as fast as a shell loop can (bursts of 2,000
+# lines every 20 ms each), next to the latency of a request that does no work (an unknown op).
+# Issue 10, item 7: with 100 sessions the old daemon answered no `status` within 20 s (its
+# output threads held each session's lock across a database write).
+#   usage: bench/status-under-load.py path/to/leash [N] [op]     (op: status, or e.g. nosuchop)
+# Starts its own `leash serve` on a temporary state root and SIGKILLs it at the end (its
+# wrappers then take their adapters down).
+import json, os, socket, subprocess, sys, tempfile, time, shutil
+leash = sys.argv[1]
+OP = sys.argv[3] if len(sys.argv) > 3 else "status"
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+tmp = tempfile.mkdtemp(prefix="leash-status-load-")
+state = os.path.join(tmp, "state")
+log = open(os.path.join(tmp, "serve.log"), "w")
+d = subprocess.Popen([leash, "--state-dir", state, "serve"], stdout=subprocess.DEVNULL, stderr=log,
+                     env=dict(os.environ, LEASH_LOG="warn"))
+def main():
+    sock = os.path.join(state, "leash.sock")
+    for _ in range(500):
+        try:
+            s = socket.socket(socket.AF_UNIX); s.connect(sock); break
+        except OSError:
+            time.sleep(0.02)
+    s.settimeout(20)
+    f = s.makefile("rwb")
+    rid = [0]
+    def call(op, **kw):
+        rid[0] += 1
+        kw.update(id=rid[0], op=op)
+        f.write((json.dumps(kw) + "\n").encode()); f.flush()
+        while True:
+            v = json.loads(f.readline())
+            if v.get("id") == rid[0]: return v
+    for i in range(n):
+        r = call("ensure", session=f"s{i}", argv=["sh", "-c", "sleep 3; while :; do seq 1 2000; sleep 0.02; done"], graceMs=200)
+        pass
+    time.sleep(4)
+    lat = []
+    timeouts = 0
+    t_end = time.monotonic() + 30
+    while len(lat) < 100 and time.monotonic() < t_end:
+        t = time.monotonic()
+        try:
+            r = call(OP)
+        except (TimeoutError, socket.timeout):
+            timeouts += 1
+            break
+        lat.append(time.monotonic() - t)
+        time.sleep(0.05)
+    lat.sort()
+    if lat:
+        print(f"{leash}: sessions={n} samples={len(lat)} p50={lat[len(lat)//2]*1000:.1f}ms p99={lat[min(len(lat)-1,int(len(lat)*0.99))]*1000:.1f}ms max={lat[-1]*1000:.1f}ms timeouts(>20s)={timeouts}")
+    else:
+        print(f"{leash}: sessions={n} no status answered within 20 s")
+try:
+    main()
+finally:
+    d.kill(); d.wait(timeout=60); time.sleep(3)  # the wrappers see their parent die
+    shutil.rmtree(tmp, ignore_errors=True)
