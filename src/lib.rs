@@ -26,6 +26,7 @@
 //! Session rows carry ownership metadata, and [`visibility`] decides in one pure check what a
 //! requester may see.
 
+pub mod cgroup;
 pub mod cli;
 pub mod daemon;
 pub mod exec;

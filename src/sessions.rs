@@ -281,6 +281,7 @@ impl<'t> Sessions<'t> {
         let expect = Expect {
             gateway_instance_id: self.store.gateway_instance_id(),
             wrapper_root: &wrapper_root,
+            cgroup_root: None,
         };
         let verdict = verify_owned_tree(lease, &expect, &snap);
         let name = verdict.name().to_string();

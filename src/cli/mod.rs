@@ -62,6 +62,17 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub no_daemon: bool,
 
+    /// Containment: `on` puts each lease in its own cgroup wherever leash can create cgroups
+    /// (root, or a delegated subtree), `off` never touches cgroups
+    #[arg(long, global = true, env = "LEASH_CONTAINMENT", value_name = "on|off",
+          value_parser = parse_containment)]
+    pub containment: Option<crate::cgroup::Requested>,
+
+    /// The leash cgroup root (under the cgroup2 mount) [default: the caller's own cgroup, or
+    /// <cgroup2 mount>/leash for a caller in the root cgroup]
+    #[arg(long, global = true, env = "LEASH_CGROUP_ROOT", value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -134,9 +145,31 @@ pub struct ExecArgs {
     /// process any more, nothing is started and the lease is recorded lost.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub owner_pid: Option<i32>,
+    /// Memory limit of the session's cgroup (memory.max), e.g. 512M, 2G; refused where the
+    /// memory controller is not enabled for leash's cgroups
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_max)]
+    pub memory_max: Option<u64>,
+    /// Process limit of the session's cgroup (pids.max)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub pids_max: Option<u64>,
+    /// CPU limit of the session's cgroup (cpu.max): CPUs (e.g. 0.5), or "QUOTA PERIOD" in µs
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpu_max)]
+    pub cpu_max: Option<String>,
     /// The adapter command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+fn parse_containment(s: &str) -> Result<crate::cgroup::Requested, String> {
+    s.parse()
+}
+
+fn parse_memory_max(s: &str) -> Result<u64, String> {
+    crate::cgroup::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_cpu_max(s: &str) -> Result<String, String> {
+    crate::cgroup::parse_cpu_max(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -334,12 +367,33 @@ fn open_root(cli_dir: Option<&std::path::Path>) -> Result<StateRoot, Failure> {
     Ok(StateRoot::open(&dir)?)
 }
 
+/// The containment settings of this invocation, put into the environment too, where
+/// `Controller::open` and every `leash exec` the daemon spawns read them.
+fn containment_settings(cli: &Cli) -> crate::cgroup::Settings {
+    let settings = crate::cgroup::Settings {
+        requested: cli.containment.unwrap_or_default(),
+        root: cli.cgroup_root.clone(),
+    };
+    let mode = match settings.requested {
+        crate::cgroup::Requested::On => "on",
+        crate::cgroup::Requested::Off => "off",
+    };
+    // Single-threaded still: nothing else reads the environment concurrently.
+    std::env::set_var(crate::cgroup::ENV_CONTAINMENT, mode);
+    match &settings.root {
+        Some(r) => std::env::set_var(crate::cgroup::ENV_CGROUP_ROOT, r),
+        None => std::env::remove_var(crate::cgroup::ENV_CGROUP_ROOT),
+    }
+    settings
+}
+
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    let settings = containment_settings(&cli);
     let root = open_root(cli.state_dir.as_deref())?;
     // These commands go through the daemon when one serves the state root.
     let daemon = || serve::connect(&root, cli.socket.as_deref(), cli.no_daemon);
     match cli.command {
-        Command::Exec(a) => run_exec(&root, a),
+        Command::Exec(a) => run_exec(&root, a, settings),
         Command::Leases(a) => match daemon()? {
             Some(c) => serve::leases(c, &a),
             None => run_leases(&root, a),
@@ -369,8 +423,18 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-fn run_exec(root: &StateRoot, a: ExecArgs) -> Result<u8, Failure> {
+fn run_exec(
+    root: &StateRoot,
+    a: ExecArgs,
+    containment: crate::cgroup::Settings,
+) -> Result<u8, Failure> {
     let req = ExecRequest {
+        containment,
+        limits: crate::cgroup::Limits {
+            memory_max: a.memory_max,
+            pids_max: a.pids_max,
+            cpu_max: a.cpu_max,
+        },
         session_key: a.session,
         agent_id: a.agent,
         owner_session_key: a.owner,
@@ -384,7 +448,10 @@ fn run_exec(root: &StateRoot, a: ExecArgs) -> Result<u8, Failure> {
         Ok(never) => match never {},
         Err(e) => {
             let msg = match &e {
-                ExecError::Store(_) | ExecError::State(_) | ExecError::Install(_) => {
+                ExecError::Store(_)
+                | ExecError::State(_)
+                | ExecError::Install(_)
+                | ExecError::Cgroup(_) => {
                     format!("{e}; nothing started")
                 }
                 _ => e.to_string(),
@@ -415,6 +482,10 @@ fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
         "stateDir": root.dir(),
         "database": root.db_path(),
         "wrapperRoot": root.wrapper_root(),
+        "containment": crate::cgroup::Containment::resolve(
+            &crate::cgroup::Settings::from_env().unwrap_or_default(),
+            store.gateway_instance_id(),
+        ),
         "leases": counts,
         "legacyOpen": legacy_open,
     });

@@ -228,7 +228,16 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         cmd.current_dir(cwd);
     }
     cmd.env_remove(crate::state::ENV_STATE_DIR)
-        .envs(&req.env)
+        .envs(&req.env);
+    // The daemon's containment, whatever the client's environment says: a client may not turn
+    // containment off for its session, nor point it at another cgroup root.
+    for key in [crate::cgroup::ENV_CONTAINMENT, crate::cgroup::ENV_CGROUP_ROOT] {
+        match std::env::var_os(key) {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
