@@ -200,8 +200,29 @@ impl Job {
         };
         match Verified::open(path, *id) {
             Ok(h) => {
-                if let Err(e) = h.kill() {
-                    tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed");
+                let listed = h.procs();
+                let hit: Vec<(ProcessId, Role)> = self
+                    .pins
+                    .iter()
+                    .filter(|(p, _)| listed.contains(&p.id.pid) && !signal::exited(p))
+                    .map(|(p, role)| (p.id, *role))
+                    .collect();
+                match h.kill() {
+                    Ok(()) => {
+                        tracing::info!(cgroup = %path.display(), members = listed.len(), "cgroup.kill");
+                        for (id, role) in hit {
+                            self.signals.push(SignalRecord {
+                                pid: id.pid,
+                                start_time: id.start_time,
+                                role,
+                                signal: Sig::Kill,
+                                delivery: Delivery::CgroupKill,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed")
+                    }
                 }
                 // Brief: what has not died by then gets its own SIGKILL below.
                 h.wait_empty(Instant::now() + Duration::from_millis(200));
@@ -661,7 +682,10 @@ impl<'t> Controller<'t> {
             let kills = j
                 .signals
                 .iter()
-                .filter(|s| s.signal == Sig::Kill && s.delivery == Delivery::Delivered)
+                .filter(|s| {
+                    s.signal == Sig::Kill
+                        && matches!(s.delivery, Delivery::Delivered | Delivery::CgroupKill)
+                })
                 .count();
             let mut reason = format!(
                 "terminated {} process(es) children first{}",

@@ -329,9 +329,17 @@ pub fn plan_reap(
             (Ok(s), Some(c)) => alive(s, c),
             _ => false,
         };
-        // A session whose wrapper is gone is over whoever its owner is (an OOM kill or a `kill
-        // -9` of the wrapper): what it left behind is reaped even while the owner lives.
+        let mut lp = plan_lease(lease, expect, snap, caller, grace);
+        lp.owner_alive = owner_alive;
+        // A session whose wrapper is gone while its verified cgroup is still populated is over,
+        // whoever its owner is (an OOM kill or `kill -9` of the wrapper): nothing supervises what
+        // is left in it, so it is reaped even while the owner lives.
         let root_alive = snap.ok().map(|s| alive(s, lease.root()));
+        let unsupervised = root_alive == Some(false)
+            && lp
+                .cgroup
+                .as_ref()
+                .is_some_and(|c| c.action == CgroupAction::KillAndRemove);
         let skip = if lease.gateway_instance_id != expect.gateway_instance_id {
             // Reported by verification too, but never even planned: not this gateway's lease.
             None
@@ -340,7 +348,7 @@ pub fn plan_reap(
                 "being closed by pid {}",
                 lease.claimed_by.map_or(0, |c| c.pid)
             ))
-        } else if owner_alive == Some(true) && root_alive != Some(false) && !opts.include_live {
+        } else if owner_alive == Some(true) && !unsupervised && !opts.include_live {
             Some(format!(
                 "owner pid {} is alive: a live session (use --include-live to reap it anyway)",
                 lease.owner_pid
@@ -348,8 +356,6 @@ pub fn plan_reap(
         } else {
             None
         };
-        let mut lp = plan_lease(lease, expect, snap, caller, grace);
-        lp.owner_alive = owner_alive;
         if let Some(reason) = skip {
             lp.decision = Decision::Skip { reason };
             lp.signals.clear();
