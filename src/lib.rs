@@ -37,6 +37,7 @@ pub mod legacy;
 pub mod lifecycle;
 pub mod plan;
 pub mod proc;
+pub mod ps;
 pub mod report;
 pub mod sessions;
 pub mod signal;

@@ -1169,6 +1169,8 @@ mod tests {
             exit_status: None,
             claimed_by: None,
             root_pidfs_ino: None,
+            cgroup_path: None,
+            cgroup_id: None,
         }
     }
 

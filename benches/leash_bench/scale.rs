@@ -255,6 +255,8 @@ fn stale_lease(
         exit_status: None,
         claimed_by: None,
         root_pidfs_ino: None,
+        cgroup_path: None,
+        cgroup_id: None,
     };
     let session = SessionRow {
         session_key: lease.session_key.clone(),

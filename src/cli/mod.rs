@@ -116,6 +116,14 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
     #[command(long_about = serve::SERVE_ABOUT)]
     Serve(serve::ServeArgs),
+    /// Each open session's processes and what they cost: pid, command, RSS, CPU time, totals.
+    #[command(
+        long_about = "For each open lease: the session, its members (pid, command, RSS, CPU time) \
+and the session's totals, read from the lease's cgroup where containment put it in one (its CPU \
+time then includes members that already exited; memory.current where the memory controller is \
+enabled), else from the verified process tree. Sorted by RSS, largest first."
+    )]
+    Ps(JsonArg),
     /// Sessions as a requester sees them: list, history, send, status (one visibility check).
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
@@ -415,6 +423,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             None => run_reap(root, a),
         },
         Command::Legacy(c) => run_legacy(root, c),
+        Command::Ps(a) => run_ps(&root, a),
         Command::Serve(a) => serve::run_serve(root, cli.socket, a),
         Command::Sessions(c) => {
             let client = daemon()?;
@@ -490,6 +499,22 @@ fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
         "legacyOpen": legacy_open,
     });
     output::status(&status, a.json);
+    Ok(exitcode::OK)
+}
+
+fn run_ps(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
+    let table = LiveTable;
+    let mut store = Store::open(&root.db_path())?;
+    crate::report::ingest_reports(root, &mut store, &table)?;
+    let containment = crate::cgroup::Containment::resolve(
+        &crate::cgroup::Settings::from_env().unwrap_or_default(),
+        store.gateway_instance_id(),
+    );
+    let mut report = crate::ps::ps(root, &store, &table, &containment)?;
+    report
+        .sessions
+        .sort_by(|a, b| b.totals.rss_bytes.cmp(&a.totals.rss_bytes));
+    output::ps(&report, a.json);
     Ok(exitcode::OK)
 }
 

@@ -101,6 +101,48 @@ pub fn status(v: &serde_json::Value, json: bool) {
     }
 }
 
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+pub fn ps(report: &crate::ps::PsReport, json: bool) {
+    if json {
+        print_json(report);
+        return;
+    }
+    if report.sessions.is_empty() {
+        println!("no open sessions");
+    }
+    for s in &report.sessions {
+        let t = &s.totals;
+        println!(
+            "session {}  lease {}  [{}; from {}]  {} process(es), RSS {}, CPU {:.2} s{}",
+            s.session_key,
+            s.lease_id,
+            s.state,
+            s.source,
+            t.processes,
+            mib(t.rss_bytes),
+            t.cpu_ms as f64 / 1000.0,
+            t.memory_bytes
+                .map(|m| format!(", memory.current {}", mib(m)))
+                .unwrap_or_default()
+        );
+        if let Some(r) = &s.reason {
+            println!("  {r}");
+        }
+        for m in &s.members {
+            println!(
+                "  {:>7}  {:>10}  {:>8.2} s  {}",
+                m.pid,
+                mib(m.rss_bytes),
+                m.cpu_ms as f64 / 1000.0,
+                m.command
+            );
+        }
+    }
+}
+
 pub fn close(outcomes: &[CloseOutcome], json: bool) {
     if json {
         print_json(outcomes);
