@@ -204,7 +204,13 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     // A second exec for a session whose lease is still active proceeds only if nothing of the old
     // lease is alive (verified, markers included); the old lease is then marked lost.
     let supersede = |old: &Lease| -> Option<String> {
-        let snap = table.snapshot().ok()?;
+        let mut snap = table.snapshot().ok()?;
+        // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
+        if let (Some(p), Some(root)) = (&old.cgroup_path, expect.cgroup_root) {
+            if std::path::Path::new(p) == root.join(&old.lease_id) {
+                snap.add_cgroup(cgroup::observe(std::path::Path::new(p)));
+            }
+        }
         match verify_owned_tree(old, &expect, &snap) {
             Verdict::Gone { reason } => Some(format!("superseded by lease {lease_id}: {reason}")),
             _ => None,
