@@ -101,6 +101,14 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Containment off.
+    pub fn default_off() -> Settings {
+        Settings {
+            requested: Requested::Off,
+            root: None,
+        }
+    }
+
     /// Reads `LEASH_CONTAINMENT` and `LEASH_CGROUP_ROOT`; an unreadable mode is an error.
     pub fn from_env() -> Result<Settings, String> {
         let requested = match std::env::var(ENV_CONTAINMENT) {
