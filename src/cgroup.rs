@@ -175,8 +175,7 @@ impl Containment {
         let Some(mount) = cgroup2_mount(&mountinfo) else {
             return Containment::off(
                 "unavailable",
-                "no cgroup2 hierarchy is mounted (see /proc/self/mountinfo): cgroup v1 only"
-                    .into(),
+                "no cgroup2 hierarchy is mounted (see /proc/self/mountinfo): cgroup v1 only".into(),
             );
         };
         let root = match &settings.root {
@@ -280,7 +279,8 @@ fn unescape_octal(s: &str) -> String {
         let oct = b.get(i + 1..i + 4);
         if b[i] == b'\\' && oct.is_some_and(|o| o.iter().all(|c| (b'0'..=b'7').contains(c))) {
             let o = oct.unwrap_or_default();
-            let v = u32::from(o[0] - b'0') * 64 + u32::from(o[1] - b'0') * 8 + u32::from(o[2] - b'0');
+            let v =
+                u32::from(o[0] - b'0') * 64 + u32::from(o[1] - b'0') * 8 + u32::from(o[2] - b'0');
             out.push(v as u8);
             i += 4;
             continue;
@@ -315,7 +315,10 @@ pub fn default_root(mount: &Path, rel: &str) -> PathBuf {
 
 /// Creates the cgroup of a new lease, `<gateway_root>/<lease_id>`, and returns its path and id
 /// (the directory's inode). The gateway's directory is created on first use.
-pub fn create_lease_cgroup(gateway_root: &Path, lease_id: &str) -> Result<(PathBuf, u64), CgroupError> {
+pub fn create_lease_cgroup(
+    gateway_root: &Path,
+    lease_id: &str,
+) -> Result<(PathBuf, u64), CgroupError> {
     let mkdir = |p: &Path| -> Result<(), CgroupError> {
         match fs::DirBuilder::new().mode(0o755).create(p) {
             Ok(()) => Ok(()),
@@ -698,8 +701,14 @@ pub fn parse_size(s: &str) -> Result<u64, CgroupError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad("expected a size such as 512M or 2G"))?;
-    let mul: u64 = match unit.to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+    let n: u64 = num
+        .parse()
+        .map_err(|_| bad("expected a size such as 512M or 2G"))?;
+    let mul: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
         "" => 1,
         "K" => 1 << 10,
         "M" => 1 << 20,
@@ -736,12 +745,16 @@ pub fn parse_cpu_max(s: &str) -> Result<String, CgroupError> {
             Ok(format!("{quota} 100000"))
         }
         [quota, period] => {
-            let p: u64 = period.parse().map_err(|_| bad("the period must be microseconds"))?;
+            let p: u64 = period
+                .parse()
+                .map_err(|_| bad("the period must be microseconds"))?;
             if !(1_000..=1_000_000).contains(&p) {
                 return Err(bad("the period must be 1000..=1000000 microseconds"));
             }
             if *quota != "max" {
-                let q: u64 = quota.parse().map_err(|_| bad("the quota must be microseconds or max"))?;
+                let q: u64 = quota
+                    .parse()
+                    .map_err(|_| bad("the quota must be microseconds or max"))?;
                 if q < 1_000 {
                     return Err(bad("the quota must be at least 1000 microseconds"));
                 }
@@ -771,7 +784,10 @@ pub fn move_self_to_leaf(root: &Path) -> io::Result<PathBuf> {
 pub fn enable_controllers(root: &Path, gateway_root: &Path, limits: &Limits) {
     for (controller, _) in limits.needs() {
         for dir in [root, gateway_root] {
-            let _ = write_file(&dir.join("cgroup.subtree_control"), &format!("+{controller}"));
+            let _ = write_file(
+                &dir.join("cgroup.subtree_control"),
+                &format!("+{controller}"),
+            );
         }
     }
 }
@@ -790,7 +806,10 @@ mod tests {
             cgroup2_mount(text),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
         );
-        assert_eq!(cgroup2_mount("33 31 0:28 / /x rw - cgroup cgroup rw\n"), None);
+        assert_eq!(
+            cgroup2_mount("33 31 0:28 / /x rw - cgroup cgroup rw\n"),
+            None
+        );
         let spaced = "1 2 0:3 / /mnt/cg\\040two rw - cgroup2 cgroup2 rw\n";
         assert_eq!(cgroup2_mount(spaced), Some(PathBuf::from("/mnt/cg two")));
     }
@@ -830,7 +849,15 @@ mod tests {
         assert_eq!(parse_cpu_max("0.5").unwrap(), "50000 100000");
         assert_eq!(parse_cpu_max("max 100000").unwrap(), "max 100000");
         assert_eq!(parse_cpu_max("20000 100000").unwrap(), "20000 100000");
-        for bad in ["0", "-1", "nan", "x 100000", "100 100000", "1 2 3", "50000 10"] {
+        for bad in [
+            "0",
+            "-1",
+            "nan",
+            "x 100000",
+            "100 100000",
+            "1 2 3",
+            "50000 10",
+        ] {
             assert!(parse_cpu_max(bad).is_err(), "{bad}");
         }
     }
@@ -850,9 +877,15 @@ mod tests {
             cpu_max: Some(parse_cpu_max("1.5").unwrap()),
         };
         limits.apply(&dir).unwrap();
-        assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "268435456");
+        assert_eq!(
+            fs::read_to_string(dir.join("memory.max")).unwrap(),
+            "268435456"
+        );
         assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "64");
-        assert_eq!(fs::read_to_string(dir.join("cpu.max")).unwrap(), "150000 100000");
+        assert_eq!(
+            fs::read_to_string(dir.join("cpu.max")).unwrap(),
+            "150000 100000"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -85,7 +85,11 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     if !req.limits.is_empty() && !containment.is_on() {
         let (_, limit) = req.limits.needs()[0];
         return Err(CgroupError::LimitWithoutContainment {
-            mode: if containment.mode == "off" { "off" } else { "unavailable" },
+            mode: if containment.mode == "off" {
+                "off"
+            } else {
+                "unavailable"
+            },
             reason: containment.reason.clone().unwrap_or_default(),
             limit,
         }

@@ -445,14 +445,8 @@ impl<'t> Controller<'t> {
             wrapper_root: &wrapper_root,
             cgroup_root: cgroup_root.as_deref(),
         };
-        let mut plan = plan::plan_reap(
-            &leases,
-            &legacy,
-            &expect,
-            snap.as_ref(),
-            &self.caller,
-            opts,
-        );
+        let mut plan =
+            plan::plan_reap(&leases, &legacy, &expect, snap.as_ref(), &self.caller, opts);
         if let Some(root) = &cgroup_root {
             plan.stray_cgroups = plan::plan_strays(
                 root,
@@ -479,8 +473,13 @@ impl<'t> Controller<'t> {
             .into_iter()
             .map(|r| r.map_err(|e| e.to_string()))
             .collect();
-        let strays =
-            plan::plan_strays(&root, &cgroup::children(&root), &leases, now_ms, stray_min_age_ms());
+        let strays = plan::plan_strays(
+            &root,
+            &cgroup::children(&root),
+            &leases,
+            now_ms,
+            stray_min_age_ms(),
+        );
         Ok(strays.into_iter().map(sweep_one).collect())
     }
 
@@ -610,13 +609,8 @@ impl<'t> Controller<'t> {
             match lp.decision {
                 Decision::Terminate => {
                     let key = lease.session_key.clone();
-                    let mut job = Job::new(
-                        JobKind::Lease(lease),
-                        key,
-                        grace,
-                        lp.signals,
-                        lp.refused,
-                    );
+                    let mut job =
+                        Job::new(JobKind::Lease(lease), key, grace, lp.signals, lp.refused);
                     job.cgroup = cg;
                     jobs.push(job);
                 }

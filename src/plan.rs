@@ -194,7 +194,10 @@ pub fn plan_lease(
         let evidence = if verifies {
             c.evidence
         } else {
-            format!("{}; the lease does not verify, so it is left alone", c.evidence)
+            format!(
+                "{}; the lease does not verify, so it is left alone",
+                c.evidence
+            )
         };
         CgroupPlan {
             path: c.path,

@@ -103,7 +103,11 @@ pub fn usage_of(
     };
     if let Some(h) = verified_cgroup(lease, expect) {
         out.source = "cgroup".into();
-        out.members = h.procs().into_iter().filter_map(|p| reader.member(p)).collect();
+        out.members = h
+            .procs()
+            .into_iter()
+            .filter_map(|p| reader.member(p))
+            .collect();
         let usage = h.usage();
         out.totals = totals(&out.members);
         if let Some(us) = usage.cpu_usec {
@@ -190,7 +194,11 @@ impl Reader {
         let comm = stat.get(open + 1..close)?.to_string();
         let f: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
         // After the name: state is field 3, utime 14, stime 15, rss 24 (1-based in proc(5)).
-        let num = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let num = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let command = if cmdline.is_empty() {
             format!("[{comm}]")

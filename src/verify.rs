@@ -168,8 +168,7 @@ pub fn check_cgroup(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Opti
     }
     let Some(root) = expect.cgroup_root else {
         return Some(not(
-            "containment is off or unavailable here, so no cgroup root to check it against"
-                .into(),
+            "containment is off or unavailable here, so no cgroup root to check it against".into(),
         ));
     };
     if Path::new(path) != root.join(&lease.lease_id) {

@@ -46,7 +46,11 @@ fn start(cg: &CgroupRoot, tmp: &TempDir, state: &Path, key: &str, guard: &mut Gu
     let escapee = read_pid_file(&tmp.join(&format!("{key}.escapee.pid")));
     guard.add(escapee);
     let lease = lease_of(state, key);
-    let cgroup = PathBuf::from(lease["cgroupPath"].as_str().expect("lease records a cgroup"));
+    let cgroup = PathBuf::from(
+        lease["cgroupPath"]
+            .as_str()
+            .expect("lease records a cgroup"),
+    );
     assert!(cgroup.starts_with(cg.path()), "{}", cgroup.display());
     assert!(
         cgroup_procs(&cgroup).contains(&escapee.pid),
@@ -71,7 +75,12 @@ fn start(cg: &CgroupRoot, tmp: &TempDir, state: &Path, key: &str, guard: &mut Gu
 }
 
 fn json(cg: &CgroupRoot, state: &Path, args: &[&str]) -> (Option<i32>, Value) {
-    let out = cg.leash(state).args(args).stdin(Stdio::null()).output().unwrap();
+    let out = cg
+        .leash(state)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "leash {args:?} ({e}): {} / {}",
@@ -96,7 +105,9 @@ fn escapee_of_a_sigkilled_wrapper_is_reaped_with_its_cgroup_and_the_bystander_su
     signal(victim.wrapper, libc::SIGKILL);
     victim.child.wait().unwrap();
     // The adapter dies with the wrapper (parent-death signal); the escapee does not.
-    assert!(wait_for(|| cgroup_procs(&victim.cgroup) == vec![victim.escapee.pid]));
+    assert!(wait_for(
+        || cgroup_procs(&victim.cgroup) == vec![victim.escapee.pid]
+    ));
     assert!(victim.escapee.alive());
 
     // The dry run shows the cgroup membership as the evidence, and changes nothing.
@@ -132,7 +143,10 @@ fn escapee_of_a_sigkilled_wrapper_is_reaped_with_its_cgroup_and_the_bystander_su
         .unwrap_or_else(|| panic!("{report}"))
         .clone();
     assert_eq!(o["result"], "closed", "{o}");
-    assert!(wait_for(|| !victim.escapee.alive()), "the escapee outlived reap");
+    assert!(
+        wait_for(|| !victim.escapee.alive()),
+        "the escapee outlived reap"
+    );
     assert!(!victim.cgroup.exists(), "the lease's cgroup was removed");
 
     // The bystander's session is live (its wrapper runs): untouched.
@@ -155,7 +169,14 @@ fn close_takes_the_escapee_while_the_wrapper_lives_and_spares_the_bystander() {
     let (code, out) = json(
         &cg,
         &state,
-        &["close", "--json", "--session", "closed", "--grace-ms", "200"],
+        &[
+            "close",
+            "--json",
+            "--session",
+            "closed",
+            "--grace-ms",
+            "200",
+        ],
     );
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(out[0]["result"], "closed", "{out}");
@@ -208,7 +229,10 @@ fn parent_death_with_containment_takes_the_escapee_and_removes_the_cgroup() {
     signal(spawner_pid, libc::SIGKILL);
     assert!(wait_for(|| !wrapper.alive()), "wrapper never exited");
     assert!(!escapee.alive(), "the escapee outlived the wrapper");
-    assert!(!cgroup.exists(), "the wrapper removes its cgroup before exiting");
+    assert!(
+        !cgroup.exists(),
+        "the wrapper removes its cgroup before exiting"
+    );
     let _ = sp.wait();
 }
 
@@ -247,17 +271,30 @@ fn a_cgroup_made_again_under_the_recorded_name_is_not_killed() {
     std::fs::write(path.join("cgroup.procs"), decoy_pid.pid.to_string()).unwrap();
     assert!(cgroup_procs(&path).contains(&decoy_pid.pid));
 
-    let (_, plan) = json(&cg, &state, &["reap", "--dry-run", "--json", "--include-live"]);
+    let (_, plan) = json(
+        &cg,
+        &state,
+        &["reap", "--dry-run", "--json", "--include-live"],
+    );
     let c = &plan["leases"][0]["cgroup"];
     assert_eq!(c["action"], "leave", "{plan}");
     assert!(
-        c["evidence"].as_str().unwrap().contains(&format!("recorded {id}")),
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("recorded {id}")),
         "{plan}"
     );
     let (_, report) = json(&cg, &state, &["reap", "--json", "--include-live"]);
     assert_eq!(report["leases"][0]["result"], "lost", "{report}");
-    assert!(decoy_pid.alive(), "a cgroup that is not the lease's was killed");
-    assert!(path.exists(), "a cgroup that is not the lease's was removed");
+    assert!(
+        decoy_pid.alive(),
+        "a cgroup that is not the lease's was killed"
+    );
+    assert!(
+        path.exists(),
+        "a cgroup that is not the lease's was removed"
+    );
     signal(decoy_pid, libc::SIGKILL);
     let _ = decoy.wait();
 }
@@ -329,7 +366,10 @@ fn a_crash_between_mkdir_and_commit_leaves_a_stray_that_reap_sweeps() {
         }),
         "the stray was never planned for the sweep"
     );
-    assert!(inside_pid.alive() && stray.exists(), "the dry run changed something");
+    assert!(
+        inside_pid.alive() && stray.exists(),
+        "the dry run changed something"
+    );
     let report = fast(&["reap", "--json"]);
     assert_eq!(report["cgroups"][0]["result"], "removed", "{report}");
     let _ = inside.wait();

@@ -47,7 +47,10 @@ fn status_reports_the_mode_the_root_and_why_not() {
     let off_env = status(cg.leash(&state).env("LEASH_CONTAINMENT", "off"));
     assert_eq!(off_env["containment"]["mode"], "off", "{off_env}");
 
-    let outside = status(cg.leash(&state).env("LEASH_CGROUP_ROOT", "/tmp/not-a-cgroup"));
+    let outside = status(
+        cg.leash(&state)
+            .env("LEASH_CGROUP_ROOT", "/tmp/not-a-cgroup"),
+    );
     assert_eq!(outside["containment"]["mode"], "unavailable", "{outside}");
     assert!(
         outside["containment"]["reason"]
@@ -81,7 +84,16 @@ fn off_and_unavailable_start_sessions_as_before() {
         let mut child = cg
             .leash(&state)
             .env(setting.0, setting.1)
-            .args(["exec", "--grace-ms", "200", "--session", key, "--", "sleep", "100000"])
+            .args([
+                "exec",
+                "--grace-ms",
+                "200",
+                "--session",
+                key,
+                "--",
+                "sleep",
+                "100000",
+            ])
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -128,13 +140,23 @@ fn limits_are_refused_where_the_controller_is_missing_and_nothing_starts() {
     let controllers =
         std::fs::read_to_string(cg.path().join("cgroup.controllers")).unwrap_or_default();
     if controllers.split_whitespace().any(|c| c == "memory") {
-        eprintln!("skipped: this host's cgroup2 has the memory controller; the refusal needs one without");
+        eprintln!(
+            "skipped: this host's cgroup2 has the memory controller; the refusal needs one without"
+        );
         return;
     }
     let marker = tmp.join("ran");
     let out = cg
         .leash(&state)
-        .args(["exec", "--memory-max", "64M", "--session", "m", "--", "touch"])
+        .args([
+            "exec",
+            "--memory-max",
+            "64M",
+            "--session",
+            "m",
+            "--",
+            "touch",
+        ])
         .arg(&marker)
         .output()
         .unwrap();
@@ -160,7 +182,15 @@ fn limits_are_refused_where_the_controller_is_missing_and_nothing_starts() {
 
     let out = cg
         .leash(&state)
-        .args(["--containment", "off", "exec", "--pids-max", "10", "--", "touch"])
+        .args([
+            "--containment",
+            "off",
+            "exec",
+            "--pids-max",
+            "10",
+            "--",
+            "touch",
+        ])
         .arg(&marker)
         .output()
         .unwrap();
@@ -205,12 +235,27 @@ fn the_adapter_starts_inside_its_cgroup_with_clone3_and_with_the_fallback() {
         let mount = cgroup2_mount().unwrap();
         let rel = path.strip_prefix(mount.to_str().unwrap()).unwrap();
         // Once it runs the command (with the fallback it joins between fork and exec).
-        assert!(wait_for(|| std::fs::read_to_string(format!("/proc/{}/cmdline", adapter.pid))
-            .is_ok_and(|c| c.starts_with("sleep"))));
-        assert_eq!(own_cgroup_of(adapter.pid), rel, "{key}: adapter in the lease's cgroup");
-        assert_ne!(own_cgroup_of(wrapper.pid), rel, "{key}: the wrapper stays outside");
+        assert!(wait_for(|| std::fs::read_to_string(format!(
+            "/proc/{}/cmdline",
+            adapter.pid
+        ))
+        .is_ok_and(|c| c.starts_with("sleep"))));
+        assert_eq!(
+            own_cgroup_of(adapter.pid),
+            rel,
+            "{key}: adapter in the lease's cgroup"
+        );
+        assert_ne!(
+            own_cgroup_of(wrapper.pid),
+            rel,
+            "{key}: the wrapper stays outside"
+        );
         let ino = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
-        assert_eq!(ino.unwrap(), lease["cgroupId"].as_u64().unwrap(), "id = inode");
+        assert_eq!(
+            ino.unwrap(),
+            lease["cgroupId"].as_u64().unwrap(),
+            "id = inode"
+        );
         let out = cg
             .leash(&state)
             .args(["close", "--json", "--session", key, "--grace-ms", "200"])
@@ -218,6 +263,9 @@ fn the_adapter_starts_inside_its_cgroup_with_clone3_and_with_the_fallback() {
             .unwrap();
         assert_eq!(out.status.code(), Some(0));
         child.wait().unwrap();
-        assert!(wait_for(|| !Path::new(&path).exists()), "{key}: cgroup removed");
+        assert!(
+            wait_for(|| !Path::new(&path).exists()),
+            "{key}: cgroup removed"
+        );
     }
 }

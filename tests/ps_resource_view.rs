@@ -64,16 +64,28 @@ fn ps_lists_members_and_totals_from_the_cgroup_and_from_the_tree() {
         .map(|m| m["pid"].as_i64().unwrap())
         .collect();
     assert!(pids.contains(&(escapee.pid as i64)), "escapee counted: {c}");
-    assert_eq!(c["totals"]["processes"], 3, "wrapper, adapter, escapee: {c}");
+    assert_eq!(
+        c["totals"]["processes"], 3,
+        "wrapper, adapter, escapee: {c}"
+    );
     assert!(c["totals"]["rssBytes"].as_u64().unwrap() > 0, "{c}");
-    assert!(c["members"][1]["command"].as_str().unwrap().contains("sleep"), "{c}");
+    assert!(
+        c["members"][1]["command"]
+            .as_str()
+            .unwrap()
+            .contains("sleep"),
+        "{c}"
+    );
     let p = session("plain");
     assert_eq!(p["source"], "tree", "{p}");
     assert_eq!(p["totals"]["processes"], 2, "wrapper and adapter: {p}");
 
     let text = cg.leash(&state).arg("ps").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("session contained") && text.contains("from cgroup"), "{text}");
+    assert!(
+        text.contains("session contained") && text.contains("from cgroup"),
+        "{text}"
+    );
 
     for key in ["contained", "plain"] {
         let out = cg

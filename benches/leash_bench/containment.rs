@@ -158,7 +158,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             cfg.close_leases
         ),
         s(contained),
-        crate::spawn::verdict(contained < g + 0.44, &format!("< G + 0.44 s = {:.2} s", g + 0.44)),
+        crate::spawn::verdict(
+            contained < g + 0.44,
+            &format!("< G + 0.44 s = {:.2} s", g + 0.44),
+        ),
     ]);
 
     // 3. leash ps over 200 sessions.
@@ -170,7 +173,9 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         crate::spawn::verdict(crate::stats::median(&ps_cg) <= 50.0, "≤ 50 ms"),
     ]);
     t.row(vec![
-        format!("`leash ps --json` over the same {n} sessions with containment off (verified trees)"),
+        format!(
+            "`leash ps --json` over the same {n} sessions with containment off (verified trees)"
+        ),
         Summary::of(&ps_tree).show(ms),
         String::new(),
     ]);
@@ -179,7 +184,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
 }
 
 /// Starts `n` contained sessions (`sleep`), then times `leash ps --json` `runs` times each way.
-fn ps_over(env: &Env, on: &Settings, n: usize, runs: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
+fn ps_over(
+    env: &Env,
+    on: &Settings,
+    n: usize,
+    runs: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
     let scratch = TempDir::new("cg-ps");
     let state = scratch.path().join("state");
     let mut children = Children::new();
@@ -197,7 +207,9 @@ fn ps_over(env: &Env, on: &Settings, n: usize, runs: usize) -> Result<(Vec<f64>,
         tracked.add_pid(c.id() as i32);
         let pid = c.id() as i32;
         children.push(c);
-        procs::wait_for(Duration::from_secs(30), || !procs::children_of(pid).is_empty());
+        procs::wait_for(Duration::from_secs(30), || {
+            !procs::children_of(pid).is_empty()
+        });
         tracked.add_tree(pid);
     }
     let time = |settings: Vec<(&'static str, std::ffi::OsString)>| -> Result<f64, String> {
@@ -209,7 +221,8 @@ fn ps_over(env: &Env, on: &Settings, n: usize, runs: usize) -> Result<(Vec<f64>,
             .output()
             .map_err(|e| e.to_string())?;
         let dt = t0.elapsed().as_secs_f64() * 1e3;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
         if v["sessions"].as_array().map_or(0, Vec::len) != n {
             return Err(format!("leash ps listed the wrong sessions: {v}"));
         }

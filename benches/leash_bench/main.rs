@@ -289,8 +289,15 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
     }
     if let Some(o) = &only {
         for s in o {
-            if !["spawn", "footprint", "pdeath", "proctable", "scale", "containment"]
-                .contains(&s.as_str())
+            if ![
+                "spawn",
+                "footprint",
+                "pdeath",
+                "proctable",
+                "scale",
+                "containment",
+            ]
+            .contains(&s.as_str())
             {
                 return Err(format!("unknown section '{s}'"));
             }

@@ -90,7 +90,11 @@ pub fn status(v: &serde_json::Value, json: bool) {
                 println!("containment       on, cgroups under {root}");
                 println!(
                     "                  controllers for limits: {}",
-                    if ctl.is_empty() { "none".to_string() } else { ctl.join(" ") }
+                    if ctl.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ctl.join(" ")
+                    }
                 );
             }
             _ => println!(
@@ -304,7 +308,10 @@ pub fn reap_report(r: &ReapReport, json: bool) {
         println!("unreadable row, left alone: {b}");
     }
     for c in &r.cgroups {
-        println!("stray cgroup {} (id {}): {} — {}", c.path, c.id, c.result, c.reason);
+        println!(
+            "stray cgroup {} (id {}): {} — {}",
+            c.path, c.id, c.result, c.reason
+        );
     }
     if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
         println!("nothing to reap");

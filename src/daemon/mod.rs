@@ -211,7 +211,10 @@ impl Daemon {
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
             let contained: HashMap<String, crate::lease::Lease> = store
-                .leases(&[crate::lease::LeaseState::Open, crate::lease::LeaseState::Closing])?
+                .leases(&[
+                    crate::lease::LeaseState::Open,
+                    crate::lease::LeaseState::Closing,
+                ])?
                 .into_iter()
                 .filter_map(Result::ok)
                 .filter(|l| l.cgroup_path.is_some())
@@ -240,9 +243,13 @@ impl Daemon {
             .iter()
             .map(|s| {
                 let st = s.status();
-                let usage = st.lease_id.as_ref().and_then(|id| contained.get(id)).map(|l| {
-                    crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals
-                });
+                let usage = st
+                    .lease_id
+                    .as_ref()
+                    .and_then(|id| contained.get(id))
+                    .map(|l| {
+                        crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals
+                    });
                 let mut v = serde_json::to_value(st).expect("serialisable");
                 v["usage"] = serde_json::to_value(usage).expect("serialisable");
                 v
@@ -299,8 +306,12 @@ fn enter_daemon_leaf(gateway: &str) {
         return;
     }
     match crate::cgroup::move_self_to_leaf(root) {
-        Ok(leaf) => tracing::info!(cgroup = %leaf.display(), "moved the daemon into its leaf cgroup"),
-        Err(e) => tracing::warn!(cgroup = %root.display(), error = %e, "cannot move the daemon into a leaf cgroup; limits may be refused"),
+        Ok(leaf) => {
+            tracing::info!(cgroup = %leaf.display(), "moved the daemon into its leaf cgroup")
+        }
+        Err(e) => {
+            tracing::warn!(cgroup = %root.display(), error = %e, "cannot move the daemon into a leaf cgroup; limits may be refused")
+        }
     }
 }
 

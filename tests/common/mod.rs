@@ -121,7 +121,11 @@ pub fn cgroup_populated(dir: &Path) -> bool {
 
 pub fn cgroup_procs(dir: &Path) -> Vec<i32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|t| t.split_whitespace().filter_map(|s| s.parse().ok()).collect())
+        .map(|t| {
+            t.split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -155,7 +159,8 @@ impl CgroupRoot {
     /// `leash --state-dir STATE` with containment on under this root.
     pub fn leash(&self, state: &Path) -> Command {
         let mut c = leash(state);
-        c.env("LEASH_CGROUP_ROOT", &self.0).env("LEASH_CONTAINMENT", "on");
+        c.env("LEASH_CGROUP_ROOT", &self.0)
+            .env("LEASH_CONTAINMENT", "on");
         c
     }
 }

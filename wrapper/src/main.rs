@@ -135,7 +135,10 @@ fn open_cgroup(path: &std::path::Path) -> Result<sys::Cgroup, String> {
 fn remove_cgroup(cgroup: Option<&sys::Cgroup>) {
     if let Some(cg) = cgroup {
         if let Err(e) = cg.remove() {
-            diag(&format!("cannot remove cgroup {}: {e}", cg.path().display()));
+            diag(&format!(
+                "cannot remove cgroup {}: {e}",
+                cg.path().display()
+            ));
         }
     }
 }

@@ -513,7 +513,11 @@ impl Cgroup {
     pub fn for_each_member(&self, mut f: impl FnMut(&Fd)) -> usize {
         let read = || -> Vec<i32> {
             std::fs::read_to_string(self.file("cgroup.procs"))
-                .map(|t| t.split_whitespace().filter_map(|s| s.parse().ok()).collect())
+                .map(|t| {
+                    t.split_whitespace()
+                        .filter_map(|s| s.parse().ok())
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let listed = read();
