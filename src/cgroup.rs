@@ -165,6 +165,18 @@ impl Containment {
     /// Decides containment for this process: never fails; an unusable setup is reported as
     /// `unavailable` with the reason, and leash then behaves as it does without cgroups.
     pub fn resolve(settings: &Settings, gateway_id: &str) -> Containment {
+        let mut c = Containment::resolve_lean(settings, gateway_id);
+        if let (Some(root), Some(gw)) = (&c.root, &c.gateway_root) {
+            c.controllers = read_list(&gw.join("cgroup.subtree_control"))
+                .or_else(|| read_list(&root.join("cgroup.subtree_control")))
+                .unwrap_or_default();
+        }
+        c
+    }
+
+    /// [`Containment::resolve`] without reading the controllers (what `leash exec` needs on
+    /// every session start).
+    pub fn resolve_lean(settings: &Settings, gateway_id: &str) -> Containment {
         if settings.requested == Requested::Off {
             return Containment::off(
                 "off",
@@ -230,16 +242,12 @@ impl Containment {
             c.root = Some(root);
             return c;
         }
-        let gateway_root = root.join(gateway_id);
-        let controllers = read_list(&gateway_root.join("cgroup.subtree_control"))
-            .or_else(|| read_list(&root.join("cgroup.subtree_control")))
-            .unwrap_or_default();
         Containment {
             mode: "on".into(),
+            gateway_root: Some(root.join(gateway_id)),
             root: Some(root),
-            gateway_root: Some(gateway_root),
             mount: Some(mount),
-            controllers,
+            controllers: Vec::new(),
             reason: None,
         }
     }
@@ -319,35 +327,32 @@ pub fn create_lease_cgroup(
     gateway_root: &Path,
     lease_id: &str,
 ) -> Result<(PathBuf, u64), CgroupError> {
-    let mkdir = |p: &Path| -> Result<(), CgroupError> {
-        match fs::DirBuilder::new().mode(0o755).create(p) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !p.is_symlink() && p.is_dir() => {
-                Ok(())
-            }
-            Err(source) => Err(CgroupError::Create {
-                path: p.to_path_buf(),
-                source,
-            }),
-        }
-    };
-    if let Some(root) = gateway_root.parent() {
-        mkdir(root)?;
-    }
-    mkdir(gateway_root)?;
     let path = gateway_root.join(lease_id);
-    fs::DirBuilder::new()
-        .mode(0o755)
-        .create(&path)
-        .map_err(|source| CgroupError::Create {
-            path: path.clone(),
-            source,
-        })?;
+    let create_err = |p: &Path, source| CgroupError::Create {
+        path: p.to_path_buf(),
+        source,
+    };
+    let mkdir = |p: &Path| fs::DirBuilder::new().mode(0o755).create(p);
+    match mkdir(&path) {
+        Ok(()) => {}
+        // First lease of this gateway (or of the root): make the directories above it.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            for dir in [gateway_root.parent(), Some(gateway_root)]
+                .into_iter()
+                .flatten()
+            {
+                match mkdir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.is_symlink() => {}
+                    Err(e) => return Err(create_err(dir, e)),
+                }
+            }
+            mkdir(&path).map_err(|e| create_err(&path, e))?;
+        }
+        Err(e) => return Err(create_err(&path, e)),
+    }
     let id = fs::symlink_metadata(&path)
-        .map_err(|source| CgroupError::Create {
-            path: path.clone(),
-            source,
-        })?
+        .map_err(|e| create_err(&path, e))?
         .ino();
     Ok((path, id))
 }

@@ -81,7 +81,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     let wrapper_path = install_wrapper(root)?;
     let gateway = store.gateway_instance_id().to_string();
     let table = LiveTable;
-    let containment = Containment::resolve(&req.containment, &gateway);
+    let containment = Containment::resolve_lean(&req.containment, &gateway);
     if !req.limits.is_empty() && !containment.is_on() {
         let (_, limit) = req.limits.needs()[0];
         return Err(CgroupError::LimitWithoutContainment {

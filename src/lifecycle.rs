@@ -261,6 +261,8 @@ struct Finish {
     refused: Vec<RefusedSignal>,
 }
 
+// One per lease being closed, moved around rarely: boxing the lease buys nothing.
+#[allow(clippy::large_enum_variant)]
 enum JobKind {
     Lease(Lease),
     Legacy(LegacyRecord),
@@ -283,14 +285,14 @@ impl<'t> Controller<'t> {
                 tracing::warn!(error = %e, "containment setting unreadable; using on");
                 cgroup::Settings::default()
             });
-            c.containment = Containment::resolve(&settings, c.store.gateway_instance_id());
+            c.containment = Containment::resolve_lean(&settings, c.store.gateway_instance_id());
             c
         })
     }
 
     /// Uses these containment settings instead of the environment's.
     pub fn with_containment(mut self, settings: &cgroup::Settings) -> Self {
-        self.containment = Containment::resolve(settings, self.store.gateway_instance_id());
+        self.containment = Containment::resolve_lean(settings, self.store.gateway_instance_id());
         self
     }
 

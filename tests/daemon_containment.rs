@@ -55,9 +55,8 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
     assert_eq!(s["usage"]["processes"], 3, "wrapper, adapter, escapee: {s}");
     assert!(s["usage"]["rssBytes"].as_u64().unwrap() > 0, "{s}");
 
-    let controllers =
-        std::fs::read_to_string(cgroup.parent().unwrap().join("cgroup.controllers"))
-            .unwrap_or_default();
+    let controllers = std::fs::read_to_string(cgroup.parent().unwrap().join("cgroup.controllers"))
+        .unwrap_or_default();
     if !controllers.split_whitespace().any(|c| c == "memory") {
         let r = c.request(
             "ensure",
@@ -65,14 +64,23 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
         );
         assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
         assert!(
-            r["error"]["message"].as_str().unwrap().contains("memory controller"),
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("memory controller"),
             "{r}"
         );
     }
 
-    let out = run(&state, &["close", "--session", "s", "--grace-ms", "200", "--json"]);
+    let out = run(
+        &state,
+        &["close", "--session", "s", "--grace-ms", "200", "--json"],
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(wait_for(|| !escapee.alive()), "close through the daemon left the escapee");
+    assert!(
+        wait_for(|| !escapee.alive()),
+        "close through the daemon left the escapee"
+    );
     assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
     daemon.terminate();
 }

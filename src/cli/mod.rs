@@ -513,7 +513,7 @@ fn run_ps(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
     let mut report = crate::ps::ps(root, &store, &table, &containment)?;
     report
         .sessions
-        .sort_by(|a, b| b.totals.rss_bytes.cmp(&a.totals.rss_bytes));
+        .sort_by_key(|s| std::cmp::Reverse(s.totals.rss_bytes));
     output::ps(&report, a.json);
     Ok(exitcode::OK)
 }
