@@ -577,7 +577,8 @@ impl Verified {
 }
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    let mut f = OpenOptions::new().write(true).open(path)?;
+    // O_TRUNC as a shell's `>` does: cgroupfs ignores it, a regular file needs it.
+    let mut f = OpenOptions::new().write(true).truncate(true).open(path)?;
     f.write_all(value.as_bytes())
 }
 
