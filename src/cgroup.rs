@@ -544,12 +544,16 @@ impl Verified {
             return Err(io(io::Error::from_raw_os_error(libc::EINVAL)));
         };
         let parent_dir = open_dir(parent).map_err(io)?;
-        let now = nix::sys::stat::fstatat(
+        let now = match nix::sys::stat::fstatat(
             Some(parent_dir.as_raw_fd()),
             name,
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .map_err(|e| io(io::Error::from(e)))?;
+        ) {
+            Ok(st) => st,
+            // Already removed (the wrapper removes its cgroup as it exits): the goal is met.
+            Err(nix::errno::Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(io(io::Error::from(e))),
+        };
         if now.st_ino != self.id {
             return Err(CgroupError::NotVerified {
                 path: self.path.clone(),

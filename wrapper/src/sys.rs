@@ -555,11 +555,27 @@ impl Cgroup {
         // SAFETY: lstat fills a local; rmdir takes a NUL-terminated path.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            cvt(libc::lstat(c.as_ptr(), &mut st))?;
+            if libc::lstat(c.as_ptr(), &mut st) != 0 {
+                let e = last_err();
+                // Already removed (by `leash close` or `reap`): nothing to do, nothing to say.
+                return if e.raw_os_error() == Some(libc::ENOENT) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
             if st.st_ino != self.ino {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
-            cvt(libc::rmdir(c.as_ptr())).map(|_| ())
+            if libc::rmdir(c.as_ptr()) == 0 {
+                return Ok(());
+            }
+            let e = last_err();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                Ok(())
+            } else {
+                Err(e)
+            }
         }
     }
 }
