@@ -42,6 +42,19 @@ impl BenchRoot {
         }
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let mount = leash::cgroup::cgroup2_mount(&info).ok_or("skipped: no cgroup2 mount")?;
+        // Left-overs of a benchmark that was killed before its clean-up: its pid is gone.
+        if let Ok(rd) = std::fs::read_dir(&mount) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let dead = name
+                    .strip_prefix("leash-bench-")
+                    .and_then(|p| p.parse::<i32>().ok())
+                    .is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+                if dead {
+                    drop(BenchRoot(e.path()));
+                }
+            }
+        }
         let p = mount.join(format!("leash-bench-{}", std::process::id()));
         std::fs::create_dir(&p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
         Ok(BenchRoot(p))
