@@ -80,6 +80,29 @@ fn ps_lists_members_and_totals_from_the_cgroup_and_from_the_tree() {
     assert_eq!(p["source"], "tree", "{p}");
     assert_eq!(p["totals"]["processes"], 2, "wrapper and adapter: {p}");
 
+    // `leash sessions status` carries the same entry.
+    let out = cg
+        .leash(&state)
+        .args([
+            "sessions",
+            "status",
+            "contained",
+            "--as",
+            "contained",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["usage"]["source"], "cgroup", "{st}");
+    assert_eq!(st["usage"]["totals"]["processes"], 3, "{st}");
+
     let text = cg.leash(&state).arg("ps").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
