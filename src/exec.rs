@@ -6,6 +6,7 @@
 //! always, and the gateway that spawned `leash exec` is the wrapper's parent (the lease's owner).
 //! Nothing is printed on stdout: it is the adapter's.
 
+use crate::cgroup::{self, CgroupError, Containment, Limits, Settings, Verified};
 use crate::install::{install_wrapper, InstallError};
 use crate::lease::{self, command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use crate::proc::{self, LiveTable, ProcessTable};
@@ -30,6 +31,10 @@ pub struct ExecRequest {
     pub grace_ms: u64,
     /// The pid the caller says is our parent; if it is not, nothing is started.
     pub owner_pid: Option<i32>,
+    /// Containment settings (`--containment`, `--cgroup-root`).
+    pub containment: Settings,
+    /// Resource limits for the session's cgroup; refused when they cannot be enforced.
+    pub limits: Limits,
     pub command: Vec<OsString>,
 }
 
@@ -41,6 +46,8 @@ pub enum ExecError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Install(#[from] InstallError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
     #[error("no command given")]
     NoCommand,
     #[error("{0}; nothing started")]
@@ -90,6 +97,20 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     let wrapper_path = install_wrapper(root)?;
     let gateway = store.gateway_instance_id().to_string();
     let table = LiveTable;
+    let containment = Containment::resolve_lean(&req.containment, &gateway);
+    if !req.limits.is_empty() && !containment.is_on() {
+        let (_, limit) = req.limits.needs()[0];
+        return Err(CgroupError::LimitWithoutContainment {
+            mode: if containment.mode == "off" {
+                "off"
+            } else {
+                "unavailable"
+            },
+            reason: containment.reason.clone().unwrap_or_default(),
+            limit,
+        }
+        .into());
+    }
 
     let me = proc::self_id();
     let parent = nix::unistd::getppid().as_raw();
@@ -133,6 +154,8 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         exit_status: None,
         claimed_by: None,
         root_pidfs_ino: proc::pidfs_ino_of(me.pid),
+        cgroup_path: None,
+        cgroup_id: None,
     };
     if let Some(expected) = owner_mismatch {
         new.state = LeaseState::Lost;
@@ -155,15 +178,59 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         lease_id: Some(lease_id.clone()),
     };
 
+    // The lease's cgroup exists, with its limits, before the lease is committed: a crash in
+    // between leaves a stray directory that `reap` sweeps, never a lease without its cgroup.
+    let mut made: Option<Verified> = None;
+    if let (true, LeaseState::Open, Some(gw_root), Some(cg_root)) = (
+        containment.is_on(),
+        new.state,
+        containment.gateway_root.as_deref(),
+        containment.root.as_deref(),
+    ) {
+        let (path, id) = cgroup::create_lease_cgroup(gw_root, &lease_id)?;
+        let handle = Verified::open(&path, id)?;
+        if !req.limits.is_empty() {
+            cgroup::enable_controllers(cg_root, gw_root, &req.limits);
+            let available: Vec<String> = std::fs::read_to_string(path.join("cgroup.controllers"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            let applied = req
+                .limits
+                .check(&available, gw_root)
+                .and_then(|()| req.limits.apply(&path));
+            if let Err(e) = applied {
+                let _ = handle.remove();
+                return Err(e.into());
+            }
+        }
+        new.cgroup_path = Some(path.display().to_string());
+        new.cgroup_id = Some(id);
+        made = Some(handle);
+    }
+    let drop_cgroup = |made: Option<Verified>| {
+        if let Some(h) = made {
+            let _ = h.remove();
+        }
+    };
+
     let wrapper_root = root.wrapper_root();
     let expect = Expect {
         gateway_instance_id: &gateway,
         wrapper_root: &wrapper_root,
+        cgroup_root: containment.gateway_root.as_deref(),
     };
     // A second exec for a session whose lease is still active proceeds only if nothing of the old
     // lease is alive (verified, markers included); the old lease is then marked lost.
     let supersede = |old: &Lease| -> Option<String> {
-        let snap = table.snapshot().ok()?;
+        let mut snap = table.snapshot().ok()?;
+        // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
+        if let (Some(p), Some(root)) = (&old.cgroup_path, expect.cgroup_root) {
+            if std::path::Path::new(p) == root.join(&old.lease_id) {
+                snap.add_cgroup(cgroup::observe(std::path::Path::new(p)));
+            }
+        }
         match verify_owned_tree(old, &expect, &snap) {
             Verdict::Gone { reason } => Some(format!("superseded by lease {lease_id}: {reason}")),
             _ => None,
@@ -181,12 +248,16 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             session_key,
             lease_id,
         }) => {
+            drop_cgroup(made);
             return Err(ExecError::SessionLive {
                 session_key,
                 lease_id,
-            })
+            });
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            drop_cgroup(made);
+            return Err(e.into());
+        }
     }
     if let Some(expected) = owner_mismatch {
         return Err(ExecError::OwnerGone {
@@ -198,13 +269,17 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     tracing::debug!(lease_id = %lease_id, session_key = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
     drop(store);
 
-    let err = Command::new(&wrapper_path)
-        .arg("--grace-ms")
+    let mut cmd = Command::new(&wrapper_path);
+    cmd.arg("--grace-ms")
         .arg(req.grace_ms.to_string())
         .arg("--owner-pid")
         .arg(parent.to_string())
         .arg("--report")
-        .arg(root.report_path(&lease_id))
+        .arg(root.report_path(&lease_id));
+    if let Some(h) = &made {
+        cmd.arg("--cgroup").arg(h.path());
+    }
+    let err = cmd
         .arg("--")
         .args(&req.command)
         .env(ENV_LEASE_ID, &lease_id)
@@ -212,6 +287,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         .exec();
     // Still here: the wrapper could not be exec'd. Nothing runs under this lease.
     let reason = format!("cannot exec wrapper {}: {err}", wrapper_path.display());
+    drop_cgroup(made);
     if let Ok(mut store) = Store::open(&root.db_path()) {
         let _ = store.transition(&lease_id, LeaseState::Open, LeaseState::Lost, None, &reason);
     }

@@ -114,6 +114,14 @@ pub struct Lease {
     /// system, it tells the root apart from a process that reused its pid within one clock tick.
     #[serde(default)]
     pub root_pidfs_ino: Option<u64>,
+    /// The lease's cgroup (containment on): `<leash cgroup root>/<gateway id>/<lease id>`,
+    /// created before the wrapper started; the adapter was started inside it.
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
+    /// That directory's inode (the cgroup id): a directory made again under the same name has
+    /// another, and is not the lease's.
+    #[serde(default)]
+    pub cgroup_id: Option<u64>,
     /// The adapter's process group (reported by the wrapper after spawn).
     pub process_group_id: Option<i32>,
     pub adapter_pid: Option<i32>,

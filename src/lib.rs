@@ -18,6 +18,14 @@
 //! pidfd right before it does. Intents are distinct: `cancel` never signals, `close` verifies then
 //! terminates children first, `reap` starts from open leases whose owner is gone.
 //!
+//! Where leash can create cgroups ([`cgroup`]: as root or in a delegated subtree; on by default,
+//! `--containment off` turns it off), each lease also gets a cgroup of its own, made and recorded
+//! (path and id) before the wrapper starts; the wrapper starts the adapter inside it with
+//! `clone3(CLONE_INTO_CGROUP)` and stays outside. A process cannot leave it, so a verified cgroup
+//! is evidence that outlives pids, groups and markers: teardown ends with `cgroup.kill`, which
+//! takes a double-forked, `setsid`, `env -i` escapee too, and `reap` sweeps cgroups no open lease
+//! accounts for. [`ps`] reads what each session costs from the same cgroups.
+//!
 //! `leash serve` ([`daemon`]) is the long-lived supervisor: it spawns each session through
 //! `leash exec` as its own child — so it is the wrappers' owner and sessions outlive the gateway
 //! that asked for them — and serves clients over a Unix socket (newline-delimited JSON,
@@ -26,6 +34,7 @@
 //! Session rows carry ownership metadata, and [`visibility`] decides in one pure check what a
 //! requester may see.
 
+pub mod cgroup;
 pub mod cli;
 pub mod daemon;
 pub mod exec;
@@ -37,6 +46,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod plan;
 pub mod proc;
+pub mod ps;
 pub mod report;
 pub mod sessions;
 pub mod signal;

@@ -12,9 +12,10 @@
 //!
 //! Every signal goes through [`crate::signal`], which re-checks the process through a pidfd.
 
+use crate::cgroup::{self, Containment, Verified};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::legacy::{self, LegacyRecord};
-use crate::plan::{self, Decision, PlannedSignal, ReapOptions, ReapPlan};
+use crate::plan::{self, CgroupAction, Decision, PlannedSignal, ReapOptions, ReapPlan};
 use crate::proc::{self, ProcessTable, Snapshot, TableError};
 use crate::report::{self, WrapperReport};
 use crate::signal::{self, Caller, Delivery, Pinned, Sig, SignalError};
@@ -110,6 +111,20 @@ pub struct ReapReport {
     pub skipped: Vec<(String, String)>,
     pub expired: usize,
     pub bad_rows: Vec<String>,
+    /// Stray cgroups swept (containment).
+    #[serde(default)]
+    pub cgroups: Vec<SweptCgroup>,
+}
+
+/// A stray cgroup and what the sweep did with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweptCgroup {
+    pub path: String,
+    pub id: u64,
+    /// `removed`, `left` (not verified, or too young), or `failed`.
+    pub result: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +141,7 @@ pub struct Controller<'t> {
     table: &'t dyn ProcessTable,
     caller: Caller,
     me: ProcessId,
+    containment: Containment,
 }
 
 /// One batch member being terminated.
@@ -139,6 +155,8 @@ struct Job {
     refused: Vec<RefusedSignal>,
     deadline: Instant,
     stage: Stage,
+    /// The lease's verified cgroup (path, id), killed at the end of the grace and removed.
+    cgroup: Option<(PathBuf, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +188,46 @@ impl Job {
             // Set when its SIGTERMs are out (run_jobs).
             deadline: Instant::now(),
             stage: Stage::Terminating,
+            cgroup: None,
+        }
+    }
+
+    /// At the end of the grace: `cgroup.kill` takes every member of the verified cgroup at once
+    /// (escapees included); the per-process SIGKILLs that follow find them gone.
+    fn kill_cgroup(&mut self) {
+        let Some((path, id)) = &self.cgroup else {
+            return;
+        };
+        match Verified::open(path, *id) {
+            Ok(h) => {
+                let listed = h.procs();
+                let hit: Vec<(ProcessId, Role)> = self
+                    .pins
+                    .iter()
+                    .filter(|(p, _)| listed.contains(&p.id.pid) && !signal::exited(p))
+                    .map(|(p, role)| (p.id, *role))
+                    .collect();
+                match h.kill() {
+                    Ok(()) => {
+                        tracing::info!(cgroup = %path.display(), members = listed.len(), "cgroup.kill");
+                        for (id, role) in hit {
+                            self.signals.push(SignalRecord {
+                                pid: id.pid,
+                                start_time: id.start_time,
+                                role,
+                                signal: Sig::Kill,
+                                delivery: Delivery::CgroupKill,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed")
+                    }
+                }
+                // No wait here: the kernel queued SIGKILL for every member before the write
+                // returned; the jobs' common wait below sees them go.
+            }
+            Err(e) => tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not killed"),
         }
     }
 
@@ -177,6 +235,15 @@ impl Job {
     fn kill_alive(&mut self, which: impl Fn(Role) -> bool) {
         for (p, role) in &self.pins {
             if !which(*role) || signal::exited(p) {
+                continue;
+            }
+            // Already given SIGKILL by cgroup.kill (pending from the moment the write returned).
+            let by_cgroup = self.signals.iter().any(|s| {
+                s.delivery == Delivery::CgroupKill
+                    && s.pid == p.id.pid
+                    && s.start_time == p.id.start_time
+            });
+            if by_cgroup {
                 continue;
             }
             let delivery = signal::send(p, Sig::Kill).unwrap_or(Delivery::AlreadyGone);
@@ -203,6 +270,8 @@ struct Finish {
     refused: Vec<RefusedSignal>,
 }
 
+// One per lease being closed, moved around rarely: boxing the lease buys nothing.
+#[allow(clippy::large_enum_variant)]
 enum JobKind {
     Lease(Lease),
     Legacy(LegacyRecord),
@@ -218,7 +287,69 @@ impl<'t> Controller<'t> {
             table,
             caller: Caller::current(),
             me: proc::self_id(),
+            containment: Containment::default_off(),
         })
+        .map(|mut c| {
+            let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "containment setting unreadable; using on");
+                cgroup::Settings::default()
+            });
+            c.containment = Containment::resolve_lean(&settings, c.store.gateway_instance_id());
+            c
+        })
+    }
+
+    /// Uses these containment settings instead of the environment's.
+    pub fn with_containment(mut self, settings: &cgroup::Settings) -> Self {
+        self.containment = Containment::resolve_lean(settings, self.store.gateway_instance_id());
+        self
+    }
+
+    pub fn containment(&self) -> &Containment {
+        &self.containment
+    }
+
+    fn cgroup_root(&self) -> Option<PathBuf> {
+        self.containment.gateway_root.clone()
+    }
+
+    /// Observes the cgroups of these leases that lie where this gateway puts them (nothing else
+    /// is even read), and adds their members to `list` when they are missing from it.
+    fn observe_cgroups(&self, leases: &[&Lease]) -> Vec<cgroup::Observation> {
+        let Some(root) = self.cgroup_root() else {
+            return Vec::new();
+        };
+        leases
+            .iter()
+            .filter_map(|l| {
+                let p = PathBuf::from(l.cgroup_path.as_ref()?);
+                (p == root.join(&l.lease_id)).then(|| cgroup::observe(&p))
+            })
+            .collect()
+    }
+
+    /// Adds the observations, and the members they list that the snapshot lacks.
+    fn with_cgroups(&self, snap: Snapshot, obs: Vec<cgroup::Observation>) -> Snapshot {
+        let missing: Vec<i32> = obs
+            .iter()
+            .flat_map(|o| o.procs.iter().copied())
+            .filter(|pid| snap.get(*pid).is_none())
+            .collect();
+        let mut snap = if missing.is_empty() {
+            snap
+        } else {
+            let mut list: Vec<_> = snap.iter().cloned().collect();
+            for pid in missing {
+                if let Ok(Some(p)) = self.table.process(pid) {
+                    list.push(p);
+                }
+            }
+            Snapshot::new(list)
+        };
+        for o in obs {
+            snap.add_cgroup(o);
+        }
+        snap
     }
 
     pub fn store(&mut self) -> &mut Store {
@@ -347,21 +478,57 @@ impl<'t> Controller<'t> {
             .map(|r| r.map_err(|e| e.to_string()))
             .collect();
         let legacy = legacy::records(&mut self.store, true)?;
-        let snap = self.table.snapshot();
+        let active: Vec<&Lease> = leases
+            .iter()
+            .filter_map(|l| l.as_ref().ok())
+            .filter(|l| l.state.is_active())
+            .collect();
+        let obs = self.observe_cgroups(&active);
+        let snap = self.table.snapshot().map(|s| self.with_cgroups(s, obs));
         let gateway = self.store.gateway_instance_id().to_string();
         let wrapper_root = self.wrapper_root();
+        let cgroup_root = self.cgroup_root();
         let expect = Expect {
             gateway_instance_id: &gateway,
             wrapper_root: &wrapper_root,
+            cgroup_root: cgroup_root.as_deref(),
         };
-        Ok(plan::plan_reap(
+        let mut plan =
+            plan::plan_reap(&leases, &legacy, &expect, snap.as_ref(), &self.caller, opts);
+        if let Some(root) = &cgroup_root {
+            plan.stray_cgroups = plan::plan_strays(
+                root,
+                &cgroup::children(root),
+                &leases,
+                opts.now_ms,
+                stray_min_age_ms(),
+            );
+        }
+        Ok(plan)
+    }
+
+    /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
+    /// expired leases, or of none (a crash between mkdir and commit). Each is verified (a
+    /// directory directly under this gateway's root, named for a lease id, with the id seen when
+    /// it was listed), killed, and removed. Nothing happens when containment is not on.
+    pub fn sweep_stray_cgroups(&mut self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
+        let Some(root) = self.cgroup_root() else {
+            return Ok(Vec::new());
+        };
+        let leases: Vec<Result<Lease, String>> = self
+            .store
+            .leases(&[])?
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        let strays = plan::plan_strays(
+            &root,
+            &cgroup::children(&root),
             &leases,
-            &legacy,
-            &expect,
-            snap.as_ref(),
-            &self.caller,
-            opts,
-        ))
+            now_ms,
+            stray_min_age_ms(),
+        );
+        Ok(strays.into_iter().map(sweep_one).collect())
     }
 
     /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,
@@ -376,6 +543,7 @@ impl<'t> Controller<'t> {
             skipped: Vec::new(),
             expired: 0,
             bad_rows: plan.bad_rows.clone(),
+            cgroups: Vec::new(),
         };
         let mut candidates = Vec::new();
         for lp in &plan.leases {
@@ -396,6 +564,9 @@ impl<'t> Controller<'t> {
         for id in &plan.expire {
             report::remove_report(&self.root, id);
         }
+        // After the leases: a cgroup whose lease was just closed is already gone, and one whose
+        // lease just expired is swept now.
+        report.cgroups = self.sweep_stray_cgroups(opts.now_ms)?;
         Ok(report)
     }
 
@@ -459,20 +630,22 @@ impl<'t> Controller<'t> {
                 break;
             }
         }
+        let obs = self.observe_cgroups(leases);
         if !all_alive || leases.len() > 64 {
-            return self.table.snapshot();
+            return Ok(self.with_cgroups(self.table.snapshot()?, obs));
         }
         let mut list = Vec::new();
         for l in leases {
             list.extend(self.table.subtree(l.root_pid)?.iter().cloned());
         }
-        Ok(Snapshot::new(list))
+        Ok(self.with_cgroups(Snapshot::new(list), obs))
     }
 
-    fn expect_parts(&self) -> (String, PathBuf) {
+    fn expect_parts(&self) -> (String, PathBuf, Option<PathBuf>) {
         (
             self.store.gateway_instance_id().to_string(),
             self.wrapper_root(),
+            self.cgroup_root(),
         )
     }
 
@@ -486,10 +659,11 @@ impl<'t> Controller<'t> {
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
-        let (gateway, wrapper_root) = self.expect_parts();
+        let (gateway, wrapper_root, cgroup_root) = self.expect_parts();
         let expect = Expect {
             gateway_instance_id: &gateway,
             wrapper_root: &wrapper_root,
+            cgroup_root: cgroup_root.as_deref(),
         };
         let refs: Vec<&Lease> = claimed.iter().collect();
         let snap = self.snapshot_for(&refs);
@@ -498,24 +672,32 @@ impl<'t> Controller<'t> {
         for lease in claimed {
             let grace = grace_override.unwrap_or(lease.grace_ms);
             let lp = plan::plan_lease(&lease, &expect, snap.as_ref(), &self.caller, grace);
+            let cg = lp.cgroup.as_ref().and_then(|c| match c.action {
+                CgroupAction::KillAndRemove | CgroupAction::Remove => {
+                    Some((PathBuf::from(&c.path), c.id))
+                }
+                CgroupAction::None | CgroupAction::Leave => None,
+            });
             match lp.decision {
                 Decision::Terminate => {
                     let key = lease.session_key.clone();
-                    jobs.push(Job::new(
-                        JobKind::Lease(lease),
-                        key,
-                        grace,
-                        lp.signals,
-                        lp.refused,
-                    ));
+                    let mut job =
+                        Job::new(JobKind::Lease(lease), key, grace, lp.signals, lp.refused);
+                    job.cgroup = cg;
+                    jobs.push(job);
                 }
-                Decision::MarkLost { reason } => finishes.push(Finish {
-                    lease,
-                    to: LeaseState::Lost,
-                    reason,
-                    signals: Vec::new(),
-                    refused: Vec::new(),
-                }),
+                Decision::MarkLost { mut reason } => {
+                    if let Some((path, id)) = cg {
+                        reason.push_str(&remove_cgroup(&path, id));
+                    }
+                    finishes.push(Finish {
+                        lease,
+                        to: LeaseState::Lost,
+                        reason,
+                        signals: Vec::new(),
+                        refused: Vec::new(),
+                    })
+                }
                 Decision::Leave { reason } | Decision::Skip { reason } => finishes.push(Finish {
                     lease,
                     to: LeaseState::Open,
@@ -528,12 +710,14 @@ impl<'t> Controller<'t> {
         }
         self.run_jobs(&mut jobs);
         // A second look after the kills: anything of the lease still alive (forked during the
-        // grace, re-parented late) gets SIGKILL too, after the same verification.
+        // grace, re-parented late) gets SIGKILL too, after the same verification. A lease with a
+        // verified cgroup needs none: whatever it forked is in the cgroup, which is killed and
+        // emptied below, so no walk of the whole process table is spent on it.
         let lease_jobs: Vec<&Lease> = jobs
             .iter()
             .filter_map(|j| match &j.kind {
-                JobKind::Lease(l) => Some(l),
-                JobKind::Legacy(_) => None,
+                JobKind::Lease(l) if j.cgroup.is_none() => Some(l),
+                _ => None,
             })
             .collect();
         if !lease_jobs.is_empty() {
@@ -542,6 +726,9 @@ impl<'t> Controller<'t> {
                 let JobKind::Lease(lease) = &j.kind else {
                     continue;
                 };
+                if j.cgroup.is_some() {
+                    continue;
+                }
                 let lp = plan::plan_lease(lease, &expect, snap.as_ref(), &self.caller, 0);
                 if lp.decision == Decision::Terminate {
                     let mut late = Vec::new();
@@ -566,7 +753,10 @@ impl<'t> Controller<'t> {
             let kills = j
                 .signals
                 .iter()
-                .filter(|s| s.signal == Sig::Kill && s.delivery == Delivery::Delivered)
+                .filter(|s| {
+                    s.signal == Sig::Kill
+                        && matches!(s.delivery, Delivery::Delivered | Delivery::CgroupKill)
+                })
                 .count();
             let mut reason = format!(
                 "terminated {} process(es) children first{}",
@@ -580,10 +770,15 @@ impl<'t> Controller<'t> {
             if !survivors.is_empty() {
                 reason.push_str(&format!("; still alive after SIGKILL: {survivors:?}"));
             }
+            let mut cgroup_members = 0;
             if j.pins.is_empty() {
                 reason = "every member had exited before it could be signalled".into();
             }
-            let state = if j.pins.is_empty() {
+            if let Some((path, id)) = &j.cgroup {
+                cgroup_members = cgroup::observe(path).procs.len();
+                reason.push_str(&remove_cgroup(path, *id));
+            }
+            let state = if j.pins.is_empty() && cgroup_members == 0 {
                 LeaseState::Lost
             } else {
                 LeaseState::Closed
@@ -679,6 +874,7 @@ impl<'t> Controller<'t> {
                 }
                 match j.stage {
                     Stage::Terminating if now >= j.deadline => {
+                        j.kill_cgroup();
                         j.kill_alive(|role| role != Role::Root);
                         j.stage = Stage::KillingChildren;
                         j.deadline = now + ROOT_GRACE;
@@ -873,12 +1069,63 @@ impl HeldClaims {
     }
 }
 
+/// How old (by its lease id's timestamp) a cgroup without a lease must be before the sweep takes
+/// it: `leash exec` makes the directory just before it commits the lease, and it cannot wait
+/// longer than the database's busy timeout for that commit.
+fn stray_min_age_ms() -> i64 {
+    (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
+}
+
+/// Kills what is left in a verified cgroup, waits until it is empty and removes it; returns the
+/// clause the lease's reason gets.
+fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
+    if !path.exists() {
+        return format!("; cgroup {} already removed", path.display());
+    }
+    let result = Verified::open(path, id).and_then(|h| {
+        let members = h.procs().len();
+        h.kill_and_remove(cgroup::KILL_WAIT).map(|()| members)
+    });
+    match result {
+        Ok(0) => format!("; cgroup {} removed", path.display()),
+        Ok(n) => format!(
+            "; cgroup.kill took {n} remaining member(s) of {} and it was removed",
+            path.display()
+        ),
+        Err(e) => {
+            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+            format!("; {e}")
+        }
+    }
+}
+
 impl Drop for HeldClaims {
     fn drop(&mut self) {
         let mut set = Self::set();
         for id in &self.0 {
             set.remove(id);
         }
+    }
+}
+
+fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
+    let (result, reason) = match s.action {
+        CgroupAction::KillAndRemove | CgroupAction::Remove => {
+            let r = Verified::open(std::path::Path::new(&s.path), s.id)
+                .and_then(|h| h.kill_and_remove(cgroup::KILL_WAIT));
+            match r {
+                Ok(()) => ("removed", s.reason),
+                Err(e) => ("failed", format!("{}; {e}", s.reason)),
+            }
+        }
+        CgroupAction::Leave | CgroupAction::None => ("left", s.reason),
+    };
+    tracing::info!(cgroup = %s.path, result, reason = %reason, "stray cgroup");
+    SweptCgroup {
+        path: s.path,
+        id: s.id,
+        result: result.into(),
+        reason,
     }
 }
 

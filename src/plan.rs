@@ -7,7 +7,9 @@ use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::legacy::{verify_legacy, LegacyRecord, LegacyVerdict};
 use crate::proc::{Snapshot, TableError};
 use crate::signal::{self, Caller, Sig};
-use crate::verify::{verify_owned_tree, Expect, Member, OwnedTree, Role, Verdict};
+use crate::verify::{
+    check_cgroup, verify_owned_tree, CgroupState, Expect, Member, OwnedTree, Role, Verdict,
+};
 use serde::{Deserialize, Serialize};
 
 /// What will happen to a lease.
@@ -60,6 +62,44 @@ pub struct LeasePlan {
     pub signals: Vec<PlannedSignal>,
     pub refused: Vec<Refused>,
     pub evidence: Vec<String>,
+    /// The lease's cgroup and what happens to it (containment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupPlan>,
+}
+
+/// What happens to a cgroup (a lease's, or a stray one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CgroupAction {
+    /// Verified and populated: `cgroup.kill` (after the grace), wait until empty, remove.
+    KillAndRemove,
+    /// Verified and empty: remove.
+    Remove,
+    /// Already gone.
+    None,
+    /// Not verified: never written to, never removed.
+    Leave,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CgroupPlan {
+    pub path: String,
+    pub id: u64,
+    pub action: CgroupAction,
+    /// Its members (`cgroup.procs`) when it verified.
+    pub members: Vec<i32>,
+    pub evidence: String,
+}
+
+/// A cgroup under this gateway's root that no open lease accounts for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StrayCgroup {
+    pub path: String,
+    pub id: u64,
+    pub action: CgroupAction,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +125,9 @@ pub struct ReapPlan {
     pub expire: Vec<String>,
     /// Rows that could not be read (tampered or corrupt); never acted on.
     pub bad_rows: Vec<String>,
+    /// Cgroups under this gateway's root of closed, lost or expired leases, or of none.
+    #[serde(default)]
+    pub stray_cgroups: Vec<StrayCgroup>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +162,7 @@ pub fn plan_lease(
         signals: Vec::new(),
         refused: Vec::new(),
         evidence: Vec::new(),
+        cgroup: None,
     };
     let snap = match snap {
         Ok(s) => s,
@@ -132,14 +176,57 @@ pub fn plan_lease(
     };
     let verdict = verify_owned_tree(lease, expect, snap);
     plan.verdict = Some(verdict.name().into());
+    let verifies = matches!(verdict, Verdict::Owned(_) | Verdict::Gone { .. });
+    plan.cgroup = check_cgroup(lease, expect, snap).map(|c| {
+        let (action, members) = match &c.state {
+            _ if !verifies => (CgroupAction::Leave, Vec::new()),
+            CgroupState::Verified { populated, procs } => (
+                if *populated {
+                    CgroupAction::KillAndRemove
+                } else {
+                    CgroupAction::Remove
+                },
+                procs.clone(),
+            ),
+            CgroupState::Missing => (CgroupAction::None, Vec::new()),
+            CgroupState::NotVerified { .. } => (CgroupAction::Leave, Vec::new()),
+        };
+        let evidence = if verifies {
+            c.evidence
+        } else {
+            format!(
+                "{}; the lease does not verify, so it is left alone",
+                c.evidence
+            )
+        };
+        CgroupPlan {
+            path: c.path,
+            id: c.id,
+            action,
+            members,
+            evidence,
+        }
+    });
+    let cgroup_kill = plan
+        .cgroup
+        .as_ref()
+        .is_some_and(|c| c.action == CgroupAction::KillAndRemove);
     match verdict {
         Verdict::Owned(tree) => {
             plan.evidence = tree.evidence.clone();
             let (signals, refused) = signals_for(&tree, snap, caller);
-            plan.decision = terminate_unless_all_refused(&signals);
+            plan.decision = if cgroup_kill {
+                // The verified cgroup takes whatever the per-process guards refuse.
+                Decision::Terminate
+            } else {
+                terminate_unless_all_refused(&signals)
+            };
             plan.signals = signals;
             plan.refused = refused;
         }
+        // Root gone, no member provable one by one, but the verified cgroup is populated: its
+        // members are the lease's (they could not leave it), so it is reaped, not lost.
+        Verdict::Gone { .. } if cgroup_kill => plan.decision = Decision::Terminate,
         Verdict::Gone { reason } => plan.decision = Decision::MarkLost { reason },
         Verdict::NotOwned { reason } | Verdict::Unverifiable { reason } => {
             plan.decision = Decision::Leave { reason }
@@ -222,6 +309,7 @@ pub fn plan_reap(
         legacy: Vec::new(),
         expire: Vec::new(),
         bad_rows: Vec::new(),
+        stray_cgroups: Vec::new(),
     };
     for l in leases {
         let lease = match l {
@@ -244,6 +332,17 @@ pub fn plan_reap(
             (Ok(s), Some(c)) => alive(s, c),
             _ => false,
         };
+        let mut lp = plan_lease(lease, expect, snap, caller, grace);
+        lp.owner_alive = owner_alive;
+        // A session whose wrapper is gone while its verified cgroup is still populated is over,
+        // whoever its owner is (an OOM kill or `kill -9` of the wrapper): nothing supervises what
+        // is left in it, so it is reaped even while the owner lives.
+        let root_alive = snap.ok().map(|s| alive(s, lease.root()));
+        let unsupervised = root_alive == Some(false)
+            && lp
+                .cgroup
+                .as_ref()
+                .is_some_and(|c| c.action == CgroupAction::KillAndRemove);
         let skip = if lease.gateway_instance_id != expect.gateway_instance_id {
             // Reported by verification too, but never even planned: not this gateway's lease.
             None
@@ -252,7 +351,7 @@ pub fn plan_reap(
                 "being closed by pid {}",
                 lease.claimed_by.map_or(0, |c| c.pid)
             ))
-        } else if owner_alive == Some(true) && !opts.include_live {
+        } else if owner_alive == Some(true) && !unsupervised && !opts.include_live {
             Some(format!(
                 "owner pid {} is alive: a live session (use --include-live to reap it anyway)",
                 lease.owner_pid
@@ -260,8 +359,6 @@ pub fn plan_reap(
         } else {
             None
         };
-        let mut lp = plan_lease(lease, expect, snap, caller, grace);
-        lp.owner_alive = owner_alive;
         if let Some(reason) = skip {
             lp.decision = Decision::Skip { reason };
             lp.signals.clear();
@@ -272,6 +369,81 @@ pub fn plan_reap(
         plan.legacy.push(plan_legacy(rec, expect, snap, caller));
     }
     plan
+}
+
+/// Which directories under this gateway's cgroup root are strays: named for a lease that is
+/// closed, lost, expired or unknown (a crash between mkdir and the commit). An unknown name is a
+/// stray only once it is older than `min_age_ms` by its UUID v7 timestamp, because `leash exec`
+/// makes the directory just before it commits the lease; names that are not lease ids are left
+/// alone (leash never makes them). Active leases' cgroups are their leases' business.
+pub fn plan_strays(
+    gateway_root: &std::path::Path,
+    dirs: &[(String, u64)],
+    leases: &[Result<Lease, String>],
+    now_ms: i64,
+    min_age_ms: i64,
+) -> Vec<StrayCgroup> {
+    let known: std::collections::HashMap<&str, &Lease> = leases
+        .iter()
+        .filter_map(|l| l.as_ref().ok())
+        .map(|l| (l.lease_id.as_str(), l))
+        .collect();
+    let mut out = Vec::new();
+    for (name, id) in dirs {
+        let path = gateway_root.join(name).display().to_string();
+        let stray = |action, reason: String| StrayCgroup {
+            path: path.clone(),
+            id: *id,
+            action,
+            reason,
+        };
+        let Ok(uuid) = uuid::Uuid::parse_str(name) else {
+            out.push(stray(
+                CgroupAction::Leave,
+                "not named for a lease id: leash did not make it".into(),
+            ));
+            continue;
+        };
+        match known.get(name.as_str()) {
+            Some(l) if l.state.is_active() => {}
+            Some(l) => match l.cgroup_id {
+                Some(rec) if rec == *id => out.push(stray(
+                    CgroupAction::KillAndRemove,
+                    format!("its lease is {}", l.state),
+                )),
+                _ => out.push(stray(
+                    CgroupAction::Leave,
+                    format!(
+                        "its lease is {} but recorded id {:?}, not {id}: not the lease's",
+                        l.state, l.cgroup_id
+                    ),
+                )),
+            },
+            None => {
+                let made_ms = uuid
+                    .get_timestamp()
+                    .map(|t| {
+                        let (s, n) = t.to_unix();
+                        (s as i64) * 1000 + (n as i64) / 1_000_000
+                    })
+                    .unwrap_or(0);
+                if now_ms - made_ms < min_age_ms {
+                    out.push(stray(
+                        CgroupAction::Leave,
+                        "no lease yet: a leash exec may be committing it now".into(),
+                    ));
+                } else {
+                    out.push(stray(
+                        CgroupAction::KillAndRemove,
+                        "no lease names it (a leash exec ended between mkdir and commit, or \
+                         its lease expired)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
 
 pub fn plan_legacy(

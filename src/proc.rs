@@ -79,6 +79,8 @@ pub struct Snapshot {
     // Indexes, so that verifying many leases against one snapshot stays linear.
     by_pgid: HashMap<i32, Vec<i32>>,
     by_lease: HashMap<String, Vec<i32>>,
+    /// What was observed of the leases' cgroups when the snapshot was taken.
+    cgroups: HashMap<std::path::PathBuf, crate::cgroup::Observation>,
 }
 
 impl Snapshot {
@@ -107,7 +109,18 @@ impl Snapshot {
             children,
             by_pgid,
             by_lease,
+            cgroups: HashMap::new(),
         }
+    }
+
+    /// Adds what was observed of a cgroup directory.
+    pub fn add_cgroup(&mut self, obs: crate::cgroup::Observation) {
+        self.cgroups.insert(obs.path.clone(), obs);
+    }
+
+    /// The observation of a cgroup directory, if one was made.
+    pub fn cgroup(&self, path: &Path) -> Option<&crate::cgroup::Observation> {
+        self.cgroups.get(path)
     }
 
     pub fn get(&self, pid: i32) -> Option<&ProcessInfo> {

@@ -150,6 +150,9 @@ pub struct SessionStatus {
     pub adapter: Option<ProcState>,
     /// Only for an open or closing lease.
     pub tree: Option<LiveTree>,
+    /// Members and totals, as `leash ps` shows them (open or closing lease only).
+    #[serde(default)]
+    pub usage: Option<crate::ps::SessionUsage>,
 }
 
 /// The sessions operations over one state root.
@@ -256,6 +259,19 @@ impl<'t> Sessions<'t> {
             .as_ref()
             .filter(|l| l.state.is_active())
             .map(|l| self.live_tree(l));
+        let usage = lease.as_ref().filter(|l| l.state.is_active()).map(|l| {
+            let containment = crate::cgroup::Containment::resolve(
+                &crate::cgroup::Settings::from_env().unwrap_or_default(),
+                self.store.gateway_instance_id(),
+            );
+            let wrapper_root = self.root.wrapper_root();
+            let expect = Expect {
+                gateway_instance_id: self.store.gateway_instance_id(),
+                wrapper_root: &wrapper_root,
+                cgroup_root: containment.gateway_root.as_deref(),
+            };
+            crate::ps::usage_of(l, &expect, self.table, &crate::ps::Reader::new())
+        });
         Ok(SessionStatus {
             session,
             visible_as,
@@ -263,6 +279,7 @@ impl<'t> Sessions<'t> {
             root,
             adapter,
             tree,
+            usage,
         })
     }
 
@@ -281,6 +298,7 @@ impl<'t> Sessions<'t> {
         let expect = Expect {
             gateway_instance_id: self.store.gateway_instance_id(),
             wrapper_root: &wrapper_root,
+            cgroup_root: None,
         };
         let verdict = verify_owned_tree(lease, &expect, &snap);
         let name = verdict.name().to_string();

@@ -148,6 +148,9 @@ pub enum Delivery {
     Delivered,
     /// ESRCH: the process had already exited. Not an error: the goal is that it is gone.
     AlreadyGone,
+    /// SIGKILL by the kernel through `cgroup.kill` of the lease's verified cgroup, which took
+    /// this (pinned, alive, listed) member with every other one at once.
+    CgroupKill,
 }
 
 /// Pins `id` for signalling. `Ok(None)` when the process has already gone.

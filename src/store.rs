@@ -144,6 +144,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE leases ADD COLUMN root_pidfs_ino INTEGER;
     "#,
+    // 4: the lease's cgroup (containment): its path and id, recorded before the wrapper starts.
+    r#"
+    ALTER TABLE leases ADD COLUMN cgroup_path TEXT;
+    ALTER TABLE leases ADD COLUMN cgroup_id INTEGER;
+    "#,
 ];
 
 pub struct Store {
@@ -378,9 +383,9 @@ impl Store {
              wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, \
              adapter_start_time, command_hash, command_json, owner_pid, owner_start_time, \
              started_at, grace_ms, state, state_reason, closed_at, exit_status, updated_at, \
-             root_pidfs_ino) \
+             root_pidfs_ino, cgroup_path, cgroup_id) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19, ?20, ?21, ?22, ?23)",
+             ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
             params![
                 lease.lease_id,
                 lease.gateway_instance_id,
@@ -405,6 +410,8 @@ impl Store {
                 lease.exit_status,
                 now,
                 lease.root_pidfs_ino.map(|v| v as i64),
+                lease.cgroup_path,
+                lease.cgroup_id.map(|v| v as i64),
             ],
         )
         .map_err(err)?;
@@ -907,7 +914,8 @@ impl Store {
 const LEASE_COLS: &str = "lease_id, gateway_instance_id, session_key, agent_id, wrapper_root, \
     wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, adapter_start_time, \
     command_hash, command_json, owner_pid, owner_start_time, started_at, grace_ms, state, \
-    state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start, root_pidfs_ino";
+    state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start, root_pidfs_ino, \
+    cgroup_path, cgroup_id";
 
 /// The fields [`Store::repair_lease`] may reset: (SQL that holds when the field reads, the reset
 /// (?2 is the default grace), what is said in the `repaired` event). They mirror the checks of
@@ -1087,6 +1095,10 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         claimed_by,
         root_pidfs_ino: opt_int(23, "root_pidfs_ino")?
             .map(|v| ticks(v, "root_pidfs_ino"))
+            .transpose()?,
+        cgroup_path: opt_text(24, "cgroup_path")?,
+        cgroup_id: opt_int(25, "cgroup_id")?
+            .map(|v| ticks(v, "cgroup_id"))
             .transpose()?,
         lease_id,
     })
@@ -1363,6 +1375,8 @@ mod tests {
             exit_status: None,
             claimed_by: None,
             root_pidfs_ino: None,
+            cgroup_path: None,
+            cgroup_id: None,
         }
     }
 

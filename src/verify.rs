@@ -28,6 +28,9 @@ use std::path::Path;
 pub struct Expect<'a> {
     pub gateway_instance_id: &'a str,
     pub wrapper_root: &'a Path,
+    /// This gateway's cgroup directory when containment is on: a lease's cgroup is used as
+    /// evidence, killed or removed only if it is exactly `<cgroup_root>/<lease id>`.
+    pub cgroup_root: Option<&'a Path>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +71,8 @@ pub enum Role {
     GroupMember,
     /// Carries this lease's environment markers (an escapee that left the group).
     Marked,
+    /// A member of the lease's verified cgroup (whatever its parent, group or environment).
+    CgroupMember,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -124,6 +129,84 @@ impl OwnedTree {
 pub fn adapter_argv(wrapper_argv: &[String]) -> Option<&[String]> {
     let i = wrapper_argv.iter().skip(1).position(|a| a == "--")? + 1;
     Some(&wrapper_argv[i + 1..])
+}
+
+/// What the lease's recorded cgroup turned out to be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cgroup", rename_all = "camelCase")]
+pub enum CgroupState {
+    /// The recorded path, under this gateway's root, with the recorded id.
+    Verified { populated: bool, procs: Vec<i32> },
+    /// No directory there any more (the wrapper or an earlier close removed it).
+    Missing,
+    /// Not the lease's, or not readable: never killed nor removed.
+    NotVerified { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CgroupCheck {
+    pub path: String,
+    pub id: u64,
+    pub state: CgroupState,
+    pub evidence: String,
+}
+
+/// Checks the lease's recorded cgroup against this gateway's root and what the snapshot observed
+/// of it. `None` when the lease has no cgroup. Pure: the observation was read with the snapshot.
+pub fn check_cgroup(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Option<CgroupCheck> {
+    let path = lease.cgroup_path.as_ref()?;
+    let id = lease.cgroup_id.unwrap_or(0);
+    let not = |reason: String| CgroupCheck {
+        path: path.clone(),
+        id,
+        evidence: format!("cgroup {path} not used: {reason}"),
+        state: CgroupState::NotVerified { reason },
+    };
+    if lease.cgroup_id.is_none() {
+        return Some(not("the lease records no cgroup id".into()));
+    }
+    let Some(root) = expect.cgroup_root else {
+        return Some(not(
+            "containment is off or unavailable here, so no cgroup root to check it against".into(),
+        ));
+    };
+    if Path::new(path) != root.join(&lease.lease_id) {
+        return Some(not(format!(
+            "it is not this gateway's cgroup for the lease ({})",
+            root.join(&lease.lease_id).display()
+        )));
+    }
+    let Some(obs) = snap.cgroup(Path::new(path)) else {
+        return Some(not("it was not observed".into()));
+    };
+    if let Some(e) = &obs.error {
+        return Some(not(format!("unreadable: {e}")));
+    }
+    match obs.id {
+        None => Some(CgroupCheck {
+            path: path.clone(),
+            id,
+            state: CgroupState::Missing,
+            evidence: format!("cgroup {path} no longer exists"),
+        }),
+        Some(got) if got != id => Some(not(format!(
+            "its id is {got}, the lease recorded {id}: a directory made again under the same name"
+        ))),
+        Some(_) => Some(CgroupCheck {
+            path: path.clone(),
+            id,
+            evidence: format!(
+                "cgroup {path} verified (path under this gateway's root, id {id}): {} member(s){}",
+                obs.procs.len(),
+                if obs.populated { "" } else { ", not populated" }
+            ),
+            state: CgroupState::Verified {
+                populated: obs.populated,
+                procs: obs.procs.clone(),
+            },
+        }),
+    }
 }
 
 pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Verdict {
@@ -259,6 +342,22 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
             "environment carries this lease id and gateway id".into(),
             true,
         );
+    }
+    let cgroup = check_cgroup(lease, expect, snap);
+    if let Some(c) = &cgroup {
+        evidence.push(c.evidence.clone());
+        if let CgroupState::Verified { procs, .. } = &c.state {
+            for &pid in procs {
+                if let Some(p) = snap.get(pid) {
+                    tree.consider(
+                        p,
+                        Role::CgroupMember,
+                        format!("member of the lease's cgroup {} (id {})", c.path, c.id),
+                        false,
+                    );
+                }
+            }
+        }
     }
     tree.close_over_descendants();
     let mut built = tree.finish();
@@ -575,6 +674,8 @@ mod tests {
             exit_status: None,
             claimed_by: None,
             root_pidfs_ino: None,
+            cgroup_path: None,
+            cgroup_id: None,
         }
     }
 
@@ -606,6 +707,7 @@ mod tests {
         let e = Expect {
             gateway_instance_id: GW,
             wrapper_root: &root,
+            cgroup_root: None,
         };
         verify_owned_tree(l, &e, &Snapshot::new(procs))
     }

@@ -117,6 +117,8 @@ fn lease() -> Lease {
         exit_status: None,
         claimed_by: None,
         root_pidfs_ino: None,
+        cgroup_path: None,
+        cgroup_id: None,
     }
 }
 
@@ -134,6 +136,7 @@ fn expect() -> Expect<'static> {
     Expect {
         gateway_instance_id: GATEWAY,
         wrapper_root: Path::new(WRAPPERS),
+        cgroup_root: None,
     }
 }
 

@@ -23,7 +23,9 @@
 //!   owner's leases — sometimes SIGKILLed part-way through it;
 //! - SIGKILL of a session's wrapper, adapter or another descendant (adapters come in four kinds:
 //!   polite, stubborn (ignores SIGTERM), escaper (leaves a `setsid` descendant that ignores
-//!   SIGTERM), family (a child that ignores SIGTERM));
+//!   SIGTERM), family (a child that ignores SIGTERM), and where containment is on, ghost (a
+//!   double-forked, `setsid`, `env -i` descendant that ignores SIGTERM: only its lease's cgroup
+//!   links it to the lease; counted as a leak by its argv tag));
 //! - `leash close` with a short grace (through the daemon when one serves the root), and SIGKILL
 //!   of the closer, the wrapper, the adapter or the daemon during that grace;
 //! - (as root, one at a time) PID reuse: a harness-owned session's wrapper is killed and its pid
@@ -179,6 +181,13 @@ struct Marked {
     sentinel: bool,
     exe: Option<PathBuf>,
     argv: String,
+    /// An env-less escapee (mode `ghost`): found by its argv tag, not by markers.
+    ghost: bool,
+}
+
+/// The argv tag of a `ghost` escapee of gateway `gw` (it has no environment to carry markers).
+fn ghost_tag(gw: &str) -> String {
+    format!("chaos-ghost-{gw}")
 }
 
 fn environ_vars(pid: i32) -> Option<HashMap<String, String>> {
@@ -218,7 +227,15 @@ fn scan_marked(gateways: &HashSet<String>) -> Vec<Marked> {
         let Some(vars) = environ_vars(pid) else {
             continue;
         };
-        let Some(gateway) = vars.get(ENV_GATEWAY).filter(|g| gateways.contains(*g)) else {
+        let argv = cmdline(pid);
+        let ghost = gateways
+            .iter()
+            .find(|g| vars.is_empty() && argv.contains(&ghost_tag(g)));
+        let Some(gateway) = vars
+            .get(ENV_GATEWAY)
+            .filter(|g| gateways.contains(*g))
+            .or(ghost)
+        else {
             continue;
         };
         let Some(p) = Pid::of(pid) else { continue };
@@ -226,13 +243,14 @@ fn scan_marked(gateways: &HashSet<String>) -> Vec<Marked> {
             continue;
         }
         out.push(Marked {
+            ghost: ghost.is_some(),
             pid: p,
             ppid: ppid(pid).unwrap_or(0),
             lease: vars.get(ENV_LEASE).cloned().unwrap_or_default(),
             gateway: gateway.clone(),
             sentinel: vars.contains_key(ENV_SENTINEL),
             exe: std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
-            argv: cmdline(pid),
+            argv,
         });
     }
     out
@@ -626,7 +644,18 @@ impl Owner {
 // ---------------------------------------------------------------------------------------------
 // One root's worker
 
-const MODES: [&str; 4] = ["polite", "stubborn", "escaper", "family"];
+/// Adapter kinds. `ghost` (double fork, setsid, `env -i`, TERM ignored: nothing links it to its
+/// lease but its cgroup) only where containment is on: without a cgroup nothing can find it.
+fn modes() -> &'static [&'static str] {
+    const ALL: [&str; 5] = ["polite", "stubborn", "escaper", "family", "ghost"];
+    let contained = std::env::var_os("LEASH_CGROUP_ROOT").is_some()
+        && std::env::var("LEASH_CONTAINMENT").as_deref() != Ok("off");
+    if contained {
+        &ALL
+    } else {
+        &ALL[..4]
+    }
+}
 
 struct Worker<'a> {
     sh: &'a Shared,
@@ -687,7 +716,7 @@ impl<'a> Worker<'a> {
         let gw: HashSet<String> = [self.root.gateway.clone()].into();
         let mut by: BTreeMap<String, Vec<Marked>> = BTreeMap::new();
         for m in scan_marked(&gw) {
-            if !m.sentinel {
+            if !m.sentinel && !m.ghost {
                 by.entry(m.lease.clone()).or_default().push(m);
             }
         }
@@ -758,7 +787,7 @@ impl<'a> Worker<'a> {
             return self.exec_early_kill();
         }
         let key = self.sh.session_key(self.root.index, "execve");
-        let mode = *self.rng.pick(&MODES);
+        let mode = *self.rng.pick(modes());
         let mut cmd = Command::new("strace");
         cmd.args(["-qq", "-o", "/dev/null", "-e", "trace=execve"])
             .args(["-e", "inject=execve:signal=KILL:when=1"])
@@ -788,7 +817,7 @@ impl<'a> Worker<'a> {
     /// exists, and SIGKILLed.
     fn exec_early_kill(&mut self) {
         let key = self.sh.session_key(self.root.index, "early");
-        let mode = *self.rng.pick(&MODES);
+        let mode = *self.rng.pick(modes());
         let grace = self.grace();
         let delay = self.rng.early_delay();
         let mut cmd = self.root.leash();
@@ -875,7 +904,7 @@ impl<'a> Worker<'a> {
                 self.sh.session_key(self.root.index, "own")
             };
             let grace = self.grace();
-            let mode = *self.rng.pick(&MODES);
+            let mode = *self.rng.pick(modes());
             keys.push((key, grace, mode));
         }
         let kill_soon = self.rng.chance(25);
@@ -1216,7 +1245,8 @@ fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<Child> {
 // Scripts
 
 const ADAPTER: &str = r#"# A chaos adapter. polite exits on SIGTERM; stubborn ignores it; escaper leaves a setsid'd
-# descendant that ignores SIGTERM; family adds a child that ignores it. Run with DECOY_LOG set
+# descendant that ignores SIGTERM; family adds a child that ignores it; ghost leaves a
+# double-forked, setsid'd, env -i descendant that ignores SIGTERM (tagged by its $0). Run with DECOY_LOG set
 # (and no lease) it is a decoy with the very same argv.
 if [ -n "$DECOY_LOG" ]; then log="$DECOY_LOG"; else log="$CHAOS_SIGDIR/$OPENCLAW_ACPX_LEASE_ID.log"; fi
 for s in INT HUP QUIT USR1 USR2 ALRM; do trap "echo $s >> '$log'" $s; done
@@ -1224,6 +1254,7 @@ if [ "$1" = polite ]; then trap "echo TERM >> '$log'; exit 143" TERM; else trap 
 case "$1" in
   escaper) setsid sh -c 'trap "" TERM; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & ;;
   family) sh -c 'trap "" TERM; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & ;;
+  ghost) ( setsid env -i /bin/sh -c 'trap "" TERM; while :; do sleep 1; done' "chaos-ghost-$OPENCLAW_GATEWAY_INSTANCE_ID" </dev/null >/dev/null 2>&1 & ) ;;
 esac
 if [ -n "$DECOY_LOG" ]; then echo $$ > "$DECOY_LOG.pid"; fi
 while :; do sleep 1 & wait $!; done"#;

@@ -102,6 +102,7 @@ fn every_fixture_case_plans_as_expected() {
         let expect = Expect {
             gateway_instance_id: gateway,
             wrapper_root: &wrapper_root,
+            cgroup_root: None,
         };
         let caller: Caller = {
             let c = &doc["caller"];

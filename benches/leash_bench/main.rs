@@ -11,7 +11,8 @@
 //! Sections (`--only a,b`): `spawn` (start-up overhead), `footprint` (resident memory, binary
 //! size), `pdeath` (parent death → the adapter's SIGTERM), `proctable` (process-table work with
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
-//! per second). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! per second), `containment` (a cgroup per session: exec with and without, close of 500 trees
+//! with cgroup.kill against signals per pid, `leash ps` over 200 sessions; as root with cgroup2). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
 //! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
@@ -22,6 +23,7 @@
 //! Everything a benchmark starts it cleans up, also on failure, and it signals only processes it
 //! started, by pid and start time.
 
+mod containment;
 mod footprint;
 mod pdeath;
 mod procs;
@@ -181,7 +183,7 @@ fn main() {
             eprintln!("leash-bench: {msg}");
             eprintln!(
                 "usage: cargo bench -- [--quick] [--rounds N] \
-                 [--only spawn,footprint,pdeath,proctable,scale] [--extra-wrapper NAME=PATH]..."
+                 [--only spawn,footprint,pdeath,proctable,scale,containment] [--extra-wrapper NAME=PATH]..."
             );
             std::process::exit(2);
         }
@@ -198,12 +200,18 @@ fn main() {
     let header = header(&env, &cfg);
     print!("{header}");
     report.push_str(&header);
-    let sections: [(&str, Section); 5] = [
+    // The sections measure leash without containment unless they say otherwise (the
+    // containment section points leash at a cgroup root it makes for itself): never under the
+    // caller's own cgroup.
+    std::env::set_var("LEASH_CONTAINMENT", "off");
+    std::env::remove_var("LEASH_CGROUP_ROOT");
+    let sections: [(&str, Section); 6] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
         ("pdeath", pdeath::run),
         ("proctable", proctable::run),
         ("scale", scale::run),
+        ("containment", containment::run),
     ];
     let mut failed = false;
     for (name, run) in sections {
@@ -281,7 +289,16 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
     }
     if let Some(o) = &only {
         for s in o {
-            if !["spawn", "footprint", "pdeath", "proctable", "scale"].contains(&s.as_str()) {
+            if ![
+                "spawn",
+                "footprint",
+                "pdeath",
+                "proctable",
+                "scale",
+                "containment",
+            ]
+            .contains(&s.as_str())
+            {
                 return Err(format!("unknown section '{s}'"));
             }
         }

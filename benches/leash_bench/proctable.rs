@@ -65,6 +65,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let expect = Expect {
         gateway_instance_id: &gateway,
         wrapper_root: &wrapper_root,
+        cgroup_root: None,
     };
     // Each measured operation must also be right: a fast wrong answer is no answer.
     let verify = |snap: &Snapshot| -> Result<(), String> {

@@ -26,7 +26,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut commits_loaded = Vec::new();
     let mut batched = Vec::new();
     for _ in 0..cfg.scale_rounds {
-        let (setup, dt) = close_many(env, cfg)?;
+        let (setup, dt) = close_many(env, cfg, None)?;
         close_setup.push(setup);
         close.push(dt);
         let r = reap_stale(cfg)?;
@@ -106,8 +106,21 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
 }
 
 /// Starts `n` leases whose trees ignore SIGTERM, closes them all in one call, and returns
-/// (set-up seconds, close seconds).
-fn close_many(env: &Env, cfg: &Config) -> Result<(f64, f64), String> {
+/// (set-up seconds, close seconds). With `cgroup_root`, each lease is contained in a cgroup
+/// under it and the close ends with `cgroup.kill`.
+pub fn close_many(
+    env: &Env,
+    cfg: &Config,
+    cgroup_root: Option<&Path>,
+) -> Result<(f64, f64), String> {
+    let settings = leash::cgroup::Settings {
+        requested: if cgroup_root.is_some() {
+            leash::cgroup::Requested::On
+        } else {
+            leash::cgroup::Requested::Off
+        },
+        root: cgroup_root.map(Path::to_path_buf),
+    };
     let scratch = TempDir::new("close");
     let state_dir = scratch.path().join("state");
     let root = StateRoot::open(&state_dir).map_err(|e| e.to_string())?;
@@ -126,6 +139,7 @@ fn close_many(env: &Env, cfg: &Config) -> Result<(f64, f64), String> {
             .arg(&sh)
             .args(["-c", "trap '' TERM; sleep 600 & wait"])
             .env("LEASH_STATE_DIR", &state_dir)
+            .envs(crate::containment::env_of(&settings))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -168,7 +182,9 @@ fn close_many(env: &Env, cfg: &Config) -> Result<(f64, f64), String> {
         tracked.add_tree(r);
     }
 
-    let mut ctl = Controller::open(root, &LiveTable).map_err(|e| e.to_string())?;
+    let mut ctl = Controller::open(root, &LiveTable)
+        .map_err(|e| e.to_string())?
+        .with_containment(&settings);
     let refs: Vec<LeaseRef> = (0..cfg.close_leases)
         .map(|i| LeaseRef::Session(format!("close-{i}")))
         .collect();
@@ -255,6 +271,8 @@ fn stale_lease(
         exit_status: None,
         claimed_by: None,
         root_pidfs_ino: None,
+        cgroup_path: None,
+        cgroup_id: None,
     };
     let session = SessionRow {
         session_key: lease.session_key.clone(),

@@ -145,6 +145,8 @@ fuzz_target!(|input: Input| {
         exit_status: None,
         claimed_by: None,
             root_pidfs_ino: None,
+            cgroup_path: None,
+            cgroup_id: None,
     };
     let caller = Caller {
         pid: pid(input.caller_pid),
@@ -154,6 +156,7 @@ fuzz_target!(|input: Input| {
     let expect = Expect {
         gateway_instance_id: GATEWAY,
         wrapper_root: Path::new(WRAPPERS),
+        cgroup_root: None,
     };
     let plan = plan_lease(&lease, &expect, Ok(&snap), &caller, 100);
 

@@ -72,6 +72,16 @@ pub struct Cli {
     /// protocol's error code; the default with --json)
     #[arg(long, global = true, value_enum, value_name = "FORMAT", help_heading = GLOBAL)]
     pub error_format: Option<ErrorFormat>,
+    /// Containment: `on` puts each lease in its own cgroup wherever leash can create cgroups
+    /// (root, or a delegated subtree), `off` never touches cgroups
+    #[arg(long, global = true, env = "LEASH_CONTAINMENT", value_name = "on|off",
+          value_parser = parse_containment, help_heading = GLOBAL)]
+    pub containment: Option<crate::cgroup::Requested>,
+
+    /// The leash cgroup root (under the cgroup2 mount) [default: the caller's own cgroup, or
+    /// <cgroup2 mount>/leash for a caller in the root cgroup]
+    #[arg(long, global = true, env = "LEASH_CGROUP_ROOT", value_name = "DIR", help_heading = GLOBAL)]
+    pub cgroup_root: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -132,6 +142,14 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
     #[command(long_about = serve::SERVE_ABOUT)]
     Serve(serve::ServeArgs),
+    /// Each open session's processes and what they cost: pid, command, RSS, CPU time, totals.
+    #[command(
+        long_about = "For each open lease: the session, its members (pid, command, RSS, CPU time) \
+and the session's totals, read from the lease's cgroup where containment put it in one (its CPU \
+time then includes members that already exited; memory.current where the memory controller is \
+enabled), else from the verified process tree. Sorted by RSS, largest first."
+    )]
+    Ps(JsonArg),
     /// Sessions as a requester sees them: list, history, send, status (one visibility check).
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
@@ -208,9 +226,31 @@ pub struct ExecArgs {
     /// process any more, nothing is started and the lease is recorded lost.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub owner_pid: Option<i32>,
+    /// Memory limit of the session's cgroup (memory.max), e.g. 512M, 2G; refused where the
+    /// memory controller is not enabled for leash's cgroups
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_max)]
+    pub memory_max: Option<u64>,
+    /// Process limit of the session's cgroup (pids.max)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub pids_max: Option<u64>,
+    /// CPU limit of the session's cgroup (cpu.max): CPUs (e.g. 0.5), or "QUOTA PERIOD" in µs
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpu_max)]
+    pub cpu_max: Option<String>,
     /// The adapter command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+fn parse_containment(s: &str) -> Result<crate::cgroup::Requested, String> {
+    s.parse()
+}
+
+fn parse_memory_max(s: &str) -> Result<u64, String> {
+    crate::cgroup::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_cpu_max(s: &str) -> Result<String, String> {
+    crate::cgroup::parse_cpu_max(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -545,7 +585,28 @@ fn init_logging(verbose: u8, daemon: bool) {
         .try_init();
 }
 
+/// The containment settings of this invocation, put into the environment too, where
+/// `Controller::open` and every `leash exec` the daemon spawns read them.
+fn containment_settings(cli: &Cli) -> crate::cgroup::Settings {
+    let settings = crate::cgroup::Settings {
+        requested: cli.containment.unwrap_or_default(),
+        root: cli.cgroup_root.clone(),
+    };
+    let mode = match settings.requested {
+        crate::cgroup::Requested::On => "on",
+        crate::cgroup::Requested::Off => "off",
+    };
+    // Single-threaded still: nothing else reads the environment concurrently.
+    std::env::set_var(crate::cgroup::ENV_CONTAINMENT, mode);
+    match &settings.root {
+        Some(r) => std::env::set_var(crate::cgroup::ENV_CGROUP_ROOT, r),
+        None => std::env::remove_var(crate::cgroup::ENV_CGROUP_ROOT),
+    }
+    settings
+}
+
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    let settings = containment_settings(&cli);
     let dir = StateRoot::resolve(cli.state_dir.as_deref()).map_err(|e| {
         let f = Failure::from(e);
         match cli.command {
@@ -562,7 +623,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. })
     );
     if let Command::Exec(a) = cli.command {
-        return run_exec(&dir, a);
+        return run_exec(&dir, a, settings);
     }
     let root = if creates {
         StateRoot::open(&dir)?
@@ -598,6 +659,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             None => run_reap(root, a),
         },
         Command::Legacy(c) => run_legacy(root, c),
+        Command::Ps(a) => run_ps(&root, a),
         Command::Serve(a) => serve::run_serve(root, socket, a),
         Command::Sessions(c) => {
             let client = daemon()?;
@@ -606,12 +668,22 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-fn run_exec(dir: &std::path::Path, a: ExecArgs) -> Result<u8, Failure> {
+fn run_exec(
+    dir: &std::path::Path,
+    a: ExecArgs,
+    containment: crate::cgroup::Settings,
+) -> Result<u8, Failure> {
     let failed =
         |msg: String, cause: &str| Failure::new(exitcode::EXEC_FAILED, msg).with_cause(cause);
     let root =
         StateRoot::open(dir).map_err(|e| failed(format!("{e}; nothing started"), "internal"))?;
     let req = ExecRequest {
+        containment,
+        limits: crate::cgroup::Limits {
+            memory_max: a.memory_max,
+            pids_max: a.pids_max,
+            cpu_max: a.cpu_max,
+        },
         session_key: a.session,
         agent_id: a.agent,
         owner_session_key: a.owner,
@@ -632,10 +704,14 @@ fn run_exec(dir: &std::path::Path, a: ExecArgs) -> Result<u8, Failure> {
                 ExecError::Install(_)
                 | ExecError::NoParent(_)
                 | ExecError::OwnerGone { .. }
-                | ExecError::Exec { .. } => "spawn_failed",
+                | ExecError::Exec { .. }
+                | ExecError::Cgroup(_) => "spawn_failed",
             };
             let msg = match &e {
-                ExecError::Store(_) | ExecError::State(_) | ExecError::Install(_) => {
+                ExecError::Store(_)
+                | ExecError::State(_)
+                | ExecError::Install(_)
+                | ExecError::Cgroup(_) => {
                     format!("{e}; nothing started")
                 }
                 _ => e.to_string(),
@@ -666,10 +742,30 @@ fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
         "stateDir": root.dir(),
         "database": root.db_path(),
         "wrapperRoot": root.wrapper_root(),
+        "containment": crate::cgroup::Containment::resolve(
+            &crate::cgroup::Settings::from_env().unwrap_or_default(),
+            store.gateway_instance_id(),
+        ),
         "leases": counts,
         "legacyOpen": legacy_open,
     });
     output::status(&status, a.json);
+    Ok(exitcode::OK)
+}
+
+fn run_ps(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
+    let table = LiveTable;
+    let mut store = Store::open(&root.db_path())?;
+    crate::report::ingest_reports(root, &mut store, &table)?;
+    let containment = crate::cgroup::Containment::resolve(
+        &crate::cgroup::Settings::from_env().unwrap_or_default(),
+        store.gateway_instance_id(),
+    );
+    let mut report = crate::ps::ps(root, &store, &table, &containment)?;
+    report
+        .sessions
+        .sort_by_key(|s| std::cmp::Reverse(s.totals.rss_bytes));
+    output::ps(&report, a.json);
     Ok(exitcode::OK)
 }
 

@@ -129,6 +129,73 @@ pub fn status(v: &serde_json::Value, json: bool) {
         l["open"], l["closing"], l["closed"], l["lost"]
     );
     println!("legacy records    {} open", v["legacyOpen"]);
+    let c = &v["containment"];
+    if !c.is_null() {
+        let mode = c["mode"].as_str().unwrap_or("-");
+        match c["gatewayRoot"].as_str() {
+            Some(root) if mode == "on" => {
+                let ctl: Vec<&str> = c["controllers"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+                    .unwrap_or_default();
+                println!("containment       on, cgroups under {root}");
+                println!(
+                    "                  controllers for limits: {}",
+                    if ctl.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ctl.join(" ")
+                    }
+                );
+            }
+            _ => println!(
+                "containment       {mode}: {}",
+                c["reason"].as_str().unwrap_or("-")
+            ),
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+pub fn ps(report: &crate::ps::PsReport, json: bool) {
+    if json {
+        print_json(report);
+        return;
+    }
+    if report.sessions.is_empty() {
+        println!("no open sessions");
+    }
+    for s in &report.sessions {
+        let t = &s.totals;
+        println!(
+            "session {}  lease {}  [{}; from {}]  {} process(es), RSS {}, CPU {:.2} s{}",
+            s.session_key,
+            s.lease_id,
+            s.state,
+            s.source,
+            t.processes,
+            mib(t.rss_bytes),
+            t.cpu_ms as f64 / 1000.0,
+            t.memory_bytes
+                .map(|m| format!(", memory.current {}", mib(m)))
+                .unwrap_or_default()
+        );
+        if let Some(r) = &s.reason {
+            println!("  {r}");
+        }
+        for m in &s.members {
+            println!(
+                "  {:>7}  {:>10}  {:>8.2} s  {}",
+                m.pid,
+                mib(m.rss_bytes),
+                m.cpu_ms as f64 / 1000.0,
+                m.command
+            );
+        }
+    }
 }
 
 pub fn close(outcomes: &[CloseOutcome], json: bool) {
@@ -230,6 +297,18 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         for r in &lp.refused {
             println!("    pid {}: not signalled — {}", r.pid, r.reason);
         }
+        if let Some(c) = &lp.cgroup {
+            println!(
+                "    cgroup {} (id {}): {:?}, members {:?} — {}",
+                c.path, c.id, c.action, c.members, c.evidence
+            );
+        }
+    }
+    for c in &plan.stray_cgroups {
+        println!(
+            "stray cgroup {} (id {}): {:?} — {}",
+            c.path, c.id, c.action, c.reason
+        );
     }
     for lg in &plan.legacy {
         println!(
@@ -287,6 +366,12 @@ pub fn reap_report(r: &ReapReport, json: bool) {
     }
     for b in &r.bad_rows {
         println!("unreadable row, left alone: {b}");
+    }
+    for c in &r.cgroups {
+        println!(
+            "stray cgroup {} (id {}): {} — {}",
+            c.path, c.id, c.result, c.reason
+        );
     }
     if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
         println!("nothing to reap");

@@ -212,16 +212,56 @@ impl Daemon {
     }
 
     fn status(&self) -> Result<Value, StoreError> {
-        let (counts, legacy_open, gateway) = {
+        let (counts, legacy_open, gateway, contained) = {
             let mut store = self.store();
             let counts = store.counts()?;
             let legacy_open = crate::legacy::records(&mut store, true)?.len();
-            (counts, legacy_open, store.gateway_instance_id().to_string())
+            // Only leases with a cgroup: their totals cost a few file reads each, never a
+            // walk of /proc.
+            let contained: HashMap<String, crate::lease::Lease> = store
+                .leases(&[
+                    crate::lease::LeaseState::Open,
+                    crate::lease::LeaseState::Closing,
+                ])?
+                .into_iter()
+                .filter_map(Result::ok)
+                .filter(|l| l.cgroup_path.is_some())
+                .map(|l| (l.lease_id.clone(), l))
+                .collect();
+            (
+                counts,
+                legacy_open,
+                store.gateway_instance_id().to_string(),
+                contained,
+            )
         };
+        let containment = crate::cgroup::Containment::resolve(
+            &crate::cgroup::Settings::from_env().unwrap_or_default(),
+            &gateway,
+        );
+        let wrapper_root = self.root.wrapper_root();
+        let expect = crate::verify::Expect {
+            gateway_instance_id: &gateway,
+            wrapper_root: &wrapper_root,
+            cgroup_root: containment.gateway_root.as_deref(),
+        };
+        let reader = crate::ps::Reader::new();
         let sessions: Vec<Value> = self
             .all_sessions()
             .iter()
-            .map(|s| serde_json::to_value(s.status()).expect("serialisable"))
+            .map(|s| {
+                let st = s.status();
+                let usage = st
+                    .lease_id
+                    .as_ref()
+                    .and_then(|id| contained.get(id))
+                    .map(|l| {
+                        crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals
+                    });
+                let mut v = serde_json::to_value(st).expect("serialisable");
+                v["usage"] = serde_json::to_value(usage).expect("serialisable");
+                v
+            })
             .collect();
         let busy: Vec<&Value> = sessions.iter().filter(|s| s["busy"] == true).collect();
         let busy: Vec<Value> = busy.iter().map(|s| s["sessionKey"].clone()).collect();
@@ -235,6 +275,7 @@ impl Daemon {
             "stateDir": self.root.dir(),
             "database": self.root.db_path(),
             "wrapperRoot": self.root.wrapper_root(),
+            "containment": containment,
             "leases": counts,
             "legacyOpen": legacy_open,
             "daemon": {
@@ -255,6 +296,33 @@ impl Daemon {
     }
 }
 
+/// A daemon that runs in the leash cgroup root itself (a systemd unit with `Delegate=yes`) moves
+/// into a leaf of its own, `<root>/leash-daemon`: a cgroup with processes cannot enable
+/// controllers for its children (the no-internal-processes rule), and the session cgroups need
+/// them for limits. Anywhere else it stays where it is.
+fn enter_daemon_leaf(gateway: &str) {
+    let settings = crate::cgroup::Settings::from_env().unwrap_or_default();
+    let c = crate::cgroup::Containment::resolve(&settings, gateway);
+    let (Some(root), Some(mount)) = (c.root.as_deref(), c.mount.as_deref()) else {
+        return;
+    };
+    let own = fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| crate::cgroup::own_cgroup(&t));
+    let Some(own) = own else { return };
+    if mount.join(own.trim_start_matches('/')) != root {
+        return;
+    }
+    match crate::cgroup::move_self_to_leaf(root) {
+        Ok(leaf) => {
+            tracing::info!(cgroup = %leaf.display(), "moved the daemon into its leaf cgroup")
+        }
+        Err(e) => {
+            tracing::warn!(cgroup = %root.display(), error = %e, "cannot move the daemon into a leaf cgroup; limits may be refused")
+        }
+    }
+}
+
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP; returns after an orderly shutdown.
 pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
     let socket = cfg.socket.clone().unwrap_or_else(|| root.socket_path());
@@ -266,6 +334,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
     let me = crate::proc::self_id();
     let startup_reap = startup_reap(&root, &cfg)?;
     let mut store = Store::open(&root.db_path())?;
+    enter_daemon_leaf(store.gateway_instance_id());
     let resumable = take_interrupted(&mut store)?;
     let listener = bind_socket(&socket)?;
     let bound = fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok();

@@ -171,6 +171,14 @@ pub struct Ensure {
     pub parent: Option<String>,
     #[serde(default)]
     pub grace_ms: Option<u64>,
+    /// Limits of the session's cgroup (`leash exec --memory-max` etc.): bytes, a count, and
+    /// `cpu.max` as CPUs ("0.5") or "QUOTA PERIOD". Refused where they cannot be enforced.
+    #[serde(default)]
+    pub memory_max: Option<u64>,
+    #[serde(default)]
+    pub pids_max: Option<u64>,
+    #[serde(default)]
+    pub cpu_max: Option<String>,
 }
 
 /// Write one line to the adapter's stdin.

@@ -263,13 +263,32 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
             cmd.arg(flag).arg(v);
         }
     }
+    if let Some(m) = req.memory_max {
+        cmd.arg("--memory-max").arg(m.to_string());
+    }
+    if let Some(p) = req.pids_max {
+        cmd.arg("--pids-max").arg(p.to_string());
+    }
+    if let Some(c) = &req.cpu_max {
+        cmd.arg("--cpu-max").arg(c);
+    }
     cmd.arg("--").args(&req.argv);
     if let Some(cwd) = &req.cwd {
         cmd.current_dir(cwd);
     }
-    cmd.env_remove(crate::state::ENV_STATE_DIR)
-        .envs(&req.env)
-        .stdin(Stdio::piped())
+    cmd.env_remove(crate::state::ENV_STATE_DIR).envs(&req.env);
+    // The daemon's containment, whatever the client's environment says: a client may not turn
+    // containment off for its session, nor point it at another cgroup root.
+    for key in [
+        crate::cgroup::ENV_CONTAINMENT,
+        crate::cgroup::ENV_CGROUP_ROOT,
+    ] {
+        match std::env::var_os(key) {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group: a Ctrl-C meant for a foreground daemon must reach the daemon alone, which

@@ -12,7 +12,163 @@ use std::time::{Duration, Instant};
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub fn leash_bin() -> PathBuf {
+    init_containment();
     PathBuf::from(env!("CARGO_BIN_EXE_leash"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containment in tests. leash contains each lease in a cgroup by default when it can (as root
+// here), under the caller's own cgroup. Tests must create cgroups only under a root they made,
+// so before the first leash command of a test binary this points LEASH_CGROUP_ROOT at
+// `<cgroup2 mount>/leash-test-<pid>-bin`, made here and removed at exit (cgroup.kill, wait,
+// rmdir, bottom-up), and left-overs of test binaries that died are removed first.
+// `LEASH_TEST_CONTAINMENT=off` runs the same tests with containment off (CI runs the lifecycle
+// tests both ways).
+
+/// The cgroup2 mount point, from /proc/self/mountinfo.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split_whitespace().next() != Some("cgroup2") {
+            return None;
+        }
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+fn init_containment() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        // Set before any leash command runs; std serialises environment access with spawns.
+        if std::env::var("LEASH_TEST_CONTAINMENT").as_deref() == Ok("off") {
+            std::env::set_var("LEASH_CONTAINMENT", "off");
+            return;
+        }
+        let Some(mount) = cgroup2_mount() else {
+            eprintln!("containment: no cgroup2 mount; leash runs uncontained");
+            return;
+        };
+        sweep_dead_test_roots(&mount);
+        let root = mount.join(format!("leash-test-{}-bin", std::process::id()));
+        if let Err(e) = std::fs::create_dir(&root) {
+            eprintln!(
+                "containment: cannot create {} ({e}); leash runs with containment off",
+                root.display()
+            );
+            std::env::set_var("LEASH_CONTAINMENT", "off");
+            return;
+        }
+        std::env::set_var("LEASH_CGROUP_ROOT", &root);
+        extern "C" fn cleanup() {
+            if let Some(m) = cgroup2_mount() {
+                remove_cgroup_tree(&m.join(format!("leash-test-{}-bin", std::process::id())));
+            }
+        }
+        // SAFETY: registers a plain extern "C" fn; the test harness exits through exit(3).
+        unsafe { libc::atexit(cleanup) };
+    });
+}
+
+/// Removes `leash-test-<pid>-*` roots whose test process is gone (killed before its clean-up).
+fn sweep_dead_test_roots(mount: &Path) {
+    let Ok(rd) = std::fs::read_dir(mount) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("leash-test-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+}
+
+/// Kills every member of every cgroup under (and including) `root`, waits until each is empty,
+/// and removes them deepest first. For test-made roots only.
+pub fn remove_cgroup_tree(root: &Path) {
+    fn dirs(p: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs(&e.path(), out);
+                }
+            }
+        }
+        out.push(p.to_path_buf());
+    }
+    let mut all = Vec::new();
+    dirs(root, &mut all);
+    for d in &all {
+        let _ = std::fs::write(d.join("cgroup.kill"), "1");
+    }
+    for d in &all {
+        wait_for_within(Duration::from_secs(10), || !cgroup_populated(d));
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+pub fn cgroup_populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .is_ok_and(|t| t.lines().any(|l| l.trim() == "populated 1"))
+}
+
+pub fn cgroup_procs(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| {
+            t.split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A cgroup root made by one test, `<mount>/leash-test-<pid>-<tag>-<n>`, removed on drop with
+/// everything in it (also when the test fails).
+pub struct CgroupRoot(pub PathBuf);
+
+impl CgroupRoot {
+    /// `None`, with the reason printed, where cgroup2 or root is missing.
+    pub fn new(tag: &str) -> Option<CgroupRoot> {
+        init_containment();
+        if !is_root() {
+            eprintln!("skipped: containment tests need root (uid 0) to create cgroups");
+            return None;
+        }
+        let Some(mount) = cgroup2_mount() else {
+            eprintln!("skipped: no cgroup2 hierarchy mounted (see /proc/self/mountinfo)");
+            return None;
+        };
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = mount.join(format!("leash-test-{}-{tag}-{n}", std::process::id()));
+        std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        Some(CgroupRoot(p))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// `leash --state-dir STATE` with containment on under this root.
+    pub fn leash(&self, state: &Path) -> Command {
+        let mut c = leash(state);
+        c.env("LEASH_CGROUP_ROOT", &self.0)
+            .env("LEASH_CONTAINMENT", "on");
+        c
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        remove_cgroup_tree(&self.0);
+    }
 }
 
 /// The wrapper binary the `leash` binary will install (built next to it by `cargo test
@@ -32,6 +188,7 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        init_containment();
         let p = std::env::temp_dir().join(format!(
             "leash-test-{tag}-{}-{}",
             std::process::id(),

@@ -45,7 +45,7 @@ const KILL_SWEEP_INTERVAL: Duration = Duration::from_millis(20);
 const PARENT_POLL_FALLBACK: Duration = Duration::from_millis(50);
 
 const USAGE: &str = "\
-usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--] CMD [ARGS...]
+usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--cgroup DIR] [--] CMD [ARGS...]
 
 Runs CMD in its own process group and keeps its whole tree from outliving this wrapper's parent.
 
@@ -54,6 +54,9 @@ Runs CMD in its own process group and keeps its whole tree from outliving this w
   --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
                     (default: the parent at start)
   --report PATH     write pids, start times, group id and the exit status to PATH (atomically)
+  --cgroup DIR      start CMD inside this cgroup v2 directory (clone3 CLONE_INTO_CGROUP, else
+                    cgroup.procs before exec); the wrapper stays outside it, kills every member
+                    with cgroup.kill when it drains the tree, and removes it before exiting
   -h, --help        this text
   -V, --version     print the version (to stderr: stdout belongs to CMD)
 
@@ -68,6 +71,7 @@ struct Args {
     grace: Duration,
     owner_pid: Option<i32>,
     report: Option<PathBuf>,
+    cgroup: Option<PathBuf>,
     cmd: Vec<OsString>,
 }
 
@@ -89,24 +93,60 @@ fn run(args: Args) -> i32 {
         ));
     }
     let mut report = args.report.as_deref().map(Report::new);
+    let cgroup = match args.cgroup.as_deref().map(open_cgroup).transpose() {
+        Ok(c) => c,
+        Err(msg) => return end_early(&report, fail(&msg), "cannot-start"),
+    };
     let parent = match watch_parent(args.owner_pid) {
         Ok(p) => p,
-        Err(msg) => return end_early(&report, fail(&msg), "owner-gone"),
+        Err(msg) => {
+            remove_cgroup(cgroup.as_ref());
+            return end_early(&report, fail(&msg), "owner-gone");
+        }
     };
-    let mut child = match spawn_adapter(&args.cmd) {
+    let mut child = match spawn_adapter(&args.cmd, cgroup.as_ref()) {
         Ok(c) => c,
-        Err(code) => return end_early(&report, code, "cannot-start"),
+        Err(code) => {
+            remove_cgroup(cgroup.as_ref());
+            return end_early(&report, code, "cannot-start");
+        }
     };
     if let Some(r) = &mut report {
         r.adapter_started(&child);
         r.write(None, None);
     }
 
-    let status = supervise(&mut child, &parent, sigfd, args.grace);
+    let status = supervise(&mut child, &parent, sigfd, args.grace, cgroup.as_ref());
+    remove_cgroup(cgroup.as_ref());
     if let Some(r) = &report {
         r.write(Some(status.code), Some(status.end));
     }
     status.code
+}
+
+/// Opens the lease's cgroup. A lease recorded with a cgroup never runs outside it: if it cannot
+/// be opened, nothing is started.
+fn open_cgroup(path: &std::path::Path) -> Result<sys::Cgroup, String> {
+    let force = std::env::var_os("LEASH_WRAP_CGROUP_PROCS_WRITE").is_some_and(|v| v == "1");
+    sys::Cgroup::open(path, force).map_err(|e| {
+        format!(
+            "cannot open cgroup {}: {e}; not starting the command",
+            path.display()
+        )
+    })
+}
+
+/// Removes the lease's cgroup once it is empty (the lease keeps its path and id, and `leash`
+/// finds it gone). A failure is told once and otherwise harmless: `leash reap` sweeps it.
+fn remove_cgroup(cgroup: Option<&sys::Cgroup>) {
+    if let Some(cg) = cgroup {
+        if let Err(e) = cg.remove() {
+            diag(&format!(
+                "cannot remove cgroup {}: {e}",
+                cg.path().display()
+            ));
+        }
+    }
 }
 
 /// The adapter never ran: say so in the report (so the lease can be settled) and exit.
@@ -124,6 +164,7 @@ fn parse_args() -> Args {
     let mut grace = Duration::from_millis(DEFAULT_GRACE_MS);
     let mut owner_pid = None;
     let mut report = None;
+    let mut cgroup = None;
     let mut it = std::env::args_os().skip(1).peekable();
     let mut cmd = Vec::new();
     while let Some(arg) = it.next() {
@@ -156,6 +197,10 @@ fn parse_args() -> Args {
                 Some(p) => report = Some(PathBuf::from(p)),
                 None => usage_error("--report needs a path"),
             },
+            b"--cgroup" => match it.next() {
+                Some(p) if p.as_bytes().starts_with(b"/") => cgroup = Some(PathBuf::from(p)),
+                _ => usage_error("--cgroup needs an absolute path"),
+            },
             _ if bytes.starts_with(b"-") && bytes.len() > 1 => {
                 usage_error(&format!("unknown option '{}'", arg.to_string_lossy()));
             }
@@ -173,6 +218,7 @@ fn parse_args() -> Args {
         grace,
         owner_pid,
         report,
+        cgroup,
         cmd,
     }
 }
@@ -267,12 +313,12 @@ struct Adapter {
     reaped: bool,
 }
 
-fn spawn_adapter(cmd: &[OsString]) -> Result<Adapter, i32> {
+fn spawn_adapter(cmd: &[OsString], cgroup: Option<&sys::Cgroup>) -> Result<Adapter, i32> {
     let wrapper_pid = std::process::id() as i32;
     // Like tini: if we own the terminal's foreground, hand it to the adapter's new group so an
     // interactive adapter is not stopped by SIGTTIN.
     let hand_tty = sys::owns_foreground_tty();
-    match sys::spawn(cmd, wrapper_pid, hand_tty) {
+    match sys::spawn(cmd, wrapper_pid, hand_tty, cgroup) {
         Ok(pid) => {
             // The child is unreaped (we have not waited), so its pid cannot have been recycled.
             let pidfd = sys::pidfd_open(pid).ok();
@@ -388,6 +434,7 @@ fn supervise(
     parent: &ParentWatch,
     sigfd: sys::Fd,
     grace: Duration,
+    cgroup: Option<&sys::Cgroup>,
 ) -> Outcome {
     let mut phase = Phase::Running;
     let mut adapter_code: Option<i32> = None;
@@ -434,7 +481,7 @@ fn supervise(
                         adapter.pgid,
                         grace.as_millis()
                     ));
-                    sweep(adapter, libc::SIGTERM);
+                    sweep(adapter, libc::SIGTERM, cgroup);
                     phase = Phase::Terminating {
                         deadline: deadline_after(grace),
                     };
@@ -460,7 +507,10 @@ fn supervise(
         }
 
         if let Some(code) = adapter_code {
-            if !children_left {
+            // A member of the cgroup that is not our descendant can only have been moved in by
+            // someone with write access to it; it goes with the rest all the same.
+            let contained_left = !children_left && cgroup.is_some_and(sys::Cgroup::populated);
+            if !children_left && !contained_left {
                 return Outcome {
                     code,
                     end: if parent_died {
@@ -472,7 +522,7 @@ fn supervise(
             }
             if matches!(phase, Phase::Running) {
                 // The adapter is gone but left descendants: they are ours to clean up.
-                sweep(adapter, libc::SIGTERM);
+                sweep(adapter, libc::SIGTERM, cgroup);
                 phase = Phase::Terminating {
                     deadline: deadline_after(grace),
                 };
@@ -481,7 +531,10 @@ fn supervise(
 
         match phase {
             Phase::Terminating { deadline } if Instant::now() >= deadline => {
-                let n = sweep(adapter, libc::SIGKILL);
+                if let Some(cg) = cgroup {
+                    cg.kill();
+                }
+                let n = sweep(adapter, libc::SIGKILL, cgroup);
                 diag(&format!(
                     "grace of {} ms expired; sent SIGKILL to the adapter group and {n} \
                      descendant(s)",
@@ -490,7 +543,10 @@ fn supervise(
                 phase = Phase::Killing;
             }
             Phase::Killing => {
-                sweep(adapter, libc::SIGKILL);
+                if let Some(cg) = cgroup {
+                    cg.kill();
+                }
+                sweep(adapter, libc::SIGKILL, cgroup);
             }
             _ => {}
         }
@@ -516,11 +572,15 @@ fn forward(adapter: &Adapter, sig: i32) {
     }
 }
 
-/// Signals the adapter's group and every descendant of the wrapper found by walking
-/// `/proc/<pid>/task/<tid>/children`, including those re-parented to us after escaping the group
-/// with `setsid()`. Returns how many descendants were signalled individually.
-fn sweep(adapter: &Adapter, sig: i32) -> usize {
+/// Signals the adapter's group, every member of the lease's cgroup, and every descendant of the
+/// wrapper found by walking `/proc/<pid>/task/<tid>/children`, including those re-parented to us
+/// after escaping the group with `setsid()`. Returns how many descendants were signalled
+/// individually.
+fn sweep(adapter: &Adapter, sig: i32, cgroup: Option<&sys::Cgroup>) -> usize {
     signal_group(adapter, sig);
+    if let Some(cg) = cgroup {
+        cg.for_each_member(|pidfd| send_one(pidfd, sig));
+    }
     sys::for_each_descendant(|pidfd| send_one(pidfd, sig))
 }
 

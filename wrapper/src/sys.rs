@@ -199,7 +199,12 @@ pub fn owns_foreground_tty() -> bool {
 /// so it may use our memory: it runs on its own stack, makes only async-signal-safe calls that
 /// neither allocate nor lock, and reports a failure by storing its errno in `ChildArgs` before
 /// `_exit`.
-pub fn spawn(cmd: &[OsString], wrapper_pid: i32, hand_tty: bool) -> io::Result<i32> {
+pub fn spawn(
+    cmd: &[OsString],
+    wrapper_pid: i32,
+    hand_tty: bool,
+    cgroup: Option<&Cgroup>,
+) -> io::Result<i32> {
     let args = cmd
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -215,13 +220,31 @@ pub fn spawn(cmd: &[OsString], wrapper_pid: i32, hand_tty: bool) -> io::Result<i
     }
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
+    let mut errno_cell: i32 = 0;
     let mut child = ChildArgs {
         file: args[0].as_ptr(),
         argv: argv.as_ptr(),
         wrapper_pid,
         hand_tty,
-        errno: 0,
+        procs_path: std::ptr::null(),
+        errno: &mut errno_cell,
     };
+    if let Some(cg) = cgroup {
+        if !cg.force_procs_write {
+            match spawn_into_cgroup(&mut child, cg) {
+                // clone3 or CLONE_INTO_CGROUP unknown (Linux < 5.7): the fallback below.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSYS) | Some(libc::E2BIG) | Some(libc::EINVAL)
+                    ) => {}
+                r => return r,
+            }
+        }
+        // The child joins the cgroup itself (cgroup.procs) before it execs.
+        child.procs_path = cg.procs_path.as_ptr();
+        child.errno = &mut errno_cell;
+    }
     // execvp may copy argv onto the stack (a script without #!), so size the stack like glibc's
     // posix_spawn does: room for argv plus a margin for the calls themselves.
     let stack_len = (64 * 1024 + argv.len() * std::mem::size_of::<*const libc::c_char>())
@@ -257,10 +280,90 @@ pub fn spawn(cmd: &[OsString], wrapper_pid: i32, hand_tty: bool) -> io::Result<i
     if pid == -1 {
         return Err(clone_err);
     }
-    // SAFETY: the child wrote this field (if at all) before it exited; it is gone now.
-    let errno = unsafe { std::ptr::read_volatile(&child.errno) };
+    // SAFETY: the child wrote this cell (if at all) before it exited; it is gone now.
+    let errno = unsafe { std::ptr::read_volatile(child.errno) };
     if errno != 0 {
         // It exited without exec'ing: reap it here, so the supervision loop never sees it.
+        let mut status = 0;
+        // SAFETY: waiting for our own child; status is a live local.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(pid)
+}
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (Linux >= 5.7).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts the adapter directly inside the lease's cgroup: clone3 with CLONE_INTO_CGROUP, so there
+/// is no moment at which it runs outside it. Without CLONE_VM (clone3 has no function-pointer
+/// form; a child sharing our memory would return into our stack frames), so this is fork's
+/// copy-on-write, with CLONE_VFORK so we still resume only after its exec; the child reports a
+/// failure through a shared anonymous page, since it no longer shares our memory.
+fn spawn_into_cgroup(child: &mut ChildArgs, cg: &Cgroup) -> io::Result<i32> {
+    // SAFETY: a fresh anonymous shared mapping of one int, unmapped below.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return Err(last_err());
+    }
+    child.errno = page.cast::<i32>();
+    let args = CloneArgs {
+        flags: libc::CLONE_VFORK as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cg.dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 with a live, correctly sized clone_args. The child gets a copy of our
+    // memory (no CLONE_VM) and runs only `child_main`, which execs or `_exit`s; our one thread
+    // is the only thread, so no lock can be held in the copy.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid == 0 {
+        child_main((child as *mut ChildArgs).cast());
+        // SAFETY: unreachable in practice (child_main execs or exits); never return into the
+        // parent's frames.
+        unsafe { libc::_exit(127) };
+    }
+    let clone_err = last_err();
+    // SAFETY: the child has exec'd or exited (CLONE_VFORK); read its report, then unmap.
+    let errno = unsafe { std::ptr::read_volatile(page.cast::<i32>()) };
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(page, 4096) };
+    if pid < 0 {
+        return Err(clone_err);
+    }
+    let pid = pid as i32;
+    if errno != 0 {
         let mut status = 0;
         // SAFETY: waiting for our own child; status is a live local.
         unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -276,7 +379,10 @@ struct ChildArgs {
     argv: *const *const libc::c_char,
     wrapper_pid: i32,
     hand_tty: bool,
-    errno: i32,
+    /// `<cgroup>/cgroup.procs` when the child must join the cgroup itself (no clone3), else null.
+    procs_path: *const libc::c_char,
+    /// Where the child stores its errno (memory the parent reads after the child is gone).
+    errno: *mut i32,
 }
 
 /// The adapter's side of `spawn`, between clone and exec.
@@ -286,6 +392,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // NUL-terminated strings and array of `ChildArgs`; nothing allocates, locks or unwinds.
     unsafe {
         let a = arg.cast::<ChildArgs>();
+        if !(*a).procs_path.is_null() {
+            // "0": the writing process. Before anything else, so nothing runs outside it.
+            let fd = libc::open((*a).procs_path, libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                child_fail(a, errno());
+            }
+            libc::close(fd);
+        }
         if libc::setpgid(0, 0) != 0 {
             child_fail(a, errno());
         }
@@ -326,13 +440,144 @@ unsafe fn child_fail(a: *mut ChildArgs, e: i32) -> ! {
     // SAFETY: as the caller guarantees; `_exit` runs no atexit handlers or destructors, which
     // belong to the parent whose memory we share.
     unsafe {
-        std::ptr::write_volatile(&mut (*a).errno, if e == 0 { libc::EIO } else { e });
+        std::ptr::write_volatile((*a).errno, if e == 0 { libc::EIO } else { e });
         libc::_exit(127)
     }
 }
 
 fn errno() -> i32 {
     last_err().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The lease's cgroup, held open: the adapter is started inside it, the wrapper itself stays
+/// outside (so it outlives what it drains), and at the end every member is killed at once.
+pub struct Cgroup {
+    dir: Fd,
+    path: std::path::PathBuf,
+    procs_path: CString,
+    ino: u64,
+    /// Join through cgroup.procs even where clone3 works (tests exercise the fallback).
+    force_procs_write: bool,
+}
+
+impl Cgroup {
+    pub fn open(path: &std::path::Path, force_procs_write: bool) -> io::Result<Cgroup> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: open with a NUL-terminated path; the fd is ours.
+        let fd = cvt(unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: the kernel just returned this fd.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: fstat fills a local we own.
+        let ino = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            cvt(libc::fstat(dir.as_raw_fd(), &mut st))?;
+            st.st_ino
+        };
+        let mut procs = path.as_os_str().as_bytes().to_vec();
+        procs.extend_from_slice(b"/cgroup.procs");
+        Ok(Cgroup {
+            dir,
+            path: path.to_path_buf(),
+            procs_path: CString::new(procs)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+            ino,
+            force_procs_write,
+        })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// A file in the held directory (the magic link pins the very directory we opened).
+    fn file(&self, name: &str) -> String {
+        format!("/proc/self/fd/{}/{name}", self.dir.as_raw_fd())
+    }
+
+    /// `populated 1` in cgroup.events (an unreadable file counts as populated: keep draining).
+    pub fn populated(&self) -> bool {
+        match std::fs::read_to_string(self.file("cgroup.events")) {
+            Ok(t) => !t.lines().any(|l| l.trim() == "populated 0"),
+            Err(_) => true,
+        }
+    }
+
+    /// Calls `f` with a pidfd for every member, each confirmed still listed after it was pinned
+    /// (a pid recycled between the read and the pidfd is then not a member). Returns the count.
+    pub fn for_each_member(&self, mut f: impl FnMut(&Fd)) -> usize {
+        let read = || -> Vec<i32> {
+            std::fs::read_to_string(self.file("cgroup.procs"))
+                .map(|t| {
+                    t.split_whitespace()
+                        .filter_map(|s| s.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let listed = read();
+        let pinned: Vec<(i32, Fd)> = listed
+            .into_iter()
+            .filter(|&p| p > 1)
+            .filter_map(|p| pidfd_open(p).ok().map(|fd| (p, fd)))
+            .collect();
+        let still = read();
+        let mut n = 0;
+        for (pid, fd) in &pinned {
+            if still.contains(pid) {
+                f(fd);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// SIGKILLs every member at once: cgroup.kill (Linux >= 5.14); older kernels: freeze, kill
+    /// each member, thaw.
+    pub fn kill(&self) {
+        if std::fs::write(self.file("cgroup.kill"), b"1").is_ok() {
+            return;
+        }
+        let _ = std::fs::write(self.file("cgroup.freeze"), b"1");
+        self.for_each_member(|fd| pidfd_signal(fd, libc::SIGKILL));
+        let _ = std::fs::write(self.file("cgroup.freeze"), b"0");
+    }
+
+    /// Removes the (empty) cgroup if the name still holds the directory we opened.
+    pub fn remove(&self) -> io::Result<()> {
+        let c = CString::new(self.path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: lstat fills a local; rmdir takes a NUL-terminated path.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::lstat(c.as_ptr(), &mut st) != 0 {
+                let e = last_err();
+                // Already removed (by `leash close` or `reap`): nothing to do, nothing to say.
+                return if e.raw_os_error() == Some(libc::ENOENT) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            if st.st_ino != self.ino {
+                return Err(io::Error::from_raw_os_error(libc::ESTALE));
+            }
+            if libc::rmdir(c.as_ptr()) == 0 {
+                return Ok(());
+            }
+            let e = last_err();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        }
+    }
 }
 
 /// Writes to stderr, ignoring every failure (a closed or broken stderr must not kill us; SIGPIPE

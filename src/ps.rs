@@ -1,0 +1,223 @@
+//! `leash ps`: what each open session costs the machine, so an operator can find the one that
+//! is eating it. For each open or closing lease: its members (pid, command, RSS, CPU time) and
+//! the session's totals. Read from the lease's verified cgroup where there is one
+//! (`cgroup.procs`, `cpu.stat`, `memory.current` where the memory controller is enabled: the
+//! cgroup's CPU time includes members that already exited), else from the verified process
+//! tree. Reads only; the cost follows the sessions, never the host.
+
+use crate::cgroup::{Containment, Verified};
+use crate::lease::{Lease, LeaseState};
+use crate::proc::ProcessTable;
+use crate::state::StateRoot;
+use crate::store::{Store, StoreError};
+use crate::verify::{verify_owned_tree, Expect, Verdict};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberUsage {
+    pub pid: i32,
+    pub command: String,
+    pub rss_bytes: u64,
+    pub cpu_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    pub processes: usize,
+    /// Sum of the members' RSS (shared pages counted once per process).
+    pub rss_bytes: u64,
+    /// The cgroup's CPU time where there is one (exited members included), else the members'.
+    pub cpu_ms: u64,
+    /// `memory.current` of the cgroup, where the memory controller is enabled for it.
+    pub memory_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUsage {
+    pub session_key: String,
+    pub lease_id: String,
+    pub state: LeaseState,
+    /// `cgroup` (read from the verified cgroup), `tree` (from the verified process tree) or
+    /// `none` (nothing verified alive; `reason` says why).
+    pub source: String,
+    pub cgroup: Option<String>,
+    pub members: Vec<MemberUsage>,
+    pub totals: Totals,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PsReport {
+    pub sessions: Vec<SessionUsage>,
+}
+
+/// The usage of every open or closing lease of this state root.
+pub fn ps(
+    root: &StateRoot,
+    store: &Store,
+    table: &dyn ProcessTable,
+    containment: &Containment,
+) -> Result<PsReport, StoreError> {
+    let leases: Vec<Lease> = store
+        .leases(&[LeaseState::Open, LeaseState::Closing])?
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect();
+    let gateway = store.gateway_instance_id().to_string();
+    let wrapper_root = root.wrapper_root();
+    let expect = Expect {
+        gateway_instance_id: &gateway,
+        wrapper_root: &wrapper_root,
+        cgroup_root: containment.gateway_root.as_deref(),
+    };
+    let reader = Reader::new();
+    let sessions = leases
+        .iter()
+        .map(|l| usage_of(l, &expect, table, &reader))
+        .collect();
+    Ok(PsReport { sessions })
+}
+
+/// One lease's usage (also what `leash sessions status` and the daemon's status carry).
+pub fn usage_of(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    table: &dyn ProcessTable,
+    reader: &Reader,
+) -> SessionUsage {
+    let mut out = SessionUsage {
+        session_key: lease.session_key.clone(),
+        lease_id: lease.lease_id.clone(),
+        state: lease.state,
+        source: "none".into(),
+        cgroup: lease.cgroup_path.clone(),
+        members: Vec::new(),
+        totals: Totals::default(),
+        reason: None,
+    };
+    if let Some(h) = verified_cgroup(lease, expect) {
+        out.source = "cgroup".into();
+        out.members = h
+            .procs()
+            .into_iter()
+            .filter_map(|p| reader.member(p))
+            .collect();
+        let usage = h.usage();
+        out.totals = totals(&out.members);
+        if let Some(us) = usage.cpu_usec {
+            out.totals.cpu_ms = us / 1000;
+        }
+        out.totals.memory_bytes = usage.memory_bytes;
+        // The wrapper is outside its cgroup (it outlives what it drains); list it too.
+        if let Some(w) = reader.member(lease.root_pid) {
+            out.totals.processes += 1;
+            out.totals.rss_bytes += w.rss_bytes;
+            out.members.insert(0, w);
+        }
+        return out;
+    }
+    let snap = match table.subtree(lease.root_pid) {
+        Ok(s) => s,
+        Err(e) => {
+            out.reason = Some(e.to_string());
+            return out;
+        }
+    };
+    match verify_owned_tree(lease, expect, &snap) {
+        Verdict::Owned(tree) => {
+            out.source = "tree".into();
+            let mut pids: Vec<i32> = tree.children_first().map(|m| m.pid).collect();
+            pids.reverse();
+            out.members = pids.into_iter().filter_map(|p| reader.member(p)).collect();
+            out.totals = totals(&out.members);
+        }
+        Verdict::Gone { reason }
+        | Verdict::NotOwned { reason }
+        | Verdict::Unverifiable { reason } => out.reason = Some(reason),
+    }
+    out
+}
+
+fn verified_cgroup(lease: &Lease, expect: &Expect<'_>) -> Option<Verified> {
+    let path = Path::new(lease.cgroup_path.as_deref()?);
+    let root = expect.cgroup_root?;
+    if path != root.join(&lease.lease_id) || lease.gateway_instance_id != expect.gateway_instance_id
+    {
+        return None;
+    }
+    Verified::open(path, lease.cgroup_id?).ok()
+}
+
+fn totals(members: &[MemberUsage]) -> Totals {
+    Totals {
+        processes: members.len(),
+        rss_bytes: members.iter().map(|m| m.rss_bytes).sum(),
+        cpu_ms: members.iter().map(|m| m.cpu_ms).sum(),
+        memory_bytes: None,
+    }
+}
+
+/// Reads one process's command, RSS and CPU time from `/proc`.
+pub struct Reader {
+    tick_ms: f64,
+    page: u64,
+}
+
+impl Reader {
+    pub fn new() -> Reader {
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100)
+            .max(1);
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096)
+            .max(1);
+        Reader {
+            tick_ms: 1000.0 / hz as f64,
+            page: page as u64,
+        }
+    }
+
+    pub fn member(&self, pid: i32) -> Option<MemberUsage> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let comm = stat.get(open + 1..close)?.to_string();
+        let f: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+        // After the name: state is field 3, utime 14, stime 15, rss 24 (1-based in proc(5)).
+        let num = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let command = if cmdline.is_empty() {
+            format!("[{comm}]")
+        } else {
+            String::from_utf8_lossy(&cmdline)
+                .trim_end_matches('\0')
+                .replace('\0', " ")
+        };
+        Some(MemberUsage {
+            pid,
+            command,
+            rss_bytes: num(24) * self.page,
+            cpu_ms: ((num(14) + num(15)) as f64 * self.tick_ms) as u64,
+        })
+    }
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Reader::new()
+    }
+}

@@ -1,0 +1,86 @@
+//! Issue 12 through the daemon: sessions it spawns are contained in the daemon's cgroup root
+//! (whatever a client's `env` says), its status carries the containment and each contained
+//! session's totals, `ensure` with a limit the controllers cannot enforce is refused, and a close
+//! through the daemon takes an env-less escapee. The test binary's own cgroup root (see
+//! `tests/common`) is where the daemon puts them.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::json;
+
+#[test]
+fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
+    let tmp = TempDir::new("d-contain");
+    if std::env::var("LEASH_CONTAINMENT").as_deref() == Ok("off")
+        || std::env::var_os("LEASH_CGROUP_ROOT").is_none()
+    {
+        eprintln!("skipped: containment is off for this run (not root, no cgroup2, or LEASH_TEST_CONTAINMENT=off)");
+        return;
+    }
+    let state = tmp.join("state");
+    let d = tmp.path().display().to_string();
+    let adapter = script(
+        tmp.path(),
+        "adapter.sh",
+        &format!(
+            "( setsid env -i /bin/sh -c 'trap \"\" TERM; echo $$ > \"{d}/escapee.pid\"; \
+             exec sleep 100000' & )\nexec sleep 100000"
+        ),
+    );
+    let mut daemon = Daemon::start(&state, &[]);
+    let mut c = daemon.connect();
+    let mut guard = Guard::new();
+    // A client cannot switch containment off for its session (LEASH_* names are refused).
+    assert_eq!(
+        c.error_code(
+            "ensure",
+            json!({"session": "x", "argv": ["true"], "env": {"LEASH_CONTAINMENT": "off"}})
+        ),
+        "bad_request"
+    );
+    let started = c.call(
+        "ensure",
+        json!({"session": "s", "argv": [adapter.to_str().unwrap()], "graceMs": 200}),
+    );
+    let escapee = read_pid_file(&tmp.join("escapee.pid"));
+    guard.add(escapee);
+    let lease = lease_row(&mut c, started["leaseId"].as_str().unwrap());
+    let cgroup = std::path::PathBuf::from(lease["cgroupPath"].as_str().expect("contained"));
+    assert!(cgroup_procs(&cgroup).contains(&escapee.pid));
+
+    let st = c.call("status", json!({}));
+    assert_eq!(st["containment"]["mode"], "on", "{st}");
+    let s = session_status(&mut c, "s").unwrap();
+    assert_eq!(s["usage"]["processes"], 3, "wrapper, adapter, escapee: {s}");
+    assert!(s["usage"]["rssBytes"].as_u64().unwrap() > 0, "{s}");
+
+    let controllers = std::fs::read_to_string(cgroup.parent().unwrap().join("cgroup.controllers"))
+        .unwrap_or_default();
+    if !controllers.split_whitespace().any(|c| c == "memory") {
+        let r = c.request(
+            "ensure",
+            json!({"session": "m", "argv": ["sleep", "100"], "memoryMax": 67108864}),
+        );
+        assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("memory controller"),
+            "{r}"
+        );
+    }
+
+    let out = run(
+        &state,
+        &["close", "--session", "s", "--grace-ms", "200", "--json"],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        wait_for(|| !escapee.alive()),
+        "close through the daemon left the escapee"
+    );
+    assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
+    daemon.terminate();
+}
