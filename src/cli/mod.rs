@@ -5,6 +5,7 @@
 mod output;
 mod serve;
 pub mod sessions;
+mod verify;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
@@ -31,6 +32,7 @@ Exit codes:
   5    the requester may not see that session
   6    ownership could not be verified: nothing was signalled (the reason is printed and recorded)
   7    the operation needs a running daemon (leash serve)
+  8    leash verify: ownership disproven (dead)
   125  leash exec could not start the wrapper; any other status of leash exec is the adapter's";
 
 #[derive(Debug, Parser)]
@@ -108,6 +110,9 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Sessions as a requester sees them: list, history, send, status (one visibility check).
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Is a lease's process alive and ours (owned), dead, or unknowable? Never signals.
+    #[command(long_about = verify::VERIFY_ABOUT, after_help = verify::VERIFY_CODES)]
+    Verify(verify::VerifyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -366,6 +371,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             let client = daemon()?;
             sessions::run(root, c, client)
         }
+        Command::Verify(a) => verify::run(&root, &a, daemon()?),
     }
 }
 

@@ -116,7 +116,7 @@ pub(super) fn connect(
 }
 
 /// Maps a daemon error to the exit code the same failure has without a daemon.
-fn remote(e: ClientError) -> Failure {
+pub(super) fn remote(e: ClientError) -> Failure {
     let code = match e.code() {
         Some(Code::NotFound) => exitcode::NOT_FOUND,
         Some(Code::Conflict | Code::NotRunning | Code::ShuttingDown) => exitcode::CONFLICT,
@@ -126,7 +126,7 @@ fn remote(e: ClientError) -> Failure {
     Failure::new(code, format!("{e} (via the daemon)"))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
+pub(super) fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
     serde_json::from_value(v).map_err(|e| {
         Failure::new(
             exitcode::FAILURE,

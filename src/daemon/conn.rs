@@ -240,6 +240,22 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
                 .map_err(OpError::from);
             out.reply(&id, r);
         }
+        Op::Verify(t) => {
+            out.reply(&id, verify(d, &t));
+        }
+    }
+}
+
+/// `leash verify` in the daemon: reads only, never signals.
+fn verify(d: &Daemon, t: &Target) -> Reply {
+    use crate::ownership::VerifyError;
+    let table = LiveTable;
+    match crate::ownership::verify(&d.root, &table, &lease_ref(t)) {
+        Ok(r) => Ok(serde_json::to_value(r).expect("serialisable")),
+        Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
+            Err(fail(Code::NotFound, e.to_string()))
+        }
+        Err(VerifyError::Store(e)) => Err(e.into()),
     }
 }
 

@@ -134,11 +134,14 @@ pub enum Op {
     Leases(Leases),
     Sessions(Sessions),
     Events(Events),
+    /// Is this lease's process alive and ours, dead, or unknowable? (`leash verify`)
+    Verify(Target),
 }
 
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
     "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
+    "verify",
 ];
 
 /// Spawn a session's adapter under a lease, or return the running one.
@@ -279,6 +282,15 @@ struct RawTarget {
     lease: Option<String>,
     #[serde(default)]
     acp_session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawVerify {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -532,6 +544,10 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             check_key("session", &e.session)?;
             Op::Events(e)
         }
+        "verify" => {
+            let raw: RawVerify = fields_of(op, fields)?;
+            Op::Verify(one_target(op, raw.session, raw.lease)?)
+        }
         other => {
             return Err((
                 Code::UnknownOp,
@@ -777,6 +793,9 @@ mod tests {
             ),
             (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
                 matches!(o, Op::Events(_))
+            }),
+            (r#"{"id":10,"op":"verify","lease":"L"}"#, |o| {
+                matches!(o, Op::Verify(Target::Lease(l)) if l == "L")
             }),
         ];
         for (line, check) in cases {

@@ -378,3 +378,25 @@ pub fn tamper(state: &Path, lease_id: &str, set: &str, params: &[i64]) {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+/// Held by every test that forces pids (they share ns_last_pid).
+pub static FORCING_PIDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
+/// `None` when the pid stays taken by someone else.
+pub fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<std::process::Child> {
+    for _ in 0..200 {
+        if Pid::of(target).is_some() {
+            return None; // a stranger holds it now
+        }
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (target - 1).to_string()).unwrap();
+        let mut child = cmd.spawn().unwrap();
+        if child.id() as i32 == target {
+            return Some(child);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    None
+}
+
