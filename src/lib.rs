@@ -37,6 +37,7 @@ pub mod lifecycle;
 pub mod ownership;
 pub mod plan;
 pub mod proc;
+pub mod reconcile;
 pub mod report;
 pub mod sessions;
 pub mod signal;

@@ -3,6 +3,7 @@
 //! [`crate::exitcode`].
 
 mod output;
+mod logging;
 mod serve;
 pub mod sessions;
 mod verify;
@@ -307,7 +308,10 @@ impl From<LifecycleError> for Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, matches!(cli.command, Command::Serve(_)));
+    match &cli.command {
+        Command::Serve(a) => logging::init(cli.verbose, true, a.log_format),
+        _ => logging::init(cli.verbose, false, logging::LogFormat::Text),
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
@@ -315,23 +319,6 @@ pub fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
-}
-
-fn init_logging(verbose: u8, daemon: bool) {
-    let default = match verbose {
-        0 if daemon => "info",
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
 }
 
 fn open_root(cli_dir: Option<&std::path::Path>) -> Result<StateRoot, Failure> {

@@ -46,9 +46,21 @@ pub struct ServeArgs {
     /// Milliseconds between SIGTERM and SIGKILL for sessions whose ensure names none
     #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
     pub grace_ms: u64,
-    /// Startup reap: delete closed and lost leases that ended longer ago than this
+    /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
     pub retention: Duration,
+    /// Run the orphans-only reap of this state root this often (leases of sessions started
+    /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub reconcile_interval: Duration,
+    /// Serve Prometheus/OpenMetrics metrics over HTTP on ADDR (e.g. 127.0.0.1:9464, or a port on
+    /// loopback); off by default. The `metrics` op serves the same text over the socket
+    #[arg(long, value_name = "ADDR", value_parser = crate::daemon::metrics::parse_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Log format on stderr: text (the default) or json (one object per line, with lease_id,
+    /// session, pid and op fields where they apply)
+    #[arg(long, value_name = "FORMAT", default_value = "text", env = "LEASH_LOG_FORMAT")]
+    pub log_format: super::logging::LogFormat,
 }
 
 pub(super) fn run_serve(
@@ -65,14 +77,16 @@ pub(super) fn run_serve(
         },
         default_grace_ms: a.grace_ms,
         retention: a.retention,
+        reconcile_interval: Some(a.reconcile_interval).filter(|d| !d.is_zero()),
+        metrics: a.metrics,
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),
         Err(e) => {
             let code = match e {
-                ServeError::AlreadyRunning { .. } | ServeError::SocketInUse(_) => {
-                    exitcode::CONFLICT
-                }
+                ServeError::AlreadyRunning { .. }
+                | ServeError::SocketInUse(_)
+                | ServeError::Metrics { .. } => exitcode::CONFLICT,
                 _ => exitcode::FAILURE,
             };
             Err(Failure::new(code, e.to_string()))

@@ -203,6 +203,8 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         }
     };
     let id = req.id;
+    let started = std::time::Instant::now();
+    let op_name = req.op.name();
     tracing::debug!(id = %id, op = ?std::mem::discriminant(&req.op), request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
@@ -243,6 +245,17 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         Op::Verify(t) => {
             out.reply(&id, verify(d, &t));
         }
+        Op::Metrics => {
+            let text = super::metrics::render(d);
+            out.reply(
+                &id,
+                Ok(json!({"contentType": "application/openmetrics-text; version=1.0.0", "text": text})),
+            );
+        }
+    }
+    // Long ops (close, reap) are timed where they reply, in off_thread.
+    if !matches!(op_name, "close" | "reap") {
+        d.metrics.observe_request(op_name, started.elapsed());
     }
 }
 
@@ -263,14 +276,17 @@ fn off_thread(
     d: &Arc<Daemon>,
     out: &Arc<Out>,
     id: Value,
-    name: &str,
+    name: &'static str,
     f: impl FnOnce(&Daemon) -> Reply + Send + 'static,
 ) {
     let (d, out2) = (d.clone(), out.clone());
+    let op_name = name;
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            let started = std::time::Instant::now();
             let r = f(&d);
+            d.metrics.observe_request(op_name, started.elapsed());
             out2.reply(&id, r);
         });
     if let Err(e) = spawned {
@@ -377,6 +393,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
         limits: d.cfg.replay,
     };
     let s = session::spawn(&spec, e)?;
+    d.metrics.wrapper_starts.inc();
     d.sessions().insert(e.session.clone(), s.clone());
     if let Err(err) = s.await_started() {
         if matches!(err, SpawnError::Timeout(_)) {
@@ -590,6 +607,7 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
     }
     let report = ctl.reap(&opts)?;
     drop(ctl);
+    d.metrics.record_outcomes(&report.leases, true);
     for s in d.all_sessions() {
         s.sync_events();
     }
