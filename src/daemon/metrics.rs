@@ -355,12 +355,17 @@ mod tests {
     fn the_exposition_names_every_family() {
         let m = Metrics::new();
         m.wrapper_starts.inc();
+        m.leases
+            .get_or_create(&StateLabel {
+                state: "open".into(),
+            })
+            .set(3);
         m.observe_request("status", Duration::from_millis(2));
         let text = m.encode();
         for name in [
             "leash_wrapper_starts_total 1",
             "leash_request_duration_seconds_bucket{",
-            "# TYPE leash_leases gauge",
+            "leash_leases{state=\"open\"} 3",
             "# EOF",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
