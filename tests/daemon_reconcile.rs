@@ -10,48 +10,6 @@ mod daemon_support;
 use common::*;
 use daemon_support::*;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
-
-/// `sh -c 'leash exec … -- sh -c "trap.sh LOG & wait" & wait; THEN'`: the sh is the owner, the
-/// adapter starts the trap script in the background, so the trap script outlives a SIGKILLed
-/// wrapper (the adapter itself dies with it, by its parent-death signal). Returns (owner,
-/// wrapper, the trap script).
-fn outside_session(
-    guard: &mut Guard,
-    state: &Path,
-    dir: &Path,
-    session: &str,
-    then: &str,
-) -> (Pid, Pid, Logged) {
-    let trap = trap_script(dir);
-    let log = dir.join(format!("{session}.log"));
-    let inner = format!("'{}' '{}' & wait", trap.display(), log.display());
-    let owner_script = format!(
-        "'{}' --state-dir '{}' exec --session {session} --grace-ms 200 -- sh -c \"{inner}\" & wait; {then}",
-        leash_bin().display(),
-        state.display(),
-    );
-    let child = guard.child(
-        Command::new("sh")
-            .arg("-c")
-            .arg(owner_script)
-            .env_remove("LEASH_STATE_DIR")
-            .spawn()
-            .unwrap(),
-    );
-    let owner = Pid::of(child.id() as i32).unwrap();
-    let escapee = Logged::wait_started(log);
-    guard.add(escapee.pid);
-    let mut wrapper = None;
-    assert!(wait_for(|| {
-        wrapper = children(owner.pid).first().and_then(|&p| Pid::of(p));
-        wrapper.is_some()
-    }));
-    let wrapper = wrapper.unwrap();
-    guard.add(wrapper);
-    (owner, wrapper, escapee)
-}
 
 fn passes(c: &mut Conn) -> u64 {
     let s = c.call("status", json!({}));

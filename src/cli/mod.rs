@@ -3,6 +3,7 @@
 //! [`crate::exitcode`].
 
 mod output;
+mod docs;
 mod logging;
 mod serve;
 pub mod sessions;
@@ -114,6 +115,10 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Is a lease's process alive and ours (owned), dead, or unknowable? Never signals.
     #[command(long_about = verify::VERIFY_ABOUT, after_help = verify::VERIFY_CODES)]
     Verify(verify::VerifyArgs),
+    /// Print shell completions (bash, zsh, fish, …) generated from these definitions.
+    Completions(docs::CompletionsArgs),
+    /// Print the man page of leash or of one subcommand, or write them all with --out-dir.
+    Man(docs::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -327,6 +332,12 @@ fn open_root(cli_dir: Option<&std::path::Path>) -> Result<StateRoot, Failure> {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    // These need no state root.
+    match &cli.command {
+        Command::Completions(a) => return docs::completions(a),
+        Command::Man(a) => return docs::man(a),
+        _ => {}
+    }
     let root = open_root(cli.state_dir.as_deref())?;
     // These commands go through the daemon when one serves the state root.
     let daemon = || serve::connect(&root, cli.socket.as_deref(), cli.no_daemon);
@@ -359,6 +370,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             sessions::run(root, c, client)
         }
         Command::Verify(a) => verify::run(&root, &a, daemon()?),
+        Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     }
 }
 
