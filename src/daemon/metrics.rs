@@ -149,7 +149,7 @@ impl Metrics {
         );
         registry.register(
             "escapees_killed",
-            "Marked processes outside the wrapper's tree that were signalled",
+            "Processes of a lease outside its wrapper's tree (escapees) that were signalled",
             m.escapees_killed.clone(),
         );
         registry.register_with_unit(
@@ -210,6 +210,9 @@ impl Metrics {
                     result: result_name(o.result).into(),
                 })
                 .inc();
+            // An escapee is a process of the lease outside its wrapper's tree: a marked one, or
+            // anything signalled when the wrapper itself was gone (not signalled).
+            let wrapper_present = o.signals.iter().any(|s| s.role == Role::Root);
             let mut escapees = std::collections::HashSet::new();
             for s in &o.signals {
                 if s.delivery != Delivery::Delivered {
@@ -221,7 +224,7 @@ impl Metrics {
                         role: format!("{:?}", s.role).to_lowercase(),
                     })
                     .inc();
-                if s.role == Role::Marked {
+                if s.role == Role::Marked || !wrapper_present {
                     escapees.insert((s.pid, s.start_time));
                 }
             }
@@ -307,20 +310,34 @@ fn answer(s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
     let mut reader = BufReader::new(s.try_clone()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
-    // Headers up to the blank line; a scraper sends a few.
+    // Headers up to the blank line; a scraper sends a few. Prometheus asks for OpenMetrics in
+    // Accept; anything else (curl, promtool, older scrapers) gets the classic text format.
+    let mut openmetrics = false;
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
             break;
         }
+        let lower = h.to_ascii_lowercase();
+        if lower.starts_with("accept:") && lower.contains("application/openmetrics-text") {
+            openmetrics = true;
+        }
     }
     let mut s = s;
     let (status, body, ctype) = if request_line.starts_with("GET ") {
-        (
-            "200 OK",
-            render(),
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
+        if openmetrics {
+            (
+                "200 OK",
+                render(),
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+        } else {
+            (
+                "200 OK",
+                to_prometheus_text(&render()),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
     } else {
         (
             "405 Method Not Allowed",
@@ -334,6 +351,33 @@ fn answer(s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
         body.len()
     )?;
     s.flush()
+}
+
+/// The OpenMetrics exposition in the classic Prometheus text format (0.0.4), for clients that
+/// do not ask for OpenMetrics: a counter family is named with its `_total` suffix in HELP and
+/// TYPE (as its samples are), and the OpenMetrics-only `# UNIT` and `# EOF` lines go. Pure.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }
 
 /// Parses `--metrics ADDR`: `host:port` (`127.0.0.1:9464`, `[::1]:9464`) or a bare port on
@@ -370,6 +414,17 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
+    }
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix() {
+        let m = Metrics::new();
+        m.wrapper_starts.inc();
+        let text = to_prometheus_text(&m.encode());
+        assert!(text.contains("# TYPE leash_wrapper_starts_total counter\n"), "{text}");
+        assert!(text.contains("# HELP leash_wrapper_starts_total "), "{text}");
+        assert!(text.contains("leash_wrapper_starts_total 1\n"), "{text}");
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl Daemon {
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP; returns after an orderly shutdown.
-pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
+pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     let socket = cfg.socket.clone().unwrap_or_else(|| root.socket_path());
     let socket = absolute(&socket);
     if socket.as_os_str().len() > MAX_SOCKET_PATH {
@@ -313,10 +313,13 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         None => bind_socket(&socket)?,
     };
     let metrics_listener = match cfg.metrics {
-        Some(addr) => Some(
-            std::net::TcpListener::bind(addr)
-                .map_err(|source| ServeError::Metrics { addr, source })?,
-        ),
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .map_err(|source| ServeError::Metrics { addr, source })?;
+            // Port 0 picks a free port: status reports the one bound.
+            cfg.metrics = l.local_addr().ok().or(cfg.metrics);
+            Some(l)
+        }
         None => None,
     };
     let bound = fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok();
