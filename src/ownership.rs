@@ -124,7 +124,9 @@ pub fn judge(
     let snap = match snap {
         Ok(s) => s,
         Err(e) => {
-            report.evidence.push(format!("{e}; nothing could be proven"));
+            report
+                .evidence
+                .push(format!("{e}; nothing could be proven"));
             return report;
         }
     };
@@ -238,11 +240,7 @@ mod tests {
             start_time,
             state: 'S',
             exe: Some("/w/leash-wrap".into()),
-            argv: Some(vec![
-                "/w/leash-wrap".into(),
-                "--".into(),
-                "adapter".into(),
-            ]),
+            argv: Some(vec!["/w/leash-wrap".into(), "--".into(), "adapter".into()]),
             env: Some(LeaseEnv {
                 lease_id: Some("L1".into()),
                 gateway_instance_id: Some("G".into()),

@@ -19,7 +19,7 @@
 use crate::lease::{now_ms, Lease, LeaseState, ProcessId};
 use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
-use crate::proc::{ProcessTable, TableError};
+use crate::proc::ProcessTable;
 use crate::state::StateRoot;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -114,10 +114,8 @@ impl PassReport {
 }
 
 fn alive(table: &dyn ProcessTable, id: ProcessId) -> Option<bool> {
-    match table.alive(id) {
-        Ok(a) => Some(a),
-        Err(TableError::Unavailable(_)) => None,
-    }
+    // Unavailable: unknown, and an unknown fact never leads to action.
+    table.alive(id).ok()
 }
 
 /// One reconcile pass over `root`.
@@ -142,7 +140,10 @@ pub fn pass(
             Facts {
                 owner_alive: alive(table, lease.owner()),
                 root_alive: alive(table, lease.root()),
-                claimant_alive: lease.claimed_by.map(|c| alive(table, c)).unwrap_or(Some(false)),
+                claimant_alive: lease
+                    .claimed_by
+                    .map(|c| alive(table, c))
+                    .unwrap_or(Some(false)),
             }
         } else {
             Facts {
@@ -151,8 +152,7 @@ pub fn pass(
                 claimant_alive: None,
             }
         };
-        if lease.state.is_active() && (facts.owner_alive.is_none() || facts.root_alive.is_none())
-        {
+        if lease.state.is_active() && (facts.owner_alive.is_none() || facts.root_alive.is_none()) {
             report.unreadable += 1;
         }
         match decide(lease, facts, me, now, retention) {
@@ -244,8 +244,14 @@ mod tests {
     fn unknown_facts_and_own_sessions_are_left_alone() {
         let l = lease("open", 50);
         let h = Duration::from_secs(3600);
-        assert_eq!(decide(&l, facts(None, Some(false)), ME, 3_000, h), Action::Leave);
-        assert_eq!(decide(&l, facts(Some(true), None), ME, 3_000, h), Action::Leave);
+        assert_eq!(
+            decide(&l, facts(None, Some(false)), ME, 3_000, h),
+            Action::Leave
+        );
+        assert_eq!(
+            decide(&l, facts(Some(true), None), ME, 3_000, h),
+            Action::Leave
+        );
         let mut own = lease("open", 7);
         own.owner_start_time = 7;
         assert_eq!(

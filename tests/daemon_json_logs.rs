@@ -21,7 +21,9 @@ fn json_lines_carry_the_lease_fields() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
-    assert!(lines.iter().all(|l| l["level"].is_string() && l["timestamp"].is_string()));
+    assert!(lines
+        .iter()
+        .all(|l| l["level"].is_string() && l["timestamp"].is_string()));
     let v = lines
         .iter()
         .find(|l| l["op"] == "verify")

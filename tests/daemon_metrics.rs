@@ -81,20 +81,40 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         &addr,
         Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
     );
-    assert!(text.ends_with("# EOF\n"), "OpenMetrics when asked for: {text}");
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics when asked for: {text}"
+    );
     let m = samples(&text);
     // Requests so far: status 1 + 2 (session_status) + the waits' statuses, so count the ones
     // the workload made with a fixed number: ensure 2, close 1, reap 1, verify 1, leases 1.
-    for (op, n) in [("ensure", 2), ("close", 1), ("reap", 1), ("verify", 1), ("leases", 1)] {
+    for (op, n) in [
+        ("ensure", 2),
+        ("close", 1),
+        ("reap", 1),
+        ("verify", 1),
+        ("leases", 1),
+    ] {
         assert_eq!(
-            get(&m, &format!("leash_request_duration_seconds_count{{op=\"{op}\"}}")),
+            get(
+                &m,
+                &format!("leash_request_duration_seconds_count{{op=\"{op}\"}}")
+            ),
             n as f64,
             "{op}:\n{text}"
         );
     }
     assert_eq!(get(&m, "leash_wrapper_starts_total"), 2.0, "{text}");
-    assert_eq!(get(&m, "leash_closes_total{result=\"closed\"}"), 1.0, "{text}");
-    assert_eq!(get(&m, "leash_reaps_total{result=\"closed\"}"), 1.0, "{text}");
+    assert_eq!(
+        get(&m, "leash_closes_total{result=\"closed\"}"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        get(&m, "leash_reaps_total{result=\"closed\"}"),
+        1.0,
+        "{text}"
+    );
     assert!(get(&m, "leash_escapees_killed_total") >= 1.0, "{text}");
     let term_metric: f64 = m
         .iter()
@@ -115,7 +135,11 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         .iter()
         .filter(|l| l["state"] == "open")
         .count();
-    assert_eq!(get(&m, "leash_leases{state=\"open\"}"), open as f64, "{text}");
+    assert_eq!(
+        get(&m, "leash_leases{state=\"open\"}"),
+        open as f64,
+        "{text}"
+    );
     assert_eq!(get(&m, "leash_leases{state=\"closed\"}"), 2.0, "{text}");
     assert_eq!(
         get(&m, "leash_sessions{phase=\"running\",busy=\"false\"}"),
@@ -127,19 +151,31 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         b["bufferedBytes"].as_f64().unwrap(),
         "{text}"
     );
-    assert!(get(&m, "leash_session_rss_bytes{session=\"b\"}") > 0.0, "{text}");
-    assert!(text.contains("leash_startup_reap_duration_seconds "), "{text}");
+    assert!(
+        get(&m, "leash_session_rss_bytes{session=\"b\"}") > 0.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("leash_startup_reap_duration_seconds "),
+        "{text}"
+    );
 
     // The same numbers over the socket.
     let op = c.call("metrics", json!({}));
     let op_text = op["text"].as_str().unwrap();
-    assert!(op_text.contains("leash_wrapper_starts_total 2"), "{op_text}");
+    assert!(
+        op_text.contains("leash_wrapper_starts_total 2"),
+        "{op_text}"
+    );
     assert_eq!(c.error_code("metrics", json!({"x": 1})), "bad_request");
 
     // promtool reads the classic text format, which a scrape that does not ask for OpenMetrics
     // gets: the same samples.
     let classic = scrape(&addr, None);
-    assert!(classic.contains("# TYPE leash_wrapper_starts_total counter"), "{classic}");
+    assert!(
+        classic.contains("# TYPE leash_wrapper_starts_total counter"),
+        "{classic}"
+    );
     assert_eq!(
         get(&samples(&classic), "leash_wrapper_starts_total"),
         2.0,

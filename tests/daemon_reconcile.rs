@@ -48,8 +48,13 @@ fn orphans_outside_the_daemon_are_settled_and_live_sessions_untouched() {
     // orphan's owner (its sh) then exits by itself; the stray's owner runs on.
     signal(orphan_wrapper, libc::SIGKILL);
     signal(dead_wrapper, libc::SIGKILL);
-    assert!(wait_for(|| !orphan_owner.alive()), "the orphan's owner did not exit");
-    assert!(wait_for(|| !orphan_wrapper.exists() && !dead_wrapper.alive()));
+    assert!(
+        wait_for(|| !orphan_owner.alive()),
+        "the orphan's owner did not exit"
+    );
+    assert!(wait_for(
+        || !orphan_wrapper.exists() && !dead_wrapper.alive()
+    ));
     assert!(orphan.pid.alive() && stray.pid.alive(), "escapees expected");
     let from = passes(&mut c);
 
@@ -61,7 +66,10 @@ fn orphans_outside_the_daemon_are_settled_and_live_sessions_untouched() {
     assert_eq!(lease_state(&mut c, "orphan"), "closed", "{}", d.log_text());
     assert_eq!(lease_state(&mut c, "stray"), "closed", "{}", d.log_text());
     assert!(wait_for(|| !orphan.pid.alive() && !stray.pid.alive()));
-    assert!(orphan.signals().contains("TERM"), "SIGTERM first, then SIGKILL");
+    assert!(
+        orphan.signals().contains("TERM"),
+        "SIGTERM first, then SIGKILL"
+    );
 
     // Untouched: the live session outside the daemon and the daemon's own session.
     assert_eq!(lease_state(&mut c, "live"), "open");

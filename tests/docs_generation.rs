@@ -36,7 +36,10 @@ fn completions_for_each_shell() {
 fn the_man_page_names_every_subcommand() {
     let (code, page, err) = leash_out(&["man"]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(page.starts_with(".ie") || page.contains(".TH leash 1"), "{page}");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH leash 1"),
+        "{page}"
+    );
     let names: Vec<String> = leash::cli::Cli::command()
         .get_subcommands()
         .map(|s| s.get_name().to_string())
@@ -54,7 +57,10 @@ fn the_man_page_names_every_subcommand() {
     assert!(serve.contains("reconcile\\-interval"), "{serve}");
     let (code, verify, _) = leash_out(&["man", "verify"]);
     assert_eq!(code, Some(0));
-    assert!(verify.contains("dead"), "the exit codes are documented: {verify}");
+    assert!(
+        verify.contains("dead"),
+        "the exit codes are documented: {verify}"
+    );
     let (code, _, err) = leash_out(&["man", "nope"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no subcommand"), "{err}");

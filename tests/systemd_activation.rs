@@ -63,22 +63,25 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
         .unwrap();
     let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
     let mut child = Command::new(activate)
-            .arg("-l")
-            .arg(&socket)
-            .arg("-E")
-            .arg(format!("NOTIFY_SOCKET={}", tmp.join("notify.sock").display()))
-            .arg("-E")
-            .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
-            .arg("-E")
-            .arg("LEASH_LOG=info")
-            .arg(leash_bin())
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["serve", "--reconcile-interval", "0"])
-            .stdin(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        .arg("-l")
+        .arg(&socket)
+        .arg("-E")
+        .arg(format!(
+            "NOTIFY_SOCKET={}",
+            tmp.join("notify.sock").display()
+        ))
+        .arg("-E")
+        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
+        .arg("-E")
+        .arg("LEASH_LOG=info")
+        .arg(leash_bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["serve", "--reconcile-interval", "0"])
+        .stdin(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
     let pid = Pid::of(child.id() as i32).unwrap();
     guard.add(pid);
     let log_text = || std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
@@ -103,7 +106,12 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
         log_text()
     );
     // READY=1 came after the start-up reap: the orphan is settled already.
-    assert_eq!(lease_state_in_db(&state, "orphan"), "closed", "{}", log_text());
+    assert_eq!(
+        lease_state_in_db(&state, "orphan"),
+        "closed",
+        "{}",
+        log_text()
+    );
     assert!(!escapee.pid.alive());
     let mut line = String::new();
     BufReader::new(c.try_clone().unwrap())

@@ -30,7 +30,11 @@ fn verify(args: &[&str], dir: &Path, tmp: &TempDir) {
         .arg(man.join("man1"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let runtime = tmp.join("runtime");
     std::fs::create_dir_all(&runtime).unwrap();
     let mut cmd = Command::new(analyze);
@@ -43,7 +47,10 @@ fn verify(args: &[&str], dir: &Path, tmp: &TempDir) {
         eprintln!("man(1) is not available: Documentation= is not checked");
         cmd.arg("--man=no");
     }
-    let out = cmd.args(["leash.socket", "leash.service"]).output().unwrap();
+    let out = cmd
+        .args(["leash.socket", "leash.service"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stderr.trim().is_empty(),
@@ -78,7 +85,9 @@ fn a_misspelt_setting_fails_the_check() {
     let dir = tmp.join("system");
     stage(&dir, &root, "/usr/local/bin/leash");
     let p = dir.join("leash.service");
-    let text = std::fs::read_to_string(&p).unwrap().replace("KillMode=mixed", "KillMode=mixd");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("KillMode=mixed", "KillMode=mixd");
     std::fs::write(&p, text).unwrap();
     let verified = std::panic::catch_unwind(|| verify(&[], &dir, &tmp));
     if apt::tool("systemd-analyze", "systemd").is_ok() {

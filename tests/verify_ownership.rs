@@ -67,7 +67,10 @@ fn a_live_session_is_owned_and_a_dead_one_dead() {
     assert_eq!(code, Some(8), "{text}");
     assert_eq!(v["answer"], "dead");
     assert_eq!(v["verdict"], "gone");
-    assert!(text.contains(&format!("root pid {dead_pid} is not running")), "{text}");
+    assert!(
+        text.contains(&format!("root pid {dead_pid} is not running")),
+        "{text}"
+    );
 
     // Unknown names: exit 4, nothing printed on stdout.
     let out = run(&state, &["verify", "--session", "nope"]);
@@ -94,7 +97,10 @@ fn the_daemon_answers_the_verify_op() {
     assert_eq!(r["answer"], "owned", "{r}");
     assert_eq!(r["leaseId"], lease.as_str());
     assert_eq!(r["ownerPid"], d.pid.pid, "the daemon owns its sessions");
-    assert_eq!(c.error_code("verify", json!({"lease": "nope"})), "not_found");
+    assert_eq!(
+        c.error_code("verify", json!({"lease": "nope"})),
+        "not_found"
+    );
     assert_eq!(
         c.error_code("verify", json!({"lease": "a", "session": "b"})),
         "bad_request"
@@ -181,7 +187,10 @@ fn an_unreadable_process_table_is_unavailable() {
     );
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["answer"], "unavailable");
-    assert!(stdout.contains("/proc"), "the evidence names /proc: {stdout}");
+    assert!(
+        stdout.contains("/proc"),
+        "the evidence names /proc: {stdout}"
+    );
     assert!(adapter.pid.alive());
     assert_eq!(adapter.signals(), "");
 }

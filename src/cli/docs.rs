@@ -30,7 +30,9 @@ pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
 }
 
 pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
-    let io = |e: std::io::Error| Failure::new(exitcode::FAILURE, format!("cannot write the man page: {e}"));
+    let io = |e: std::io::Error| {
+        Failure::new(exitcode::FAILURE, format!("cannot write the man page: {e}"))
+    };
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
     if let Some(dir) = &a.out_dir {

@@ -2,9 +2,9 @@
 //! Output is for operators by default and JSON with `--json`; exit codes are in
 //! [`crate::exitcode`].
 
-mod output;
 mod docs;
 mod logging;
+mod output;
 mod serve;
 pub mod sessions;
 mod verify;

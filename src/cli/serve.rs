@@ -59,7 +59,12 @@ pub struct ServeArgs {
     pub metrics: Option<std::net::SocketAddr>,
     /// Log format on stderr: text (the default) or json (one object per line, with lease_id,
     /// session, pid and op fields where they apply)
-    #[arg(long, value_name = "FORMAT", default_value = "text", env = "LEASH_LOG_FORMAT")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "LEASH_LOG_FORMAT"
+    )]
     pub log_format: super::logging::LogFormat,
 }
 

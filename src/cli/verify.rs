@@ -30,7 +30,12 @@ Exit codes:
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// The session's active lease (else its most recent one)
-    #[arg(long, value_name = "KEY", required_unless_present = "lease", conflicts_with = "lease")]
+    #[arg(
+        long,
+        value_name = "KEY",
+        required_unless_present = "lease",
+        conflicts_with = "lease"
+    )]
     pub session: Option<String>,
     /// Lease id
     #[arg(long, value_name = "ID")]

@@ -205,7 +205,7 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     let id = req.id;
     let started = std::time::Instant::now();
     let op_name = req.op.name();
-    tracing::debug!(id = %id, op = ?std::mem::discriminant(&req.op), request = %String::from_utf8_lossy(line), "request");
+    tracing::debug!(id = %id, op = op_name, request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));

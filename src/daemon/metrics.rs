@@ -8,6 +8,7 @@
 //! CPU of each session's tree) are read at scrape time, so a scrape costs a count query plus one
 //! `/proc` read per supervised process — nothing when nobody scrapes.
 
+use super::session;
 use crate::lifecycle::{CloseOutcome, CloseResult};
 use crate::signal::Delivery;
 use crate::verify::Role;
@@ -391,53 +392,6 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_exposition_names_every_family() {
-        let m = Metrics::new();
-        m.wrapper_starts.inc();
-        m.leases
-            .get_or_create(&StateLabel {
-                state: "open".into(),
-            })
-            .set(3);
-        m.observe_request("status", Duration::from_millis(2));
-        let text = m.encode();
-        for name in [
-            "leash_wrapper_starts_total 1",
-            "leash_request_duration_seconds_bucket{",
-            "leash_leases{state=\"open\"} 3",
-            "# EOF",
-        ] {
-            assert!(text.contains(name), "{name} missing:\n{text}");
-        }
-    }
-
-    #[test]
-    fn classic_text_names_counters_with_their_suffix() {
-        let m = Metrics::new();
-        m.wrapper_starts.inc();
-        let text = to_prometheus_text(&m.encode());
-        assert!(text.contains("# TYPE leash_wrapper_starts_total counter\n"), "{text}");
-        assert!(text.contains("# HELP leash_wrapper_starts_total "), "{text}");
-        assert!(text.contains("leash_wrapper_starts_total 1\n"), "{text}");
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
-    }
-
-    #[test]
-    fn addresses() {
-        assert_eq!(
-            parse_addr("9464").unwrap(),
-            "127.0.0.1:9464".parse().unwrap()
-        );
-        assert!(parse_addr("[::1]:9").is_ok());
-        assert!(parse_addr("localhost").is_err());
-    }
-}
-
 /// Refreshes the gauges that describe the present, then encodes everything.
 pub(super) fn render(d: &super::Daemon) -> String {
     let m = &d.metrics;
@@ -498,8 +452,6 @@ pub(super) fn render(d: &super::Daemon) -> String {
     m.encode()
 }
 
-use super::session;
-
 /// Resident bytes and CPU seconds of `root` and its descendants (`None` when the root is gone).
 fn tree_usage(root: i32) -> Option<(u64, f64)> {
     use crate::proc::ProcessTable;
@@ -520,4 +472,60 @@ fn tree_usage(root: i32) -> Option<(u64, f64)> {
         cpu += (stat.utime + stat.stime) as f64 / ticks;
     }
     any.then_some((rss, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_names_every_family() {
+        let m = Metrics::new();
+        m.wrapper_starts.inc();
+        m.leases
+            .get_or_create(&StateLabel {
+                state: "open".into(),
+            })
+            .set(3);
+        m.observe_request("status", Duration::from_millis(2));
+        let text = m.encode();
+        for name in [
+            "leash_wrapper_starts_total 1",
+            "leash_request_duration_seconds_bucket{",
+            "leash_leases{state=\"open\"} 3",
+            "# EOF",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix() {
+        let m = Metrics::new();
+        m.wrapper_starts.inc();
+        let text = to_prometheus_text(&m.encode());
+        assert!(
+            text.contains("# TYPE leash_wrapper_starts_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP leash_wrapper_starts_total "),
+            "{text}"
+        );
+        assert!(text.contains("leash_wrapper_starts_total 1\n"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            parse_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert!(parse_addr("[::1]:9").is_ok());
+        assert!(parse_addr("localhost").is_err());
+    }
 }

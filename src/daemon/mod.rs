@@ -193,7 +193,7 @@ impl Daemon {
             };
             if let Some(s) = s {
                 if s.begin_close() {
-                    tracing::info!(session_key = %s.key, reason = why, "closing session");
+                    tracing::info!(session = %s.key, reason = why, "closing session");
                     marked.push(s);
                 }
             }
@@ -521,10 +521,10 @@ fn announce_resumable(d: &Daemon, list: Vec<Value>) {
         match seq {
             Ok(seq) => entry["eventSeq"] = json!(seq),
             Err(e) => {
-                tracing::warn!(session_key = %key, error = %e, "cannot record the resumable event")
+                tracing::warn!(session = %key, error = %e, "cannot record the resumable event")
             }
         }
-        tracing::info!(session_key = %key, "session was busy when the previous daemon stopped: resumable");
+        tracing::info!(session = %key, "session was busy when the previous daemon stopped: resumable");
         kept.push(entry);
     }
     *d.resumable.lock().unwrap_or_else(|p| p.into_inner()) = kept;
@@ -647,7 +647,7 @@ fn housekeeping_loop(d: &Daemon, stop: &std::sync::mpsc::Receiver<()>) {
             if !due.is_empty() {
                 let mut refs = Vec::new();
                 for (s, quiet) in &due {
-                    tracing::info!(session_key = %s.key, idle_ms = quiet.as_millis() as u64, "closing idle session");
+                    tracing::info!(session = %s.key, idle_ms = quiet.as_millis() as u64, "closing idle session");
                     let detail = json!({"idleMs": quiet.as_millis() as u64, "idleCloseMs": idle.as_millis() as u64});
                     let _ = s.record_event("idle", Some(detail));
                     if let Some(id) = s.lease_id() {
@@ -695,9 +695,9 @@ fn shutdown(d: &Daemon) {
             "at": now_ms(),
         });
         if let Err(e) = s.record_event("interrupted", Some(entry.clone())) {
-            tracing::error!(session_key = %s.key, error = %e, "cannot record the interrupted session");
+            tracing::error!(session = %s.key, error = %e, "cannot record the interrupted session");
         }
-        tracing::info!(session_key = %s.key, "busy at shutdown: recorded for resumption");
+        tracing::info!(session = %s.key, "busy at shutdown: recorded for resumption");
         interrupted.push(entry);
     }
     if !interrupted.is_empty() {
@@ -715,7 +715,7 @@ fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
-                    tracing::info!(lease_id = %o.lease_id, session_key = %o.session_key, result = ?o.result, "closed at shutdown");
+                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = ?o.result, "closed at shutdown");
                 }
             }
             Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),

@@ -162,8 +162,8 @@ impl Op {
 
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
-    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
-    "verify", "metrics",
+    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions",
+    "events", "verify", "metrics",
 ];
 
 /// Spawn a session's adapter under a lease, or return the running one.
@@ -820,9 +820,10 @@ mod tests {
             (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
                 matches!(o, Op::Events(_))
             }),
-            (r#"{"id":10,"op":"verify","lease":"L"}"#, |o| {
-                matches!(o, Op::Verify(Target::Lease(l)) if l == "L")
-            }),
+            (
+                r#"{"id":10,"op":"verify","lease":"L"}"#,
+                |o| matches!(o, Op::Verify(Target::Lease(l)) if l == "L"),
+            ),
             (r#"{"id":11,"op":"metrics"}"#, |o| matches!(o, Op::Metrics)),
         ];
         for (line, check) in cases {

@@ -68,9 +68,24 @@ fn record(d: &Daemon, result: Result<PassReport, crate::lifecycle::LifecycleErro
                 "durationMs": r.duration_ms,
             });
             if level_info {
-                tracing::info!(op = "reconcile", active = r.active, closed = r.closed, lost = r.lost, left_open = r.left_open, expired = r.expired, duration_ms = r.duration_ms, "reconcile pass");
+                tracing::info!(
+                    op = "reconcile",
+                    active = r.active,
+                    closed = r.closed,
+                    lost = r.lost,
+                    left_open = r.left_open,
+                    expired = r.expired,
+                    duration_ms = r.duration_ms,
+                    "reconcile pass"
+                );
             } else {
-                tracing::debug!(op = "reconcile", active = r.active, unreadable = r.unreadable, duration_ms = r.duration_ms, "reconcile pass: nothing to do");
+                tracing::debug!(
+                    op = "reconcile",
+                    active = r.active,
+                    unreadable = r.unreadable,
+                    duration_ms = r.duration_ms,
+                    "reconcile pass: nothing to do"
+                );
             }
             s
         }

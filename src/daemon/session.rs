@@ -274,7 +274,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         }),
         changed: Condvar::new(),
     });
-    tracing::info!(session_key = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
+    tracing::info!(session = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let s = session.clone();
@@ -361,7 +361,7 @@ impl Session {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(session_key = %self.key, error = %e, "cannot read the lease yet")
+                        tracing::warn!(session = %self.key, error = %e, "cannot read the lease yet")
                     }
                 }
             }
@@ -678,7 +678,7 @@ impl Session {
                 Ok(Some((line, truncated))) => self.push_output(&line, truncated),
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(session_key = %self.key, error = %e, "reading the adapter's stdout failed");
+                    tracing::warn!(session = %self.key, error = %e, "reading the adapter's stdout failed");
                     break;
                 }
             }
@@ -722,7 +722,7 @@ impl Session {
         let mut r = BufReader::new(err);
         while let Ok(Some((line, _))) = read_capped_line(&mut r, 64 * 1024) {
             let text = String::from_utf8_lossy(&line).into_owned();
-            tracing::info!(session_key = %self.key, "stderr: {text}");
+            tracing::info!(session = %self.key, "stderr: {text}");
             let mut g = self.lock();
             if g.stderr_tail.len() == STDERR_TAIL {
                 g.stderr_tail.pop_front();
@@ -737,7 +737,7 @@ impl Session {
         let code = match &status {
             Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
             Err(e) => {
-                tracing::error!(session_key = %self.key, error = %e, "cannot wait for the wrapper");
+                tracing::error!(session = %self.key, error = %e, "cannot wait for the wrapper");
                 None
             }
         };
@@ -759,10 +759,10 @@ impl Session {
         if let Some(info) = self.lease.get().cloned() {
             self.settle_lease(&info);
         }
-        tracing::info!(session_key = %self.key, status = ?code, "session ended");
+        tracing::info!(session = %self.key, status = ?code, "session ended");
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
         if let Err(e) = self.record_event("exit", Some(detail)) {
-            tracing::error!(session_key = %self.key, error = %e, "cannot record the exit");
+            tracing::error!(session = %self.key, error = %e, "cannot record the exit");
         }
         self.close_stdin();
         let mut g = self.lock();
@@ -782,12 +782,12 @@ impl Session {
         let mut ctl = match Controller::open(self.root.clone(), &table) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(session_key = %self.key, error = %e, "cannot settle the lease");
+                tracing::error!(session = %self.key, error = %e, "cannot settle the lease");
                 return;
             }
         };
         if let Err(e) = ctl.refresh() {
-            tracing::warn!(session_key = %self.key, error = %e, "cannot ingest the wrapper's report");
+            tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }
         let still_open = matches!(
             ctl.store().lease(&info.lease_id),
@@ -830,7 +830,7 @@ impl Inner {
                 Err(e) => {
                     // Keep streaming; the next line tries again. Until then seqs may collide
                     // with events recorded meanwhile, which is logged.
-                    tracing::error!(session_key = %key, error = %e, "cannot reserve seqs in the store");
+                    tracing::error!(session = %key, error = %e, "cannot reserve seqs in the store");
                 }
             }
         }
@@ -847,7 +847,7 @@ impl Inner {
                     self.push_event(e);
                 }
             }
-            Err(e) => tracing::warn!(session_key = %key, error = %e, "cannot read events"),
+            Err(e) => tracing::warn!(session = %key, error = %e, "cannot read events"),
         }
     }
 

@@ -49,7 +49,9 @@ pub fn activated_listener() -> Result<Option<(UnixListener, Option<PathBuf>)>, A
 }
 
 fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
-    use nix::sys::socket::{getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr};
+    use nix::sys::socket::{
+        getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr,
+    };
     use std::os::fd::BorrowedFd;
     let not = |why: String| ActivationError::NotUnixStream { fd, why };
     // SAFETY: fd was passed by systemd and stays open for the duration of this borrow.

@@ -21,10 +21,14 @@ pub fn tool(binary: &str, package: &str) -> Result<PathBuf, String> {
         return Ok(p);
     }
     if !super::is_root() {
-        return Err(format!("{binary} is missing and installing {package} needs root"));
+        return Err(format!(
+            "{binary} is missing and installing {package} needs root"
+        ));
     }
     if on_path("apt-get").is_none() {
-        return Err(format!("{binary} is missing and there is no apt-get to install {package}"));
+        return Err(format!(
+            "{binary} is missing and there is no apt-get to install {package}"
+        ));
     }
     let lock_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("apt-install.lock");
     let lock = std::fs::OpenOptions::new()
@@ -75,7 +79,9 @@ pub fn unpacked(binary: &str, package: &str) -> Result<PathBuf, String> {
         return Ok(want);
     }
     if on_path("apt-get").is_none() || on_path("dpkg-deb").is_none() {
-        return Err(format!("{binary} is missing and there is no apt-get/dpkg-deb to fetch {package}"));
+        return Err(format!(
+            "{binary} is missing and there is no apt-get/dpkg-deb to fetch {package}"
+        ));
     }
     std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
     let lock_path = base.join("fetch.lock");
@@ -96,13 +102,22 @@ pub fn unpacked(binary: &str, package: &str) -> Result<PathBuf, String> {
         if o.status.success() {
             Ok(())
         } else {
-            Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&o.stderr)))
+            Err(format!(
+                "{cmd:?} failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ))
         }
     };
-    let download = || run(Command::new("apt-get").args(["download", "-q", package]).current_dir(&base));
+    let download = || {
+        run(Command::new("apt-get")
+            .args(["download", "-q", package])
+            .current_dir(&base))
+    };
     if download().is_err() {
         if !super::is_root() {
-            return Err(format!("apt-get download {package} failed and apt-get update needs root"));
+            return Err(format!(
+                "apt-get download {package} failed and apt-get update needs root"
+            ));
         }
         run(Command::new("apt-get").args(["update", "-q"]))?;
         download()?;
@@ -116,8 +131,16 @@ pub fn unpacked(binary: &str, package: &str) -> Result<PathBuf, String> {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
         })
-        .ok_or_else(|| format!("apt-get download {package} left no .deb in {}", base.display()))?;
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(base.join(package)))?;
+        .ok_or_else(|| {
+            format!(
+                "apt-get download {package} left no .deb in {}",
+                base.display()
+            )
+        })?;
+    run(Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(base.join(package)))?;
     let _ = std::fs::remove_file(&deb);
     if want.is_file() {
         Ok(want)

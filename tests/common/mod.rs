@@ -402,7 +402,6 @@ pub fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<std::process::Ch
     None
 }
 
-
 /// `sh -c 'leash exec … -- sh -c "trap.sh LOG & wait" & wait; THEN'`: the sh is the owner, the
 /// adapter starts the trap script in the background, so the trap script outlives a SIGKILLed
 /// wrapper (the adapter itself dies with it, by its parent-death signal). Returns (owner,
@@ -442,4 +441,3 @@ pub fn outside_session(
     guard.add(wrapper);
     (owner, wrapper, escapee)
 }
-
