@@ -186,6 +186,32 @@ pub(super) fn status(mut c: Client, a: &JsonArg) -> Result<u8, Failure> {
             s["lastSeq"]
         );
     }
+    let rc = &d["reconcile"];
+    match rc["intervalMs"].as_u64() {
+        Some(ms) => {
+            let last = &rc["last"];
+            let what = if last.is_null() {
+                "no pass yet".to_string()
+            } else if let Some(e) = last["error"].as_str() {
+                format!("pass {} failed: {e}", last["passes"])
+            } else {
+                format!(
+                    "pass {}: {} active, {} closed, {} lost, {} left open, {} expired",
+                    last["passes"],
+                    last["active"],
+                    last["closed"],
+                    last["lost"],
+                    last["leftOpen"],
+                    last["expired"]
+                )
+            };
+            println!("reconcile         every {} ms; {what}", ms);
+        }
+        None => println!("reconcile         off"),
+    }
+    if let Some(m) = d["metrics"].as_str() {
+        println!("metrics           http://{m}/metrics");
+    }
     for r in d["resumable"].as_array().into_iter().flatten() {
         println!(
             "resumable         {} (busy when the previous daemon stopped)",
