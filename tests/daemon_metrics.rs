@@ -217,3 +217,16 @@ fn metrics_are_off_by_default() {
     let op = c.call("metrics", json!({}));
     assert!(op["text"].as_str().unwrap().ends_with("# EOF\n"));
 }
+
+#[test]
+fn a_taken_metrics_address_refuses_the_start() {
+    let tmp = TempDir::new("metrics-taken");
+    let state = tmp.join("state");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = serve_once(&state, &["--metrics", &addr]);
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert!(out.stderr.contains("cannot serve metrics"), "{}", out.stderr);
+    let bad = serve_once(&state, &["--metrics", "localhost"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+}

@@ -292,6 +292,17 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     };
     let lock = lock_state_root(&root, &socket)?;
     let me = crate::proc::self_id();
+    // Bound before the start-up reap, so a taken address fails the start at once.
+    let metrics_listener = match cfg.metrics {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .map_err(|source| ServeError::Metrics { addr, source })?;
+            // Port 0 picks a free port: status reports the one bound.
+            cfg.metrics = l.local_addr().ok().or(cfg.metrics);
+            Some(l)
+        }
+        None => None,
+    };
     let metrics = metrics::Metrics::new();
     let reap_started = Instant::now();
     let startup_reap = startup_reap(&root, &cfg, &metrics)?;
@@ -311,16 +322,6 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
             l
         }
         None => bind_socket(&socket)?,
-    };
-    let metrics_listener = match cfg.metrics {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .map_err(|source| ServeError::Metrics { addr, source })?;
-            // Port 0 picks a free port: status reports the one bound.
-            cfg.metrics = l.local_addr().ok().or(cfg.metrics);
-            Some(l)
-        }
-        None => None,
     };
     let bound = fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok();
     let info = LockInfo {
