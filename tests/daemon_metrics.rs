@@ -226,7 +226,11 @@ fn a_taken_metrics_address_refuses_the_start() {
     let addr = taken.local_addr().unwrap().to_string();
     let out = serve_once(&state, &["--metrics", &addr]);
     assert_eq!(out.code, Some(3), "{}", out.stderr);
-    assert!(out.stderr.contains("cannot serve metrics"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot serve metrics"),
+        "{}",
+        out.stderr
+    );
     let bad = serve_once(&state, &["--metrics", "localhost"]);
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
 }
