@@ -44,11 +44,20 @@ pub enum Action {
     Expire,
 }
 
-/// The pure decision for one lease. `me` is the daemon (its sessions are its own business).
+/// Who is deciding: the daemon (its sessions are its own business) and the state root's gateway
+/// (a row naming another gateway is never this root's to act on, and would only make every
+/// pass read the whole process table to conclude that again).
+#[derive(Debug, Clone, Copy)]
+pub struct Decider<'a> {
+    pub me: ProcessId,
+    pub gateway_instance_id: &'a str,
+}
+
+/// The pure decision for one lease.
 pub fn decide(
     lease: &Lease,
     facts: Facts,
-    me: ProcessId,
+    who: Decider<'_>,
     now_ms: i64,
     retention: Duration,
 ) -> Action {
@@ -61,7 +70,7 @@ pub fn decide(
             Action::Leave
         };
     }
-    if lease.owner() == me {
+    if lease.owner() == who.me || lease.gateway_instance_id != who.gateway_instance_id {
         return Action::Leave;
     }
     if lease.state == LeaseState::Closing && facts.claimant_alive != Some(false) {
@@ -132,6 +141,11 @@ pub fn pass(
     // settles most ended sessions without looking at any process).
     ctl.refresh()?;
     let now = now_ms();
+    let gateway = ctl.store().gateway_instance_id().to_string();
+    let who = Decider {
+        me,
+        gateway_instance_id: &gateway,
+    };
     let rows = ctl.store().leases(&[])?;
     let (mut reap, mut settle, mut expire) = (false, Vec::new(), false);
     for lease in rows.iter().flatten() {
@@ -155,7 +169,7 @@ pub fn pass(
         if lease.state.is_active() && (facts.owner_alive.is_none() || facts.root_alive.is_none()) {
             report.unreadable += 1;
         }
-        match decide(lease, facts, me, now, retention) {
+        match decide(lease, facts, who, now, retention) {
             Action::Leave => {}
             Action::Reap => reap = true,
             Action::Settle => settle.push(LeaseRef::Id(lease.lease_id.clone())),
@@ -206,9 +220,12 @@ mod tests {
         .unwrap()
     }
 
-    const ME: ProcessId = ProcessId {
-        pid: 7,
-        start_time: 7,
+    const ME: Decider<'static> = Decider {
+        me: ProcessId {
+            pid: 7,
+            start_time: 7,
+        },
+        gateway_instance_id: "G",
     };
 
     fn facts(owner: Option<bool>, root: Option<bool>) -> Facts {
@@ -256,6 +273,12 @@ mod tests {
         own.owner_start_time = 7;
         assert_eq!(
             decide(&own, facts(Some(true), Some(false)), ME, 3_000, h),
+            Action::Leave
+        );
+        let mut foreign = lease("open", 50);
+        foreign.gateway_instance_id = "other".into();
+        assert_eq!(
+            decide(&foreign, facts(Some(false), Some(false)), ME, 3_000, h),
             Action::Leave
         );
     }
