@@ -67,8 +67,12 @@ fn a_live_session_is_owned_and_a_dead_one_dead() {
     assert_eq!(code, Some(8), "{text}");
     assert_eq!(v["answer"], "dead");
     assert_eq!(v["verdict"], "gone");
+    // On a busy host the freed pid may already name a stranger: the evidence says which.
     assert!(
-        text.contains(&format!("root pid {dead_pid} is not running")),
+        text.contains(&format!("root pid {dead_pid} is not running"))
+            || text.contains(&format!(
+                "root pid {dead_pid} now belongs to another process"
+            )),
         "{text}"
     );
 
