@@ -266,7 +266,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             lease_id,
         });
     }
-    tracing::debug!(lease_id = %lease_id, session_key = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
+    tracing::debug!(lease_id = %lease_id, session = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
     drop(store);
 
     let mut cmd = Command::new(&wrapper_path);

@@ -18,6 +18,9 @@ pub const NOT_VISIBLE: u8 = 5;
 pub const UNVERIFIED: u8 = 6;
 /// The operation needs a running daemon (`leash serve`) and none serves this state root.
 pub const DAEMON_NEEDED: u8 = 7;
+/// `leash verify`: ownership of the lease is disproven (its wrapper is gone, or its pid names
+/// another process now). Do not resume the session.
+pub const DEAD: u8 = 8;
 /// `leash exec` could not start the wrapper (the reason is on stderr). Any other status of
 /// `leash exec` is the adapter's, as the wrapper reports it.
 pub const EXEC_FAILED: u8 = 125;

@@ -31,6 +31,11 @@
 //! that asked for them — and serves clients over a Unix socket (newline-delimited JSON,
 //! `docs/protocol.md`): attach with replay by seq, busy tracking, idle close, orderly shutdown.
 //!
+//! [`ownership`] answers `leash verify` (owned / dead / unavailable, never a signal), what a
+//! gateway asks before it resumes a stored session; [`reconcile`] decides what the daemon's
+//! timer settles between start-ups (orphans by `reap`'s rules, leases whose wrapper is gone),
+//! reading only the leases and their processes until there is work.
+//!
 //! Session rows carry ownership metadata, and [`visibility`] decides in one pure check what a
 //! requester may see.
 
@@ -44,9 +49,11 @@ pub mod lease;
 pub mod legacy;
 pub mod lifecycle;
 pub mod limits;
+pub mod ownership;
 pub mod plan;
 pub mod proc;
 pub mod ps;
+pub mod reconcile;
 pub mod report;
 pub mod sessions;
 pub mod signal;

@@ -435,7 +435,7 @@ impl<'t> Controller<'t> {
         let seq =
             self.store
                 .record_event(&lease.session_key, Some(&lease.lease_id), "cancel", detail)?;
-        tracing::info!(lease_id = %lease.lease_id, session_key = %lease.session_key, "cancel recorded; nothing signalled");
+        tracing::info!(lease_id = %lease.lease_id, session = %lease.session_key, "cancel recorded; nothing signalled");
         Ok(CancelOutcome {
             lease_id: lease.lease_id,
             session_key: lease.session_key,

@@ -3,28 +3,7 @@
 //! unsignalled, and say why. The tests in this file force pids, so they run one at a time.
 mod common;
 use common::*;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-
-static FORCING_PIDS: Mutex<()> = Mutex::new(());
-
-/// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
-/// `None` when the pid stays taken by someone else.
-fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<Child> {
-    for _ in 0..200 {
-        if Pid::of(target).is_some() {
-            return None; // a stranger holds it now
-        }
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (target - 1).to_string()).unwrap();
-        let mut child = cmd.spawn().unwrap();
-        if child.id() as i32 == target {
-            return Some(child);
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-    None
-}
+use std::process::{Command, Stdio};
 
 fn skip_unless_root() -> bool {
     if !is_root() {

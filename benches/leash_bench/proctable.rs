@@ -3,7 +3,9 @@
 //! way `close` does when its wrapper is alive (`LiveTable::subtree` + `verify_owned_tree`), the
 //! same verification over a full `LiveTable::snapshot` (what `reap` reads), the snapshot alone,
 //! and the incumbent's way: running `ps -axo pid=,ppid=,pgid=,command=` and parsing all of it
-//! for the lease's marker.
+//! for the lease's marker. Also the daemon's idle reconcile pass over that state root (it must
+//! read only the lease rows and their owners' and roots' `/proc` entries, so it should not grow
+//! with the host) and `leash verify`'s read.
 
 use crate::procs::{self, Children, TempDir, Tracked};
 use crate::spawn::verdict;
@@ -99,6 +101,9 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut floor = Vec::new();
     let mut ps = Vec::new();
     let mut ps_lines = 0;
+    let mut reconcile = Vec::new();
+    let mut verify_cmd = Vec::new();
+    let me = leash::proc::self_id();
     let time = |reps: usize, f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
         let mut v = Vec::with_capacity(reps);
         for _ in 0..reps {
@@ -130,6 +135,26 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             }
             Ok(())
         })?);
+        reconcile.push(time(reps_fast, &mut || {
+            let r = leash::reconcile::pass(&root, &LiveTable, me, Duration::from_secs(86_400))
+                .map_err(|e| e.to_string())?;
+            if r.active != 1 || r.acted() {
+                return Err(format!("the idle pass saw {} leases or acted", r.active));
+            }
+            Ok(())
+        })?);
+        verify_cmd.push(time(reps_fast, &mut || {
+            let r = leash::ownership::verify(
+                &root,
+                &LiveTable,
+                &leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()),
+            )
+            .map_err(|e| e.to_string())?;
+            if r.answer != leash::ownership::Answer::Owned {
+                return Err(format!("leash verify answered {}", r.answer.as_str()));
+            }
+            Ok(())
+        })?);
         ps.push(time(reps_slow, &mut || {
             let (lines, hits) = ps_and_parse(&marker)?;
             if hits == 0 {
@@ -154,7 +179,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "\n### 4. Process-table work with {} extra processes\n\n{host_procs} processes on the \
          host during the run (`ps` listed {ps_lines}). The lease verified is a live `leash exec` \
          of `sh -c 'sleep 600 & sleep 600 & wait'` (4 processes); every verification must \
-         return its 4-process tree. {} rounds; per round the median of {reps_fast} (subtree) or \
+         return its 4-process tree. {} rounds; per round the median of {reps_fast} (subtree, reconcile, verify) or \
          {reps_slow} (everything else) repetitions; median (min–max) over rounds. \"ps ÷ this\" \
          is per round.\n\n",
         cfg.extra_procs, cfg.table_rounds
@@ -179,6 +204,17 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             false,
         ),
         ("full `LiveTable::snapshot` alone", &snapshot, true),
+        (
+            "idle reconcile pass of `leash serve` (1 live lease; opens the store, reads rows, \
+             owner/root `/proc`)",
+            &reconcile,
+            true,
+        ),
+        (
+            "`leash verify --lease` read: row + root subtree + judge (no process start)",
+            &verify_cmd,
+            true,
+        ),
         (
             "floor of any full scan: list `/proc`, read every `/proc/<pid>/stat` once \
              (bench code, not leash's)",

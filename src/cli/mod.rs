@@ -2,9 +2,12 @@
 //! Output is for operators by default and JSON with `--json`; exit codes are in
 //! [`crate::exitcode`].
 
+mod docs;
+mod logging;
 mod output;
 mod serve;
 pub mod sessions;
+mod verify;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
@@ -30,6 +33,7 @@ Exit codes:
   5    the requester may not see that session
   6    ownership could not be verified: nothing was signalled (the reason is printed and recorded)
   7    the operation needs a running daemon (leash serve)
+  8    leash verify: ownership disproven (dead)
   125  leash exec itself failed (bad usage, the session already has a live lease, the database,
        the wrapper): nothing was started; any other status of leash exec is the adapter's
 
@@ -153,6 +157,13 @@ enabled), else from the verified process tree. Sorted by RSS, largest first."
     /// Sessions as a requester sees them: list, history, send, status (one visibility check).
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Is a lease's process alive and ours (owned), dead, or unknowable? Never signals.
+    #[command(long_about = verify::VERIFY_ABOUT, after_help = verify::VERIFY_CODES)]
+    Verify(verify::VerifyArgs),
+    /// Print shell completions (bash, zsh, fish, …) generated from these definitions.
+    Completions(docs::CompletionsArgs),
+    /// Print the man page of leash or of one subcommand, or write them all with --out-dir.
+    Man(docs::ManArgs),
 }
 
 /// A session key (or agent id): the one rule of [`crate::limits::check_key`].
@@ -461,7 +472,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, &args),
     };
-    init_logging(cli.verbose, matches!(cli.command, Command::Serve(_)));
+    match &cli.command {
+        Command::Serve(a) => logging::init(cli.verbose, true, a.log_format),
+        _ => logging::init(cli.verbose, false, logging::LogFormat::Text),
+    }
     let json_errors = match cli.error_format {
         Some(f) => f == ErrorFormat::Json,
         None => wants_json(&cli.command),
@@ -568,23 +582,6 @@ fn wants_json(c: &Command) -> bool {
     }
 }
 
-fn init_logging(verbose: u8, daemon: bool) {
-    let default = match verbose {
-        0 if daemon => "info",
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
-}
-
 /// The containment settings of this invocation, put into the environment too, where
 /// `Controller::open` and every `leash exec` the daemon spawns read them.
 fn containment_settings(cli: &Cli) -> crate::cgroup::Settings {
@@ -606,6 +603,12 @@ fn containment_settings(cli: &Cli) -> crate::cgroup::Settings {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    // These need no state root.
+    match &cli.command {
+        Command::Completions(a) => return docs::completions(a),
+        Command::Man(a) => return docs::man(a),
+        _ => {}
+    }
     let settings = containment_settings(&cli);
     let dir = StateRoot::resolve(cli.state_dir.as_deref()).map_err(|e| {
         let f = Failure::from(e);
@@ -665,6 +668,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             let client = daemon()?;
             sessions::run(root, c, client)
         }
+        Command::Verify(a) => verify::run(&root, &a, daemon()?),
+        Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     }
 }
 

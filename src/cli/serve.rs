@@ -44,9 +44,26 @@ pub struct ServeArgs {
     /// For sessions whose ensure names none [default: 3s]
     #[command(flatten)]
     pub grace: GraceArg,
-    /// Startup reap: delete closed and lost leases that ended longer ago than this
+    /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = super::parse_retention)]
     pub retention: Duration,
+    /// Run the orphans-only reap of this state root this often (leases of sessions started
+    /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse_duration)]
+    pub reconcile_interval: Duration,
+    /// Serve Prometheus/OpenMetrics metrics over HTTP on ADDR (e.g. 127.0.0.1:9464, or a port on
+    /// loopback); off by default. The `metrics` op serves the same text over the socket
+    #[arg(long, value_name = "ADDR", value_parser = crate::daemon::metrics::parse_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Log format on stderr: text (the default) or json (one object per line, with lease_id,
+    /// session, pid and op fields where they apply)
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "LEASH_LOG_FORMAT"
+    )]
+    pub log_format: super::logging::LogFormat,
 }
 
 pub(super) fn run_serve(
@@ -63,14 +80,16 @@ pub(super) fn run_serve(
         },
         default_grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         retention: a.retention,
+        reconcile_interval: Some(a.reconcile_interval).filter(|d| !d.is_zero()),
+        metrics: a.metrics,
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),
         Err(e) => {
             let code = match e {
-                ServeError::AlreadyRunning { .. } | ServeError::SocketInUse(_) => {
-                    exitcode::CONFLICT
-                }
+                ServeError::AlreadyRunning { .. }
+                | ServeError::SocketInUse(_)
+                | ServeError::Metrics { .. } => exitcode::CONFLICT,
                 _ => exitcode::FAILURE,
             };
             Err(Failure::new(code, e.to_string()))
@@ -160,7 +179,7 @@ pub(super) fn cli_words(msg: &str) -> String {
     out
 }
 
-fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
+pub(super) fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
     serde_json::from_value(v).map_err(|e| {
         Failure::new(
             exitcode::FAILURE,
@@ -200,6 +219,32 @@ pub(super) fn status(mut c: Client, a: &JsonArg) -> Result<u8, Failure> {
             s["leaseId"].as_str().unwrap_or("-"),
             s["lastSeq"]
         );
+    }
+    let rc = &d["reconcile"];
+    match rc["intervalMs"].as_u64() {
+        Some(ms) => {
+            let last = &rc["last"];
+            let what = if last.is_null() {
+                "no pass yet".to_string()
+            } else if let Some(e) = last["error"].as_str() {
+                format!("pass {} failed: {e}", last["passes"])
+            } else {
+                format!(
+                    "pass {}: {} active, {} closed, {} lost, {} left open, {} expired",
+                    last["passes"],
+                    last["active"],
+                    last["closed"],
+                    last["lost"],
+                    last["leftOpen"],
+                    last["expired"]
+                )
+            };
+            println!("reconcile         every {} ms; {what}", ms);
+        }
+        None => println!("reconcile         off"),
+    }
+    if let Some(m) = d["metrics"].as_str() {
+        println!("metrics           http://{m}/metrics");
     }
     for r in d["resumable"].as_array().into_iter().flatten() {
         println!(

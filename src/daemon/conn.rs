@@ -205,7 +205,9 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         }
     };
     let id = req.id;
-    tracing::debug!(id = %id, op = ?std::mem::discriminant(&req.op), request = %String::from_utf8_lossy(line), "request");
+    let started = std::time::Instant::now();
+    let op_name = req.op.name();
+    tracing::debug!(id = %id, op = op_name, request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));
@@ -238,6 +240,33 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         Op::Events(e) => {
             out.reply(&id, events(d, &e));
         }
+        Op::Verify(t) => {
+            out.reply(&id, verify(d, &t));
+        }
+        Op::Metrics => {
+            let text = super::metrics::render(d);
+            out.reply(
+                &id,
+                Ok(json!({"contentType": "application/openmetrics-text; version=1.0.0", "text": text})),
+            );
+        }
+    }
+    // Long ops (close, reap) are timed where they reply, in off_thread.
+    if !matches!(op_name, "close" | "reap") {
+        d.metrics.observe_request(op_name, started.elapsed());
+    }
+}
+
+/// `leash verify` in the daemon: reads only, never signals.
+fn verify(d: &Daemon, t: &Target) -> Reply {
+    use crate::ownership::VerifyError;
+    let table = LiveTable;
+    match crate::ownership::verify(&d.root, &table, &lease_ref(t)) {
+        Ok(r) => Ok(serde_json::to_value(r).expect("serialisable")),
+        Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
+            Err(fail(Code::NotFound, e.to_string()))
+        }
+        Err(VerifyError::Store(e)) => Err(e.into()),
     }
 }
 
@@ -245,14 +274,17 @@ fn off_thread(
     d: &Arc<Daemon>,
     out: &Arc<Out>,
     id: Value,
-    name: &str,
+    name: &'static str,
     f: impl FnOnce(&Daemon) -> Reply + Send + 'static,
 ) {
     let (d, out2) = (d.clone(), out.clone());
+    let op_name = name;
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            let started = std::time::Instant::now();
             let r = f(&d);
+            d.metrics.observe_request(op_name, started.elapsed());
             out2.reply(&id, r);
         });
     if let Err(e) = spawned {
@@ -390,6 +422,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
         limits: d.cfg.replay,
     };
     let s = session::spawn(&spec, e)?;
+    d.metrics.wrapper_starts.inc();
     d.sessions().insert(e.session.clone(), s.clone());
     if let Err(err) = s.await_started() {
         if matches!(err, SpawnError::Timeout(_)) {
@@ -653,6 +686,7 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
     }
     let report = ctl.reap(&opts)?;
     drop(ctl);
+    d.metrics.record_outcomes(&report.leases, true);
     for s in d.all_sessions() {
         s.sync_events();
     }

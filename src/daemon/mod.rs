@@ -17,10 +17,13 @@
 
 pub mod client;
 mod conn;
+pub mod metrics;
 pub mod protocol;
+mod reconcile;
 pub mod session;
 mod stdin_pipe;
 pub mod strict_json;
+mod systemd;
 
 use crate::lease::{now_ms, ProcessId};
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
@@ -68,6 +71,10 @@ pub struct ServeConfig {
     pub default_grace_ms: u64,
     /// Retention of closed/lost leases for the startup reap.
     pub retention: Duration,
+    /// Run the orphans-only reap of the state root this often (`None`: never).
+    pub reconcile_interval: Option<Duration>,
+    /// Serve the metrics over HTTP on this address.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +103,14 @@ pub enum ServeError {
     Lifecycle(#[from] LifecycleError),
     #[error("cannot install signal handlers: {0}")]
     Signals(io::Error),
+    #[error(transparent)]
+    Activation(#[from] systemd::ActivationError),
+    #[error("cannot serve metrics on {addr}: {source} (choose another --metrics address)")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// What the lock file says, for clients and for the refusal message of a second daemon.
@@ -132,6 +147,11 @@ pub(crate) struct Daemon {
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<Value>>,
     startup_reap: Value,
+    metrics: metrics::Metrics,
+    /// The last reconcile pass, for `status`.
+    last_reconcile: Mutex<Value>,
+    /// The socket came from systemd: it is systemd's to remove, not ours.
+    activated: bool,
 }
 
 impl Daemon {
@@ -181,7 +201,7 @@ impl Daemon {
             };
             if let Some(s) = s {
                 if s.begin_close() {
-                    tracing::info!(session_key = %s.key, reason = why, "closing session");
+                    tracing::info!(session = %s.key, reason = why, "closing session");
                     marked.push(s);
                 }
             }
@@ -201,6 +221,9 @@ impl Daemon {
         let result = Controller::open(self.root.clone(), &table)
             .map_err(LifecycleError::from)
             .and_then(|mut ctl| ctl.close(refs, grace_ms));
+        if let Ok(out) = &result {
+            self.metrics.record_outcomes(out, false);
+        }
         for s in marked {
             let outcome = result.as_ref().ok().and_then(|out| {
                 out.iter()
@@ -291,6 +314,12 @@ impl Daemon {
                 "busy": busy,
                 "resumable": resumable,
                 "startupReap": self.startup_reap,
+                "reconcile": {
+                    "intervalMs": self.cfg.reconcile_interval.map(|d| d.as_millis() as u64),
+                    "last": reconcile::last(self),
+                },
+                "metrics": self.cfg.metrics,
+                "socketActivated": self.activated,
             }
         }))
     }
@@ -324,19 +353,53 @@ fn enter_daemon_leaf(gateway: &str) {
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP; returns after an orderly shutdown.
-pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
+pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     let socket = cfg.socket.clone().unwrap_or_else(|| root.socket_path());
     let socket = absolute(&socket);
     if socket.as_os_str().len() > MAX_SOCKET_PATH {
         return Err(ServeError::PathTooLong(socket));
     }
+    // A socket passed by systemd replaces --socket (the unit names the path once, in
+    // leash.socket).
+    let activated = systemd::activated_listener()?;
+    let socket = match &activated {
+        Some((_, Some(path))) => path.clone(),
+        _ => socket,
+    };
     let lock = lock_state_root(&root, &socket)?;
     let me = crate::proc::self_id();
-    let startup_reap = startup_reap(&root, &cfg)?;
+    // Bound before the start-up reap, so a taken address fails the start at once.
+    let metrics_listener = match cfg.metrics {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .map_err(|source| ServeError::Metrics { addr, source })?;
+            // Port 0 picks a free port: status reports the one bound.
+            cfg.metrics = l.local_addr().ok().or(cfg.metrics);
+            Some(l)
+        }
+        None => None,
+    };
+    let metrics = metrics::Metrics::new();
+    let reap_started = Instant::now();
+    let startup_reap = startup_reap(&root, &cfg, &metrics)?;
+    metrics
+        .startup_reap_seconds
+        .set(reap_started.elapsed().as_secs_f64());
     let mut store = Store::open(&root.db_path())?;
     enter_daemon_leaf(store.gateway_instance_id());
     let resumable = take_interrupted(&mut store)?;
-    let listener = bind_socket(&socket)?;
+    let is_activated = activated.is_some();
+    let listener = match activated {
+        Some((l, _)) => {
+            l.set_nonblocking(true).map_err(|source| ServeError::Io {
+                path: socket.clone(),
+                source,
+            })?;
+            tracing::info!(socket = %socket.display(), "serving the socket passed by systemd (socket activation)");
+            l
+        }
+        None => bind_socket(&socket)?,
+    };
     let bound = fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok();
     let info = LockInfo {
         pid: me.pid,
@@ -365,9 +428,28 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,
+        metrics,
+        last_reconcile: Mutex::new(Value::Null),
+        activated: is_activated,
     });
     announce_resumable(&daemon, resumable);
+    if let Some(l) = metrics_listener {
+        let addr = l.local_addr().ok();
+        let md = daemon.clone();
+        metrics::serve_http(l, move || metrics::render(&md));
+        tracing::info!(addr = ?addr, "serving metrics over HTTP");
+    }
+    let (stop_reconcile, reconcile_stopped) = std::sync::mpsc::channel::<()>();
+    let reconciler = daemon.cfg.reconcile_interval.map(|interval| {
+        let rd = daemon.clone();
+        std::thread::Builder::new()
+            .name("reconcile".into())
+            .spawn(move || reconcile::run(&rd, interval, &reconcile_stopped))
+            .expect("spawn thread")
+    });
     tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
+    // Only now: the start-up reap is done and the socket accepts requests.
+    systemd::notify_ready("serving");
 
     let hk = daemon.clone();
     let (stop_housekeeping, stopped) = std::sync::mpsc::channel::<()>();
@@ -377,6 +459,11 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         .expect("spawn thread");
 
     accept_loop(&daemon, &listener, &signals);
+    systemd::notify_stopping();
+    drop(stop_reconcile);
+    if let Some(r) = reconciler {
+        let _ = r.join();
+    }
 
     // New sessions are refused from here on; housekeeping finishes its round (an idle close
     // in flight completes) before the shutdown closes the rest.
@@ -385,8 +472,9 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
     let _ = housekeeping.join();
     shutdown(&daemon);
     drop(listener);
-    // Remove the socket only if it is still the one we bound.
-    if fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok() == bound {
+    // Remove the socket only if it is still the one we bound (an activated socket is systemd's:
+    // it keeps listening and starts the next daemon on the next connection).
+    if !daemon.activated && fs::metadata(&socket).map(|m| (m.dev(), m.ino())).ok() == bound {
         let _ = fs::remove_file(&socket);
     }
     let _ = lock.set_len(0);
@@ -454,7 +542,11 @@ fn write_lock_info(lock: &Flock<File>, info: &LockInfo) {
 
 /// Leases of a previous daemon (owner gone) are verified and terminated or marked lost; leases
 /// with a live owner (another process's sessions) are left alone.
-fn startup_reap(root: &StateRoot, cfg: &ServeConfig) -> Result<Value, ServeError> {
+fn startup_reap(
+    root: &StateRoot,
+    cfg: &ServeConfig,
+    metrics: &metrics::Metrics,
+) -> Result<Value, ServeError> {
     let table = LiveTable;
     let mut ctl = Controller::open(root.clone(), &table)?;
     let report = ctl.reap(&ReapOptions {
@@ -463,6 +555,7 @@ fn startup_reap(root: &StateRoot, cfg: &ServeConfig) -> Result<Value, ServeError
         now_ms: now_ms(),
         grace_ms: None,
     })?;
+    metrics.record_outcomes(&report.leases, true);
     let count =
         |r: crate::lifecycle::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
     use crate::lifecycle::CloseResult as R;
@@ -510,10 +603,10 @@ fn announce_resumable(d: &Daemon, list: Vec<Value>) {
         match seq {
             Ok(seq) => entry["eventSeq"] = json!(seq),
             Err(e) => {
-                tracing::warn!(session_key = %key, error = %e, "cannot record the resumable event")
+                tracing::warn!(session = %key, error = %e, "cannot record the resumable event")
             }
         }
-        tracing::info!(session_key = %key, "session was busy when the previous daemon stopped: resumable");
+        tracing::info!(session = %key, "session was busy when the previous daemon stopped: resumable");
         kept.push(entry);
     }
     *d.resumable.lock().unwrap_or_else(|p| p.into_inner()) = kept;
@@ -637,7 +730,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
             if !due.is_empty() {
                 let mut refs = Vec::new();
                 for (s, quiet) in &due {
-                    tracing::info!(session_key = %s.key, idle_ms = quiet.as_millis() as u64, "closing idle session");
+                    tracing::info!(session = %s.key, idle_ms = quiet.as_millis() as u64, "closing idle session");
                     let detail = json!({"idleMs": quiet.as_millis() as u64, "idleCloseMs": idle.as_millis() as u64});
                     let _ = s.record_event("idle", Some(detail));
                     if let Some(id) = s.lease_id() {
@@ -737,9 +830,9 @@ fn shutdown(d: &Daemon) {
             "at": now_ms(),
         });
         if let Err(e) = s.record_event("interrupted", Some(entry.clone())) {
-            tracing::error!(session_key = %s.key, error = %e, "cannot record the interrupted session");
+            tracing::error!(session = %s.key, error = %e, "cannot record the interrupted session");
         }
-        tracing::info!(session_key = %s.key, "busy at shutdown: recorded for resumption");
+        tracing::info!(session = %s.key, "busy at shutdown: recorded for resumption");
         interrupted.push(entry);
     }
     if !interrupted.is_empty() {
@@ -757,7 +850,7 @@ fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
-                    tracing::info!(lease_id = %o.lease_id, session_key = %o.session_key, result = ?o.result, "closed at shutdown");
+                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = ?o.result, "closed at shutdown");
                 }
             }
             Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),

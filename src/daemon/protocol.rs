@@ -143,11 +143,36 @@ pub enum Op {
     Leases(Leases),
     Sessions(Sessions),
     Events(Events),
+    /// Is this lease's process alive and ours, dead, or unknowable? (`leash verify`)
+    Verify(Target),
+    /// The metrics in the OpenMetrics text format (as `--metrics` serves them over HTTP).
+    Metrics,
+}
+
+impl Op {
+    /// The op's name on the wire (a label of the request metrics).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Status => "status",
+            Op::Ensure(_) => "ensure",
+            Op::Send(_) => "send",
+            Op::Attach(_) => "attach",
+            Op::Cancel(_) => "cancel",
+            Op::Close(_) => "close",
+            Op::Reap(_) => "reap",
+            Op::Leases(_) => "leases",
+            Op::Sessions(_) => "sessions",
+            Op::Events(_) => "events",
+            Op::Verify(_) => "verify",
+            Op::Metrics => "metrics",
+        }
+    }
 }
 
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
-    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
+    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions",
+    "events", "verify", "metrics",
 ];
 
 /// Spawn a session's adapter under a lease, or return the running one.
@@ -305,6 +330,15 @@ struct RawTarget {
     lease: Option<String>,
     #[serde(default)]
     acp_session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawVerify {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -596,6 +630,14 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             check_key("session", &e.session)?;
             Op::Events(e)
         }
+        "metrics" => {
+            let _: NoFields = fields_of(op, fields)?;
+            Op::Metrics
+        }
+        "verify" => {
+            let raw: RawVerify = fields_of(op, fields)?;
+            Op::Verify(one_target(op, raw.session, raw.lease)?)
+        }
         other => {
             return Err((
                 Code::UnknownOp,
@@ -862,6 +904,11 @@ mod tests {
             (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
                 matches!(o, Op::Events(_))
             }),
+            (
+                r#"{"id":10,"op":"verify","lease":"L"}"#,
+                |o| matches!(o, Op::Verify(Target::Lease(l)) if l == "L"),
+            ),
+            (r#"{"id":11,"op":"metrics"}"#, |o| matches!(o, Op::Metrics)),
         ];
         for (line, check) in cases {
             let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));

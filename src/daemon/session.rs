@@ -341,7 +341,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         }),
         changed: Condvar::new(),
     });
-    tracing::info!(session_key = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
+    tracing::info!(session = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let s = session.clone();
@@ -451,7 +451,7 @@ impl Session {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(session_key = %self.key, error = %e, "cannot read the lease yet")
+                        tracing::warn!(session = %self.key, error = %e, "cannot read the lease yet")
                     }
                 }
             }
@@ -708,7 +708,7 @@ impl Session {
                 self.changed.notify_all();
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(session_key = %self.key, error = %e, "cannot read events"),
+            Err(e) => tracing::warn!(session = %self.key, error = %e, "cannot read events"),
         }
     }
 
@@ -726,7 +726,7 @@ impl Session {
                 g.next = g.next.max(start);
                 g.reserved_upto = start + SEQ_BLOCK - 1;
                 if g.held.take().is_some() {
-                    tracing::info!(session_key = %self.key, "seqs reserved again; output resumes");
+                    tracing::info!(session = %self.key, "seqs reserved again; output resumes");
                 }
                 Ok(())
             }
@@ -734,7 +734,7 @@ impl Session {
                 drop(store);
                 let mut g = self.lock();
                 if g.held.is_none() {
-                    tracing::error!(session_key = %self.key, error = %e, "cannot reserve seqs in the store; holding the adapter's output until it can");
+                    tracing::error!(session = %self.key, error = %e, "cannot reserve seqs in the store; holding the adapter's output until it can");
                 }
                 g.held = Some(e.to_string());
                 Err(e)
@@ -851,7 +851,7 @@ impl Session {
                 Ok(Some((line, truncated))) => self.push_output(&line, truncated),
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(session_key = %self.key, error = %e, "reading the adapter's stdout failed");
+                    tracing::warn!(session = %self.key, error = %e, "reading the adapter's stdout failed");
                     break;
                 }
             }
@@ -896,7 +896,7 @@ impl Session {
         let mut r = BufReader::new(err);
         while let Ok(Some((line, _))) = read_capped_line(&mut r, 64 * 1024) {
             let text = String::from_utf8_lossy(&line).into_owned();
-            tracing::info!(session_key = %self.key, "stderr: {text}");
+            tracing::info!(session = %self.key, "stderr: {text}");
             let mut g = self.lock();
             if g.stderr_tail.len() == STDERR_TAIL {
                 g.stderr_tail.pop_front();
@@ -911,7 +911,7 @@ impl Session {
         let code = match &status {
             Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
             Err(e) => {
-                tracing::error!(session_key = %self.key, error = %e, "cannot wait for the wrapper");
+                tracing::error!(session = %self.key, error = %e, "cannot wait for the wrapper");
                 None
             }
         };
@@ -939,10 +939,10 @@ impl Session {
         if !drained {
             let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
         }
-        tracing::info!(session_key = %self.key, status = ?code, "session ended");
+        tracing::info!(session = %self.key, status = ?code, "session ended");
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
         if let Err(e) = self.record_event("exit", Some(detail)) {
-            tracing::error!(session_key = %self.key, error = %e, "cannot record the exit");
+            tracing::error!(session = %self.key, error = %e, "cannot record the exit");
         }
         self.close_stdin();
         let mut g = self.lock();
@@ -962,12 +962,12 @@ impl Session {
         let mut ctl = match Controller::open(self.root.clone(), &table) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(session_key = %self.key, error = %e, "cannot settle the lease");
+                tracing::error!(session = %self.key, error = %e, "cannot settle the lease");
                 return;
             }
         };
         if let Err(e) = ctl.refresh() {
-            tracing::warn!(session_key = %self.key, error = %e, "cannot ingest the wrapper's report");
+            tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }
         let still_open = matches!(
             ctl.store().lease(&info.lease_id),

@@ -3,6 +3,8 @@
 //! sleeps.
 #![allow(dead_code)]
 
+pub mod apt;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -534,4 +536,65 @@ pub fn tamper(state: &Path, lease_id: &str, set: &str, params: &[i64]) {
         )
         .unwrap();
     assert_eq!(n, 1);
+}
+
+/// Held by every test that forces pids (they share ns_last_pid).
+pub static FORCING_PIDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
+/// `None` when the pid stays taken by someone else.
+pub fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<std::process::Child> {
+    for _ in 0..200 {
+        if Pid::of(target).is_some() {
+            return None; // a stranger holds it now
+        }
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (target - 1).to_string()).unwrap();
+        let mut child = cmd.spawn().unwrap();
+        if child.id() as i32 == target {
+            return Some(child);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    None
+}
+
+/// `sh -c 'leash exec … -- sh -c "trap.sh LOG & wait" & wait; THEN'`: the sh is the owner, the
+/// adapter starts the trap script in the background, so the trap script outlives a SIGKILLed
+/// wrapper (the adapter itself dies with it, by its parent-death signal). Returns (owner,
+/// wrapper, the trap script).
+pub fn outside_session(
+    guard: &mut Guard,
+    state: &Path,
+    dir: &Path,
+    session: &str,
+    then: &str,
+) -> (Pid, Pid, Logged) {
+    let trap = trap_script(dir);
+    let log = dir.join(format!("{session}.log"));
+    let inner = format!("'{}' '{}' & wait", trap.display(), log.display());
+    let owner_script = format!(
+        "'{}' --state-dir '{}' exec --session {session} --grace-ms 200 -- sh -c \"{inner}\" & wait; {then}",
+        leash_bin().display(),
+        state.display(),
+    );
+    let child = guard.child(
+        Command::new("sh")
+            .arg("-c")
+            .arg(owner_script)
+            .env_remove("LEASH_STATE_DIR")
+            .spawn()
+            .unwrap(),
+    );
+    let owner = Pid::of(child.id() as i32).unwrap();
+    let escapee = Logged::wait_started(log);
+    guard.add(escapee.pid);
+    let mut wrapper = None;
+    assert!(wait_for(|| {
+        wrapper = children(owner.pid).first().and_then(|&p| Pid::of(p));
+        wrapper.is_some()
+    }));
+    let wrapper = wrapper.unwrap();
+    guard.add(wrapper);
+    (owner, wrapper, escapee)
 }

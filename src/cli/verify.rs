@@ -1,0 +1,93 @@
+//! `leash verify --session KEY | --lease ID [--json]`: what a gateway runs before it resumes a
+//! stored session. It answers `owned`, `dead` or `unavailable` with the evidence, exits with the
+//! answer's code, and never signals. Through the daemon when one serves the state root (the
+//! `verify` op), else on the database and `/proc` directly; the answer is the same
+//! ([`crate::ownership`]).
+
+use super::{serve, Failure};
+use crate::daemon::client::Client;
+use crate::lifecycle::LeaseRef;
+use crate::ownership::{self, Answer, VerifyReport};
+use crate::proc::LiveTable;
+use crate::state::StateRoot;
+use clap::Args;
+use serde_json::json;
+
+pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \
+verifiably this lease's (owned), ownership is disproven (dead: its wrapper is gone, or its pid \
+now names another process), or nothing can be proven (unavailable: the process table could not \
+be read). Prints the evidence. Reads only: never signals, never changes the lease. A session key \
+names its active lease, else its most recent one.";
+
+pub(super) const VERIFY_CODES: &str = "\
+Exit codes:
+  0    owned: alive and verified; safe to resume
+  8    dead: ownership disproven; start a new session instead
+  6    unavailable: the process table could not be read; nothing is proven either way
+  4    no such lease or session
+  1    error (I/O, database)";
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The session's active lease (else its most recent one)
+    #[arg(
+        long,
+        value_name = "KEY",
+        required_unless_present = "lease",
+        conflicts_with = "lease"
+    )]
+    pub session: Option<String>,
+    /// Lease id
+    #[arg(long, value_name = "ID")]
+    pub lease: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl VerifyArgs {
+    fn target(&self) -> LeaseRef {
+        match (&self.lease, &self.session) {
+            (Some(id), _) => LeaseRef::Id(id.clone()),
+            (None, Some(k)) => LeaseRef::Session(k.clone()),
+            (None, None) => unreachable!("clap requires one"),
+        }
+    }
+}
+
+pub(super) fn run(root: &StateRoot, a: &VerifyArgs, daemon: Option<Client>) -> Result<u8, Failure> {
+    let report = match daemon {
+        Some(mut c) => {
+            let fields = match a.target() {
+                LeaseRef::Id(id) => json!({"lease": id}),
+                LeaseRef::Session(k) => json!({"session": k}),
+            };
+            let v = c.call("verify", fields).map_err(serve::remote)?;
+            serve::decode::<VerifyReport>(v, "verify")?
+        }
+        None => ownership::verify(root, &LiveTable, &a.target())
+            .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+    };
+    print(&report, a.json);
+    Ok(report.answer.exit_code())
+}
+
+fn print(r: &VerifyReport, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).expect("serialisable"));
+        return;
+    }
+    let meaning = match r.answer {
+        Answer::Owned => "alive and verified: safe to resume",
+        Answer::Dead => "ownership disproven: do not resume",
+        Answer::Unavailable => "cannot tell: the process table could not be read",
+    };
+    println!("{}  ({meaning})", r.answer.as_str());
+    println!(
+        "lease {}  session {}  state {}  root pid {} (start time {})  owner pid {}",
+        r.lease_id, r.session_key, r.state, r.root_pid, r.root_start_time, r.owner_pid
+    );
+    for e in &r.evidence {
+        println!("  - {e}");
+    }
+}

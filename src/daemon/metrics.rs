@@ -1,0 +1,531 @@
+//! What the daemon knows, for Prometheus: `leash serve --metrics ADDR` serves it over HTTP
+//! (OpenMetrics text), and the `metrics` op returns the same text over the socket, for hosts
+//! without TCP. The exposition is encoded by `prometheus-client` (the Prometheus project's own
+//! Rust client), never by hand.
+//!
+//! Counters are bumped where the work happens (close, reap, reconcile, ensure, each request);
+//! gauges that describe the present (leases by state, sessions by phase, replay bytes, RSS and
+//! CPU of each session's tree) are read at scrape time, so a scrape costs a count query plus one
+//! `/proc` read per supervised process — nothing when nobody scrapes.
+
+use super::session;
+use crate::lifecycle::{CloseOutcome, CloseResult};
+use crate::signal::Delivery;
+use crate::verify::Role;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub signal: String,
+    pub role: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+    pub busy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionLabel {
+    pub session: String,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Every metric of the daemon. Cheap to share: each field is an `Arc` inside.
+pub struct Metrics {
+    registry: Registry,
+    pub leases: Family<StateLabel, Gauge>,
+    pub sessions: Family<PhaseLabels, Gauge>,
+    pub wrapper_starts: Counter,
+    pub closes: Family<ResultLabel, Counter>,
+    pub reaps: Family<ResultLabel, Counter>,
+    pub signals_sent: Family<SignalLabels, Counter>,
+    pub signals_refused: Family<ReasonLabel, Counter>,
+    pub escapees_killed: Counter,
+    pub startup_reap_seconds: Gauge<f64, AtomicU64>,
+    pub reconcile_passes: Family<ResultLabel, Counter>,
+    pub reconcile_settled: Family<ResultLabel, Counter>,
+    pub reconcile_seconds: Histogram,
+    pub requests: Family<OpLabel, Histogram, fn() -> Histogram>,
+    pub replay_bytes: Family<SessionLabel, Gauge>,
+    pub session_rss: Family<SessionLabel, Gauge>,
+    pub session_cpu: Family<SessionLabel, Gauge<f64, AtomicU64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("leash");
+        let m = Metrics {
+            registry: Registry::default(),
+            leases: Family::default(),
+            sessions: Family::default(),
+            wrapper_starts: Counter::default(),
+            closes: Family::default(),
+            reaps: Family::default(),
+            signals_sent: Family::default(),
+            signals_refused: Family::default(),
+            escapees_killed: Counter::default(),
+            startup_reap_seconds: Gauge::default(),
+            reconcile_passes: Family::default(),
+            reconcile_settled: Family::default(),
+            reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            requests: Family::new_with_constructor(latency_histogram),
+            replay_bytes: Family::default(),
+            session_rss: Family::default(),
+            session_cpu: Family::default(),
+        };
+        registry.register(
+            "leases",
+            "Leases in the state database, by state",
+            m.leases.clone(),
+        );
+        registry.register(
+            "sessions",
+            "Sessions supervised by this daemon, by phase and busy",
+            m.sessions.clone(),
+        );
+        registry.register(
+            "wrapper_starts",
+            "Wrappers (sessions) started by this daemon",
+            m.wrapper_starts.clone(),
+        );
+        registry.register(
+            "closes",
+            "Leases closed through the daemon (close op, idle close, shutdown), by result",
+            m.closes.clone(),
+        );
+        registry.register(
+            "reaps",
+            "Leases settled by reaps run in the daemon (startup, reap op, reconcile), by result",
+            m.reaps.clone(),
+        );
+        registry.register(
+            "signals_sent",
+            "Signals delivered after verification, by signal and the member's role",
+            m.signals_sent.clone(),
+        );
+        registry.register(
+            "signals_refused",
+            "Processes not signalled because a check failed, by reason",
+            m.signals_refused.clone(),
+        );
+        registry.register(
+            "escapees_killed",
+            "Processes of a lease outside its wrapper's tree (escapees) that were signalled",
+            m.escapees_killed.clone(),
+        );
+        registry.register_with_unit(
+            "startup_reap_duration",
+            "How long the start-up reap took",
+            Unit::Seconds,
+            m.startup_reap_seconds.clone(),
+        );
+        registry.register(
+            "reconcile_passes",
+            "Reconcile passes, by result (idle, acted, failed)",
+            m.reconcile_passes.clone(),
+        );
+        registry.register(
+            "reconcile_settled",
+            "Leases settled by reconcile passes, by result",
+            m.reconcile_settled.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Duration of reconcile passes",
+            Unit::Seconds,
+            m.reconcile_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "request_duration",
+            "Time to the reply of socket requests, by op",
+            Unit::Seconds,
+            m.requests.clone(),
+        );
+        registry.register_with_unit(
+            "replay_buffer",
+            "Bytes held in each session's replay buffer",
+            Unit::Bytes,
+            m.replay_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "session_rss",
+            "Resident memory of each session's process tree",
+            Unit::Bytes,
+            m.session_rss.clone(),
+        );
+        registry.register_with_unit(
+            "session_cpu",
+            "CPU time (user + system) used by each session's live process tree",
+            Unit::Seconds,
+            m.session_cpu.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Counts the outcomes of closes (`reap == false`) or reaps, with their signals.
+    pub fn record_outcomes(&self, outcomes: &[CloseOutcome], reap: bool) {
+        let family = if reap { &self.reaps } else { &self.closes };
+        for o in outcomes {
+            family
+                .get_or_create(&ResultLabel {
+                    result: result_name(o.result).into(),
+                })
+                .inc();
+            // An escapee is a process of the lease outside its wrapper's tree: a marked one, or
+            // anything signalled when the wrapper itself was gone (not signalled).
+            let wrapper_present = o.signals.iter().any(|s| s.role == Role::Root);
+            let mut escapees = std::collections::HashSet::new();
+            for s in &o.signals {
+                if s.delivery != Delivery::Delivered {
+                    continue;
+                }
+                self.signals_sent
+                    .get_or_create(&SignalLabels {
+                        signal: s.signal.name().to_string(),
+                        role: format!("{:?}", s.role).to_lowercase(),
+                    })
+                    .inc();
+                if s.role == Role::Marked || !wrapper_present {
+                    escapees.insert((s.pid, s.start_time));
+                }
+            }
+            self.escapees_killed.inc_by(escapees.len() as u64);
+            for r in &o.refused {
+                self.signals_refused
+                    .get_or_create(&ReasonLabel {
+                        reason: refusal_kind(&r.reason).into(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    pub fn observe_request(&self, op: &str, took: Duration) {
+        self.requests
+            .get_or_create(&OpLabel { op: op.to_string() })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+pub fn result_name(r: CloseResult) -> &'static str {
+    match r {
+        CloseResult::Closed => "closed",
+        CloseResult::Lost => "lost",
+        CloseResult::LeftOpen => "left_open",
+        CloseResult::Conflict => "conflict",
+    }
+}
+
+/// A low-cardinality label for a refusal: the reasons are sentences with pids in them.
+fn refusal_kind(reason: &str) -> &'static str {
+    let r = reason.to_lowercase();
+    if r.contains("unavailable") || r.contains("cannot read") {
+        "unavailable"
+    } else if r.contains("reused") || r.contains("start time") {
+        "pid_reused"
+    } else if r.contains("uid") || r.contains("permission") {
+        "permission"
+    } else if r.contains("marker") || r.contains("another lease") {
+        "not_ours"
+    } else {
+        "other"
+    }
+}
+
+/// Serves `GET /metrics` (any path) on `listener` until the process exits: one short-lived
+/// connection at a time is plenty for a scraper.
+pub fn serve_http(listener: TcpListener, render: impl Fn() -> String + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => {
+                        if let Err(e) = answer(s, &render) {
+                            tracing::debug!(error = %e, "metrics request failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics accept failed");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the metrics thread");
+    }
+}
+
+fn answer(s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(s.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Headers up to the blank line; a scraper sends a few. Prometheus asks for OpenMetrics in
+    // Accept; anything else (curl, promtool, older scrapers) gets the classic text format.
+    let mut openmetrics = false;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
+            break;
+        }
+        let lower = h.to_ascii_lowercase();
+        if lower.starts_with("accept:") && lower.contains("application/openmetrics-text") {
+            openmetrics = true;
+        }
+    }
+    let mut s = s;
+    let (status, body, ctype) = if request_line.starts_with("GET ") {
+        if openmetrics {
+            (
+                "200 OK",
+                render(),
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+        } else {
+            (
+                "200 OK",
+                to_prometheus_text(&render()),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
+    } else {
+        (
+            "405 Method Not Allowed",
+            "only GET\n".into(),
+            "text/plain; charset=utf-8",
+        )
+    };
+    write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    s.flush()
+}
+
+/// The OpenMetrics exposition in the classic Prometheus text format (0.0.4), for clients that
+/// do not ask for OpenMetrics: a counter family is named with its `_total` suffix in HELP and
+/// TYPE (as its samples are), and the OpenMetrics-only `# UNIT` and `# EOF` lines go. Pure.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Parses `--metrics ADDR`: `host:port` (`127.0.0.1:9464`, `[::1]:9464`) or a bare port on
+/// loopback.
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("'{s}' is not an address to listen on (use e.g. 127.0.0.1:9464 or a port)")
+    })
+}
+
+/// Refreshes the gauges that describe the present, then encodes everything.
+pub(super) fn render(d: &super::Daemon) -> String {
+    let m = &d.metrics;
+    match d.store().counts() {
+        Ok(c) => {
+            for (state, n) in [
+                ("open", c.open),
+                ("closing", c.closing),
+                ("closed", c.closed),
+                ("lost", c.lost),
+            ] {
+                m.leases
+                    .get_or_create(&StateLabel {
+                        state: state.into(),
+                    })
+                    .set(n as i64);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot count the leases"),
+    }
+    // Gauges of sessions that ended are dropped, so a scrape shows only what exists.
+    m.sessions.clear();
+    m.replay_bytes.clear();
+    m.session_rss.clear();
+    m.session_cpu.clear();
+    for phase in ["starting", "running", "closing", "ended"] {
+        for busy in ["true", "false"] {
+            let _ = m.sessions.get_or_create(&PhaseLabels {
+                phase: phase.into(),
+                busy: busy.into(),
+            });
+        }
+    }
+    for s in d.all_sessions() {
+        let st = s.status();
+        let phase = format!("{:?}", st.phase).to_lowercase();
+        m.sessions
+            .get_or_create(&PhaseLabels {
+                phase,
+                busy: st.busy.to_string(),
+            })
+            .inc();
+        let label = SessionLabel {
+            session: st.session_key.clone(),
+        };
+        m.replay_bytes
+            .get_or_create(&label)
+            .set(st.buffered_bytes as i64);
+        if let (Some(root), session::Phase::Starting | session::Phase::Running) =
+            (st.root_pid, st.phase)
+        {
+            if let Some((rss, cpu)) = tree_usage(root) {
+                m.session_rss.get_or_create(&label).set(rss as i64);
+                m.session_cpu.get_or_create(&label).set(cpu);
+            }
+        }
+    }
+    m.encode()
+}
+
+/// Resident bytes and CPU seconds of `root` and its descendants (`None` when the root is gone).
+fn tree_usage(root: i32) -> Option<(u64, f64)> {
+    use crate::proc::ProcessTable;
+    let tree = crate::proc::LiveTable.subtree(root).ok()?;
+    let page = procfs::page_size();
+    let ticks = procfs::ticks_per_second() as f64;
+    let (mut rss, mut cpu) = (0u64, 0f64);
+    let mut any = false;
+    for p in tree.iter() {
+        let Ok(stat) = procfs::process::Process::new(p.pid).and_then(|pr| pr.stat()) else {
+            continue;
+        };
+        if stat.starttime != p.start_time {
+            continue;
+        }
+        any = true;
+        rss += stat.rss * page;
+        cpu += (stat.utime + stat.stime) as f64 / ticks;
+    }
+    any.then_some((rss, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_names_every_family() {
+        let m = Metrics::new();
+        m.wrapper_starts.inc();
+        m.leases
+            .get_or_create(&StateLabel {
+                state: "open".into(),
+            })
+            .set(3);
+        m.observe_request("status", Duration::from_millis(2));
+        let text = m.encode();
+        for name in [
+            "leash_wrapper_starts_total 1",
+            "leash_request_duration_seconds_bucket{",
+            "leash_leases{state=\"open\"} 3",
+            "# EOF",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix() {
+        let m = Metrics::new();
+        m.wrapper_starts.inc();
+        let text = to_prometheus_text(&m.encode());
+        assert!(
+            text.contains("# TYPE leash_wrapper_starts_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP leash_wrapper_starts_total "),
+            "{text}"
+        );
+        assert!(text.contains("leash_wrapper_starts_total 1\n"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            parse_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert!(parse_addr("[::1]:9").is_ok());
+        assert!(parse_addr("localhost").is_err());
+    }
+}

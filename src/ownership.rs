@@ -1,0 +1,310 @@
+//! `leash verify`: the one question a gateway asks before it resumes a stored session — is this
+//! lease's process still alive and ours (`owned`), is ownership disproven (`dead`: gone, or its
+//! pid now names someone else), or can nobody tell (`unavailable`: the process table could not
+//! be read)?
+//!
+//! [`judge`] is pure: a lease, what the state root expects of it, and a process snapshot (or the
+//! reason there is none) in; a [`VerifyReport`] with its evidence out. [`verify`] does the reads:
+//! the lease row, then only the root's subtree (a live wrapper is a subreaper, so its whole tree
+//! hangs below it; when the root is gone or recycled the answer is `dead` whatever else is
+//! alive), so the cost is that of one tree, never a scan of the host. Nothing here signals.
+//!
+//! The answer is deliberately coarser than [`crate::verify::Verdict`]: a lease whose wrapper is
+//! gone but whose marked escapees linger is `dead` for a gateway (there is nothing to resume;
+//! `reap` or the daemon's reconcile takes the escapees), and `not-owned` is `dead` too (the
+//! evidence disproves ownership, so resuming would talk to a stranger).
+
+use crate::exitcode;
+use crate::lease::{Lease, LeaseState};
+use crate::lifecycle::LeaseRef;
+use crate::proc::{ProcessTable, Snapshot, TableError};
+use crate::state::StateRoot;
+use crate::store::{Store, StoreError};
+use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Answer {
+    /// The wrapper is alive and verified against the lease: safe to resume.
+    Owned,
+    /// Ownership is disproven: nothing of the lease's wrapper is alive, or its pid names
+    /// another process now. Do not resume; start a new session.
+    Dead,
+    /// The process table could not be read, so nothing could be proven either way.
+    Unavailable,
+}
+
+impl Answer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Owned => "owned",
+            Answer::Dead => "dead",
+            Answer::Unavailable => "unavailable",
+        }
+    }
+
+    /// The documented exit code of `leash verify` for this answer.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Answer::Owned => exitcode::OK,
+            Answer::Dead => exitcode::DEAD,
+            Answer::Unavailable => exitcode::UNVERIFIED,
+        }
+    }
+}
+
+/// A live process proven to belong to the lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveMember {
+    pub pid: i32,
+    pub start_time: u64,
+    pub role: Role,
+    pub argv0: Option<String>,
+}
+
+/// The reply of `leash verify` and of the daemon's `verify` op.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    pub answer: Answer,
+    pub lease_id: String,
+    pub session_key: String,
+    /// The lease's recorded state (a closed lease can only be `dead`, but the row says why).
+    pub state: LeaseState,
+    pub root_pid: i32,
+    pub root_start_time: u64,
+    pub owner_pid: i32,
+    /// The finer verdict of [`crate::verify`] this answer comes from.
+    pub verdict: String,
+    /// Why, in words: what was compared and what it showed.
+    pub evidence: Vec<String>,
+    /// With `owned`: the verified tree, root last.
+    pub members: Vec<LiveMember>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no lease {0}")]
+    NoLease(String),
+    #[error("session {0} has no lease")]
+    NoSession(String),
+}
+
+impl VerifyError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            VerifyError::Store(_) => exitcode::FAILURE,
+            VerifyError::NoLease(_) | VerifyError::NoSession(_) => exitcode::NOT_FOUND,
+        }
+    }
+}
+
+/// The answer for `lease`, from a snapshot that covers its root's tree. Pure.
+pub fn judge(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    snap: Result<&Snapshot, &TableError>,
+) -> VerifyReport {
+    let mut report = VerifyReport {
+        answer: Answer::Unavailable,
+        lease_id: lease.lease_id.clone(),
+        session_key: lease.session_key.clone(),
+        state: lease.state,
+        root_pid: lease.root_pid,
+        root_start_time: lease.root_start_time,
+        owner_pid: lease.owner_pid,
+        verdict: "unverifiable".into(),
+        evidence: Vec::new(),
+        members: Vec::new(),
+    };
+    let snap = match snap {
+        Ok(s) => s,
+        Err(e) => {
+            report
+                .evidence
+                .push(format!("{e}; nothing could be proven"));
+            return report;
+        }
+    };
+    let verdict = verify_owned_tree(lease, expect, snap);
+    report.verdict = verdict.name().into();
+    match verdict {
+        Verdict::Owned(tree) => match &tree.root {
+            Some(_) => {
+                report.answer = Answer::Owned;
+                report.evidence = tree.evidence.clone();
+                for m in tree.children_first() {
+                    report.evidence.push(format!(
+                        "pid {} ({:?}, start time {}): {}",
+                        m.pid, m.role, m.start_time, m.evidence
+                    ));
+                    report.members.push(LiveMember {
+                        pid: m.pid,
+                        start_time: m.start_time,
+                        role: m.role,
+                        argv0: m.argv0.clone(),
+                    });
+                }
+            }
+            None => {
+                report.answer = Answer::Dead;
+                report.evidence = tree.evidence.clone();
+                report.evidence.push(format!(
+                    "the wrapper is gone; {} marked process(es) of the lease linger (reap takes them)",
+                    tree.len()
+                ));
+            }
+        },
+        Verdict::Gone { reason } | Verdict::NotOwned { reason } => {
+            report.answer = Answer::Dead;
+            report.evidence.push(reason);
+        }
+        Verdict::Unverifiable { reason } => {
+            report.answer = Answer::Unavailable;
+            report.evidence.push(reason);
+        }
+    }
+    if lease.state.is_terminal() {
+        report.evidence.push(format!(
+            "the lease is {}{}",
+            lease.state,
+            lease
+                .state_reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    report
+}
+
+/// Reads the lease and its root's tree and judges it. Never signals. A session key names its
+/// active lease, else its latest one (a gateway asking about a stored session whose lease has
+/// ended gets `dead`, not "not found").
+pub fn verify(
+    root: &StateRoot,
+    table: &dyn ProcessTable,
+    target: &LeaseRef,
+) -> Result<VerifyReport, VerifyError> {
+    let store = Store::open(&root.db_path())?;
+    let lease = match target {
+        LeaseRef::Id(id) => store
+            .lease(id)?
+            .ok_or_else(|| VerifyError::NoLease(id.clone()))?,
+        LeaseRef::Session(key) => match store.active_lease_for_session(key)? {
+            Some(l) => l,
+            None => store
+                .latest_lease_for_session(key)?
+                .ok_or_else(|| VerifyError::NoSession(key.clone()))?,
+        },
+    };
+    let gateway = store.gateway_instance_id().to_string();
+    let wrapper_root = root.wrapper_root();
+    let expect = Expect {
+        gateway_instance_id: &gateway,
+        wrapper_root: &wrapper_root,
+        // The answer rests on the root process (pid, start time, pidfs inode, markers); cgroup
+        // membership is not read here, so a populated cgroup of a dead root answers `dead`.
+        cgroup_root: None,
+    };
+    let snap = table.subtree(lease.root_pid);
+    let report = judge(&lease, &expect, snap.as_ref());
+    tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proc::{FixtureTable, LeaseEnv, ProcessInfo};
+    use std::path::Path;
+
+    fn lease() -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "leaseId": "L1", "sessionKey": "s", "gatewayInstanceId": "G",
+            "state": "open", "ownerPid": 50, "ownerStartTime": 5,
+            "rootPid": 100, "rootStartTime": 10, "commandHash": crate::lease::command_hash(&["adapter".to_string()]),
+            "command": ["adapter"], "wrapperPath": "/w/leash-wrap", "wrapperRoot": "/w", "startedAt": 1, "graceMs": 100,
+        }))
+        .expect("lease fixture")
+    }
+
+    fn wrapper(start_time: u64) -> ProcessInfo {
+        ProcessInfo {
+            pid: 100,
+            ppid: 50,
+            pgid: 100,
+            sid: 100,
+            uid: 0,
+            start_time,
+            state: 'S',
+            exe: Some("/w/leash-wrap".into()),
+            argv: Some(vec!["/w/leash-wrap".into(), "--".into(), "adapter".into()]),
+            env: Some(LeaseEnv {
+                lease_id: Some("L1".into()),
+                gateway_instance_id: Some("G".into()),
+            }),
+            pidfs_ino: None,
+        }
+    }
+
+    fn expect() -> Expect<'static> {
+        Expect {
+            gateway_instance_id: "G",
+            wrapper_root: Path::new("/w"),
+            cgroup_root: None,
+        }
+    }
+
+    fn judge_with(t: &FixtureTable) -> VerifyReport {
+        let snap = t.snapshot();
+        judge(&lease(), &expect(), snap.as_ref())
+    }
+
+    #[test]
+    fn a_verified_wrapper_is_owned() {
+        let r = judge_with(&FixtureTable {
+            processes: vec![wrapper(10)],
+            unavailable: None,
+        });
+        assert_eq!(r.answer, Answer::Owned, "{r:?}");
+        assert_eq!(r.members.len(), 1);
+        assert_eq!(r.members[0].role, Role::Root);
+        assert_eq!(r.answer.exit_code(), 0);
+    }
+
+    #[test]
+    fn a_recycled_pid_is_dead() {
+        let mut stranger = wrapper(99);
+        stranger.env = None;
+        let r = judge_with(&FixtureTable {
+            processes: vec![stranger],
+            unavailable: None,
+        });
+        assert_eq!(r.answer, Answer::Dead);
+        assert!(r.evidence.iter().any(|e| e.contains("reused")), "{r:?}");
+        assert_eq!(r.answer.exit_code(), exitcode::DEAD);
+    }
+
+    #[test]
+    fn an_absent_root_is_dead() {
+        let r = judge_with(&FixtureTable::default());
+        assert_eq!(r.answer, Answer::Dead);
+        assert_eq!(r.verdict, "gone");
+    }
+
+    #[test]
+    fn an_unreadable_table_is_unavailable() {
+        let r = judge_with(&FixtureTable {
+            processes: Vec::new(),
+            unavailable: Some("/proc is not mounted".into()),
+        });
+        assert_eq!(r.answer, Answer::Unavailable);
+        assert!(r.evidence[0].contains("/proc is not mounted"), "{r:?}");
+        assert_eq!(r.answer.exit_code(), exitcode::UNVERIFIED);
+    }
+}

@@ -1,0 +1,309 @@
+//! Continuous reconcile: what `leash serve --reconcile-interval` runs on a timer so that leases
+//! of sessions started outside the daemon (plain `leash exec`) are settled without anyone running
+//! `reap` — the incumbent gateways' lost leases piled up because their reaper ran only at
+//! start-up.
+//!
+//! A pass reads the lease rows, and for each active lease only its owner, its root and its
+//! claimant (three `/proc/<pid>` entries): the pure [`decide`] then says what each lease needs.
+//! Only when some lease needs settling does the pass go further, through the same controller
+//! paths as `reap` and `close` (verify against live evidence, terminate children first, mark
+//! lost): so a pass with nothing to do costs O(active leases) reads, never a scan of the host,
+//! and never a command-line search. Settling an orphan reads the process table once, as `reap`
+//! does, because the escapees of a SIGKILLed wrapper are found only by their markers.
+//!
+//! The rules are `reap`'s: a lease whose owner is alive is a live session and is left alone,
+//! unless its wrapper is verifiably gone (then nothing of the session can be resumed, and the
+//! lease is settled by `close`, which only signals what still carries the lease's markers). The
+//! daemon's own sessions are the daemon's to settle and are never touched here.
+
+use crate::lease::{now_ms, Lease, LeaseState, ProcessId};
+use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
+use crate::plan::ReapOptions;
+use crate::proc::ProcessTable;
+use crate::state::StateRoot;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// What a pass knows of one active lease's processes (`None`: could not be read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    pub owner_alive: Option<bool>,
+    pub root_alive: Option<bool>,
+    pub claimant_alive: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do (a live session, a lease another process is closing, a fresh lease).
+    Leave,
+    /// The owner is gone: reap it (verify, terminate what is left, or mark it lost).
+    Reap,
+    /// The owner lives but the wrapper is gone: settle it through `close`.
+    Settle,
+    /// A closed or lost lease past the retention: delete it.
+    Expire,
+}
+
+/// Who is deciding: the daemon (its sessions are its own business) and the state root's gateway
+/// (a row naming another gateway is never this root's to act on, and would only make every
+/// pass read the whole process table to conclude that again).
+#[derive(Debug, Clone, Copy)]
+pub struct Decider<'a> {
+    pub me: ProcessId,
+    pub gateway_instance_id: &'a str,
+}
+
+/// The pure decision for one lease.
+pub fn decide(
+    lease: &Lease,
+    facts: Facts,
+    who: Decider<'_>,
+    now_ms: i64,
+    retention: Duration,
+) -> Action {
+    if lease.state.is_terminal() {
+        let ended = lease.closed_at.unwrap_or(lease.started_at);
+        let cutoff = now_ms.saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
+        return if ended < cutoff {
+            Action::Expire
+        } else {
+            Action::Leave
+        };
+    }
+    if lease.owner() == who.me || lease.gateway_instance_id != who.gateway_instance_id {
+        return Action::Leave;
+    }
+    if lease.state == LeaseState::Closing && facts.claimant_alive != Some(false) {
+        return Action::Leave; // someone is closing it (or we cannot tell)
+    }
+    match (facts.owner_alive, facts.root_alive) {
+        (Some(false), _) => Action::Reap,
+        (Some(true), Some(false)) => Action::Settle,
+        // A live session, or facts we could not read: never act on a guess.
+        _ => Action::Leave,
+    }
+}
+
+/// What one pass did: logged, counted in the metrics, and kept for `status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PassReport {
+    /// Active leases looked at.
+    pub active: usize,
+    /// Leases settled, by result (`closed`, `lost`, `leftOpen`, `conflict`).
+    pub closed: usize,
+    pub lost: usize,
+    pub left_open: usize,
+    pub conflict: usize,
+    pub expired: usize,
+    /// Facts that could not be read (the lease was left alone).
+    pub unreadable: usize,
+    pub duration_ms: u64,
+    /// The outcomes of the settled leases (signals, refusals, reasons).
+    pub outcomes: Vec<CloseOutcome>,
+}
+
+impl PassReport {
+    fn count(&mut self, outcomes: Vec<CloseOutcome>) {
+        for o in &outcomes {
+            match o.result {
+                CloseResult::Closed => self.closed += 1,
+                CloseResult::Lost => self.lost += 1,
+                CloseResult::LeftOpen => self.left_open += 1,
+                CloseResult::Conflict => self.conflict += 1,
+            }
+        }
+        self.outcomes.extend(outcomes);
+    }
+
+    /// True when the pass changed something.
+    pub fn acted(&self) -> bool {
+        self.closed + self.lost + self.left_open + self.conflict + self.expired > 0
+    }
+}
+
+fn alive(table: &dyn ProcessTable, id: ProcessId) -> Option<bool> {
+    // Unavailable: unknown, and an unknown fact never leads to action.
+    table.alive(id).ok()
+}
+
+/// One reconcile pass over `root`.
+pub fn pass(
+    root: &StateRoot,
+    table: &dyn ProcessTable,
+    me: ProcessId,
+    retention: Duration,
+) -> Result<PassReport, LifecycleError> {
+    let started = Instant::now();
+    let mut report = PassReport::default();
+    let mut ctl = Controller::open(root.clone(), table)?;
+    // Wrappers that exited on their own leave a report: fold those in first (cheap, and it
+    // settles most ended sessions without looking at any process).
+    ctl.refresh()?;
+    let now = now_ms();
+    let gateway = ctl.store().gateway_instance_id().to_string();
+    let who = Decider {
+        me,
+        gateway_instance_id: &gateway,
+    };
+    let rows = ctl.store().leases(&[])?;
+    let (mut reap, mut settle, mut expire) = (false, Vec::new(), false);
+    for lease in rows.iter().flatten() {
+        let facts = if lease.state.is_active() {
+            report.active += 1;
+            Facts {
+                owner_alive: alive(table, lease.owner()),
+                root_alive: alive(table, lease.root()),
+                claimant_alive: lease
+                    .claimed_by
+                    .map(|c| alive(table, c))
+                    .unwrap_or(Some(false)),
+            }
+        } else {
+            Facts {
+                owner_alive: None,
+                root_alive: None,
+                claimant_alive: None,
+            }
+        };
+        if lease.state.is_active() && (facts.owner_alive.is_none() || facts.root_alive.is_none()) {
+            report.unreadable += 1;
+        }
+        match decide(lease, facts, who, now, retention) {
+            Action::Leave => {}
+            Action::Reap => reap = true,
+            Action::Settle => settle.push(LeaseRef::Id(lease.lease_id.clone())),
+            Action::Expire => expire = true,
+        }
+    }
+    if reap {
+        // `reap`'s own rules decide again from one snapshot (owner gone, claimant gone), verify,
+        // terminate, and expire old leases.
+        let r = ctl.reap(&ReapOptions {
+            include_live: false,
+            retention_ms: retention.as_millis().min(i64::MAX as u128) as i64,
+            now_ms: now,
+            grace_ms: None,
+        })?;
+        report.expired = r.expired;
+        report.count(r.leases);
+    } else if expire {
+        let cutoff = now.saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
+        report.expired = ctl.store().expire(cutoff)?;
+    }
+    if !settle.is_empty() {
+        // One at a time: a lease that settled meanwhile (its report arrived) must not fail the
+        // others.
+        for r in &settle {
+            match ctl.close(std::slice::from_ref(r), None) {
+                Ok(out) => report.count(out),
+                Err(LifecycleError::NotOpen { .. }) | Err(LifecycleError::NoLease(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(state: &str, owner: i32) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "leaseId": "L", "sessionKey": "s", "gatewayInstanceId": "G", "state": state,
+            "ownerPid": owner, "ownerStartTime": 1, "rootPid": 100, "rootStartTime": 2,
+            "commandHash": "h", "command": ["a"], "wrapperPath": "/w/x", "wrapperRoot": "/w",
+            "startedAt": 1_000, "closedAt": 2_000, "graceMs": 1,
+        }))
+        .unwrap()
+    }
+
+    const ME: Decider<'static> = Decider {
+        me: ProcessId {
+            pid: 7,
+            start_time: 7,
+        },
+        gateway_instance_id: "G",
+    };
+
+    fn facts(owner: Option<bool>, root: Option<bool>) -> Facts {
+        Facts {
+            owner_alive: owner,
+            root_alive: root,
+            claimant_alive: Some(false),
+        }
+    }
+
+    #[test]
+    fn a_live_session_is_left_alone() {
+        let l = lease("open", 50);
+        let d = decide(&l, facts(Some(true), Some(true)), ME, 3_000, Duration::ZERO);
+        assert_eq!(d, Action::Leave);
+    }
+
+    #[test]
+    fn an_orphan_is_reaped_and_a_dead_wrapper_settled() {
+        let l = lease("open", 50);
+        let h = Duration::from_secs(3600);
+        assert_eq!(
+            decide(&l, facts(Some(false), Some(true)), ME, 3_000, h),
+            Action::Reap
+        );
+        assert_eq!(
+            decide(&l, facts(Some(true), Some(false)), ME, 3_000, h),
+            Action::Settle
+        );
+    }
+
+    #[test]
+    fn unknown_facts_and_own_sessions_are_left_alone() {
+        let l = lease("open", 50);
+        let h = Duration::from_secs(3600);
+        assert_eq!(
+            decide(&l, facts(None, Some(false)), ME, 3_000, h),
+            Action::Leave
+        );
+        assert_eq!(
+            decide(&l, facts(Some(true), None), ME, 3_000, h),
+            Action::Leave
+        );
+        let mut own = lease("open", 7);
+        own.owner_start_time = 7;
+        assert_eq!(
+            decide(&own, facts(Some(true), Some(false)), ME, 3_000, h),
+            Action::Leave
+        );
+        let mut foreign = lease("open", 50);
+        foreign.gateway_instance_id = "other".into();
+        assert_eq!(
+            decide(&foreign, facts(Some(false), Some(false)), ME, 3_000, h),
+            Action::Leave
+        );
+    }
+
+    #[test]
+    fn a_closing_lease_with_a_live_claimant_is_left_alone() {
+        let l = lease("closing", 50);
+        let mut f = facts(Some(false), Some(true));
+        f.claimant_alive = Some(true);
+        assert_eq!(decide(&l, f, ME, 3_000, Duration::ZERO), Action::Leave);
+        f.claimant_alive = Some(false);
+        assert_eq!(decide(&l, f, ME, 3_000, Duration::ZERO), Action::Reap);
+    }
+
+    #[test]
+    fn ended_leases_expire_after_the_retention() {
+        let l = lease("closed", 50);
+        let f = facts(None, None);
+        assert_eq!(
+            decide(&l, f, ME, 3_000, Duration::from_millis(500)),
+            Action::Expire
+        );
+        assert_eq!(
+            decide(&l, f, ME, 3_000, Duration::from_millis(5_000)),
+            Action::Leave
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! Issue 15: `leash serve --log-format json` writes one JSON object per line on stderr (what
+//! journald stores as MESSAGE), with the event's fields at the top level: a verify names its
+//! `lease_id`, `session`, `pid` and `op`. Text stays the default.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::{json, Value};
+
+#[test]
+fn json_lines_carry_the_lease_fields() {
+    let tmp = TempDir::new("jsonlog");
+    let state = tmp.join("state");
+    let mut d = Daemon::start(&state, &["--log-format", "json"]);
+    let mut c = d.connect();
+    let started = ensure(&mut c, "s", &["sleep", "1000"]);
+    c.call("verify", json!({"session": "s"}));
+    assert_eq!(d.terminate().code(), Some(0));
+    let log = d.log_text();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(lines
+        .iter()
+        .all(|l| l["level"].is_string() && l["timestamp"].is_string()));
+    let v = lines
+        .iter()
+        .find(|l| l["op"] == "verify")
+        .unwrap_or_else(|| panic!("no verify line:\n{log}"));
+    assert_eq!(v["lease_id"], started["leaseId"]);
+    assert_eq!(v["session"], "s");
+    assert_eq!(v["pid"], started["rootPid"]);
+    assert_eq!(v["answer"], "owned");
+    assert!(lines.iter().any(|l| l["message"] == "leash serve stopped"));
+}
+
+#[test]
+fn text_is_the_default() {
+    let tmp = TempDir::new("textlog");
+    let state = tmp.join("state");
+    let mut d = Daemon::start(&state, &[]);
+    assert_eq!(d.terminate().code(), Some(0));
+    let log = d.log_text();
+    assert!(log.contains("INFO"), "{log}");
+    assert!(!log.trim_start().starts_with('{'), "{log}");
+}

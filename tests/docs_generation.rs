@@ -1,0 +1,80 @@
+//! Issue 15: shell completions and man pages are generated from the clap definitions without
+//! error, and leash(1) names every subcommand (its SUBCOMMANDS section links leash-NAME(1)).
+mod common;
+use clap::CommandFactory;
+use common::*;
+
+fn leash_out(args: &[&str]) -> (Option<i32>, String, String) {
+    // No state root is needed (nor created) for these.
+    let tmp = TempDir::new("docs");
+    let out = leash(&tmp.join("state")).args(args).output().unwrap();
+    assert!(!tmp.join("state").exists(), "{args:?} created a state root");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn completions_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef leash"),
+        ("fish", "complete -c leash"),
+    ] {
+        let (code, out, err) = leash_out(&["completions", shell]);
+        assert_eq!(code, Some(0), "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        assert!(out.contains("verify") && out.contains("serve"), "{shell}");
+    }
+    let (code, _, err) = leash_out(&["completions", "tcsh"]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn the_man_page_names_every_subcommand() {
+    let (code, page, err) = leash_out(&["man"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH leash 1"),
+        "{page}"
+    );
+    let names: Vec<String> = leash::cli::Cli::command()
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    assert!(names.len() >= 12, "{names:?}");
+    for name in &names {
+        assert!(
+            page.contains(&format!("leash\\-{}(1)", name.replace('-', "\\-"))),
+            "leash(1) does not name {name}"
+        );
+    }
+    let (code, serve, err) = leash_out(&["man", "serve"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(serve.contains(".TH leash-serve 1"), "{serve}");
+    assert!(serve.contains("reconcile\\-interval"), "{serve}");
+    let (code, verify, _) = leash_out(&["man", "verify"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        verify.contains("dead"),
+        "the exit codes are documented: {verify}"
+    );
+    let (code, _, err) = leash_out(&["man", "nope"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no subcommand"), "{err}");
+
+    // --out-dir writes a page per (nested) subcommand.
+    let tmp = TempDir::new("docs-dir");
+    let dir = tmp.join("man1");
+    let out = leash(&tmp.join("state"))
+        .args(["man", "--out-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for name in names.iter().chain(["sessions-list".to_string()].iter()) {
+        assert!(dir.join(format!("leash-{name}.1")).is_file(), "{name}");
+    }
+}

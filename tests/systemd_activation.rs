@@ -1,0 +1,149 @@
+//! Issue 15: `leash serve` under systemd's protocols, for real. `systemd-socket-activate` (from
+//! Debian's systemd package; no systemd as PID 1 needed) holds the listening socket and execs
+//! the daemon on the first connection, which the daemon then serves on fd 3; a datagram socket
+//! named by NOTIFY_SOCKET plays the service manager and must see READY=1 only after the start-up
+//! reap (an orphan staged before the start is already settled in the database when READY=1
+//! arrives) and STOPPING=1 on SIGTERM. The activated socket is systemd's: the daemon leaves it.
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Messages sent to NOTIFY_SOCKET, until one contains `want` (or the patience runs out).
+fn wait_notify(sock: &UnixDatagram, seen: &mut Vec<String>, want: &str) -> bool {
+    let deadline = Instant::now() + PATIENCE;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if seen.iter().any(|m| m.lines().any(|l| l == want)) {
+            return true;
+        }
+        if let Ok(n) = sock.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    seen.iter().any(|m| m.lines().any(|l| l == want))
+}
+
+fn lease_state_in_db(state: &std::path::Path, session: &str) -> String {
+    let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
+    conn.query_row(
+        "SELECT state FROM leases WHERE session_key = ?1 ORDER BY started_at DESC LIMIT 1",
+        [session],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn socket_activation_ready_after_the_startup_reap_and_stopping() {
+    let activate = match apt::tool("systemd-socket-activate", "systemd") {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let tmp = TempDir::new("activate");
+    let state = tmp.join("state");
+    let socket = tmp.join("leash.sock");
+    let mut guard = Guard::new();
+
+    // An orphan for the start-up reap: its wrapper SIGKILLed, its owner gone, an escapee left.
+    let (owner, wrapper, escapee) =
+        outside_session(&mut guard, &state, tmp.path(), "orphan", "true");
+    signal(wrapper, libc::SIGKILL);
+    assert!(wait_for(|| !owner.alive()));
+    assert_eq!(lease_state_in_db(&state, "orphan"), "open");
+
+    let notify = UnixDatagram::bind(tmp.join("notify.sock")).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
+    let mut child = Command::new(activate)
+        .arg("-l")
+        .arg(&socket)
+        .arg("-E")
+        .arg(format!(
+            "NOTIFY_SOCKET={}",
+            tmp.join("notify.sock").display()
+        ))
+        .arg("-E")
+        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
+        .arg("-E")
+        .arg("LEASH_LOG=info")
+        .arg(leash_bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["serve", "--reconcile-interval", "0"])
+        .stdin(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = Pid::of(child.id() as i32).unwrap();
+    guard.add(pid);
+    let log_text = || std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
+    assert!(
+        wait_for(|| log_text().contains("Listening on")),
+        "{}",
+        log_text()
+    );
+    // Nothing started yet: the activator holds the socket, no daemon has locked the state root.
+    let exe = || std::fs::read_link(format!("/proc/{}/exe", pid.pid)).unwrap_or_default();
+    assert!(!exe().ends_with("leash"), "started before any connection");
+    assert!(!state.join("daemon.lock").exists());
+    let mut seen = Vec::new();
+
+    // The first connection starts the daemon, which answers it on the passed fd.
+    let mut c = UnixStream::connect(&socket).unwrap();
+    c.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.write_all(b"{\"id\":1,\"op\":\"status\"}\n").unwrap();
+    assert!(
+        wait_notify(&notify, &mut seen, "READY=1"),
+        "no READY=1: {seen:?}\n{}",
+        log_text()
+    );
+    // READY=1 came after the start-up reap: the orphan is settled already.
+    assert_eq!(
+        lease_state_in_db(&state, "orphan"),
+        "closed",
+        "{}",
+        log_text()
+    );
+    assert!(!escapee.pid.alive());
+    let mut line = String::new();
+    BufReader::new(c.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["ok"], true, "{line}");
+    let d = &v["result"]["daemon"];
+    assert_eq!(d["socketActivated"], true, "{line}");
+    assert_eq!(d["pid"], pid.pid, "the activator execs the daemon in place");
+    assert_eq!(d["socket"], socket.display().to_string());
+    assert!(exe().ends_with("leash"));
+    assert!(
+        !seen.iter().any(|m| m.contains("STOPPING=1")),
+        "stopping too early: {seen:?}"
+    );
+
+    signal(pid, libc::SIGTERM);
+    assert!(
+        wait_notify(&notify, &mut seen, "STOPPING=1"),
+        "no STOPPING=1: {seen:?}\n{}",
+        log_text()
+    );
+    let mut status = None;
+    assert!(wait_for(|| {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert_eq!(status.unwrap().code(), Some(0), "{}", log_text());
+    let ready_at = seen.iter().position(|m| m.contains("READY=1")).unwrap();
+    let stopping_at = seen.iter().position(|m| m.contains("STOPPING=1")).unwrap();
+    assert!(ready_at < stopping_at, "{seen:?}");
+    // The socket is systemd's: left in place for the next activation.
+    assert!(socket.exists(), "the daemon removed the activated socket");
+}
