@@ -306,6 +306,7 @@ fn a_crash_between_mkdir_and_commit_leaves_a_stray_that_reap_sweeps() {
     };
     let tmp = TempDir::new("cg-stray");
     let state = tmp.join("state");
+    init_state_root(&state);
     let (_, status) = json(&cg, &state, &["status", "--json"]);
     let gw_root = PathBuf::from(
         status["containment"]["gatewayRoot"]

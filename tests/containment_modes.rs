@@ -30,6 +30,7 @@ fn status_reports_the_mode_the_root_and_why_not() {
     };
     let tmp = TempDir::new("cg-status");
     let state = tmp.join("state");
+    init_state_root(&state);
     let on = status(&mut cg.leash(&state));
     assert_eq!(on["containment"]["mode"], "on", "{on}");
     assert_eq!(on["containment"]["root"], cg.path().display().to_string());
@@ -204,7 +205,11 @@ fn limits_are_refused_where_the_controller_is_missing_and_nothing_starts() {
         .args(["exec", "--memory-max", "lots", "--", "true"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "a bad size is bad usage");
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "a bad size is a failure of exec itself"
+    );
 }
 
 /// The adapter starts inside its cgroup both ways: clone3(CLONE_INTO_CGROUP), and the fallback

@@ -223,6 +223,30 @@ pub fn leash(state: &Path) -> Command {
     c
 }
 
+/// Creates a state root the way a user does, with `leash exec` (read-only commands never create
+/// one): a lease of `/bin/true`, without containment, that ends at once.
+#[allow(dead_code)]
+pub fn init_state_root(state: &Path) {
+    let out = run(
+        state,
+        &[
+            "exec",
+            "--containment",
+            "off",
+            "--session",
+            "init",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "leash exec to create {state:?}: {}",
+        out.stderr
+    );
+}
+
 pub struct Output {
     pub code: Option<i32>,
     pub signal: Option<i32>,
