@@ -49,6 +49,12 @@ pub struct ServeArgs {
     /// Startup reap: delete closed and lost leases that ended longer ago than this
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
     pub retention: Duration,
+    /// Milliseconds `ensure` watches a new adapter for an early death (it stops at the first
+    /// line of output); an adapter that dies within it fails the ensure with its exit status and
+    /// last stderr lines. 0 turns it off
+    #[arg(long, value_name = "N",
+          default_value_t = crate::daemon::DEFAULT_ENSURE_WAIT.as_millis() as u64)]
+    pub ensure_wait_ms: u64,
 }
 
 pub(super) fn run_serve(
@@ -65,6 +71,7 @@ pub(super) fn run_serve(
         },
         default_grace_ms: a.grace_ms,
         retention: a.retention,
+        ensure_wait: Duration::from_millis(a.ensure_wait_ms),
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),

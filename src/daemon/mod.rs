@@ -18,7 +18,9 @@
 pub mod client;
 mod conn;
 pub mod protocol;
+mod push;
 pub mod session;
+pub mod spec;
 
 use crate::lease::{now_ms, ProcessId};
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
@@ -63,7 +65,14 @@ pub struct ServeConfig {
     pub default_grace_ms: u64,
     /// Retention of closed/lost leases for the startup reap.
     pub retention: Duration,
+    /// How long `ensure` watches a new adapter for an early death (see `Session::await_early_exit`).
+    pub ensure_wait: Duration,
 }
+
+/// `serve --ensure-wait-ms` by default.
+pub const DEFAULT_ENSURE_WAIT: Duration = Duration::from_millis(200);
+/// How long shutdown lets attach streams write their last items (the `end`) before exiting.
+const ATTACH_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -124,6 +133,8 @@ pub(crate) struct Daemon {
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<Value>>,
     startup_reap: Value,
+    /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
+    push: push::Hub,
 }
 
 impl Daemon {
@@ -286,6 +297,7 @@ pub fn serve(root: StateRoot, cfg: ServeConfig) -> Result<(), ServeError> {
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,
+        push: push::Hub::default(),
     });
     announce_resumable(&daemon, resumable);
     tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
@@ -634,6 +646,16 @@ fn shutdown(d: &Daemon) {
         && sessions
             .iter()
             .any(|s| s.lease().is_some() && s.phase() != Phase::Ended)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The streams of ended sessions write their last items and their `end`, so an attached client
+    // learns that its session ended rather than seeing the connection drop mid-stream.
+    let deadline = Instant::now() + ATTACH_FLUSH_WAIT;
+    while Instant::now() < deadline
+        && sessions
+            .iter()
+            .any(|s| s.phase() == Phase::Ended && s.status().attached > 0)
     {
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -134,18 +134,50 @@ pub enum Op {
     Leases(Leases),
     Sessions(Sessions),
     Events(Events),
+    Hello(Hello),
+    Ping,
+    Detach(Detach),
 }
 
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
     "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
+    "hello", "ping", "detach",
 ];
+
+/// The protocol version `hello` reports. Additions that old clients can ignore (a new op, a new
+/// optional field, a new stream item a client asks for) are announced as features instead.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `hello`: the client says who it is and may subscribe the connection to lifecycle pushes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Hello {
+    /// The client's name and version, for the daemon's log.
+    #[serde(default)]
+    pub client: Option<String>,
+    /// The protocol version the client speaks (informational: the daemon answers with its own).
+    #[serde(default)]
+    pub protocol: Option<u32>,
+    /// Push lifecycle items (`resumable`) on this connection, tagged with this request's id.
+    #[serde(default)]
+    pub events: bool,
+}
+
+/// `detach`: ends the attach whose request id is `attach_id`, on this connection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Detach {
+    pub attach_id: Value,
+}
 
 /// Spawn a session's adapter under a lease, or return the running one.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Ensure {
     pub session: String,
+    /// Empty when the request gave none: the session's stored spec is used (resume).
+    #[serde(default)]
     pub argv: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
@@ -162,6 +194,24 @@ pub struct Ensure {
     pub parent: Option<String>,
     #[serde(default)]
     pub grace_ms: Option<u64>,
+    /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default true).
+    #[serde(default = "yes")]
+    pub persist_spec: bool,
+    /// How long `ensure` watches a new adapter for an early death (default `serve
+    /// --ensure-wait-ms`); it stops watching at the adapter's first line of output.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Ensure {
+    /// True when the request names no adapter and the stored spec is meant.
+    pub fn wants_stored_spec(&self) -> bool {
+        self.argv.is_empty()
+    }
 }
 
 /// Write one line to the adapter's stdin.
@@ -179,6 +229,9 @@ pub struct Attach {
     pub session: String,
     #[serde(default)]
     pub since: i64,
+    /// Also stream the adapter's stderr lines (`stderr` items); off for clients that predate them.
+    #[serde(default)]
+    pub stderr: bool,
 }
 
 /// Names a lease: by id, or as the active lease of a session (exactly one of the two).
@@ -379,9 +432,24 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             Op::Status
         }
         "ensure" => {
+            let argv_given = fields.get("argv").is_some();
             let e: Ensure = fields_of(op, fields)?;
             check_key("session", &e.session)?;
-            if e.argv.is_empty() || e.argv[0].is_empty() {
+            if !argv_given {
+                // `ensure {session}`: the stored spec says everything; mixing is ambiguous.
+                let spec_fields = e.cwd.is_some()
+                    || !e.env.is_empty()
+                    || e.agent.is_some()
+                    || e.owner.is_some()
+                    || e.spawned_by.is_some()
+                    || e.parent.is_some()
+                    || e.grace_ms.is_some();
+                if spec_fields {
+                    return Err(bad(
+                        "ensure: without \"argv\" the session's stored spec is used; give argv too, or drop cwd/env/ownership/graceMs",
+                    ));
+                }
+            } else if e.argv.is_empty() || e.argv[0].is_empty() {
                 return Err(bad("ensure: \"argv\" must name a command"));
             }
             for a in &e.argv {
@@ -531,6 +599,26 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             let e: Events = fields_of(op, fields)?;
             check_key("session", &e.session)?;
             Op::Events(e)
+        }
+        "hello" => {
+            let h: Hello = fields_of(op, fields)?;
+            if let Some(c) = &h.client {
+                check_key("client", c)?;
+            }
+            Op::Hello(h)
+        }
+        "ping" => {
+            let _: NoFields = fields_of(op, fields)?;
+            Op::Ping
+        }
+        "detach" => {
+            let d: Detach = fields_of(op, fields)?;
+            if !matches!(d.attach_id, Value::String(_) | Value::Number(_)) {
+                return Err(bad(
+                    "detach: \"attachId\" must be the id (a string or a number) of an attach on this connection",
+                ));
+            }
+            Op::Detach(d)
         }
         other => {
             return Err((
@@ -778,6 +866,15 @@ mod tests {
             (r#"{"id":9,"op":"events","session":"s"}"#, |o| {
                 matches!(o, Op::Events(_))
             }),
+            (
+                r#"{"id":10,"op":"hello","client":"t/1","protocol":1,"events":true}"#,
+                |o| matches!(o, Op::Hello(h) if h.events),
+            ),
+            (r#"{"id":11,"op":"ping"}"#, |o| *o == Op::Ping),
+            (
+                r#"{"id":12,"op":"detach","attachId":7}"#,
+                |o| matches!(o, Op::Detach(d) if d.attach_id == 7),
+            ),
         ];
         for (line, check) in cases {
             let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));
@@ -845,6 +942,37 @@ mod tests {
         );
         let long = vec![b' '; MAX_LINE + 1];
         assert_eq!(code_of(&long), Code::LineTooLong);
+    }
+
+    #[test]
+    fn additions_parse_and_refuse_what_they_should() {
+        // `ensure {session}`: the stored spec; other spec fields without argv are ambiguous.
+        let r = parse_request(br#"{"id":1,"op":"ensure","session":"s"}"#).unwrap();
+        assert!(matches!(&r.op, Op::Ensure(e) if e.wants_stored_spec() && e.persist_spec));
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","cwd":"/"}"#),
+            Code::BadRequest
+        );
+        let r = parse_request(
+            br#"{"id":1,"op":"ensure","session":"s","argv":["x"],"persistSpec":false,"waitMs":0}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&r.op, Op::Ensure(e) if !e.persist_spec && e.wait_ms == Some(0)),
+            "{r:?}"
+        );
+        let r = parse_request(br#"{"id":1,"op":"attach","session":"s","stderr":true}"#).unwrap();
+        assert!(matches!(&r.op, Op::Attach(a) if a.stderr));
+        assert_eq!(code_of(br#"{"id":1,"op":"ping","x":1}"#), Code::BadRequest);
+        assert_eq!(code_of(br#"{"id":1,"op":"detach"}"#), Code::BadRequest);
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"detach","attachId":null}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"hello","events":"yes"}"#),
+            Code::BadRequest
+        );
     }
 
     #[test]
