@@ -139,7 +139,10 @@ pub(super) struct AttachRegistry {
 impl AttachRegistry {
     pub(super) fn register(&self, id: &Value) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
-        self.lock().entry(id.to_string()).or_default().push(flag.clone());
+        self.lock()
+            .entry(id.to_string())
+            .or_default()
+            .push(flag.clone());
         flag
     }
 
@@ -157,10 +160,10 @@ impl AttachRegistry {
     /// Stops every attach of this connection with that request id; each ends with an `end`
     /// item of reason `detached` (within one attach tick).
     pub(super) fn detach(&self, id: &Value) -> Reply {
-        let m = self.lock();
-        match m.get(&id.to_string()) {
+        // Removed here, not when the stream notices: a second detach is already `not_found`.
+        match self.lock().remove(&id.to_string()) {
             Some(flags) => {
-                for f in flags {
+                for f in &flags {
                     f.store(true, Ordering::SeqCst);
                 }
                 Ok(json!({"attachId": id, "detached": flags.len()}))

@@ -141,8 +141,8 @@ pub enum Op {
 
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
-    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions", "events",
-    "hello", "ping", "detach",
+    "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions",
+    "events", "hello", "ping", "detach",
 ];
 
 /// The protocol version `hello` reports. Additions that old clients can ignore (a new op, a new

@@ -73,22 +73,33 @@ mod tests {
         let hub = Hub::default();
         let got = Arc::new(Mutex::new(Vec::<Value>::new()));
         let g = got.clone();
-        let body = item_body("resumable", &serde_json::json!({"sessionKey": "a", "type": "x"}));
+        let body = item_body(
+            "resumable",
+            &serde_json::json!({"sessionKey": "a", "type": "x"}),
+        );
         hub.subscribe(
             Value::from(3),
             Box::new(move |line| {
-                g.lock().unwrap().push(serde_json::from_slice(line).unwrap());
+                g.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(line).unwrap());
                 true
             }),
             std::slice::from_ref(&body),
         );
         hub.subscribe(Value::from(4), Box::new(|_| false), &[]);
         assert_eq!(hub.len(), 2);
-        hub.publish(&item_body("resumable", &serde_json::json!({"sessionKey": "b"})));
+        hub.publish(&item_body(
+            "resumable",
+            &serde_json::json!({"sessionKey": "b"}),
+        ));
         assert_eq!(hub.len(), 1);
         let got = got.lock().unwrap();
         assert_eq!(got.len(), 2);
-        assert_eq!(got[0], serde_json::json!({"id": 3, "type": "resumable", "sessionKey": "a"}));
+        assert_eq!(
+            got[0],
+            serde_json::json!({"id": 3, "type": "resumable", "sessionKey": "a"})
+        );
         assert_eq!(got[1]["sessionKey"], "b");
     }
 }
