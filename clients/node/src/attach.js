@@ -30,7 +30,6 @@ export class AttachStream {
   #leaseId = null;
   #attachedOnce = false;
   #paused = false;
-  #pausing = false;
   #readyWaiters = [];
   #high;
   #low;
@@ -152,7 +151,6 @@ export class AttachStream {
       for (;;) {
         if (this.#done || this.#paused) return;
         const gen = ++this.#gen;
-        this.#pausing = false;
         this.#early = [];
         const fields = { session: this.#session, since: this.#cursor };
         const clampable = this.#client.supports('attach.sinceClamp');
@@ -244,18 +242,10 @@ export class AttachStream {
         return;
       }
       if (rest.reason === 'detached') {
+        // Detached by someone else on this connection (our own detaches are not listened to):
+        // keep streaming.
         this.#gen++;
-        if (this.#pausing) {
-          this.#pausing = false;
-          this.#paused = true;
-          if (this.#queue.length <= this.#low) {
-            this.#paused = false;
-            this.#subscribe();
-          }
-        } else {
-          // Detached by someone else on this connection: keep streaming.
-          this.#subscribe();
-        }
+        this.#subscribe();
         return;
       }
       this.#id = null;
@@ -263,15 +253,21 @@ export class AttachStream {
       this.#finish(null);
       return;
     }
-    if (this.#pausing || this.#paused) return; // resent after the reattach
+    if (this.#paused) return; // resent after the reattach
     if (typeof rest.seq === 'number') {
       if (rest.seq <= this.#cursor) return; // already delivered
       this.#cursor = rest.seq;
     }
     this.#push(rest);
-    if (this.#queue.length >= this.#high && !this.#pausing && this.#client.supports('detach')) {
-      this.#pausing = true;
-      this.#client.detach(this.#id).catch(() => {});
+    if (this.#queue.length >= this.#high && this.#client.supports('detach')) {
+      // Stop listening at once (what is still in flight is dropped: the seq cursor did not move
+      // past it) and let the daemon end the stream; next() reattaches once drained.
+      const id = this.#id;
+      this.#gen++;
+      this.#paused = true;
+      this.#id = null;
+      this.#client._unstream(id);
+      this.#client.detach(id).catch(() => {});
     }
   }
 
@@ -280,7 +276,6 @@ export class AttachStream {
   _disconnected() {
     if (this.#done) return;
     this.#gen++;
-    this.#pausing = false;
   }
 
   _reconnected() {
