@@ -299,6 +299,8 @@ export declare function connect(opts?: ConnectOptions): Promise<LeashClient>;
 export declare class LeashClient extends EventEmitter {
   constructor(opts?: ConnectOptions);
   info: HelloResult | null;
+  /** Resumable sessions pushed on this connection, until resumed. */
+  resumable: Map<string, ResumableEntry & { type: 'resumable' }>;
   readonly stateDir: string;
   readonly connected: boolean;
   readonly features: string[];

@@ -144,7 +144,9 @@ export class AcpChannel extends EventEmitter {
         }, opts.timeoutMs);
       }
       this.#pending.set(key, { resolve, reject, cleanup, method });
-      this.#client.send(this.#session, JSON.stringify(msg), { signal }).catch((e) => {
+      // Not aborted with the request: the caller stops waiting, the line still goes out whole
+      // (a response that comes anyway is emitted as `stray`).
+      this.#client.send(this.#session, JSON.stringify(msg)).catch((e) => {
         if (this.#pending.delete(key)) {
           cleanup();
           reject(e);

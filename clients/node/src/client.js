@@ -58,6 +58,12 @@ export class LeashClient extends EventEmitter {
   #helloId = null;
   /** What the daemon said in its hello (null for a daemon without hello). */
   info = null;
+  /**
+   * Resumable sessions pushed on this connection (with `events: true`), by session key, until
+   * they are resumed: pushes that came before a listener was added are found here.
+   * @type {Map<string, object>}
+   */
+  resumable = new Map();
 
   constructor(opts = {}) {
     super();
@@ -152,6 +158,8 @@ export class LeashClient extends EventEmitter {
 
   #onLifecycle(item) {
     const { id, ...rest } = item;
+    if (rest.type === 'resumable' && typeof rest.sessionKey === 'string') this.resumable.set(rest.sessionKey, rest);
+    if (rest.type === 'resumed') this.resumable.delete(rest.sessionKey);
     this.emit('lifecycle', rest);
     if (typeof rest.type === 'string') this.emit(rest.type, rest);
   }
