@@ -49,6 +49,13 @@ fn a_stored_spec_respawns_the_session_as_it_was_across_restarts() {
                "env": {"SECRET_TOKEN": "t0k"}, "agent": "codex", "graceMs": 400}),
     );
     assert_eq!(wait_lines(&work.join("seen"), 1).len(), 1);
+    // The spec holds env values: the database is 0600 (inside the 0700 state root).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(state.join("leash.db"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     // Nothing needs the spec while it runs: ensure {session} returns the running one.
     let again = c.call("ensure", json!({"session": "s"}));
     assert_eq!(again["created"], false, "{again}");

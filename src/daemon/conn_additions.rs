@@ -108,6 +108,7 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpE
         });
     }
     let stored = if e.persist_spec {
+        spec::protect(&d.root);
         spec::save(&mut d.store(), &e.session, &spec::Spec::of(e))
     } else {
         spec::forget(&mut d.store(), &e.session)

@@ -71,6 +71,31 @@ fn key(session: &str) -> String {
     format!("{PREFIX}{session}")
 }
 
+/// Makes the database files `0600` before a spec (with its env values) is written into them: the
+/// 0700 state root already keeps others out, this keeps it so if the root's mode is loosened.
+/// SQLite creates `-wal` and `-shm` with the database's mode.
+pub fn protect(root: &crate::state::StateRoot) {
+    use std::os::unix::fs::PermissionsExt;
+    let db = root.db_path();
+    let mut paths = vec![db.clone()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        paths.push(p.into());
+    }
+    for p in paths {
+        match std::fs::metadata(&p) {
+            Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                if let Err(e) = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot make the database 0600");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 pub fn save(store: &mut Store, session: &str, spec: &Spec) -> Result<(), StoreError> {
     let text = serde_json::to_string(spec).expect("specs serialise");
     store.set_meta(&key(session), Some(&text))

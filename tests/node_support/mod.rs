@@ -24,7 +24,9 @@ pub fn node() -> Result<PathBuf, String> {
     let out = Command::new("node")
         .arg("--version")
         .output()
-        .map_err(|e| format!("node is not installed ({e}); install Node.js >= 20 to run the client's tests"))?;
+        .map_err(|e| {
+            format!("node is not installed ({e}); install Node.js >= 20 to run the client's tests")
+        })?;
     let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let major: u32 = v
         .trim_start_matches('v')
@@ -33,7 +35,9 @@ pub fn node() -> Result<PathBuf, String> {
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
     if major < 20 {
-        return Err(format!("node {v} is older than 20; the client needs Node.js >= 20"));
+        return Err(format!(
+            "node {v} is older than 20; the client needs Node.js >= 20"
+        ));
     }
     Ok(PathBuf::from("node"))
 }
@@ -80,7 +84,9 @@ pub fn npm_install(dir: &str, packages: &[&str]) -> PathBuf {
 
 /// Runs a command; on failure panics with what it printed.
 pub fn run_ok(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
     if !out.status.success() {
         panic!(
             "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
