@@ -230,7 +230,9 @@ export class AttachStream {
   }
 
   #accept(item) {
-    const { id: _id, ...rest } = item;
+    // The item as the daemon sent it (it keeps the attach request's `id`; copying every item
+    // without it would cost more than the field does).
+    const rest = item;
     if (rest.type === 'end') {
       this.#client._unstream(this.#id);
       if (rest.reason === 'evicted') {

@@ -165,12 +165,15 @@ export class LeashClient extends EventEmitter {
   }
 
   #onData(chunk) {
-    this.#buf += chunk;
+    // One scan per chunk with a moving start: slicing the buffer after every line would copy
+    // the rest of a large chunk once per line.
+    const buf = this.#buf.length ? this.#buf + chunk : chunk;
+    let start = 0;
     let nl;
-    while ((nl = this.#buf.indexOf('\n')) >= 0) {
-      const line = this.#buf.slice(0, nl);
-      this.#buf = this.#buf.slice(nl + 1);
-      if (line.trim() === '') continue;
+    while ((nl = buf.indexOf('\n', start)) >= 0) {
+      const line = buf.slice(start, nl);
+      start = nl + 1;
+      if (line.length === 0 || line.trim() === '') continue;
       let msg;
       try {
         msg = JSON.parse(line);
@@ -180,6 +183,7 @@ export class LeashClient extends EventEmitter {
       }
       this.#route(msg);
     }
+    this.#buf = start < buf.length ? buf.slice(start) : '';
   }
 
   #route(msg) {
