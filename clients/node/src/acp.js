@@ -47,15 +47,11 @@ export class AcpChannel extends EventEmitter {
       stderr: true,
       highWaterMark: opts.highWaterMark,
     });
+    this.#stream._listen(
+      (item) => this.#onItem(item),
+      (err) => this.#shut(err ?? new NotRunningError(`session ${this.#session}'s stream ended before the response came`)),
+    );
     await this.#stream.ready();
-    (async () => {
-      try {
-        for await (const item of this.#stream) this.#onItem(item);
-        this.#shut(new NotRunningError(`session ${this.#session}'s stream ended before the response came`));
-      } catch (e) {
-        this.#shut(e);
-      }
-    })();
   }
 
   #onItem(item) {
@@ -183,6 +179,7 @@ export class AcpChannel extends EventEmitter {
   }
 
   #shut(err) {
+    if (this.#closed && this.#pending.size === 0) return;
     this.#closed = true;
     for (const [key, p] of this.#pending) {
       this.#pending.delete(key);

@@ -116,8 +116,25 @@ export class AttachStream {
   }
 
   #push(item) {
+    if (this.#listener) {
+      this.#listener.item(item);
+      return;
+    }
     this.#queue.push(item);
     this.#wake();
+  }
+
+  #listener = null;
+
+  /**
+   * Delivers items to callbacks as they arrive instead of through the iterator (no promise per
+   * item; used by the ACP channel). `done(error|null)` is called once when the stream finishes.
+   * Backpressure does not apply: the callbacks consume synchronously.
+   */
+  _listen(item, done) {
+    this.#listener = { item, done };
+    this.#high = Infinity;
+    this.#start();
   }
 
   #abort() {
@@ -137,6 +154,10 @@ export class AttachStream {
       }
     }
     this.#client._untrack(this);
+    if (this.#listener) {
+      const l = this.#listener;
+      queueMicrotask(() => l.done(error));
+    }
     for (const w of this.#readyWaiters.splice(0)) {
       if (error) w.reject(error);
       else w.resolve(this);
