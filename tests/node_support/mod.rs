@@ -19,7 +19,7 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo().join("target"))
 }
 
-/// `node` if it is installed and at least version 20; else `None` and why.
+/// `node` if it is installed, at least version 20, and npm is there too; else why not.
 pub fn node() -> Result<PathBuf, String> {
     let out = Command::new("node")
         .arg("--version")
@@ -37,6 +37,12 @@ pub fn node() -> Result<PathBuf, String> {
     if major < 20 {
         return Err(format!(
             "node {v} is older than 20; the client needs Node.js >= 20"
+        ));
+    }
+    let npm = Command::new("npm").arg("--version").output();
+    if !npm.is_ok_and(|o| o.status.success()) {
+        return Err(format!(
+            "npm is not installed (node {v} is); install npm to run the client's tests"
         ));
     }
     Ok(PathBuf::from("node"))
