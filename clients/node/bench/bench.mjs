@@ -54,61 +54,52 @@ const pct = (xs, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 
-/** A raw NDJSON connection: write a line, read lines; nothing else. */
-class Raw {
-  constructor(sock) {
-    this.sock = sock;
-    this.buf = '';
-    this.waiter = null;
-    this.lines = [];
-    sock.setEncoding('utf8');
-    sock.on('data', (d) => {
-      this.buf += d;
-      let i;
-      while ((i = this.buf.indexOf('\n')) >= 0) {
-        this.lines.push(this.buf.slice(0, i));
-        this.buf = this.buf.slice(i + 1);
-      }
-      const w = this.waiter;
-      this.waiter = null;
-      w?.();
-    });
-  }
-  static open(path) {
-    return new Promise((res, rej) => {
-      const s = createConnection({ path });
-      s.once('connect', () => res(new Raw(s)));
-      s.once('error', rej);
-    });
-  }
-  async line() {
-    while (this.lines.length === 0) await new Promise((r) => (this.waiter = r));
-    return this.lines.shift();
-  }
-}
-
 async function roundTrips(socket) {
   const client = await leash.connect({ stateDir: state });
-  await client.ensure('rt', { argv: FAKE });
-  const acp = await client.acp('rt');
-  // The raw side: its own connection and attach (from now on), matching by substring as a
-  // hand-written gateway would.
-  const raw = await Raw.open(socket);
-  raw.sock.write(JSON.stringify({ id: 'a', op: 'attach', session: 'rt', since: Number.MAX_SAFE_INTEGER }) + '\n');
-  while (!(await raw.line()).includes('"ok":true')) {}
+  // Two sessions, one agent each, so neither side reads the other's traffic.
+  await client.ensure('rt-client', { argv: FAKE });
+  await client.ensure('rt-raw', { argv: FAKE });
+  const acp = await client.acp('rt-client');
+  // The raw side: what a gateway writes by hand, as lean as it gets — its own connection and
+  // attach, lines parsed in the data handler, the agent's line parsed and matched by id.
+  const sock = await new Promise((res, rej) => {
+    const s = createConnection({ path: socket });
+    s.once('connect', () => res(s));
+    s.once('error', rej);
+  });
+  sock.setEncoding('utf8');
+  let buf = '';
+  let want = null;
+  let attached = null;
+  sock.on('data', (d) => {
+    buf += d;
+    let start = 0;
+    let nl;
+    while ((nl = buf.indexOf('\n', start)) >= 0) {
+      const item = JSON.parse(buf.slice(start, nl));
+      start = nl + 1;
+      if (item.id === 'a' && item.ok) attached?.();
+      if (item.id !== 'a' || item.type !== 'output' || !want) continue;
+      const msg = JSON.parse(item.line);
+      if (msg.id === want.id && !('method' in msg)) {
+        const w = want;
+        want = null;
+        w.resolve();
+      }
+    }
+    buf = buf.slice(start);
+  });
+  await new Promise((r) => {
+    attached = r;
+    sock.write(JSON.stringify({ id: 'a', op: 'attach', session: 'rt-raw', since: Number.MAX_SAFE_INTEGER }) + '\n');
+  });
   let rawId = 0;
   const rawOnce = async () => {
     const id = `raw-${++rawId}`;
     const t0 = performance.now();
-    raw.sock.write(JSON.stringify({ id: `s${rawId}`, op: 'send', session: 'rt', line: JSON.stringify({ jsonrpc: '2.0', id, method: 'echo', params: { n: rawId } }) }) + '\n');
-    // What a hand-written gateway does: parse each line, pick the attach's output items, parse
-    // the agent's line, match the response by id.
-    for (;;) {
-      const item = JSON.parse(await raw.line());
-      if (item.id !== 'a' || item.type !== 'output') continue;
-      const msg = JSON.parse(item.line);
-      if (msg.id === id && !('method' in msg)) break;
-    }
+    const got = new Promise((resolve) => (want = { id, resolve }));
+    sock.write(JSON.stringify({ id: `s${rawId}`, op: 'send', session: 'rt-raw', line: JSON.stringify({ jsonrpc: '2.0', id, method: 'echo', params: { n: rawId } }) }) + '\n');
+    await got;
     return performance.now() - t0;
   };
   const clientOnce = async () => {
@@ -131,8 +122,8 @@ async function roundTrips(socket) {
     }
   }
   acp.close();
-  raw.sock.destroy();
-  await client.close('rt');
+  sock.destroy();
+  await client.close({ sessions: ['rt-client', 'rt-raw'] });
   await client.disconnect();
   return r;
 }

@@ -26,6 +26,9 @@ import { AttachStream } from './attach.js';
 import { AcpChannel } from './acp.js';
 
 const DEFAULT_TIMEOUT_MS = 60_000;
+/** Timeouts at least this long are checked by the sweeping timer, every SWEEP_EVERY_MS. */
+const SWEEP_MIN_MS = 2_000;
+const SWEEP_EVERY_MS = 100;
 const DEFAULT_RECONNECT_MS = 30_000;
 const CLIENT_NAME = 'leash-client/0.1.0';
 
@@ -293,9 +296,12 @@ export class LeashClient extends EventEmitter {
    * @param {Record<string, unknown>} [fields]
    * @param {import('../index.js').CallOptions} [opts]
    */
-  async request(op, fields = {}, opts = {}) {
-    await this.#whenReady(opts);
-    return this.#call(this.#allocId(), op, fields, opts);
+  request(op, fields = {}, opts = {}) {
+    // The hot path (connected) sends at once; otherwise wait for the (re)connection first.
+    if (!this.#closed && this.#connected && !this.#reconnecting) {
+      return this.#call(this.#allocId(), op, fields, opts);
+    }
+    return this.#whenReady(opts).then(() => this.#call(this.#allocId(), op, fields, opts));
   }
 
   async #whenReady(opts) {
@@ -329,18 +335,47 @@ export class LeashClient extends EventEmitter {
         reject(abortError(signal, `${op} aborted`));
         return;
       }
+      const expire = () => {
+        this.#pending.delete(key);
+        cleanup();
+        reject(new LeashTimeoutError(`${op}: no reply from leash serve within ${timeoutMs} ms (it may still take effect)`));
+      };
+      let deadline = 0;
       if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(() => {
-          this.#pending.delete(key);
-          cleanup();
-          reject(new LeashTimeoutError(`${op}: no reply from leash serve within ${timeoutMs} ms (it may still take effect)`));
-        }, timeoutMs);
-        timer.unref?.();
+        if (timeoutMs < SWEEP_MIN_MS) {
+          timer = setTimeout(expire, timeoutMs);
+          timer.unref?.();
+        } else {
+          // Long timeouts (the default) are checked by one sweeping timer rather than a timer
+          // per call: a few ms late at most, and nothing to create and cancel per request.
+          deadline = Date.now() + timeoutMs;
+          this.#armSweep();
+        }
       }
       if (signal) signal.addEventListener('abort', onAbort, { once: true });
-      this.#pending.set(key, { resolve, reject, cleanup });
+      this.#pending.set(key, { resolve, reject, cleanup, deadline, expire });
       sock.write(LeashClient.requestLine(id, op, fields));
     });
+  }
+
+  #sweeper = null;
+
+  #armSweep() {
+    if (this.#sweeper) return;
+    this.#sweeper = setInterval(() => {
+      const now = Date.now();
+      let waiting = 0;
+      for (const p of this.#pending.values()) {
+        if (p.deadline === 0) continue;
+        if (p.deadline <= now) p.expire();
+        else waiting++;
+      }
+      if (waiting === 0) {
+        clearInterval(this.#sweeper);
+        this.#sweeper = null;
+      }
+    }, SWEEP_EVERY_MS);
+    this.#sweeper.unref?.();
   }
 
   /** Registers a stream handler for an id, then sends the request (so no item is missed). */
