@@ -11,8 +11,8 @@
 //! adapter down).
 
 use super::protocol::{
-    self, err_line, ok_line, parse_request, stream_line, Attach, Code, Frame, LineReader, Op,
-    Target,
+    self, err_line, ok_line, parse_request, stream_line, stream_line_into, Attach, Code, Frame,
+    LineReader, Op, Target,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -481,6 +481,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
 /// out of the buffer.
 fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
     let mut cursor = a.since;
+    let id_json = serde_json::to_string(id).expect("JSON values serialise");
     loop {
         if stop.load(Ordering::SeqCst) {
             let body = format!("\"type\":\"end\",\"reason\":\"detached\",\"lastSeq\":{cursor}");
@@ -488,10 +489,12 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
             return;
         }
         match s.next_batch(cursor, ATTACH_BATCH, ATTACH_TICK) {
+            // Detached while waiting: nothing more goes out on this attach.
+            _ if stop.load(Ordering::SeqCst) => continue,
             Batch::Items(items) => {
                 let mut buf = Vec::new();
                 for it in items.iter().filter(|it| a.stderr || !it.stderr) {
-                    buf.extend_from_slice(&stream_line(id, &it.body));
+                    stream_line_into(&mut buf, &id_json, &it.body);
                 }
                 if !buf.is_empty() && !out.send(&buf) {
                     return;

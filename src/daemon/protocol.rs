@@ -737,6 +737,17 @@ pub fn stream_line(id: &Value, body: &str) -> Vec<u8> {
     out
 }
 
+/// [`stream_line`] appended to `buf`, with the id already rendered (`id_json`): an attach renders
+/// its id once, not once per item.
+pub fn stream_line_into(buf: &mut Vec<u8>, id_json: &str, body: &str) {
+    buf.reserve(id_json.len() + body.len() + 10);
+    buf.extend_from_slice(b"{\"id\":");
+    buf.extend_from_slice(id_json.as_bytes());
+    buf.push(b',');
+    buf.extend_from_slice(body.as_bytes());
+    buf.extend_from_slice(b"}\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Framing
 
@@ -1008,6 +1019,11 @@ mod tests {
                 Some(&serde_json::json!({"oldest": 3})),
             ),
             stream_line(&id, r#""seq":1,"type":"output","line":"x""#),
+            {
+                let mut buf = Vec::new();
+                stream_line_into(&mut buf, &serde_json::to_string(&id).unwrap(), r#""seq":1"#);
+                buf
+            },
         ] {
             assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
             let v: Value = serde_json::from_slice(&line).unwrap();

@@ -127,6 +127,8 @@ export class LeashClient extends EventEmitter {
       });
     });
     this.#attachSocket(sock);
+    // A (re)started daemon pushes its own list of resumable sessions after the hello.
+    this.resumable.clear();
     try {
       this.info = await this.#hello();
     } catch (e) {

@@ -39,6 +39,22 @@ test('every op returns its typed result', async (t) => {
     }
   }
   assert.ok(echoed.seq > 0);
+  // detach of a running attach; the iterator, detached by someone else, attaches again.
+  const live = c.attach('s1', { since: 'now' });
+  await live.ready();
+  const first = live.attachId;
+  assert.equal((await c.detach(first)).detached, 1);
+  await assert.rejects(c.detach(first), leash.NotFoundError);
+  const next = live.next(); // the iterator sees the end, attaches again, then waits for items
+  await waitFor(() => live.attachId !== first, 'the iterator to attach again');
+  await c.send('s1', JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'echo', params: { b: 2 } }));
+  let item = (await next).value;
+  while (!(item.type === 'output' && item.line.includes('"b":2'))) item = (await live.next()).value;
+  await live.return();
+  // A since above the last seq is clamped, and says so.
+  const clamped = await c.request('attach', { session: 's1', since: 1e12 });
+  assert.equal(clamped.clamped, true);
+  assert.equal(clamped.since, clamped.lastSeq);
   const events = await c.events('s1');
   assert.ok(events.some((ev) => ev.kind === 'spawned'), JSON.stringify(events));
   const leases = await c.leases({ state: 'open' });
@@ -94,7 +110,7 @@ test('every reachable error code arrives as its LeashError subclass', async (t) 
   await waitFor(async () => (await c.leases({ state: 'open' })).some((l) => l.sessionKey === 'taken'), 'the exec lease');
   await assert.rejects(c.ensure('taken', { argv: ['cat'] }), leash.ConflictError);
   // not_running: a session being closed or ended.
-  await c.ensure('short', { argv: ['sh', '-c', 'echo hi; exit 0'] });
+  await c.ensure('short', { argv: ['sh', '-c', 'echo hi; sleep 0.3'] });
   await waitFor(async () => (await c.status()).daemon.sessions.find((s) => s.sessionKey === 'short')?.phase === 'ended', 'the session to end');
   await assert.rejects(c.send('short', 'x'), leash.NotRunningError);
   // seq_evicted: more output than the replay buffer holds.
