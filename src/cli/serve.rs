@@ -64,6 +64,12 @@ pub struct ServeArgs {
         env = "LEASH_LOG_FORMAT"
     )]
     pub log_format: super::logging::LogFormat,
+    /// Milliseconds `ensure` watches a new adapter for an early death (it stops at the first
+    /// line of output); an adapter that dies within it fails the ensure with its exit status and
+    /// last stderr lines. 0 turns it off
+    #[arg(long, value_name = "N",
+          default_value_t = crate::daemon::DEFAULT_ENSURE_WAIT.as_millis() as u64)]
+    pub ensure_wait_ms: u64,
 }
 
 pub(super) fn run_serve(
@@ -82,6 +88,7 @@ pub(super) fn run_serve(
         retention: a.retention,
         reconcile_interval: Some(a.reconcile_interval).filter(|d| !d.is_zero()),
         metrics: a.metrics,
+        ensure_wait: Duration::from_millis(a.ensure_wait_ms),
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),

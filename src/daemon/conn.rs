@@ -11,8 +11,8 @@
 //! adapter down).
 
 use super::protocol::{
-    self, err_line, ok_line, parse_request, stream_line, Attach, Code, Frame, LineReader, Op,
-    Target,
+    self, err_line, ok_line, parse_request, stream_line, stream_line_into, Attach, Code, Frame,
+    LineReader, Op, Target,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -30,6 +30,12 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+// hello, ping, detach, the attach registry, stored specs and the early-exit wait of `ensure`:
+// kept in their own file (a child module, so it shares this one's private types).
+#[path = "conn_additions.rs"]
+mod additions;
+use additions::AttachRegistry;
 
 /// A client that does not read its replies for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -93,6 +99,8 @@ impl From<SpawnError> for OpError {
 struct Out {
     stream: Mutex<UnixStream>,
     broken: AtomicBool,
+    /// This connection's running attaches, for `detach`.
+    attaches: AttachRegistry,
 }
 
 impl Out {
@@ -146,6 +154,7 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
     let out = Arc::new(Out {
         stream: Mutex::new(write),
         broken: AtomicBool::new(false),
+        attaches: AttachRegistry::default(),
     });
     if let Err(msg) = check_peer(&stream) {
         tracing::warn!("{msg}");
@@ -236,6 +245,13 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         }
         Op::Sessions(q) => {
             out.reply(&id, sessions(d, &q));
+        }
+        Op::Hello(h) => additions::hello(d, out, &id, &h),
+        Op::Ping => {
+            out.reply(&id, Ok(additions::ping()));
+        }
+        Op::Detach(x) => {
+            out.reply(&id, out.attaches.detach(&x.attach_id));
         }
         Op::Events(e) => {
             out.reply(&id, events(d, &e));
@@ -342,7 +358,7 @@ fn events(d: &Daemon, e: &protocol::Events) -> Reply {
     Ok(serde_json::to_value(ev).expect("serialisable"))
 }
 
-fn describe(s: &session::Session, created: bool) -> Value {
+fn describe(s: &session::Session, created: bool, argv_matches: bool) -> Value {
     let st = s.status();
     json!({
         "sessionKey": s.key,
@@ -351,6 +367,7 @@ fn describe(s: &session::Session, created: bool) -> Value {
         "phase": st.phase,
         "created": created,
         "lastSeq": st.last_seq,
+        "argvMatches": argv_matches,
     })
 }
 
@@ -363,7 +380,13 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
     }
     if let Some(s) = d.session(&e.session) {
         match s.phase() {
-            Phase::Starting | Phase::Running => return Ok(describe(&s, false)),
+            Phase::Starting | Phase::Running => {
+                let matches = e.wants_stored_spec() || s.argv == e.argv;
+                if !matches {
+                    tracing::warn!(session_key = %e.session, running = ?s.argv, asked = ?e.argv, "ensure found the session running another argv");
+                }
+                return Ok(describe(&s, false, matches));
+            }
             Phase::Closing => {
                 return Err(fail(
                     Code::Conflict,
@@ -395,7 +418,7 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
             "the daemon is shutting down and starts no sessions",
         ))
     } else {
-        start(d, e)
+        additions::with_spec(d, e).and_then(|e| start(d, &e))
     };
     d.starting
         .lock()
@@ -432,11 +455,8 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
         }
         return Err(err.into());
     }
-    d.resumable
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|r| r["sessionKey"] != e.session.as_str());
-    Ok(describe(&s, true))
+    additions::after_start(d, e, &s)?;
+    Ok(describe(&s, true, true))
 }
 
 /// A write to the adapter's stdin that failed, as an error reply.
@@ -484,7 +504,7 @@ fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
     Ok(json!({"sessionKey": key, "bytes": line.len() + 1, "busy": s.busy()}))
 }
 
-fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
+fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let Some(s) = d.session(&a.session) else {
         out.reply(&id, Err(not_supervised(d, &a.session)));
         return;
@@ -505,25 +525,37 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
             return;
         }
         Ok((oldest, last)) => {
-            let ok = json!({
+            // A since above the last seq (a client's seq from another state root, or a bug)
+            // would otherwise stall the stream until the seqs caught up: start at the last seq
+            // instead and say so.
+            let clamped = a.since > last;
+            let since = a.since.min(last);
+            let mut ok = json!({
                 "sessionKey": s.key,
                 "leaseId": s.lease_id(),
-                "since": a.since,
+                "since": since,
                 "oldestSeq": oldest,
                 "lastSeq": last,
                 "phase": s.phase(),
             });
+            if clamped {
+                ok["clamped"] = json!(true);
+                ok["requestedSince"] = json!(a.since);
+            }
+            a.since = since;
             if !out.reply(&id, Ok(ok)) {
                 return;
             }
         }
     }
     let out = out.clone();
+    let stop = out.attaches.register(&id);
     let spawned = std::thread::Builder::new()
         .name(format!("attach:{}", a.session))
         .spawn(move || {
             s.attached(1);
-            stream(&s, &out, &id, a.since);
+            stream(&s, &out, &id, &a, &stop);
+            out.attaches.unregister(&id, &stop);
             s.attached(-1);
         });
     if let Err(e) = spawned {
@@ -533,16 +565,24 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, a: Attach) {
 
 /// Streams items above `since` until the session ends, the client goes, or the client falls
 /// out of the buffer.
-fn stream(s: &session::Session, out: &Out, id: &Value, since: i64) {
-    let mut cursor = since;
+fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
+    let mut cursor = a.since;
+    let id_json = serde_json::to_string(id).expect("JSON values serialise");
     loop {
+        if stop.load(Ordering::SeqCst) {
+            let body = format!("\"type\":\"end\",\"reason\":\"detached\",\"lastSeq\":{cursor}");
+            out.send(&stream_line(id, &body));
+            return;
+        }
         match s.next_batch(cursor, ATTACH_BATCH, ATTACH_TICK) {
+            // Detached while waiting: nothing more goes out on this attach.
+            _ if stop.load(Ordering::SeqCst) => continue,
             Batch::Items(items) => {
                 let mut buf = Vec::new();
-                for it in &items {
-                    buf.extend_from_slice(&stream_line(id, &it.body));
+                for it in items.iter().filter(|it| a.stderr || !it.stderr) {
+                    stream_line_into(&mut buf, &id_json, &it.body);
                 }
-                if !out.send(&buf) {
+                if !buf.is_empty() && !out.send(&buf) {
                     return;
                 }
                 cursor = items.last().map_or(cursor, |i| i.seq);

@@ -19,8 +19,10 @@ pub mod client;
 mod conn;
 pub mod metrics;
 pub mod protocol;
+mod push;
 mod reconcile;
 pub mod session;
+pub mod spec;
 mod stdin_pipe;
 pub mod strict_json;
 mod systemd;
@@ -75,7 +77,14 @@ pub struct ServeConfig {
     pub reconcile_interval: Option<Duration>,
     /// Serve the metrics over HTTP on this address.
     pub metrics: Option<std::net::SocketAddr>,
+    /// How long `ensure` watches a new adapter for an early death (see `Session::await_early_exit`).
+    pub ensure_wait: Duration,
 }
+
+/// `serve --ensure-wait-ms` by default.
+pub const DEFAULT_ENSURE_WAIT: Duration = Duration::from_millis(200);
+/// How long shutdown lets attach streams write their last items (the `end`) before exiting.
+const ATTACH_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -152,6 +161,8 @@ pub(crate) struct Daemon {
     last_reconcile: Mutex<Value>,
     /// The socket came from systemd: it is systemd's to remove, not ours.
     activated: bool,
+    /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
+    push: push::Hub,
 }
 
 impl Daemon {
@@ -431,6 +442,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         metrics,
         last_reconcile: Mutex::new(Value::Null),
         activated: is_activated,
+        push: push::Hub::default(),
     });
     announce_resumable(&daemon, resumable);
     if let Some(l) = metrics_listener {
@@ -861,6 +873,16 @@ fn shutdown(d: &Daemon) {
         && sessions
             .iter()
             .any(|s| s.lease().is_some() && s.phase() != Phase::Ended)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The streams of ended sessions write their last items and their `end`, so an attached client
+    // learns that its session ended rather than seeing the connection drop mid-stream.
+    let deadline = Instant::now() + ATTACH_FLUSH_WAIT;
+    while Instant::now() < deadline
+        && sessions
+            .iter()
+            .any(|s| s.phase() == Phase::Ended && s.status().attached > 0)
     {
         std::thread::sleep(Duration::from_millis(10));
     }

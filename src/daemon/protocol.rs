@@ -147,6 +147,9 @@ pub enum Op {
     Verify(Target),
     /// The metrics in the OpenMetrics text format (as `--metrics` serves them over HTTP).
     Metrics,
+    Hello(Hello),
+    Ping,
+    Detach(Detach),
 }
 
 impl Op {
@@ -165,6 +168,9 @@ impl Op {
             Op::Events(_) => "events",
             Op::Verify(_) => "verify",
             Op::Metrics => "metrics",
+            Op::Hello(_) => "hello",
+            Op::Ping => "ping",
+            Op::Detach(_) => "detach",
         }
     }
 }
@@ -172,14 +178,42 @@ impl Op {
 /// The operation names, in the order `docs/protocol.md` lists them.
 pub const OPS: &[&str] = &[
     "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases", "sessions",
-    "events", "verify", "metrics",
+    "events", "verify", "metrics", "hello", "ping", "detach",
 ];
+
+/// The protocol version `hello` reports. Additions that old clients can ignore (a new op, a new
+/// optional field, a new stream item a client asks for) are announced as features instead.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `hello`: the client says who it is and may subscribe the connection to lifecycle pushes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Hello {
+    /// The client's name and version, for the daemon's log.
+    #[serde(default)]
+    pub client: Option<String>,
+    /// The protocol version the client speaks (informational: the daemon answers with its own).
+    #[serde(default)]
+    pub protocol: Option<u32>,
+    /// Push lifecycle items (`resumable`) on this connection, tagged with this request's id.
+    #[serde(default)]
+    pub events: bool,
+}
+
+/// `detach`: ends the attach whose request id is `attach_id`, on this connection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Detach {
+    pub attach_id: Value,
+}
 
 /// Spawn a session's adapter under a lease, or return the running one.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Ensure {
     pub session: String,
+    /// Empty when the request gave none: the session's stored spec is used (resume).
+    #[serde(default)]
     pub argv: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
@@ -204,6 +238,24 @@ pub struct Ensure {
     pub pids_max: Option<u64>,
     #[serde(default)]
     pub cpu_max: Option<String>,
+    /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default true).
+    #[serde(default = "yes")]
+    pub persist_spec: bool,
+    /// How long `ensure` watches a new adapter for an early death (default `serve
+    /// --ensure-wait-ms`); it stops watching at the adapter's first line of output.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Ensure {
+    /// True when the request names no adapter and the stored spec is meant.
+    pub fn wants_stored_spec(&self) -> bool {
+        self.argv.is_empty()
+    }
 }
 
 /// Write one line to the adapter's stdin.
@@ -230,6 +282,9 @@ pub struct Attach {
     pub session: String,
     #[serde(default)]
     pub since: i64,
+    /// Also stream the adapter's stderr lines (`stderr` items); off for clients that predate them.
+    #[serde(default)]
+    pub stderr: bool,
 }
 
 /// Names a lease: by id, or as the active lease of a session (exactly one of the two).
@@ -458,9 +513,24 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             Op::Status
         }
         "ensure" => {
+            let argv_given = fields.get("argv").is_some();
             let e: Ensure = fields_of(op, fields)?;
             check_key("session", &e.session)?;
-            if e.argv.is_empty() || e.argv[0].is_empty() {
+            if !argv_given {
+                // `ensure {session}`: the stored spec says everything; mixing is ambiguous.
+                let spec_fields = e.cwd.is_some()
+                    || !e.env.is_empty()
+                    || e.agent.is_some()
+                    || e.owner.is_some()
+                    || e.spawned_by.is_some()
+                    || e.parent.is_some()
+                    || e.grace_ms.is_some();
+                if spec_fields {
+                    return Err(bad(
+                        "ensure: without \"argv\" the session's stored spec is used; give argv too, or drop cwd/env/ownership/graceMs",
+                    ));
+                }
+            } else if e.argv.is_empty() || e.argv[0].is_empty() {
                 return Err(bad("ensure: \"argv\" must name a command"));
             }
             for a in &e.argv {
@@ -638,6 +708,26 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             let raw: RawVerify = fields_of(op, fields)?;
             Op::Verify(one_target(op, raw.session, raw.lease)?)
         }
+        "hello" => {
+            let h: Hello = fields_of(op, fields)?;
+            if let Some(c) = &h.client {
+                check_key("client", c)?;
+            }
+            Op::Hello(h)
+        }
+        "ping" => {
+            let _: NoFields = fields_of(op, fields)?;
+            Op::Ping
+        }
+        "detach" => {
+            let d: Detach = fields_of(op, fields)?;
+            if !matches!(d.attach_id, Value::String(_) | Value::Number(_)) {
+                return Err(bad(
+                    "detach: \"attachId\" must be the id (a string or a number) of an attach on this connection",
+                ));
+            }
+            Op::Detach(d)
+        }
         other => {
             return Err((
                 Code::UnknownOp,
@@ -775,6 +865,17 @@ pub fn stream_line(id: &Value, body: &str) -> Vec<u8> {
     out
 }
 
+/// [`stream_line`] appended to `buf`, with the id already rendered (`id_json`): an attach renders
+/// its id once, not once per item.
+pub fn stream_line_into(buf: &mut Vec<u8>, id_json: &str, body: &str) {
+    buf.reserve(id_json.len() + body.len() + 10);
+    buf.extend_from_slice(b"{\"id\":");
+    buf.extend_from_slice(id_json.as_bytes());
+    buf.push(b',');
+    buf.extend_from_slice(body.as_bytes());
+    buf.extend_from_slice(b"}\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Framing
 
@@ -909,6 +1010,15 @@ mod tests {
                 |o| matches!(o, Op::Verify(Target::Lease(l)) if l == "L"),
             ),
             (r#"{"id":11,"op":"metrics"}"#, |o| matches!(o, Op::Metrics)),
+            (
+                r#"{"id":12,"op":"hello","client":"t/1","protocol":1,"events":true}"#,
+                |o| matches!(o, Op::Hello(h) if h.events),
+            ),
+            (r#"{"id":13,"op":"ping"}"#, |o| *o == Op::Ping),
+            (
+                r#"{"id":14,"op":"detach","attachId":7}"#,
+                |o| matches!(o, Op::Detach(d) if d.attach_id == 7),
+            ),
         ];
         for (line, check) in cases {
             let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));
@@ -999,6 +1109,37 @@ mod tests {
     }
 
     #[test]
+    fn additions_parse_and_refuse_what_they_should() {
+        // `ensure {session}`: the stored spec; other spec fields without argv are ambiguous.
+        let r = parse_request(br#"{"id":1,"op":"ensure","session":"s"}"#).unwrap();
+        assert!(matches!(&r.op, Op::Ensure(e) if e.wants_stored_spec() && e.persist_spec));
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"ensure","session":"s","cwd":"/"}"#),
+            Code::BadRequest
+        );
+        let r = parse_request(
+            br#"{"id":1,"op":"ensure","session":"s","argv":["x"],"persistSpec":false,"waitMs":0}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&r.op, Op::Ensure(e) if !e.persist_spec && e.wait_ms == Some(0)),
+            "{r:?}"
+        );
+        let r = parse_request(br#"{"id":1,"op":"attach","session":"s","stderr":true}"#).unwrap();
+        assert!(matches!(&r.op, Op::Attach(a) if a.stderr));
+        assert_eq!(code_of(br#"{"id":1,"op":"ping","x":1}"#), Code::BadRequest);
+        assert_eq!(code_of(br#"{"id":1,"op":"detach"}"#), Code::BadRequest);
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"detach","attachId":null}"#),
+            Code::BadRequest
+        );
+        assert_eq!(
+            code_of(br#"{"id":1,"op":"hello","events":"yes"}"#),
+            Code::BadRequest
+        );
+    }
+
+    #[test]
     fn every_code_round_trips() {
         for c in [
             Code::BadUtf8,
@@ -1031,6 +1172,11 @@ mod tests {
                 Some(&serde_json::json!({"oldest": 3})),
             ),
             stream_line(&id, r#""seq":1,"type":"output","line":"x""#),
+            {
+                let mut buf = Vec::new();
+                stream_line_into(&mut buf, &serde_json::to_string(&id).unwrap(), r#""seq":1"#);
+                buf
+            },
         ] {
             assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
             let v: Value = serde_json::from_slice(&line).unwrap();

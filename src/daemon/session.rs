@@ -53,6 +53,8 @@ pub const SEQ_BLOCK: i64 = 1024;
 pub const MAX_ADAPTER_LINE: usize = 8 << 20;
 /// How many of the adapter's last stderr lines are kept for error messages.
 const STDERR_TAIL: usize = 20;
+/// A stderr line longer than this is cut (and marked `truncated`).
+pub const MAX_STDERR_LINE: usize = 64 * 1024;
 /// How long `ensure` waits for the lease and the adapter's start.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// After the wrapper exits, how long to wait for the rest of its stdout.
@@ -108,6 +110,19 @@ pub enum SpawnError {
     Failed { status: String, detail: String },
     #[error("the adapter did not start within {0:?}; the session is being closed")]
     Timeout(Duration),
+    #[error("the adapter exited at once (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), last_words(stderr))]
+    ExitedAtOnce {
+        status: Option<i32>,
+        stderr: Vec<String>,
+    },
+}
+
+fn last_words(stderr: &[String]) -> String {
+    if stderr.is_empty() {
+        "; it wrote nothing on stderr".into()
+    } else {
+        format!("; its last stderr lines: {}", stderr.join(" | "))
+    }
 }
 
 /// Everything `spawn` needs from the daemon.
@@ -133,6 +148,8 @@ pub struct LeaseInfo {
 pub struct Item {
     pub seq: i64,
     pub body: Arc<str>,
+    /// A line of the adapter's stderr: streamed only to attaches that asked for them.
+    pub stderr: bool,
 }
 
 /// What an attached reader gets from [`Session::next_batch`].
@@ -162,6 +179,8 @@ pub struct PendingPrompt {
 
 pub struct Session {
     pub key: String,
+    /// The adapter command the session was started with (`ensure` reports `argvMatches`).
+    pub argv: Vec<String>,
     lease: OnceLock<LeaseInfo>,
     root: StateRoot,
     child_pid: i32,
@@ -303,6 +322,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     let stderr = child.stderr.take().expect("piped");
     let session = Arc::new(Session {
         key: req.session.clone(),
+        argv: req.argv.clone(),
         lease: OnceLock::new(),
         root: spec.root.clone(),
         child_pid,
@@ -494,6 +514,46 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// After the adapter started: waits up to `wait` for its first line of output (it is alive
+    /// and talking) or for its end. An adapter that dies within the wait — bad config, a missing
+    /// dependency — is reported with its exit status and last stderr lines instead of `running`.
+    pub fn await_early_exit(&self, wait: Duration) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + wait;
+        let mut g = self.lock();
+        loop {
+            if g.phase == Phase::Ended {
+                let status = g.exit_status;
+                drop(g);
+                return Err(SpawnError::ExitedAtOnce {
+                    status,
+                    stderr: self.stderr_tail_settled(),
+                });
+            }
+            let now = Instant::now();
+            if g.output_lines > 0 || now >= deadline {
+                return Ok(());
+            }
+            g = self
+                .changed
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The last stderr lines, giving the stderr reader a moment to drain the child's last words.
+    fn stderr_tail_settled(&self) -> Vec<String> {
+        let mut tail = Vec::new();
+        for _ in 0..50 {
+            tail = self.lock().stderr_tail.iter().cloned().collect();
+            if !tail.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        tail
     }
 
     fn failure(&self, status: String) -> SpawnError {
@@ -892,16 +952,30 @@ impl Session {
         self.changed.notify_all();
     }
 
+    /// Logs each stderr line and streams it as a `stderr` item (same seq space and replay
+    /// buffer as output, so its bounds apply); the last lines are kept for error messages.
     fn read_stderr(&self, err: impl Read) {
         let mut r = BufReader::new(err);
-        while let Ok(Some((line, _))) = read_capped_line(&mut r, 64 * 1024) {
+        while let Ok(Some((line, truncated))) = read_capped_line(&mut r, MAX_STDERR_LINE) {
             let text = String::from_utf8_lossy(&line).into_owned();
             tracing::info!(session = %self.key, "stderr: {text}");
-            let mut g = self.lock();
+            // Encoded before any lock is taken; numbered like output (never a seq the store
+            // did not reserve; held while it cannot reserve).
+            let encoded = serde_json::to_string(&text).expect("strings serialise");
+            let Some((mut g, seq)) = self.output_seq() else {
+                continue;
+            };
             if g.stderr_tail.len() == STDERR_TAIL {
                 g.stderr_tail.pop_front();
             }
+            let mut body = format!("\"seq\":{seq},\"type\":\"stderr\",\"line\":{encoded}");
+            if truncated {
+                body.push_str(",\"truncated\":true");
+            }
             g.stderr_tail.push_back(text);
+            g.push_item(seq, body.into(), true);
+            drop(g);
+            self.changed.notify_all();
         }
     }
 
@@ -1013,8 +1087,12 @@ impl Inner {
     }
 
     fn push(&mut self, seq: i64, body: Arc<str>) {
+        self.push_item(seq, body, false);
+    }
+
+    fn push_item(&mut self, seq: i64, body: Arc<str>, stderr: bool) {
         self.bytes += body.len();
-        self.items.push_back(Item { seq, body });
+        self.items.push_back(Item { seq, body, stderr });
         self.last_emitted = seq;
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1

@@ -217,6 +217,11 @@ impl Conn {
         self.reply_to(&id)
     }
 
+    /// The id of the last request sent with [`Conn::request`] (its stream items carry it).
+    pub fn last_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// The `result` of a request that must succeed.
     pub fn call(&mut self, op: &str, fields: Value) -> Value {
         let r = self.request(op, fields.clone());

@@ -1,0 +1,410 @@
+// Types of leash-client (the implementation is src/*.js). The wire protocol is
+// docs/protocol.md in the leash repository.
+/// <reference types="node" />
+import { EventEmitter } from 'node:events';
+import { ChildProcess, StdioOptions } from 'node:child_process';
+
+export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+export type RequestId = string | number;
+
+export interface CallOptions {
+  /** Rejects the call with the signal's reason (or a LeashAbortError) when it fires. */
+  signal?: AbortSignal;
+  /** Rejects with LeashTimeoutError after this many ms (default: the client's timeoutMs). */
+  timeoutMs?: number;
+}
+
+export interface ConnectOptions {
+  /** The state root (default as the CLI: LEASH_STATE_DIR, $XDG_STATE_HOME/leash, ~/.local/state/leash). */
+  stateDir?: string;
+  /** The socket, overriding the one named in <stateDir>/daemon.lock. */
+  socket?: string;
+  /** Default per-call timeout (60 000 ms). */
+  timeoutMs?: number;
+  /** Reconnect with backoff when the connection drops (default true). */
+  reconnect?: boolean;
+  /** Give up reconnecting after this long (30 000 ms). */
+  reconnectTimeoutMs?: number;
+  /** Subscribe to lifecycle pushes (`resumable`, `resumed` events on the client). */
+  events?: boolean;
+}
+
+export interface HelloResult {
+  protocol: number;
+  version: string;
+  daemonPid: number;
+  ops: string[];
+  features: string[];
+  events: boolean;
+}
+
+export type Phase = 'starting' | 'running' | 'closing' | 'ended';
+
+export interface PendingPrompt {
+  id: Json;
+  acpSessionId: string | null;
+  since: number;
+}
+
+export interface SessionStatus {
+  sessionKey: string;
+  leaseId: string | null;
+  rootPid: number | null;
+  phase: Phase;
+  busy: boolean;
+  pendingPrompts: PendingPrompt[];
+  acpSessionIds: string[];
+  createdAt: number;
+  idleMs: number;
+  outputLines: number;
+  oldestSeq: number | null;
+  lastSeq: number;
+  bufferedLines: number;
+  bufferedBytes: number;
+  attached: number;
+  exitStatus: number | null;
+}
+
+export interface ResumableEntry {
+  sessionKey: string;
+  leaseId: string | null;
+  pendingPrompts: PendingPrompt[];
+  acpSessionIds: string[];
+  at: number;
+  eventSeq?: number;
+  /** In pushes: whether `ensure(session)` without argv can re-spawn it. */
+  hasSpec?: boolean;
+}
+
+export interface StatusResult {
+  gatewayInstanceId: string;
+  stateDir: string;
+  database: string;
+  wrapperRoot: string;
+  leases: { open: number; closing: number; closed: number; lost: number };
+  legacyOpen: number;
+  daemon: {
+    pid: number;
+    socket: string;
+    startedAt: number;
+    version: string;
+    idleCloseMs: number | null;
+    replayLines: number;
+    replayBytes: number;
+    shuttingDown: boolean;
+    sessions: SessionStatus[];
+    busy: string[];
+    resumable: ResumableEntry[];
+    startupReap: Record<string, number>;
+  };
+  [k: string]: unknown;
+}
+
+export interface EnsureSpec {
+  /** The adapter command. Omit it to re-spawn the session from its stored spec. */
+  argv?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  agent?: string;
+  owner?: string;
+  spawnedBy?: string;
+  parent?: string;
+  graceMs?: number;
+  /** Keep the spec in the state database for `ensure(session)` (default true). */
+  persistSpec?: boolean;
+  /** How long to watch a new adapter for an early death (daemon default 200 ms). */
+  waitMs?: number;
+}
+
+export interface EnsureResult {
+  sessionKey: string;
+  leaseId: string | null;
+  rootPid: number | null;
+  phase: Phase;
+  created: boolean;
+  lastSeq: number;
+  /** False when a running session was found with another argv. */
+  argvMatches?: boolean;
+}
+
+export interface SendResult {
+  sessionKey: string;
+  bytes: number;
+  busy: boolean;
+}
+
+export type Target =
+  | { session: string; lease?: never }
+  | { lease: string; session?: never };
+
+export interface CancelResult {
+  leaseId: string;
+  sessionKey: string | null;
+  seq: number;
+  acpSessionId: string | null;
+  notified: boolean;
+}
+
+export interface CloseTargets {
+  session?: string;
+  lease?: string;
+  sessions?: string[];
+  leases?: string[];
+  graceMs?: number;
+}
+
+export interface CloseOutcome {
+  leaseId: string;
+  sessionKey: string | null;
+  result: 'closed' | 'lost' | 'leftOpen' | 'conflict';
+  reason: string;
+  signals: unknown[];
+  refused: unknown[];
+  exitStatus: number | null;
+  [k: string]: unknown;
+}
+
+export interface ReapOptions {
+  dryRun?: boolean;
+  includeLive?: boolean;
+  retentionMs?: number;
+  graceMs?: number;
+}
+
+export interface LeaseEvent {
+  seq: number;
+  kind: string;
+  leaseId: string | null;
+  detail: Json;
+  at: number;
+  [k: string]: unknown;
+}
+
+export interface SessionsQuery {
+  requesterSessionKey?: string;
+  visibility?: 'self' | 'tree' | 'agent' | 'all';
+  a2a?: boolean;
+  a2aAllow?: string[];
+  sandboxed?: boolean;
+  query?: 'list' | 'history' | 'status';
+  session?: string;
+}
+
+// --- attach ---------------------------------------------------------------------------------
+
+export interface OutputItem { type: 'output'; seq: number; line: string; lossy?: boolean; truncated?: boolean }
+export interface StderrItem { type: 'stderr'; seq: number; line: string; truncated?: boolean }
+export interface EventItem { type: 'event'; seq: number; kind: string; leaseId: string | null; detail: Json; at: number }
+/** Items that could not be delivered: `evicted` from the replay buffer, a `lease_changed` while away, a `clamped` since. */
+export interface GapItem {
+  type: 'gap';
+  reason: 'evicted' | 'lease_changed' | 'clamped';
+  /** The last seq received before the gap. */
+  afterSeq: number;
+  nextSeq?: number;
+  oldestSeq?: number;
+  lastSeq?: number;
+  previousLeaseId?: string;
+  leaseId?: string;
+}
+/** The last item: `ended` (everything delivered), `gone` (the daemon came back without the session), or another reason of a newer daemon. */
+export interface EndItem { type: 'end'; reason: 'ended' | 'gone' | string; lastSeq: number; message?: string }
+export type AttachItem = OutputItem | StderrItem | EventItem | GapItem | EndItem;
+
+export interface AttachOptions {
+  /** The last seq already seen (default 0), or 'now' for new items only. */
+  since?: number | 'now';
+  /** Also stream the adapter's stderr (default true, when the daemon has it). */
+  stderr?: boolean;
+  /** Detach when this many items wait for the consumer (default 10 000); reattach at lowWaterMark. */
+  highWaterMark?: number;
+  lowWaterMark?: number;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export declare class AttachStream implements AsyncIterableIterator<AttachItem> {
+  readonly lastSeq: number;
+  readonly attachId: RequestId | null;
+  readonly leaseId: string | null;
+  ready(): Promise<this>;
+  next(): Promise<IteratorResult<AttachItem, undefined>>;
+  return(): Promise<IteratorResult<AttachItem, undefined>>;
+  [Symbol.asyncIterator](): this;
+}
+
+// --- ACP ------------------------------------------------------------------------------------
+
+export interface JsonRpcMessage {
+  jsonrpc: '2.0';
+  id?: RequestId | null;
+  method?: string;
+  params?: any;
+  result?: any;
+  error?: { code: number; message: string; data?: Json };
+}
+
+export declare class AcpChannel extends EventEmitter {
+  readonly session: string;
+  readonly stream: AttachStream | null;
+  readonly pendingCount: number;
+  ended: EndItem | null;
+  request<R = any>(method: string, params?: unknown, opts?: CallOptions): Promise<R>;
+  notify(method: string, params?: unknown, opts?: CallOptions): Promise<void>;
+  cancel(acpSessionId: string, opts?: CallOptions): Promise<void>;
+  respond(id: RequestId, result: unknown, opts?: CallOptions): Promise<void>;
+  respondError(id: RequestId, code: number, message: string, data?: unknown, opts?: CallOptions): Promise<void>;
+  close(): void;
+  on(event: 'notification', listener: (msg: JsonRpcMessage, item: OutputItem) => void): this;
+  on(event: 'request', listener: (msg: JsonRpcMessage, item: OutputItem) => void): this;
+  on(event: 'stray', listener: (msg: JsonRpcMessage, item: OutputItem) => void): this;
+  on(event: 'line', listener: (line: string, item: OutputItem) => void): this;
+  on(event: 'stderr', listener: (line: string, item: StderrItem) => void): this;
+  on(event: 'event', listener: (item: EventItem) => void): this;
+  on(event: 'gap', listener: (item: GapItem) => void): this;
+  on(event: 'end', listener: (item: EndItem) => void): this;
+  on(event: 'close', listener: (err: Error) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+export interface AcpOptions extends CallOptions {
+  since?: number | 'now';
+  highWaterMark?: number;
+}
+
+export interface ResumeOptions extends CallOptions {
+  /** The continue prompt (default "Continue where you left off."); null sends none. */
+  prompt?: string | null;
+  /** The ACP session to load (default: the one recorded for the resumable session). */
+  acpSessionId?: string;
+  cwd?: string;
+  clientCapabilities?: Json;
+}
+
+export interface ResumeResult {
+  acp: AcpChannel;
+  acpSessionId: string;
+  /** True when `session/load` restored the recorded ACP session. */
+  loaded: boolean;
+  ensured: EnsureResult;
+  resumable: ResumableEntry | null;
+  initialize: any;
+  response: any;
+}
+
+// --- the client -----------------------------------------------------------------------------
+
+export declare function connect(opts?: ConnectOptions): Promise<LeashClient>;
+
+export declare class LeashClient extends EventEmitter {
+  constructor(opts?: ConnectOptions);
+  info: HelloResult | null;
+  /** Resumable sessions pushed on this connection, until resumed. */
+  resumable: Map<string, ResumableEntry & { type: 'resumable' }>;
+  readonly stateDir: string;
+  readonly connected: boolean;
+  readonly features: string[];
+  supports(feature: string): boolean;
+  open(): Promise<void>;
+  request<R = any>(op: string, fields?: Record<string, unknown>, opts?: CallOptions): Promise<R>;
+  static requestLine(id: RequestId, op: string, fields: Record<string, unknown>): string;
+  writeRaw(data: string | Uint8Array): void;
+  dropConnection(): void;
+  disconnect(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+
+  hello(opts?: CallOptions): Promise<HelloResult>;
+  ping(opts?: CallOptions): Promise<{ pong: true; at: number }>;
+  status(opts?: CallOptions): Promise<StatusResult>;
+  ensure(session: string, spec?: EnsureSpec, opts?: CallOptions): Promise<EnsureResult>;
+  send(session: string, line: string, opts?: CallOptions): Promise<SendResult>;
+  attach(session: string, opts?: AttachOptions): AttachStream;
+  detach(attachId: RequestId, opts?: CallOptions): Promise<{ attachId: RequestId; detached: number }>;
+  cancel(target: string | (Target & { acpSessionId?: string }), opts?: CallOptions): Promise<CancelResult>;
+  close(target: string | CloseTargets, opts?: CallOptions): Promise<CloseOutcome[]>;
+  reap(options?: ReapOptions, opts?: CallOptions): Promise<any>;
+  leases(filter?: { state?: 'open' | 'closing' | 'closed' | 'lost' }, opts?: CallOptions): Promise<any[]>;
+  sessions(query?: SessionsQuery, opts?: CallOptions): Promise<any>;
+  events(session: string, since?: number, opts?: CallOptions): Promise<LeaseEvent[]>;
+  verify(fields?: Record<string, unknown>, opts?: CallOptions): Promise<any>;
+  subscribe(opts?: CallOptions): Promise<void>;
+  acp(session: string, opts?: AcpOptions): Promise<AcpChannel>;
+  resume(session: string, opts?: ResumeOptions): Promise<ResumeResult>;
+
+  on(event: 'resumable', listener: (item: ResumableEntry & { type: 'resumable' }) => void): this;
+  on(event: 'resumed', listener: (item: { type: 'resumed'; sessionKey: string; leaseId: string | null }) => void): this;
+  on(event: 'lifecycle', listener: (item: { type: string; [k: string]: unknown }) => void): this;
+  on(event: 'connect' | 'reconnect', listener: (info: HelloResult | null) => void): this;
+  on(event: 'disconnect', listener: () => void): this;
+  on(event: 'close', listener: (err: Error) => void): this;
+  on(event: 'protocolError', listener: (err: LeashError) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+// --- spawn and CLI fallbacks ----------------------------------------------------------------
+
+export interface SpawnOptions {
+  session?: string;
+  agent?: string;
+  owner?: string;
+  spawnedBy?: string;
+  parent?: string;
+  graceMs?: number;
+  /** The whole environment of leash exec and the adapter, as child_process.spawn takes it. */
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  stdio?: StdioOptions;
+  signal?: AbortSignal;
+  /** The owner (default: this process). */
+  ownerPid?: number;
+  stateDir?: string;
+  /** The leash binary (default LEASH_BIN, else `leash` on PATH). */
+  leashBin?: string;
+}
+
+export declare function spawn(argv: string[], opts?: SpawnOptions): ChildProcess;
+export declare function execArgs(argv: string[], opts?: SpawnOptions): string[];
+
+export interface CliOptions extends CallOptions {
+  stateDir?: string;
+  socket?: string;
+  leashBin?: string;
+}
+export declare function close(target: string | CloseTargets, opts?: CliOptions): Promise<CloseOutcome[]>;
+export declare function reap(options?: ReapOptions, opts?: CliOptions): Promise<any>;
+export declare function verify(fields?: { session?: string; lease?: string }, opts?: CliOptions): Promise<any>;
+export declare function resolveStateDir(stateDir?: string): string;
+export declare function findSocket(opts?: { stateDir?: string; socket?: string }): Promise<string>;
+
+// --- errors ---------------------------------------------------------------------------------
+
+export declare class LeashError extends Error {
+  constructor(message: string, opts?: { code?: string; data?: Record<string, unknown>; cause?: unknown });
+  code: string;
+  data: Record<string, any>;
+}
+export declare class BadUtf8Error extends LeashError {}
+export declare class BadJsonError extends LeashError {}
+export declare class LineTooLongError extends LeashError {}
+export declare class BadRequestError extends LeashError {}
+export declare class UnknownOpError extends LeashError {}
+export declare class NotFoundError extends LeashError {}
+export declare class NotVisibleError extends LeashError {}
+export declare class ConflictError extends LeashError {}
+export declare class NotRunningError extends LeashError {}
+export declare class SeqEvictedError extends LeashError {}
+export declare class SpawnFailedError extends LeashError {}
+export declare class ForbiddenError extends LeashError {}
+export declare class ShuttingDownError extends LeashError {}
+export declare class InternalError extends LeashError {}
+export declare class LeashTimeoutError extends LeashError {}
+export declare class LeashAbortError extends LeashError {}
+export declare class ConnectionClosedError extends LeashError {}
+export declare class NoDaemonError extends LeashError {}
+export declare class ProtocolError extends LeashError {}
+export declare class ExecFailedError extends LeashError {}
+export declare class AcpError extends LeashError {
+  rpcCode: number | undefined;
+}
+export declare const WIRE_ERRORS: Record<string, typeof LeashError>;
+export declare function errorFromWire(error: unknown): LeashError;

@@ -1,0 +1,101 @@
+// Errors of the leash client: one LeashError subclass per wire code of `leash serve`
+// (docs/protocol.md, "Error codes"), and a few for what happens on the client's side
+// (timeouts, aborts, a dropped connection, `leash exec` failing to start an adapter).
+// `errorFromWire` maps a reply's `error` object once; codes it does not know (a newer daemon)
+// become a plain LeashError that still carries the code and every extra field.
+
+export class LeashError extends Error {
+  /**
+   * @param {string} message
+   * @param {{ code?: string, data?: Record<string, unknown>, cause?: unknown }} [opts]
+   */
+  constructor(message, opts = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = new.target.name;
+    this.code = opts.code ?? 'leash_error';
+    /** Extra fields of the wire error (e.g. oldestSeq, lastSeq, exitStatus, stderr). */
+    this.data = opts.data ?? {};
+  }
+}
+
+function wire(code) {
+  return class extends LeashError {
+    constructor(message, opts = {}) {
+      super(message, { ...opts, code });
+    }
+  };
+}
+
+// Named classes (not anonymous) so stack traces and `err.name` read well.
+export class BadUtf8Error extends wire('bad_utf8') {}
+export class BadJsonError extends wire('bad_json') {}
+export class LineTooLongError extends wire('line_too_long') {}
+export class BadRequestError extends wire('bad_request') {}
+export class UnknownOpError extends wire('unknown_op') {}
+export class NotFoundError extends wire('not_found') {}
+export class NotVisibleError extends wire('not_visible') {}
+export class ConflictError extends wire('conflict') {}
+export class NotRunningError extends wire('not_running') {}
+export class SeqEvictedError extends wire('seq_evicted') {}
+export class SpawnFailedError extends wire('spawn_failed') {}
+export class ForbiddenError extends wire('forbidden') {}
+export class ShuttingDownError extends wire('shutting_down') {}
+export class InternalError extends wire('internal') {}
+
+/** The daemon did not answer within the call's timeout (the call may still take effect). */
+export class LeashTimeoutError extends wire('timeout') {}
+/** The call's AbortSignal fired (the call may still take effect). */
+export class LeashAbortError extends wire('aborted') {}
+/** The connection closed before the reply came; the request may or may not have been applied. */
+export class ConnectionClosedError extends wire('connection_closed') {}
+/** No daemon answers for this state root (no socket, or a stale one). */
+export class NoDaemonError extends wire('no_daemon') {}
+/** A line from the daemon that is not valid protocol. */
+export class ProtocolError extends wire('protocol') {}
+/** `leash exec` exited 125: leash itself could not start the adapter; `cause` says why. */
+export class ExecFailedError extends wire('exec_failed') {}
+/** A JSON-RPC error response from the agent (see `acp()`). */
+export class AcpError extends LeashError {
+  constructor(message, opts = {}) {
+    super(message, { ...opts, code: 'acp_error' });
+    /** The JSON-RPC error code. */
+    this.rpcCode = opts.rpcCode;
+  }
+}
+
+export const WIRE_ERRORS = {
+  bad_utf8: BadUtf8Error,
+  bad_json: BadJsonError,
+  line_too_long: LineTooLongError,
+  bad_request: BadRequestError,
+  unknown_op: UnknownOpError,
+  not_found: NotFoundError,
+  not_visible: NotVisibleError,
+  conflict: ConflictError,
+  not_running: NotRunningError,
+  seq_evicted: SeqEvictedError,
+  spawn_failed: SpawnFailedError,
+  forbidden: ForbiddenError,
+  shutting_down: ShuttingDownError,
+  internal: InternalError,
+};
+
+/** The typed error for a reply's `error` object. */
+export function errorFromWire(error) {
+  const { code, message, ...data } = error && typeof error === 'object' ? error : {};
+  const Cls = WIRE_ERRORS[code];
+  const msg = typeof message === 'string' ? message : `leash serve answered ${code ?? 'an error'}`;
+  if (Cls) return new Cls(msg, { data });
+  return new LeashError(msg, { code: typeof code === 'string' ? code : 'leash_error', data });
+}
+
+/**
+ * The error a call rejects with when its AbortSignal fires: the signal's own reason when the
+ * caller gave one, else a LeashAbortError (or LeashTimeoutError for AbortSignal.timeout()).
+ */
+export function abortError(signal, what) {
+  const r = signal?.reason;
+  if (r && r.name === 'TimeoutError') return new LeashTimeoutError(`${what}: timed out`, { cause: r });
+  if (r instanceof Error && r.name !== 'AbortError') return r;
+  return new LeashAbortError(`${what}: aborted`, { cause: r });
+}

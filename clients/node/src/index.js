@@ -1,0 +1,8 @@
+// leash-client: the gateway's side of `leash serve` (docs/protocol.md). Zero runtime
+// dependencies; Node >= 20.
+export { connect, LeashClient } from './client.js';
+export { AttachStream } from './attach.js';
+export { AcpChannel } from './acp.js';
+export { spawn, execArgs, close, reap, verify } from './spawn.js';
+export { resolveStateDir, findSocket } from './locate.js';
+export * from './errors.js';

@@ -1,0 +1,142 @@
+// For gateways that keep spawning adapters themselves: `spawn(argv, opts)` is the drop-in for
+// `child_process.spawn(argv[0], argv.slice(1), opts)`. It runs
+// `leash exec --owner-pid <this process> --session … -- argv…` with piped stdio, so the adapter's
+// tree is leased, owned by the gateway, and taken down when the gateway dies. Exit status 125
+// means leash itself could not start the adapter: the child then emits an ExecFailedError (an
+// 'error' event, as child_process does when a spawn fails) whose `cause` is leash's message.
+//
+// `close`, `reap` and `verify` here go through the daemon when one answers, else through the
+// leash CLI on the state root.
+
+import { spawn as cpSpawn, execFile } from 'node:child_process';
+import { ExecFailedError, LeashError, NoDaemonError } from './errors.js';
+import { connect } from './client.js';
+
+function leashBin(opts) {
+  return opts.leashBin ?? process.env.LEASH_BIN ?? 'leash';
+}
+
+function stateArgs(opts) {
+  return opts.stateDir ? ['--state-dir', opts.stateDir] : [];
+}
+
+/** The `leash exec` argv for an adapter command (exported for tests and logging). */
+export function execArgs(argv, opts = {}) {
+  if (!Array.isArray(argv) || argv.length === 0 || typeof argv[0] !== 'string' || argv[0] === '') {
+    throw new TypeError('spawn: argv must be a non-empty array of strings naming the adapter command');
+  }
+  const args = [...stateArgs(opts), 'exec', '--owner-pid', String(opts.ownerPid ?? process.pid)];
+  const flags = [
+    ['--session', opts.session],
+    ['--agent', opts.agent],
+    ['--owner', opts.owner],
+    ['--spawned-by', opts.spawnedBy],
+    ['--parent', opts.parent],
+  ];
+  for (const [flag, v] of flags) if (v !== undefined && v !== null) args.push(flag, String(v));
+  if (opts.graceMs !== undefined) args.push('--grace-ms', String(opts.graceMs));
+  args.push('--', ...argv);
+  return args;
+}
+
+/**
+ * @param {string[]} argv the adapter command
+ * @param {import('../index.js').SpawnOptions} [opts]
+ */
+export function spawn(argv, opts = {}) {
+  const args = execArgs(argv, opts);
+  const child = cpSpawn(leashBin(opts), args, {
+    cwd: opts.cwd,
+    env: opts.env,
+    stdio: opts.stdio ?? 'pipe',
+    signal: opts.signal,
+  });
+  // leash's own message on a failed start is the last thing on stderr; keep a short tail.
+  const tail = [];
+  child.stderr?.on('data', (chunk) => {
+    tail.push(String(chunk));
+    while (tail.length > 16) tail.shift();
+  });
+  child.once('exit', (code) => {
+    if (code !== 125) return;
+    const text = tail.join('').trim().split('\n').slice(-5).join('\n');
+    const err = new ExecFailedError(`leash exec could not start ${argv[0]}: ${text || 'no message (stderr was not piped)'}`, {
+      cause: text || undefined,
+      data: { argv, exitStatus: 125, stderr: text },
+    });
+    child.emit('error', err);
+  });
+  return child;
+}
+
+function runCli(opts, args) {
+  return new Promise((resolve, reject) => {
+    execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      let parsed = null;
+      try {
+        parsed = stdout.trim() ? JSON.parse(stdout) : null;
+      } catch {
+        parsed = null;
+      }
+      if (parsed !== null) return resolve(parsed);
+      if (err) return reject(new LeashError(`leash ${args[0]} failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: String(stderr) } }));
+      resolve(parsed);
+    });
+  });
+}
+
+async function viaDaemon(opts, f) {
+  let client;
+  try {
+    client = await connect({ stateDir: opts.stateDir, socket: opts.socket, reconnect: false, timeoutMs: opts.timeoutMs });
+  } catch (e) {
+    if (e instanceof NoDaemonError) return { noDaemon: true };
+    throw e;
+  }
+  try {
+    return { value: await f(client) };
+  } finally {
+    await client.disconnect();
+  }
+}
+
+/** Closes leases (by session key or lease id) through the daemon, or the CLI without one. */
+export async function close(target, opts = {}) {
+  const t = typeof target === 'string' ? { session: target } : target;
+  const r = await viaDaemon(opts, (c) => c.close(t, opts));
+  if (!r.noDaemon) return r.value;
+  const args = ['close', '--json'];
+  for (const s of [t.session, ...(t.sessions ?? [])].filter(Boolean)) args.push('--session', s);
+  if (t.graceMs !== undefined) args.push('--grace-ms', String(t.graceMs));
+  for (const l of [t.lease, ...(t.leases ?? [])].filter(Boolean)) args.push(l);
+  return runCli(opts, args);
+}
+
+/** The startup reap through the daemon, or the CLI without one. */
+export async function reap(options = {}, opts = {}) {
+  const r = await viaDaemon(opts, (c) => c.reap(options, opts));
+  if (!r.noDaemon) return r.value;
+  const args = ['reap', '--json'];
+  if (options.dryRun) args.push('--dry-run');
+  if (options.includeLive) args.push('--include-live');
+  if (options.graceMs !== undefined) args.push('--grace-ms', String(options.graceMs));
+  if (options.retentionMs !== undefined) args.push('--retention', `${Math.ceil(options.retentionMs / 1000)}s`);
+  return runCli(opts, args);
+}
+
+/**
+ * Verifies leases: the daemon's `verify` op when it has one, else `leash verify --json` (CLI
+ * versions that have it), else the lease rows (`leash leases --json`) as the weakest answer.
+ */
+export async function verify(fields = {}, opts = {}) {
+  const r = await viaDaemon(opts, async (c) => (c.info?.ops?.includes('verify') ? c.verify(fields, opts) : { unsupported: true }));
+  if (!r.noDaemon && !r.value?.unsupported) return r.value;
+  try {
+    const args = ['verify', '--json'];
+    if (fields.session) args.push('--session', fields.session);
+    if (fields.lease) args.push(fields.lease);
+    return await runCli(opts, args);
+  } catch {
+    return runCli(opts, ['leases', '--json']);
+  }
+}

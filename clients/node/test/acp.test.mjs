@@ -1,0 +1,168 @@
+// The JSON-RPC helper over send + attach against the fake agent: concurrent requests resolve to
+// their own responses, a notification gets none, a response that arrives after its request was
+// aborted is not handed to another request; resume() after a daemon restart; and spawn() as the
+// drop-in for child_process.spawn, with exit 125 as a typed error.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import * as leash from '../src/index.js';
+import { Daemon, scratch, fakeAgent, waitFor, LEASH_BIN } from './helpers.mjs';
+
+test('concurrent requests resolve to their own responses; notifications get none', async (t) => {
+  const dir = scratch(t, 'acp');
+  const state = join(dir, 'state');
+  await Daemon.start(t, state);
+  const c = await leash.connect({ stateDir: state });
+  t.after(() => c.disconnect());
+  await c.ensure('a', { argv: fakeAgent() });
+  const acp = await c.acp('a');
+  t.after(() => acp.close());
+  const init = await acp.request('initialize', { protocolVersion: 1 });
+  assert.equal(init.agentCapabilities.loadSession, true);
+  // Answered in the reverse order of the requests.
+  const delays = [300, 200, 100, 0];
+  const answers = await Promise.all(delays.map((ms, i) => acp.request('delay', { ms, tag: i })));
+  assert.deepEqual(answers.map((a) => a.tag), [0, 1, 2, 3]);
+  // A notification: nothing comes back for it (the agent answers unknown methods with ids only).
+  const strays = [];
+  acp.on('stray', (m) => strays.push(m));
+  await acp.notify('nonexistent/notification', { x: 1 });
+  assert.equal((await acp.request('echo', { after: 'notify' })).after, 'notify');
+  assert.equal(acp.pendingCount, 0);
+  assert.deepEqual(strays, []);
+  // An error response rejects with AcpError carrying the JSON-RPC code.
+  await assert.rejects(acp.request('no/such'), (e) => e instanceof leash.AcpError && e.rpcCode === -32601);
+  // Notifications and stderr reach their listeners.
+  const updates = [];
+  acp.on('notification', (m) => updates.push(m));
+  const stderr = [];
+  acp.on('stderr', (l) => stderr.push(l));
+  const { sessionId } = await acp.request('session/new', { cwd: dir, mcpServers: [] });
+  const r = await acp.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'hello' }] });
+  assert.equal(r.stopReason, 'end_turn');
+  assert.ok(updates.some((u) => u.method === 'session/update'), JSON.stringify(updates));
+  await acp.request('stderr', { text: 'a warning' });
+  await waitFor(() => stderr.includes('a warning'), 'the stderr line');
+});
+
+test('a late response after a cancelled request is not mis-delivered', async (t) => {
+  const dir = scratch(t, 'late');
+  const state = join(dir, 'state');
+  await Daemon.start(t, state);
+  const c = await leash.connect({ stateDir: state });
+  t.after(() => c.disconnect());
+  await c.ensure('a', { argv: fakeAgent() });
+  const acp = await c.acp('a');
+  t.after(() => acp.close());
+  const strays = [];
+  acp.on('stray', (m) => strays.push(m));
+  const ac = new AbortController();
+  const slow = acp.request('delay', { ms: 300, tag: 'slow' }, { signal: ac.signal });
+  ac.abort();
+  await assert.rejects(slow, leash.LeashAbortError);
+  // A request sent meanwhile gets its own answer, never the late one.
+  const next = await acp.request('delay', { ms: 600, tag: 'next' });
+  assert.equal(next.tag, 'next');
+  await waitFor(() => strays.length === 1, 'the late response');
+  assert.equal(strays[0].result.tag, 'slow');
+  // A timed-out request likewise.
+  await assert.rejects(acp.request('delay', { ms: 400, tag: 't' }, { timeoutMs: 50 }), leash.LeashTimeoutError);
+  await waitFor(() => strays.length === 2, 'the second late response');
+
+  // Cancelling a turn: the agent answers the prompt with stopReason cancelled.
+  const { sessionId } = await acp.request('session/new', { cwd: dir, mcpServers: [] });
+  const turn = acp.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'slow please' }] });
+  await waitFor(async () => (await c.status()).daemon.busy.includes('a'), 'the session to be busy');
+  const cancelled = await c.cancel({ session: 'a' });
+  assert.equal(cancelled.acpSessionId, sessionId);
+  assert.equal((await turn).stopReason, 'cancelled');
+});
+
+test('resume(): after a restart, ensure from the stored spec, initialize, session/load, continue', async (t) => {
+  const dir = scratch(t, 'resume');
+  const state = join(dir, 'state');
+  const daemon = await Daemon.start(t, state);
+  let c = await leash.connect({ stateDir: state, reconnect: false });
+  await c.ensure('r', { argv: fakeAgent(), cwd: dir });
+  let acp = await c.acp('r');
+  await acp.request('initialize', { protocolVersion: 1 });
+  const { sessionId } = await acp.request('session/new', { cwd: dir, mcpServers: [] });
+  // A turn in flight when the daemon stops: the session is resumable.
+  acp.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'slow work' }] }).catch(() => {});
+  await waitFor(async () => (await c.status()).daemon.busy.includes('r'), 'the busy session');
+  await daemon.terminate();
+  await c.disconnect();
+
+  await daemon.start();
+  c = await leash.connect({ stateDir: state, events: true });
+  t.after(() => c.disconnect());
+  // The push comes right after the hello, before connect() resolves: kept on the client.
+  const pushed = await waitFor(() => c.resumable.get('r'), 'the resumable push');
+  assert.equal(pushed.sessionKey, 'r');
+  assert.deepEqual(pushed.acpSessionIds, [sessionId]);
+  assert.equal(pushed.hasSpec, true);
+  const resumed = new Promise((resolve) => c.once('resumed', resolve));
+  const updates = [];
+  const r = await c.resume('r', { prompt: 'continue please', cwd: dir });
+  r.acp.on('notification', (m) => updates.push(m));
+  assert.equal(r.loaded, true);
+  assert.equal(r.acpSessionId, sessionId);
+  assert.equal(r.response.stopReason, 'end_turn');
+  assert.equal((await resumed).sessionKey, 'r');
+  r.acp.close();
+});
+
+test('spawn() runs the adapter under leash exec, owned by this process; exit 125 is typed', async (t) => {
+  const dir = scratch(t, 'spawn');
+  const state = join(dir, 'state');
+  const child = leash.spawn(['sh', '-c', 'read line; echo "got $line"; echo "$OPENCLAW_ACPX_LEASE_ID" >&2'], {
+    session: 'sp',
+    agent: 'fake',
+    graceMs: 300,
+    stateDir: state,
+    leashBin: LEASH_BIN,
+  });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (err += d));
+  child.stdin.write('hi\n');
+  const code = await new Promise((r) => child.once('exit', r));
+  assert.equal(code, 0);
+  assert.equal(out.trim(), 'got hi');
+  // The lease names this process as the owner.
+  await Daemon.start(t, state);
+  const c = await leash.connect({ stateDir: state });
+  t.after(() => c.disconnect());
+  const lease = (await c.leases()).find((l) => l.sessionKey === 'sp');
+  assert.equal(lease.leaseId, err.trim().split('\n').pop());
+  assert.equal(lease.ownerPid, process.pid, JSON.stringify(lease));
+  await c.disconnect();
+
+  // Exit 125: leash could not start the adapter (here: the owner it was given is not its
+  // parent, as when the spawner died before leash exec ran).
+  const bad = leash.spawn(['true'], { stateDir: state, ownerPid: 999_999_999 % 4_194_304, leashBin: LEASH_BIN });
+  const e = await new Promise((resolve) => bad.once('error', resolve));
+  assert.ok(e instanceof leash.ExecFailedError, String(e));
+  assert.equal(e.data.exitStatus, 125);
+  assert.match(e.message, /not our parent/);
+  assert.throws(() => leash.spawn([]), TypeError);
+});
+
+test('close and reap work through the CLI when no daemon runs', async (t) => {
+  const dir = scratch(t, 'cli');
+  const state = join(dir, 'state');
+  const child = leash.spawn(['sleep', '1000'], { session: 'c1', stateDir: state, leashBin: LEASH_BIN, graceMs: 200 });
+  t.after(() => child.kill('SIGKILL'));
+  const exited = new Promise((r) => child.once('exit', r));
+  const opts = { stateDir: state, leashBin: LEASH_BIN };
+  await waitFor(async () => {
+    const plan = await leash.reap({ dryRun: true, includeLive: true }, opts);
+    return JSON.stringify(plan).includes('c1');
+  }, 'the lease');
+  const out = await leash.close('c1', opts);
+  assert.equal(out[0].result, 'closed', JSON.stringify(out));
+  await exited;
+  const v = await leash.verify({ session: 'c1' }, opts);
+  assert.ok(v !== null);
+});

@@ -1,0 +1,117 @@
+// Shared helpers of the client's tests: a real `leash serve` (the binary cargo built, from
+// LEASH_BIN) on a scratch state root, polling with deadlines, and the fake agent's argv. Every
+// test stops (by pid) the daemons it started and removes its scratch directory.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, readFileSync, openSync, closeSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createConnection } from 'node:net';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repoRoot = resolve(here, '../../..');
+export const LEASH_BIN = process.env.LEASH_BIN ?? join(repoRoot, 'target/debug/leash');
+export const FAKE_AGENT = join(here, 'fixtures/fake-agent.mjs');
+export const fakeAgent = () => [process.execPath, FAKE_AGENT];
+export const PATIENCE_MS = 30_000;
+
+if (!existsSync(LEASH_BIN)) {
+  throw new Error(`${LEASH_BIN} is missing: build it with \`cargo build --workspace\` or set LEASH_BIN`);
+}
+
+export function scratch(t, tag) {
+  const dir = mkdtempSync(join(tmpdir(), `leash-node-${tag}-`));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export async function waitFor(cond, what = 'condition', limitMs = PATIENCE_MS) {
+  const deadline = Date.now() + limitMs;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function canConnect(path) {
+  return new Promise((res) => {
+    const s = createConnection({ path });
+    s.once('connect', () => { s.destroy(); res(true); });
+    s.once('error', () => res(false));
+  });
+}
+
+/** A `leash serve` the test owns; stopped (SIGKILL, by pid) when the test ends. */
+export class Daemon {
+  constructor(t, stateDir, args = []) {
+    this.t = t;
+    this.stateDir = stateDir;
+    this.args = args;
+    this.n = 0;
+    t.after(() => this.kill9());
+  }
+
+  static async start(t, stateDir, args = []) {
+    const d = new Daemon(t, stateDir, args);
+    await d.start();
+    return d;
+  }
+
+  async start() {
+    this.logPath = join(dirname(this.stateDir), `serve-${this.n++}.log`);
+    const fd = openSync(this.logPath, 'w');
+    const env = { ...process.env, LEASH_LOG: 'info' };
+    delete env.LEASH_STATE_DIR;
+    this.child = spawn(LEASH_BIN, ['--state-dir', this.stateDir, 'serve', ...this.args], { stdio: ['ignore', 'ignore', fd], env });
+    closeSync(fd);
+    this.exited = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+    this.pid = this.child.pid;
+    await waitFor(async () => {
+      if (this.child.exitCode !== null) throw new Error(`leash serve exited early:\n${this.log()}`);
+      let info;
+      try {
+        info = JSON.parse(readFileSync(join(this.stateDir, 'daemon.lock'), 'utf8'));
+      } catch {
+        return false;
+      }
+      return info.pid === this.pid && (await canConnect(info.socket));
+    }, 'leash serve to listen');
+  }
+
+  log() {
+    try {
+      return readFileSync(this.logPath, 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  async terminate() {
+    this.child.kill('SIGTERM');
+    return this.exited;
+  }
+
+  async kill9() {
+    if (this.child && this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+/** Collects items from an attach iterator until `until(item, items)` is true. */
+export async function collect(iter, until, limitMs = PATIENCE_MS) {
+  const items = [];
+  const timer = setTimeout(() => iter.return(), limitMs);
+  try {
+    for await (const item of iter) {
+      items.push(item);
+      if (until(item, items)) break;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  return items;
+}

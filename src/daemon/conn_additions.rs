@@ -1,0 +1,182 @@
+//! The protocol additions of a connection (issue 13), beside the original operations in
+//! `conn.rs`: `hello` (version, features, lifecycle pushes), `ping`, `detach` and the registry
+//! of a connection's attaches it works on, and the two steps `ensure` gained — resolving a
+//! stored spec for `ensure {session}`, and after a start, watching the adapter for an early death
+//! and storing (or forgetting) its spec.
+
+use super::super::protocol::{Code, Ensure, Hello, OPS, PROTOCOL_VERSION};
+use super::super::session::{Session, SpawnError};
+use super::super::{push, spec, Daemon};
+use super::{fail, OpError, Out, Reply};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What `hello` announces beyond the original protocol; a client checks these instead of
+/// comparing versions. Ops are listed separately (`ops`), so ops added later need no entry here.
+pub const FEATURES: &[&str] = &[
+    "ping",
+    "detach",
+    "attach.sinceClamp",
+    "attach.stderr",
+    "ensure.wait",
+    "ensure.argvMatches",
+    "ensure.storedSpec",
+    "events.resumable",
+];
+
+pub(super) fn ping() -> Value {
+    json!({"pong": true, "at": crate::lease::now_ms()})
+}
+
+pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
+    tracing::debug!(client = ?h.client, protocol = ?h.protocol, events = h.events, "hello");
+    let result = json!({
+        "protocol": PROTOCOL_VERSION,
+        "version": env!("CARGO_PKG_VERSION"),
+        "daemonPid": d.me.pid,
+        "ops": OPS,
+        "features": FEATURES,
+        "events": h.events,
+    });
+    if !out.reply(id, Ok(result)) || !h.events {
+        return;
+    }
+    let initial: Vec<String> = d
+        .resumable
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|entry| push::item_body("resumable", &with_spec_flag(d, entry)))
+        .collect();
+    let weak = Arc::downgrade(out);
+    d.push.subscribe(
+        id.clone(),
+        Box::new(move |line| weak.upgrade().is_some_and(|o| o.send(line))),
+        &initial,
+    );
+}
+
+/// A resumable entry, plus whether `ensure {session}` can re-spawn it from a stored spec.
+fn with_spec_flag(d: &Daemon, entry: &Value) -> Value {
+    let mut e = entry.clone();
+    let has = entry["sessionKey"]
+        .as_str()
+        .is_some_and(|k| matches!(spec::load(&d.store(), k), Ok(Some(_))));
+    e["hasSpec"] = json!(has);
+    e
+}
+
+/// `ensure {session}` (no argv): the stored spec, with the request's per-call fields.
+pub(super) fn with_spec(d: &Daemon, e: &Ensure) -> Result<Ensure, OpError> {
+    if !e.wants_stored_spec() {
+        return Ok(e.clone());
+    }
+    match spec::load(&d.store(), &e.session)? {
+        Some(s) => Ok(s.into_request(e)),
+        None => Err(fail(
+            Code::NotFound,
+            format!(
+                "session {} has no stored spec (it was never ensured with persistSpec, or with persistSpec: false); give \"argv\"",
+                e.session
+            ),
+        )),
+    }
+}
+
+/// After the wrapper reported the adapter's start: watch it for an early death, then store (or
+/// forget) its spec and take it off the resumable list.
+pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpError> {
+    let wait = e
+        .wait_ms
+        .map_or(d.cfg.ensure_wait, Duration::from_millis)
+        .min(Duration::from_secs(60));
+    if let Err(err) = s.await_early_exit(wait) {
+        let data = match &err {
+            SpawnError::ExitedAtOnce { status, stderr } => {
+                Some(json!({"exitStatus": status, "stderr": stderr}))
+            }
+            _ => None,
+        };
+        tracing::warn!(session_key = %e.session, error = %err, "adapter died during ensure");
+        return Err(OpError {
+            code: Code::SpawnFailed,
+            message: err.to_string(),
+            data,
+        });
+    }
+    let stored = if e.persist_spec {
+        spec::protect(&d.root);
+        spec::save(&mut d.store(), &e.session, &spec::Spec::of(e))
+    } else {
+        spec::forget(&mut d.store(), &e.session)
+    };
+    if let Err(err) = stored {
+        tracing::warn!(session_key = %e.session, error = %err, "cannot store the session's spec");
+    }
+    let was_resumable = {
+        let mut list = d.resumable.lock().unwrap_or_else(|p| p.into_inner());
+        let before = list.len();
+        list.retain(|r| r["sessionKey"] != e.session.as_str());
+        list.len() != before
+    };
+    if was_resumable {
+        d.push.publish(&push::item_body(
+            "resumed",
+            &json!({"sessionKey": e.session, "leaseId": s.lease_id()}),
+        ));
+    }
+    Ok(())
+}
+
+/// A connection's running attaches by request id, each with the flag that stops it.
+#[derive(Default)]
+pub(super) struct AttachRegistry {
+    running: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
+}
+
+impl AttachRegistry {
+    pub(super) fn register(&self, id: &Value) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.lock()
+            .entry(id.to_string())
+            .or_default()
+            .push(flag.clone());
+        flag
+    }
+
+    pub(super) fn unregister(&self, id: &Value, flag: &Arc<AtomicBool>) {
+        let mut m = self.lock();
+        let key = id.to_string();
+        if let Some(v) = m.get_mut(&key) {
+            v.retain(|f| !Arc::ptr_eq(f, flag));
+            if v.is_empty() {
+                m.remove(&key);
+            }
+        }
+    }
+
+    /// Stops every attach of this connection with that request id; each ends with an `end`
+    /// item of reason `detached` (within one attach tick).
+    pub(super) fn detach(&self, id: &Value) -> Reply {
+        // Removed here, not when the stream notices: a second detach is already `not_found`.
+        match self.lock().remove(&id.to_string()) {
+            Some(flags) => {
+                for f in &flags {
+                    f.store(true, Ordering::SeqCst);
+                }
+                Ok(json!({"attachId": id, "detached": flags.len()}))
+            }
+            None => Err(fail(
+                Code::NotFound,
+                format!("no running attach with id {id} on this connection (it ended, or was never started here)"),
+            )),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Arc<AtomicBool>>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

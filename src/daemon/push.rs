@@ -1,0 +1,105 @@
+//! Lifecycle pushes: connections that said `hello {"events": true}` get lifecycle items without
+//! polling `status`, tagged with their hello's id. Today the one kind is `resumable` (a session
+//! that was busy when the previous daemon stopped; see docs/protocol.md, *Shutdown*): a new
+//! subscriber gets every session that is resumable right now, and later subscribers likewise.
+//!
+//! The hub knows nothing about connections: a subscriber is a function that writes one line and
+//! says whether the client is still there; gone subscribers are dropped on the next push.
+
+use super::protocol::stream_line;
+use serde_json::{Map, Value};
+use std::sync::Mutex;
+
+type Sink = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+struct Subscriber {
+    id: Value,
+    sink: Sink,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    subs: Mutex<Vec<Subscriber>>,
+}
+
+/// The body of a push item: `"type":<kind>` and the fields of `fields` (an object).
+pub fn item_body(kind: &str, fields: &Value) -> String {
+    let mut m = Map::new();
+    m.insert("type".into(), Value::from(kind));
+    if let Value::Object(f) = fields {
+        for (k, v) in f {
+            if k != "type" && k != "id" {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let text = serde_json::to_string(&Value::Object(m)).expect("JSON values serialise");
+    // stream_line adds the braces back around the id and this body.
+    text[1..text.len() - 1].to_string()
+}
+
+impl Hub {
+    /// Adds a subscriber and sends it `initial` (bodies) first, under the hub's lock, so no push
+    /// falls between what it was told and what it is told next.
+    pub fn subscribe(&self, id: Value, sink: Sink, initial: &[String]) {
+        let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
+        for body in initial {
+            if !sink(&stream_line(&id, body)) {
+                return;
+            }
+        }
+        subs.push(Subscriber { id, sink });
+    }
+
+    /// Sends one item to every subscriber; drops those that are gone.
+    pub fn publish(&self, body: &str) {
+        let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|s| (s.sink)(&stream_line(&s.id, body)));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.subs.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn subscribers_get_the_initial_items_then_pushes_and_gone_ones_are_dropped() {
+        let hub = Hub::default();
+        let got = Arc::new(Mutex::new(Vec::<Value>::new()));
+        let g = got.clone();
+        let body = item_body(
+            "resumable",
+            &serde_json::json!({"sessionKey": "a", "type": "x"}),
+        );
+        hub.subscribe(
+            Value::from(3),
+            Box::new(move |line| {
+                g.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(line).unwrap());
+                true
+            }),
+            std::slice::from_ref(&body),
+        );
+        hub.subscribe(Value::from(4), Box::new(|_| false), &[]);
+        assert_eq!(hub.len(), 2);
+        hub.publish(&item_body(
+            "resumable",
+            &serde_json::json!({"sessionKey": "b"}),
+        ));
+        assert_eq!(hub.len(), 1);
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[0],
+            serde_json::json!({"id": 3, "type": "resumable", "sessionKey": "a"})
+        );
+        assert_eq!(got[1]["sessionKey"], "b");
+    }
+}

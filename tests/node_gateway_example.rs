@@ -1,0 +1,43 @@
+//! Issue 13: `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure,
+//! initialize, session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its
+//! lease settles), the resumable path after a SIGTERM (resume loads the ACP session), close.
+mod common;
+mod node_support;
+use node_support::*;
+use std::process::Command;
+
+#[test]
+fn the_gateway_example_runs_against_the_fake_agent() {
+    let node = match node() {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let _ = common::wrap_bin();
+    let tmp = common::TempDir::new("gateway-example");
+    let out = run_ok(
+        "node examples/gateway.mjs",
+        Command::new(node)
+            .arg(repo().join("examples/gateway.mjs"))
+            .arg("--leash")
+            .arg(common::leash_bin())
+            .arg("--state-dir")
+            .arg(tmp.join("state"))
+            .env_remove("LEASH_STATE_DIR"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "[prompt] stopReason end_turn",
+        "[prompt] stopReason cancelled",
+        "[sigkill] ACP channel ended",
+        ": lost (",
+        "[push] resumable: agent:main:acp:demo",
+        "loaded; continue prompt: stopReason end_turn",
+        "[close] agent:main:acp:demo: closed",
+        "[done] ok",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
