@@ -34,6 +34,7 @@ pub mod install;
 pub mod lease;
 pub mod legacy;
 pub mod lifecycle;
+pub mod mcp;
 pub mod plan;
 pub mod proc;
 pub mod report;

@@ -2,6 +2,7 @@
 //! Output is for operators by default and JSON with `--json`; exit codes are in
 //! [`crate::exitcode`].
 
+mod mcp;
 mod output;
 mod serve;
 pub mod sessions;
@@ -108,6 +109,9 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Sessions as a requester sees them: list, history, send, status (one visibility check).
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Serve the session tools to an agent over MCP (stdio), as one fixed requester.
+    #[command(long_about = mcp::MCP_ABOUT)]
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -366,6 +370,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             let client = daemon()?;
             sessions::run(root, c, client)
         }
+        Command::Mcp(a) => mcp::run(root, a),
     }
 }
 
