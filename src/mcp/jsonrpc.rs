@@ -99,15 +99,17 @@ pub fn classify(line: &[u8]) -> Incoming {
     }
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(e) => return Incoming::Invalid {
-            reply: error(
-                &Value::Null,
-                PARSE_ERROR,
-                format!(
+        Err(e) => {
+            return Incoming::Invalid {
+                reply: error(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    format!(
                     "parse error: the line is not JSON ({e}); send one JSON-RPC message per line"
                 ),
-            ),
-        },
+                ),
+            }
+        }
     };
     let Value::Object(msg) = value else {
         let what = if value.is_array() {
