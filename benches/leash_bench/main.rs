@@ -11,7 +11,8 @@
 //! Sections (`--only a,b`): `spawn` (start-up overhead), `footprint` (resident memory, binary
 //! size), `pdeath` (parent death → the adapter's SIGTERM), `proctable` (process-table work with
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
-//! per second). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! per second), `mcp` (`leash mcp` exec → `initialize` answered). `--quick` shrinks every loop
+//! for a smoke run; its numbers are not for quoting.
 //! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
@@ -23,6 +24,7 @@
 //! started, by pid and start time.
 
 mod footprint;
+mod mcp;
 mod pdeath;
 mod procs;
 mod proctable;
@@ -63,6 +65,8 @@ pub struct Config {
     pub scale_rounds: usize,
     /// Wrapper builds to measure next to `leash-wrap` (`--extra-wrapper NAME=PATH`).
     pub extra_wrappers: Vec<(String, PathBuf)>,
+    /// MCP start-up: runs per command per round (rounds: `spawn_rounds`).
+    pub mcp_batch: usize,
 }
 
 impl Config {
@@ -84,6 +88,7 @@ impl Config {
             commits: 2_000,
             scale_rounds: 3,
             extra_wrappers: Vec::new(),
+            mcp_batch: 50,
         }
     }
 
@@ -103,6 +108,7 @@ impl Config {
             reap_leases: 500,
             commits: 200,
             scale_rounds: 1,
+            mcp_batch: 10,
             ..Config::full()
         }
     }
@@ -181,7 +187,7 @@ fn main() {
             eprintln!("leash-bench: {msg}");
             eprintln!(
                 "usage: cargo bench -- [--quick] [--rounds N] \
-                 [--only spawn,footprint,pdeath,proctable,scale] [--extra-wrapper NAME=PATH]..."
+                 [--only spawn,footprint,pdeath,proctable,scale,mcp] [--extra-wrapper NAME=PATH]..."
             );
             std::process::exit(2);
         }
@@ -198,12 +204,13 @@ fn main() {
     let header = header(&env, &cfg);
     print!("{header}");
     report.push_str(&header);
-    let sections: [(&str, Section); 5] = [
+    let sections: [(&str, Section); 6] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
         ("pdeath", pdeath::run),
         ("proctable", proctable::run),
         ("scale", scale::run),
+        ("mcp", mcp::run),
     ];
     let mut failed = false;
     for (name, run) in sections {
@@ -281,7 +288,8 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
     }
     if let Some(o) = &only {
         for s in o {
-            if !["spawn", "footprint", "pdeath", "proctable", "scale"].contains(&s.as_str()) {
+            if !["spawn", "footprint", "pdeath", "proctable", "scale", "mcp"].contains(&s.as_str())
+            {
                 return Err(format!("unknown section '{s}'"));
             }
         }
