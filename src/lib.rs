@@ -49,6 +49,7 @@ pub mod lease;
 pub mod legacy;
 pub mod lifecycle;
 pub mod limits;
+pub mod mcp;
 pub mod ownership;
 pub mod plan;
 pub mod proc;

@@ -2,13 +2,19 @@
 //! arbitrary graphs with cycles and dangling keys): `self ⊆ tree ⊆ agent ⊆ all` for every
 //! requester and a2a policy, a sandboxed requester never sees more than `tree`, and `tree` is
 //! exactly the transitive closure of the ownership fields (computed here by a different
-//! algorithm: an upward fixed point instead of the index's downward walk).
+//! algorithm: an upward fixed point instead of the index's downward walk). Issue 14: for random
+//! forests, requesters and scopes, the keys `sessions_list` returns through `leash mcp` equal
+//! the keys `leash sessions list` returns (both real processes over the same state root).
+
+mod common;
+mod mcp_support;
 
 use leash::proc::FixtureTable;
 use leash::sessions::{Sessions, View};
 use leash::state::StateRoot;
 use leash::store::SessionRow;
 use leash::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};
+use mcp_support::{initialize, mcp_once, tool_call};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -135,6 +141,32 @@ fn closure(rows: &[SessionRow], requester: &str) -> BTreeSet<String> {
     set.intersection(&present).cloned().collect()
 }
 
+/// A state root at `dir` whose sessions table holds `rows`.
+fn stage<'t>(dir: &std::path::Path, rows: &[SessionRow], table: &'t FixtureTable) -> Sessions<'t> {
+    let root = StateRoot::open(dir).unwrap();
+    let mut s = Sessions::open(root, table).unwrap();
+    for r in rows {
+        s.store()
+            .conn()
+            .execute(
+                "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
+                 parent_session_key, gateway_instance_id, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                rusqlite::params![
+                    r.session_key,
+                    r.agent_id,
+                    r.owner_session_key,
+                    r.spawned_by,
+                    r.parent_session_key,
+                    r.gateway_instance_id,
+                    r.created_at
+                ],
+            )
+            .unwrap();
+    }
+    s
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -168,40 +200,9 @@ proptest! {
 
     #[test]
     fn list_through_the_store_keeps_tree_within_all(rows in gen_rows(), a2a in gen_a2a()) {
-        let dir = std::env::temp_dir().join(format!(
-            "leash-test-props-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        struct Cleanup(std::path::PathBuf);
-        impl Drop for Cleanup {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        let _cleanup = Cleanup(dir.clone());
-        let root = StateRoot::open(&dir).unwrap();
+        let dir = common::TempDir::new("props");
         let table = FixtureTable::default();
-        let mut s = Sessions::open(root, &table).unwrap();
-        for r in &rows {
-            s.store()
-                .conn()
-                .execute(
-                    "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
-                     parent_session_key, gateway_instance_id, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    rusqlite::params![
-                        r.session_key,
-                        r.agent_id,
-                        r.owner_session_key,
-                        r.spawned_by,
-                        r.parent_session_key,
-                        r.gateway_instance_id,
-                        r.created_at
-                    ],
-                )
-                .unwrap();
-        }
+        let mut s = stage(dir.path(), &rows, &table);
         for req in requesters(&rows) {
             let listed = |s: &mut Sessions<'_>, v| -> BTreeSet<String> {
                 s.list(&View::new(&req, Scope::new(v, a2a.clone(), false)))
@@ -215,6 +216,73 @@ proptest! {
             let all = listed(&mut s, Visibility::All);
             prop_assert!(tree.is_subset(&all), "tree ⊄ all for {req}: {tree:?} {all:?}");
             prop_assert_eq!(&tree, &closure(&rows, &req));
+        }
+    }
+}
+
+/// The flags of `leash sessions list` and `leash mcp` for a scope.
+fn scope_args(v: Visibility, a2a: &A2aPolicy, sandboxed: bool) -> Vec<String> {
+    let mut args = vec!["--visibility".to_string(), v.as_str().to_string()];
+    match a2a {
+        A2aPolicy::Off => args.extend(["--a2a".into(), "off".into()]),
+        A2aPolicy::On { rules } if rules.is_empty() => args.extend(["--a2a".into(), "on".into()]),
+        A2aPolicy::On { rules } => {
+            for r in rules {
+                args.extend(["--a2a-allow".into(), r.to_string()]);
+            }
+        }
+    }
+    if sandboxed {
+        args.push("--sandboxed".into());
+    }
+    args
+}
+
+proptest! {
+    // Two real processes per requester: few cases.
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn mcp_sessions_list_equals_leash_sessions_list(
+        rows in gen_rows(),
+        a2a in gen_a2a(),
+        v in 0..4usize,
+        sandboxed in any::<bool>(),
+    ) {
+        let dir = common::TempDir::new("props-mcp");
+        let table = FixtureTable::default();
+        drop(stage(dir.path(), &rows, &table));
+        let scope = scope_args(Visibility::ALL[v], &a2a, sandboxed);
+        for req in requesters(&rows) {
+            let mut args: Vec<&str> = vec!["sessions", "list", "--json", "--as", &req];
+            args.extend(scope.iter().map(String::as_str));
+            let cli = common::run_json(dir.path(), &args);
+            let from_cli: BTreeSet<String> = cli["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["sessionKey"].as_str().unwrap().to_string())
+                .collect();
+
+            let mut args: Vec<&str> = vec!["--as", &req];
+            args.extend(scope.iter().map(String::as_str));
+            let (out, code) = mcp_once(
+                dir.path(),
+                &args,
+                &[initialize(1, "2025-11-25"), tool_call(2, "sessions_list", serde_json::json!({}))],
+            );
+            prop_assert_eq!(code, Some(0));
+            prop_assert_eq!(out.len(), 2);
+            let listed = &out[1]["result"]["structuredContent"]["sessions"];
+            let from_mcp: BTreeSet<String> = listed
+                .as_array()
+                .unwrap_or_else(|| panic!("sessions_list failed: {}", out[1]))
+                .iter()
+                .map(|s| s["sessionKey"].as_str().unwrap().to_string())
+                .collect();
+            prop_assert_eq!(&from_mcp, &from_cli, "requester {} scope {:?}", req, scope);
+            // The whole listing is the same document.
+            prop_assert_eq!(&out[1]["result"]["structuredContent"], &cli);
         }
     }
 }

@@ -12,7 +12,7 @@
 //! size), `pdeath` (parent death → the adapter's SIGTERM), `proctable` (process-table work with
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
 //! per second), `containment` (a cgroup per session: exec with and without, close of 500 trees
-//! with cgroup.kill against signals per pid, `leash ps` over 200 sessions; as root with cgroup2). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! with cgroup.kill against signals per pid, `leash ps` over 200 sessions; as root with cgroup2), `mcp` (`leash mcp` exec → `initialize` answered). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
 //! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
@@ -25,6 +25,7 @@
 
 mod containment;
 mod footprint;
+mod mcp;
 mod pdeath;
 mod procs;
 mod proctable;
@@ -65,6 +66,8 @@ pub struct Config {
     pub scale_rounds: usize,
     /// Wrapper builds to measure next to `leash-wrap` (`--extra-wrapper NAME=PATH`).
     pub extra_wrappers: Vec<(String, PathBuf)>,
+    /// MCP start-up: runs per command per round (rounds: `spawn_rounds`).
+    pub mcp_batch: usize,
 }
 
 impl Config {
@@ -86,6 +89,7 @@ impl Config {
             commits: 2_000,
             scale_rounds: 3,
             extra_wrappers: Vec::new(),
+            mcp_batch: 50,
         }
     }
 
@@ -105,6 +109,7 @@ impl Config {
             reap_leases: 500,
             commits: 200,
             scale_rounds: 1,
+            mcp_batch: 10,
             ..Config::full()
         }
     }
@@ -183,7 +188,7 @@ fn main() {
             eprintln!("leash-bench: {msg}");
             eprintln!(
                 "usage: cargo bench -- [--quick] [--rounds N] \
-                 [--only spawn,footprint,pdeath,proctable,scale,containment] [--extra-wrapper NAME=PATH]..."
+                 [--only spawn,footprint,pdeath,proctable,scale,containment,mcp] [--extra-wrapper NAME=PATH]..."
             );
             std::process::exit(2);
         }
@@ -205,13 +210,14 @@ fn main() {
     // caller's own cgroup.
     std::env::set_var("LEASH_CONTAINMENT", "off");
     std::env::remove_var("LEASH_CGROUP_ROOT");
-    let sections: [(&str, Section); 6] = [
+    let sections: [(&str, Section); 7] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
         ("pdeath", pdeath::run),
         ("proctable", proctable::run),
         ("scale", scale::run),
         ("containment", containment::run),
+        ("mcp", mcp::run),
     ];
     let mut failed = false;
     for (name, run) in sections {
@@ -296,6 +302,7 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
                 "proctable",
                 "scale",
                 "containment",
+                "mcp",
             ]
             .contains(&s.as_str())
             {

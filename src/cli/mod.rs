@@ -4,6 +4,7 @@
 
 mod docs;
 mod logging;
+mod mcp;
 mod output;
 mod serve;
 pub mod sessions;
@@ -164,6 +165,9 @@ enabled), else from the verified process tree. Sorted by RSS, largest first."
     Completions(docs::CompletionsArgs),
     /// Print the man page of leash or of one subcommand, or write them all with --out-dir.
     Man(docs::ManArgs),
+    /// Serve the session tools to an agent over MCP (stdio), as one fixed requester.
+    #[command(long_about = mcp::MCP_ABOUT)]
+    Mcp(mcp::McpArgs),
 }
 
 /// A session key (or agent id): the one rule of [`crate::limits::check_key`].
@@ -670,6 +674,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Verify(a) => verify::run(&root, &a, daemon()?),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
+        Command::Mcp(a) => mcp::run(root, a),
     }
 }
 

@@ -162,6 +162,12 @@ impl Client {
         &self.socket
     }
 
+    /// Bounds how long a read waits for the daemon (`None`: forever), for callers that read a
+    /// stream only up to a point they know of (`leash mcp` reading an attach's replay).
+    pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
     /// Sends one request (`fields` is an object; `id` and `op` are added) and returns the
     /// `result` of its reply. Stream items of other requests are skipped.
     pub fn call(&mut self, op: &str, fields: Value) -> Result<Value, ClientError> {

@@ -1,0 +1,301 @@
+//! The effects behind the MCP tools, for one requester fixed at start: every tool first runs the
+//! matching [`Sessions`] operation — the same functions `leash sessions` runs, with the same
+//! [`View`], so the one visibility check decides — and only then asks the running daemon for
+//! what only it holds (output lines, phase, busy), about the one session already authorised.
+//!
+//! A session that does not exist and a session that is not visible give the *same* tool error,
+//! so an agent cannot probe for the existence of sessions it may not see.
+
+use super::tools::{
+    merge_history, HistoryItem, HistoryResult, Resources, SendResult, StatusResult, ToolError,
+    Tools,
+};
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::Code;
+use crate::proc::LiveTable;
+use crate::sessions::{describe, Listing, SessionStatus, Sessions, SessionsError, View};
+use crate::state::StateRoot;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// How long reading the daemon's replay of a session may wait for the next item. The replay is
+/// in the daemon's memory, so this bounds a daemon that hangs, not normal work.
+const REPLAY_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+static TABLE: LiveTable = LiveTable;
+
+/// The tools of one requester over one state root. The database is opened on the first call, so
+/// `initialize` never waits for it and a broken state root is a tool error the model sees.
+pub struct SessionTools {
+    root: StateRoot,
+    view: View,
+    sessions: Option<Sessions<'static>>,
+}
+
+impl SessionTools {
+    pub fn new(root: StateRoot, view: View) -> SessionTools {
+        SessionTools {
+            root,
+            view,
+            sessions: None,
+        }
+    }
+
+    fn sessions(&mut self) -> Result<&mut Sessions<'static>, ToolError> {
+        if self.sessions.is_none() {
+            let s = Sessions::open(self.root.clone(), &TABLE).map_err(|e| {
+                ToolError(format!(
+                    "leash cannot open its state database ({e}); this is a problem of the host, \
+                     not of your request: report it to the operator"
+                ))
+            })?;
+            self.sessions = Some(s);
+        }
+        Ok(self.sessions.as_mut().expect("just opened"))
+    }
+
+    fn daemon(&self) -> Option<Client> {
+        Client::probe(&self.root)
+    }
+}
+
+/// The tool error for a `Sessions` error. Not found and not visible read the same.
+fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
+    let hidden = || {
+        ToolError(format!(
+            "session '{key}' is not visible to this session ('{}', visibility {}); call \
+                 sessions_list to see the sessions you may use. Nothing was read or sent.",
+            view.requester,
+            describe(&view.scope)
+        ))
+    };
+    match e {
+        SessionsError::NotFound(_) | SessionsError::NotVisible { .. } => hidden(),
+        SessionsError::Daemon { ref source, .. } => match source.code() {
+            Some(Code::NotFound) => ToolError(format!(
+                "session '{key}' is not supervised by the running leash daemon (it was started \
+                     by another process), so leash cannot write to its stdin; nothing was sent"
+            )),
+            Some(Code::NotRunning) => ToolError(format!(
+                "session '{key}' is closing or has ended; nothing was sent (session_status \
+                     shows its phase)"
+            )),
+            _ => ToolError(e.to_string()),
+        },
+        SessionsError::Store(ref s) => ToolError(format!(
+            "leash could not read its state ({s}); try again, and report it to the operator \
+                 if it persists"
+        )),
+        SessionsError::DaemonNeeded { .. } | SessionsError::MultiLine => ToolError(e.to_string()),
+    }
+}
+
+impl Tools for SessionTools {
+    fn list(&mut self) -> Result<Listing, ToolError> {
+        let view = self.view.clone();
+        let s = self.sessions()?;
+        s.list(&view).map_err(|e| refusal(&view, "", e))
+    }
+
+    fn history(&mut self, key: &str, limit: u64) -> Result<HistoryResult, ToolError> {
+        let view = self.view.clone();
+        let h = self
+            .sessions()?
+            .history(&view, key)
+            .map_err(|e| refusal(&view, key, e))?;
+        let replay = self.daemon().and_then(|c| replay(c, key, limit));
+        let (supervised, oldest, output, dropped) = match replay {
+            Some(r) => (true, r.oldest_seq, r.items, r.dropped),
+            None => (false, None, Vec::new(), 0),
+        };
+        let (items, merged) = merge_history(h.events, output, limit);
+        Ok(HistoryResult {
+            session_key: h.session_key,
+            visible_as: h.visible_as,
+            items,
+            total: merged + dropped,
+            supervised,
+            oldest_buffered_seq: oldest,
+        })
+    }
+
+    fn send(&mut self, key: &str, message: &str) -> Result<SendResult, ToolError> {
+        let view = self.view.clone();
+        let v = self
+            .sessions()?
+            .send(&view, key, message)
+            .map_err(|e| refusal(&view, key, e))?;
+        Ok(SendResult {
+            session_key: key.to_string(),
+            bytes: v["bytes"].as_u64().unwrap_or(0),
+            busy: v["busy"].as_bool().unwrap_or(false),
+        })
+    }
+
+    fn status(&mut self, key: &str) -> Result<StatusResult, ToolError> {
+        let view = self.view.clone();
+        let s = self.sessions()?;
+        let detail = s.status(&view, key).map_err(|e| refusal(&view, key, e))?;
+        let live = self.daemon().and_then(|c| live_session(c, key));
+        let stored_seq = self
+            .sessions()?
+            .store()
+            .last_seq(key)
+            .ok()
+            .filter(|&s| s > 0);
+        Ok(status_result(key, detail, live, stored_seq))
+    }
+}
+
+/// Combines `leash sessions status` with the daemon's view of the session.
+fn status_result(
+    key: &str,
+    detail: SessionStatus,
+    live: Option<Value>,
+    stored_seq: Option<i64>,
+) -> StatusResult {
+    let lease_state = detail.lease.as_ref().map(|l| l.state.as_str().to_string());
+    let phase = match (&live, &lease_state) {
+        (Some(l), _) => l["phase"].as_str().unwrap_or("unknown").to_string(),
+        (None, Some(s)) => match s.as_str() {
+            "open" => "running",
+            "closing" => "closing",
+            _ => "ended",
+        }
+        .to_string(),
+        (None, None) => "none".to_string(),
+    };
+    StatusResult {
+        session_key: key.to_string(),
+        visible_as: detail.visible_as,
+        phase,
+        lease_state,
+        busy: live.as_ref().and_then(|l| l["busy"].as_bool()),
+        last_seq: live
+            .as_ref()
+            .and_then(|l| l["lastSeq"].as_i64())
+            .or(stored_seq),
+        supervised: live.is_some(),
+        resources: resources(&detail),
+        live,
+        detail,
+    }
+}
+
+/// RSS and CPU time of the processes verification proved to belong to the lease, read from
+/// /proc; a process whose start time no longer matches (it exited, its pid was reused) is left
+/// out.
+fn resources(detail: &SessionStatus) -> Option<Resources> {
+    let tree = detail.tree.as_ref()?;
+    if tree.processes.is_empty() {
+        return None;
+    }
+    let page = procfs::page_size();
+    let ticks = procfs::ticks_per_second().max(1);
+    let mut r = Resources {
+        source: "verified tree".into(),
+        processes: 0,
+        rss_bytes: 0,
+        cpu_ms: 0,
+    };
+    for p in &tree.processes {
+        let Ok(stat) = procfs::process::Process::new(p.pid).and_then(|pr| pr.stat()) else {
+            continue;
+        };
+        if stat.starttime != p.start_time {
+            continue;
+        }
+        r.processes += 1;
+        r.rss_bytes += stat.rss * page;
+        r.cpu_ms += (stat.utime + stat.stime) * 1000 / ticks;
+    }
+    (r.processes > 0).then_some(r)
+}
+
+/// The daemon's session object for `key` (its `status` op), if it supervises it.
+fn live_session(mut c: Client, key: &str) -> Option<Value> {
+    let st = c
+        .call("status", json!({}))
+        .map_err(|e| tracing::warn!(error = %e, "the daemon's status is unavailable"))
+        .ok()?;
+    st["daemon"]["sessions"]
+        .as_array()?
+        .iter()
+        .find(|s| s["sessionKey"] == key)
+        .cloned()
+}
+
+struct Replay {
+    oldest_seq: Option<i64>,
+    /// The newest `limit` output lines.
+    items: Vec<HistoryItem>,
+    /// Output lines read but not kept (older than the newest `limit`).
+    dropped: usize,
+}
+
+/// The output lines the daemon holds for `key`: an `attach` from the start of its replay
+/// buffer, read up to the `lastSeq` its reply names, then the connection is dropped (which ends
+/// the attach on the daemon's side). `None` when the daemon does not supervise the session.
+fn replay(mut c: Client, key: &str, limit: u64) -> Option<Replay> {
+    let _ = c.set_read_timeout(Some(REPLAY_READ_TIMEOUT));
+    let attach =
+        |c: &mut Client, since: i64| c.call("attach", json!({"session": key, "since": since}));
+    let reply = match attach(&mut c, 0) {
+        Ok(r) => r,
+        Err(ClientError::Remote { ref error, .. }) if error["code"] == "seq_evicted" => {
+            let oldest = error["oldestSeq"].as_i64()?;
+            attach(&mut c, oldest - 1)
+                .map_err(|e| tracing::warn!(error = %e, "attach for history failed"))
+                .ok()?
+        }
+        Err(e) => {
+            if e.code() != Some(Code::NotFound) {
+                tracing::warn!(error = %e, session = key, "attach for history failed");
+            }
+            return None;
+        }
+    };
+    // The attach's id is the one `call` just used; stream items carry it.
+    let last = reply["lastSeq"].as_i64().unwrap_or(0);
+    let since = reply["since"].as_i64().unwrap_or(0);
+    let mut out = Replay {
+        oldest_seq: reply["oldestSeq"].as_i64(),
+        items: Vec::new(),
+        dropped: 0,
+    };
+    let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut ring: VecDeque<HistoryItem> = VecDeque::new();
+    let mut seen = since;
+    while seen < last {
+        let item = match c.next_message() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, session = key, "reading the replay stopped early");
+                break;
+            }
+        };
+        if item.get("ok").is_some() {
+            continue;
+        }
+        let Some(seq) = item["seq"].as_i64() else {
+            // `end` (the session ended and everything was delivered, or we were evicted).
+            break;
+        };
+        seen = seq;
+        if item["type"] == "output" {
+            ring.push_back(HistoryItem::output(
+                seq,
+                item["line"].as_str().unwrap_or_default().to_string(),
+                item["lossy"] == true,
+                item["truncated"] == true,
+            ));
+            if ring.len() > keep {
+                ring.pop_front();
+                out.dropped += 1;
+            }
+        }
+    }
+    out.items = ring.into();
+    Some(out)
+}
