@@ -98,6 +98,8 @@ pub struct PassReport {
     pub expired: usize,
     /// Facts that could not be read (the lease was left alone).
     pub unreadable: usize,
+    /// Stray cgroups (of ended leases, or of none) removed by this pass, under containment.
+    pub strays_removed: usize,
     pub duration_ms: u64,
     /// The outcomes of the settled leases (signals, refusals, reasons).
     pub outcomes: Vec<CloseOutcome>,
@@ -118,7 +120,8 @@ impl PassReport {
 
     /// True when the pass changed something.
     pub fn acted(&self) -> bool {
-        self.closed + self.lost + self.left_open + self.conflict + self.expired > 0
+        self.strays_removed > 0
+            || self.closed + self.lost + self.left_open + self.conflict + self.expired > 0
     }
 }
 
@@ -186,10 +189,17 @@ pub fn pass(
             grace_ms: None,
         })?;
         report.expired = r.expired;
+        report.strays_removed = removed(&r.cgroups);
         report.count(r.leases);
-    } else if expire {
-        let cutoff = now.saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
-        report.expired = ctl.store().expire(cutoff)?;
+    } else {
+        if expire {
+            let cutoff = now.saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
+            report.expired = ctl.store().expire(cutoff)?;
+        }
+        // Under containment: cgroups of ended leases, or of no lease (a crash between mkdir and
+        // the commit), each verified before it is killed and removed. One readdir of this
+        // gateway's cgroup root when there is nothing to do.
+        report.strays_removed = removed(&ctl.sweep_stray_cgroups(now)?);
     }
     if !settle.is_empty() {
         // One at a time: a lease that settled meanwhile (its report arrived) must not fail the
@@ -204,6 +214,10 @@ pub fn pass(
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+fn removed(swept: &[crate::lifecycle::SweptCgroup]) -> usize {
+    swept.iter().filter(|c| c.result == "removed").count()
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ fn record(d: &Daemon, result: Result<PassReport, crate::lifecycle::LifecycleErro
                 "conflict": r.conflict,
                 "expired": r.expired,
                 "unreadable": r.unreadable,
+                "straysRemoved": r.strays_removed,
                 "durationMs": r.duration_ms,
             });
             if level_info {
@@ -75,6 +76,7 @@ fn record(d: &Daemon, result: Result<PassReport, crate::lifecycle::LifecycleErro
                     lost = r.lost,
                     left_open = r.left_open,
                     expired = r.expired,
+                    strays_removed = r.strays_removed,
                     duration_ms = r.duration_ms,
                     "reconcile pass"
                 );

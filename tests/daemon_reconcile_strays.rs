@@ -1,0 +1,97 @@
+//! Issues 12 and 15: the daemon's reconcile timer also sweeps stray cgroups under containment.
+//! A cgroup under this gateway's cgroup root that no lease names (as a `leash exec` that died
+//! between its mkdir and its commit leaves it), old enough that no commit can still be in flight,
+//! with a process inside, is killed and removed within two passes, without anyone running
+//! `reap`; a directory that is not named for a lease id is left alone, and so is its process.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::json;
+use std::path::PathBuf;
+
+fn passes(c: &mut Conn) -> u64 {
+    let s = c.call("status", json!({}));
+    s["daemon"]["reconcile"]["last"]["passes"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn reconcile_removes_a_stray_cgroup_and_leaves_what_leash_did_not_make() {
+    let Some(cg) = CgroupRoot::new("reconcile-stray") else {
+        return;
+    };
+    let tmp = TempDir::new("reconcile-stray");
+    let state = tmp.join("state");
+    init_state_root(&state);
+    let out = cg
+        .leash(&state)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gw_root = PathBuf::from(
+        status["containment"]["gatewayRoot"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{status}")),
+    );
+    std::fs::create_dir_all(&gw_root).unwrap();
+
+    let d = Daemon::start(
+        &state,
+        &[
+            "--reconcile-interval",
+            "300ms",
+            "--containment",
+            "on",
+            "--cgroup-root",
+            cg.path().to_str().unwrap(),
+        ],
+    );
+    let mut c = d.connect();
+    // Made after the start-up reap (which sweeps strays too): only the timer can take it.
+    let mut guard = Guard::new();
+    let mut put_sleep_in = |dir: &std::path::Path| {
+        let child = std::process::Command::new("sleep")
+            .arg("100000")
+            .spawn()
+            .unwrap();
+        let pid = Pid::of(child.id() as i32).unwrap();
+        guard.child(child);
+        // The sleep is moved, never the test process itself.
+        std::fs::write(dir.join("cgroup.procs"), pid.pid.to_string()).unwrap();
+        pid
+    };
+    // Named for a UUIDv7 lease id from 2023: long past any commit still in flight.
+    let stray = gw_root.join("01890000-0000-7000-8000-000000000000");
+    std::fs::create_dir(&stray).unwrap();
+    let inside = put_sleep_in(&stray);
+    // Not named for a lease id: leash did not make it, so it never touches it.
+    let foreign = gw_root.join("not-a-lease");
+    std::fs::create_dir(&foreign).unwrap();
+    let bystander = put_sleep_in(&foreign);
+
+    let from = passes(&mut c);
+    assert!(
+        wait_for(|| passes(&mut c) >= from + 2),
+        "no two reconcile passes"
+    );
+    assert!(!stray.exists(), "the stray cgroup was not removed");
+    assert!(
+        wait_for(|| !inside.alive()),
+        "the process in the stray cgroup survived"
+    );
+    assert!(foreign.exists(), "a cgroup leash did not make was removed");
+    assert!(
+        bystander.alive(),
+        "a process leash did not start was killed"
+    );
+    let last = c.call("status", json!({}));
+    assert!(
+        last["daemon"]["reconcile"]["last"]["straysRemoved"]
+            .as_u64()
+            .is_some(),
+        "{last}"
+    );
+}
