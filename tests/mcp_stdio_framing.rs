@@ -17,6 +17,7 @@ fn ping(id: u64) -> Value {
 fn every_bad_line_gets_exactly_its_reply_and_the_server_goes_on() {
     let tmp = TempDir::new("mcp-framing");
     let state = tmp.join("state");
+    init_state_root(&state);
     let mut p = McpProc::start(&state, &["--as", "agent:main:main"]);
 
     let r = p.request(&initialize(1, "2025-06-18"));
@@ -119,6 +120,7 @@ fn every_bad_line_gets_exactly_its_reply_and_the_server_goes_on() {
 fn eof_before_anything_exits_zero_and_a_final_line_without_newline_is_answered() {
     let tmp = TempDir::new("mcp-eof");
     let state = tmp.join("state");
+    init_state_root(&state);
     let (out, code) = mcp_once(&state, &["--as", "k"], &[]);
     assert_eq!(code, Some(0));
     assert!(out.is_empty(), "{out:?}");
@@ -134,6 +136,7 @@ fn eof_before_anything_exits_zero_and_a_final_line_without_newline_is_answered()
 fn bad_flags_are_refused_before_serving() {
     let tmp = TempDir::new("mcp-flags");
     let state = tmp.join("state");
+    init_state_root(&state);
     for args in [
         vec!["mcp"],
         vec!["mcp", "--as", ""],
