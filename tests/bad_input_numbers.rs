@@ -71,19 +71,8 @@ fn stubborn(
     state: &std::path::Path,
     key: &str,
 ) -> (Pid, Pid, String) {
-    let trap = trap_script(tmp.path());
-    let log = tmp.join(&format!("{key}.log"));
-    let child = guard.child(
-        leash(state)
-            .args(["exec", "--session", key, "--grace", "200ms", "--"])
-            .arg(&trap)
-            .arg(&log)
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    let adapter = Logged::wait_started(log).pid;
+    let (wrapper, adapter) = exec_trap(guard, state, tmp.path(), key, &["--grace", "200ms"]);
+    let adapter = adapter.pid;
     guard.add(adapter);
     let id = lease_of(state, key)["leaseId"]
         .as_str()

@@ -15,15 +15,8 @@ fn one_claim_per_lease_inside_one_daemon() {
     let state = tmp.join("state");
     let daemon = Daemon::start(&state, &[]);
     let mut c = daemon.connect();
-    let trap = trap_script(tmp.path());
-    let log = tmp.join("stubborn.log");
     // Ignores SIGTERM: the winning close holds its claim for the whole grace.
-    let started = c.call(
-        "ensure",
-        json!({"session": "s1", "argv": [trap.to_str().unwrap(), log.to_str().unwrap()], "graceMs": 3000}),
-    );
-    let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    let adapter = Logged::wait_started(log.clone());
+    let (lease_id, adapter) = ensure_trap(&mut c, tmp.path(), "s1", 3000);
 
     let requests = [
         ("reap", json!({"includeLive": true})),

@@ -14,14 +14,7 @@ fn the_daemon_takes_over_a_close_whose_closer_died() {
     let state = tmp.join("state");
     let daemon = Daemon::start(&state, &[]);
     let mut c = daemon.connect();
-    let trap = trap_script(tmp.path());
-    let log = tmp.join("stubborn.log");
-    let started = c.call(
-        "ensure",
-        json!({"session": "s", "argv": [trap.to_str().unwrap(), log.to_str().unwrap()], "graceMs": 300}),
-    );
-    let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    let adapter = Logged::wait_started(log.clone());
+    let (lease_id, adapter) = ensure_trap(&mut c, tmp.path(), "s", 300);
 
     let mut guard = Guard::new();
     let closer = guard.child(

@@ -23,18 +23,8 @@ fn verify(state: &std::path::Path, args: &[&str]) -> (Option<i32>, Value, String
 fn a_live_session_is_owned_and_a_dead_one_dead() {
     let tmp = TempDir::new("verify-live");
     let state = tmp.join("state");
-    let trap = trap_script(tmp.path());
     let mut guard = Guard::new();
-    let child = guard.child(
-        leash(&state)
-            .args(["exec", "--session", "live", "--"])
-            .arg(&trap)
-            .arg(tmp.join("a.log"))
-            .spawn()
-            .unwrap(),
-    );
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    let adapter = Logged::wait_started(tmp.join("a.log"));
+    let (wrapper, adapter) = exec_trap(&mut guard, &state, tmp.path(), "live", &[]);
     guard.add(adapter.pid);
 
     let (code, v, text) = verify(&state, &["--session", "live"]);
@@ -160,17 +150,8 @@ fn an_unreadable_process_table_is_unavailable() {
     }
     let tmp = TempDir::new("verify-noproc");
     let state = tmp.join("state");
-    let trap = trap_script(tmp.path());
     let mut guard = Guard::new();
-    guard.child(
-        leash(&state)
-            .args(["exec", "--session", "p", "--"])
-            .arg(&trap)
-            .arg(tmp.join("a.log"))
-            .spawn()
-            .unwrap(),
-    );
-    let adapter = Logged::wait_started(tmp.join("a.log"));
+    let (_, adapter) = exec_trap(&mut guard, &state, tmp.path(), "p", &[]);
     guard.add(adapter.pid);
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--", "sh", "-c"])

@@ -458,6 +458,34 @@ while :; do sleep 1 & wait $!; done"#,
     )
 }
 
+/// Starts `leash exec --session SESSION EXTRA… -- trap.sh <dir>/<session>.log` (an adapter that
+/// logs every catchable signal) under `guard`; returns the wrapper and the adapter, once the
+/// adapter runs. The adapter is not added to `guard`: the caller decides who ends it.
+#[allow(dead_code)]
+pub fn exec_trap(
+    guard: &mut Guard,
+    state: &Path,
+    dir: &Path,
+    session: &str,
+    extra: &[&str],
+) -> (Pid, Logged) {
+    let trap = trap_script(dir);
+    let log = dir.join(format!("{session}.log"));
+    let child = guard.child(
+        leash(state)
+            .args(["exec", "--session", session])
+            .args(extra)
+            .arg("--")
+            .arg(&trap)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn leash exec"),
+    );
+    let wrapper = Pid::of(child.id() as i32).expect("leash exec started");
+    (wrapper, Logged::wait_started(log))
+}
+
 /// A process that logs any signal it gets.
 pub struct Logged {
     pub pid: Pid,

@@ -271,6 +271,21 @@ pub fn ensure(c: &mut Conn, session: &str, argv: &[&str]) -> Value {
     )
 }
 
+/// Starts `session` through the daemon with the trap script as its adapter (it logs every
+/// catchable signal to `<dir>/<session>.log` and ignores them), with this grace. Returns the
+/// lease id and the adapter, once it runs.
+#[allow(dead_code)]
+pub fn ensure_trap(c: &mut Conn, dir: &Path, session: &str, grace_ms: u64) -> (String, Logged) {
+    let trap = trap_script(dir);
+    let log = dir.join(format!("{session}.log"));
+    let started = c.call(
+        "ensure",
+        json!({"session": session, "argv": [trap.to_str().unwrap(), log.to_str().unwrap()], "graceMs": grace_ms}),
+    );
+    let lease_id = started["leaseId"].as_str().unwrap().to_string();
+    (lease_id, Logged::wait_started(log))
+}
+
 /// Starts `session` with the recorder script as its adapter (it writes its stdin to
 /// `<dir>/<log_name>` and its pid to `<log>.pid`), with `extra` fields merged into the `ensure`
 /// request. Returns the `ensure` result, the log path and the adapter.
