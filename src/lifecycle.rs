@@ -512,23 +512,35 @@ impl<'t> Controller<'t> {
     /// directory directly under this gateway's root, named for a lease id, with the id seen when
     /// it was listed), killed, and removed. Nothing happens when containment is not on.
     pub fn sweep_stray_cgroups(&mut self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
-        let Some(root) = self.cgroup_root() else {
+        if self.cgroup_root().is_none() {
             return Ok(Vec::new());
-        };
+        }
         let leases: Vec<Result<Lease, String>> = self
             .store
             .leases(&[])?
             .into_iter()
             .map(|r| r.map_err(|e| e.to_string()))
             .collect();
+        Ok(self.sweep_stray_cgroups_among(&leases, now_ms))
+    }
+
+    /// [`Controller::sweep_stray_cgroups`] against lease rows the caller has just read.
+    pub fn sweep_stray_cgroups_among(
+        &self,
+        leases: &[Result<Lease, String>],
+        now_ms: i64,
+    ) -> Vec<SweptCgroup> {
+        let Some(root) = self.cgroup_root() else {
+            return Vec::new();
+        };
         let strays = plan::plan_strays(
             &root,
             &cgroup::children(&root),
-            &leases,
+            leases,
             now_ms,
             stray_min_age_ms(),
         );
-        Ok(strays.into_iter().map(sweep_one).collect())
+        strays.into_iter().map(sweep_one).collect()
     }
 
     /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,

@@ -199,7 +199,14 @@ pub fn pass(
         // Under containment: cgroups of ended leases, or of no lease (a crash between mkdir and
         // the commit), each verified before it is killed and removed. One readdir of this
         // gateway's cgroup root when there is nothing to do.
-        report.strays_removed = removed(&ctl.sweep_stray_cgroups(now)?);
+        // The rows this pass read serve it; no second read of the lease table.
+        if ctl.containment().gateway_root.is_some() {
+            let rows: Vec<Result<Lease, String>> = rows
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect();
+            report.strays_removed = removed(&ctl.sweep_stray_cgroups_among(&rows, now));
+        }
     }
     if !settle.is_empty() {
         // One at a time: a lease that settled meanwhile (its report arrived) must not fail the
