@@ -86,6 +86,26 @@ fn an_adapter_that_dies_at_once_fails_the_ensure_with_its_status_and_stderr() {
     let st = session_status(&mut c, "bad").unwrap();
     assert_eq!(st["phase"], "ended", "{st}");
 
+    // The death can be seen three ways (the wrapper's report before the adapter's pid, the
+    // child's exit, the watch after the start); each must carry the status and the last words.
+    // Adapters that die at once, over and over, land on all of them.
+    for i in 0..12 {
+        let key = format!("bad-{i}");
+        let r = c.request(
+            "ensure",
+            json!({"session": key, "argv": ["sh", "-c", format!("echo 'died {i}' >&2; exit 3")]}),
+        );
+        assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
+        assert_eq!(r["error"]["exitStatus"], 3, "{r}");
+        assert!(
+            r["error"]["stderr"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(format!("died {i}"))),
+            "{r}"
+        );
+    }
+
     // An adapter that talks first is running, even if it exits soon after.
     let r = c.call(
         "ensure",

@@ -91,7 +91,19 @@ impl From<SpawnError> for OpError {
             SpawnError::Conflict { .. } => Code::Conflict,
             _ => Code::SpawnFailed,
         };
-        fail(code, e.to_string())
+        // Whichever way the death was seen (the wrapper's report, the child's exit, or the watch
+        // after the start), the client gets the same status and last words.
+        let data = match &e {
+            SpawnError::Failed { status, stderr } | SpawnError::ExitedAtOnce { status, stderr } => {
+                Some(json!({"exitStatus": status, "stderr": stderr}))
+            }
+            _ => None,
+        };
+        OpError {
+            code,
+            message: e.to_string(),
+            data,
+        }
     }
 }
 

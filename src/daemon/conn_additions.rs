@@ -5,7 +5,7 @@
 //! and storing (or forgetting) its spec.
 
 use super::super::protocol::{Code, Ensure, Hello, OPS, PROTOCOL_VERSION};
-use super::super::session::{Session, SpawnError};
+use super::super::session::Session;
 use super::super::{push, spec, Daemon};
 use super::{fail, OpError, Out, Reply};
 use serde_json::{json, Value};
@@ -94,18 +94,8 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpE
         .map_or(d.cfg.ensure_wait, Duration::from_millis)
         .min(Duration::from_secs(60));
     if let Err(err) = s.await_early_exit(wait) {
-        let data = match &err {
-            SpawnError::ExitedAtOnce { status, stderr } => {
-                Some(json!({"exitStatus": status, "stderr": stderr}))
-            }
-            _ => None,
-        };
         tracing::warn!(session_key = %e.session, error = %err, "adapter died during ensure");
-        return Err(OpError {
-            code: Code::SpawnFailed,
-            message: err.to_string(),
-            data,
-        });
+        return Err(err.into());
     }
     let stored = if e.persist_spec {
         spec::protect(&d.root);

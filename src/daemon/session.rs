@@ -106,8 +106,11 @@ pub enum SpawnError {
         session_key: String,
         lease_id: String,
     },
-    #[error("the adapter did not start (exit status {status}){detail}")]
-    Failed { status: String, detail: String },
+    #[error("the adapter did not start (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), if stderr.is_empty() { String::new() } else { format!(": {}", stderr.join(" | ")) })]
+    Failed {
+        status: Option<i32>,
+        stderr: Vec<String>,
+    },
     #[error("the adapter did not start within {0:?}; the session is being closed")]
     Timeout(Duration),
     #[error("the adapter exited at once (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), last_words(stderr))]
@@ -487,7 +490,7 @@ impl Session {
                         return Ok(());
                     }
                     if let Some(code) = r.exit_status {
-                        return Err(self.failure(code.to_string()));
+                        return Err(self.failure(Some(code)));
                     }
                 }
             }
@@ -507,7 +510,7 @@ impl Session {
                         });
                     }
                 }
-                return Err(self.failure(status.map_or("unknown".into(), |c| c.to_string())));
+                return Err(self.failure(status));
             }
             if Instant::now() >= deadline {
                 return Err(SpawnError::Timeout(START_TIMEOUT));
@@ -556,23 +559,11 @@ impl Session {
         tail
     }
 
-    fn failure(&self, status: String) -> SpawnError {
+    fn failure(&self, status: Option<i32>) -> SpawnError {
         // The stderr reader may still be draining the child's last words.
-        let mut tail = Vec::new();
-        for _ in 0..50 {
-            tail = self.lock().stderr_tail.iter().cloned().collect();
-            if !tail.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
         SpawnError::Failed {
             status,
-            detail: if tail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", tail.join(" | "))
-            },
+            stderr: self.stderr_tail_settled(),
         }
     }
 
