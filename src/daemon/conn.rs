@@ -564,6 +564,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let stop = out.attaches.register(&id);
     let spawned = std::thread::Builder::new()
         .name(format!("attach:{}", a.session))
+        .stack_size(super::SMALL_STACK)
         .spawn(move || {
             s.attached(1);
             stream(&s, &out, &id, &a, &stop);

@@ -163,6 +163,22 @@ pub(crate) struct Daemon {
     activated: bool,
     /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
     push: push::Hub,
+    /// The contained sessions' usage as `status` last sampled it (see [`Daemon::usage_for`]).
+    usage: Mutex<UsageCache>,
+}
+
+/// How old a usage sample may be before `status` has it sampled again. Sampling reads each
+/// session's cgroup and its members' `/proc` entries (some 10 file reads a session): 100
+/// sessions cost several milliseconds of CPU, which a health check on a busy host should not
+/// pay, so `status` answers from the last sample and a background thread takes the next.
+const USAGE_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Usage samples by lease id.
+#[derive(Default)]
+struct UsageCache {
+    by_lease: HashMap<String, (Instant, crate::ps::Totals)>,
+    /// A background sample is running.
+    sampling: bool,
 }
 
 impl Daemon {
@@ -245,7 +261,74 @@ impl Daemon {
         result
     }
 
-    fn status(&self) -> Result<Value, StoreError> {
+    /// The usage of the contained leases: from the last sample when it is at most
+    /// [`USAGE_MAX_AGE`] old; a lease never sampled is sampled now; older samples are returned
+    /// as they are while one background thread takes fresh ones (so `status` never waits on
+    /// more than the new sessions' reads). Samples of leases no longer contained are dropped.
+    fn usage_for(
+        self: &Arc<Self>,
+        contained: HashMap<String, crate::lease::Lease>,
+        gateway: &str,
+        cgroup_root: Option<PathBuf>,
+    ) -> HashMap<String, (Instant, crate::ps::Totals)> {
+        let (mut known, missing, stale) = {
+            let mut c = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            c.by_lease.retain(|id, _| contained.contains_key(id));
+            let mut known = HashMap::new();
+            let mut missing = Vec::new();
+            let mut stale = false;
+            for (id, lease) in &contained {
+                match c.by_lease.get(id) {
+                    Some(u) => {
+                        stale |= u.0.elapsed() > USAGE_MAX_AGE;
+                        known.insert(id.clone(), u.clone());
+                    }
+                    None => missing.push(lease.clone()),
+                }
+            }
+            let start_sampler = stale && !c.sampling;
+            if start_sampler {
+                c.sampling = true;
+            }
+            (known, missing, start_sampler)
+        };
+        if !missing.is_empty() {
+            let fresh = sample_usage(&missing, &self.root, gateway, cgroup_root.as_deref());
+            let mut c = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, u) in fresh {
+                c.by_lease.insert(id.clone(), u.clone());
+                known.insert(id, u);
+            }
+        }
+        if stale {
+            let d = self.clone();
+            let leases: Vec<crate::lease::Lease> = contained.into_values().collect();
+            let gateway = gateway.to_string();
+            let spawned = std::thread::Builder::new()
+                .name("usage".into())
+                .stack_size(SMALL_STACK)
+                .spawn(move || {
+                    let fresh = sample_usage(&leases, &d.root, &gateway, cgroup_root.as_deref());
+                    let mut c = d.usage.lock().unwrap_or_else(|p| p.into_inner());
+                    for (id, u) in fresh {
+                        // A lease that stopped being contained meanwhile is not brought back.
+                        if let Some(slot) = c.by_lease.get_mut(&id) {
+                            *slot = u;
+                        }
+                    }
+                    c.sampling = false;
+                });
+            if spawned.is_err() {
+                self.usage
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .sampling = false;
+            }
+        }
+        known
+    }
+
+    fn status(self: &Arc<Self>) -> Result<Value, StoreError> {
         let (counts, legacy_open, gateway, contained) = {
             let mut store = self.store();
             let counts = store.counts()?;
@@ -273,27 +356,18 @@ impl Daemon {
             &crate::cgroup::Settings::from_env().unwrap_or_default(),
             &gateway,
         );
-        let wrapper_root = self.root.wrapper_root();
-        let expect = crate::verify::Expect {
-            gateway_instance_id: &gateway,
-            wrapper_root: &wrapper_root,
-            cgroup_root: containment.gateway_root.as_deref(),
-        };
-        let reader = crate::ps::Reader::new();
+        let usage = self.usage_for(contained, &gateway, containment.gateway_root.clone());
         let sessions: Vec<Value> = self
             .all_sessions()
             .iter()
             .map(|s| {
                 let st = s.status();
-                let usage = st
-                    .lease_id
-                    .as_ref()
-                    .and_then(|id| contained.get(id))
-                    .map(|l| {
-                        crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals
-                    });
+                let u = st.lease_id.as_ref().and_then(|id| usage.get(id));
                 let mut v = serde_json::to_value(st).expect("serialisable");
-                v["usage"] = serde_json::to_value(usage).expect("serialisable");
+                v["usage"] = serde_json::to_value(u.map(|u| &u.1)).expect("serialisable");
+                if let Some((at, _)) = u {
+                    v["usageAgeMs"] = json!(at.elapsed().as_millis() as u64);
+                }
                 v
             })
             .collect();
@@ -334,6 +408,34 @@ impl Daemon {
             }
         }))
     }
+}
+
+/// Stack of the daemon's short helper threads (and of each session's threads, see `session`):
+/// they run no deep recursion, and a thousand sessions must not reserve 2 MiB each.
+pub(crate) const SMALL_STACK: usize = 256 * 1024;
+
+/// Reads the usage of contained leases as `leash ps` does (the cgroup's counters and its
+/// members' `/proc` entries; never a walk of `/proc`).
+fn sample_usage(
+    leases: &[crate::lease::Lease],
+    root: &StateRoot,
+    gateway: &str,
+    cgroup_root: Option<&Path>,
+) -> Vec<(String, (Instant, crate::ps::Totals))> {
+    let wrapper_root = root.wrapper_root();
+    let expect = crate::verify::Expect {
+        gateway_instance_id: gateway,
+        wrapper_root: &wrapper_root,
+        cgroup_root,
+    };
+    let reader = crate::ps::Reader::new();
+    leases
+        .iter()
+        .map(|l| {
+            let totals = crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals;
+            (l.lease_id.clone(), (Instant::now(), totals))
+        })
+        .collect()
 }
 
 /// A daemon that runs in the leash cgroup root itself (a systemd unit with `Delegate=yes`) moves
@@ -443,6 +545,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         last_reconcile: Mutex::new(Value::Null),
         activated: is_activated,
         push: push::Hub::default(),
+        usage: Mutex::new(UsageCache::default()),
     });
     announce_resumable(&daemon, resumable);
     if let Some(l) = metrics_listener {
