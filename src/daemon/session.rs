@@ -1319,6 +1319,18 @@ fn encode_bounded_into(out: &mut String, text: &str, cap: usize) -> bool {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let budget = cap.saturating_sub(2);
     let bytes = text.as_bytes();
+    // The common line needs no escape and fits: one copy. The check has no early exit so that
+    // it vectorises (a 1 KiB line is checked in a few dozen instructions).
+    let needs_escape = bytes
+        .iter()
+        .fold(false, |acc, &b| acc | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    if !needs_escape && bytes.len() <= budget {
+        out.reserve(bytes.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return false;
+    }
     let start_len = out.len();
     out.push('"');
     let mut used = 0;
