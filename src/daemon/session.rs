@@ -1321,9 +1321,9 @@ fn encode_bounded_into(out: &mut String, text: &str, cap: usize) -> bool {
     let bytes = text.as_bytes();
     // The common line needs no escape and fits: one copy. The check has no early exit so that
     // it vectorises (a 1 KiB line is checked in a few dozen instructions).
-    let needs_escape = bytes
-        .iter()
-        .fold(false, |acc, &b| acc | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    let needs_escape = bytes.iter().fold(false, |acc, &b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
     if !needs_escape && bytes.len() <= budget {
         out.reserve(bytes.len() + 2);
         out.push('"');
