@@ -7,10 +7,9 @@
 
 use crate::proc::Snapshot;
 use crate::signal::Caller;
-use crate::store::{Store, StoreError};
+use crate::store::{NewLegacyRecord, Store, StoreError};
 use crate::verify::{Expect, Member, OwnedTree, Role};
-use rusqlite::params;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::path::Path;
 
 /// One record as the old store exported it.
@@ -24,24 +23,7 @@ pub struct LegacyImport {
     pub wrapper_path: Option<String>,
 }
 
-/// A legacy record in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LegacyRecord {
-    pub id: i64,
-    pub session_key: String,
-    pub pid: i32,
-    pub command: String,
-    pub wrapper_path: Option<String>,
-    /// The directory the old gateway's wrappers live in (given at import).
-    pub wrapper_root: Option<String>,
-    pub state: String,
-    pub state_reason: Option<String>,
-    pub imported_at: i64,
-    /// The importer's start time in clock ticks since boot: a process that started later cannot
-    /// be the one the record describes.
-    pub imported_ticks: u64,
-}
+pub use crate::store::legacy::LegacyRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LegacyError {
@@ -169,99 +151,37 @@ pub fn import(
             return Err(bad("command is empty".into()));
         }
     }
-    let ticks = crate::proc::self_id().start_time;
-    let now = crate::lease::now_ms();
+    let rows: Vec<NewLegacyRecord<'_>> = records
+        .iter()
+        .map(|r| NewLegacyRecord {
+            session_key: &r.session_key,
+            pid: r.pid,
+            command: &r.command,
+            wrapper_path: r.wrapper_path.as_deref(),
+        })
+        .collect();
     let root = wrapper_root.map(|p| p.display().to_string());
-    let db = store.path().to_path_buf();
-    let conn = store.conn();
-    let tx = conn.transaction().map_err(|e| sqlite(e, &db))?;
-    for r in &records {
-        tx.execute(
-            "INSERT INTO legacy_records (session_key, pid, command, wrapper_path, wrapper_root, \
-             state, imported_at, imported_ticks) VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7)",
-            params![
-                r.session_key,
-                r.pid,
-                r.command,
-                r.wrapper_path,
-                root,
-                now,
-                ticks as i64
-            ],
-        )
-        .map_err(|e| sqlite(e, &db))?;
-    }
-    tx.commit().map_err(|e| sqlite(e, &db))?;
-    Ok(records.len())
-}
-
-fn sqlite(e: rusqlite::Error, db: &Path) -> LegacyError {
-    LegacyError::Store(StoreError::Sqlite {
-        path: db.to_path_buf(),
-        source: e,
-    })
+    Ok(store.import_legacy(
+        &rows,
+        root.as_deref(),
+        crate::proc::self_id().start_time,
+        crate::lease::now_ms(),
+    )?)
 }
 
 /// Legacy records, optionally only the open ones.
 pub fn records(store: &mut Store, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
-    let sql =
-        format!(
-        "SELECT id, session_key, pid, command, wrapper_path, wrapper_root, state, state_reason, \
-         imported_at, imported_ticks FROM legacy_records {} ORDER BY id",
-        if only_open { "WHERE state = 'open'" } else { "" }
-    );
-    let path = store.path().to_path_buf();
-    let err = |e| StoreError::Sqlite {
-        path: path.clone(),
-        source: e,
-    };
-    let conn = store.conn();
-    let mut stmt = conn.prepare(&sql).map_err(err)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(LegacyRecord {
-                id: r.get(0)?,
-                session_key: r.get(1)?,
-                pid: r.get::<_, i64>(2)?.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
-                command: r.get(3)?,
-                wrapper_path: r.get(4)?,
-                wrapper_root: r.get(5)?,
-                state: r.get(6)?,
-                state_reason: r.get(7)?,
-                imported_at: r.get(8)?,
-                imported_ticks: r.get::<_, i64>(9)?.max(0) as u64,
-            })
-        })
-        .map_err(err)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(err)
+    store.legacy_records(only_open)
 }
 
 /// Ends a legacy record (`closed` after a verified cleanup, `lost` when its process was gone).
 pub fn finish(store: &mut Store, id: i64, state: &str, reason: &str) -> Result<bool, StoreError> {
-    let now = crate::lease::now_ms();
-    let path = store.path().to_path_buf();
-    let n = store
-        .conn()
-        .execute(
-            "UPDATE legacy_records SET state = ?2, state_reason = ?3, closed_at = ?4 \
-             WHERE id = ?1 AND state = 'open'",
-            params![id, state, reason, now],
-        )
-        .map_err(|e| StoreError::Sqlite { path, source: e })?;
-    Ok(n == 1)
+    store.finish_legacy(id, state, reason)
 }
 
 /// Records why a legacy record was left alone (it stays open).
 pub fn note(store: &mut Store, id: i64, reason: &str) -> Result<(), StoreError> {
-    let path = store.path().to_path_buf();
-    store
-        .conn()
-        .execute(
-            "UPDATE legacy_records SET state_reason = ?2 WHERE id = ?1 AND state = 'open'",
-            params![id, reason],
-        )
-        .map(|_| ())
-        .map_err(|e| StoreError::Sqlite { path, source: e })
+    store.note_legacy(id, reason)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
