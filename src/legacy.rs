@@ -53,70 +53,57 @@ pub enum TokenError {
     TrailingBackslash,
 }
 
-/// Splits a command line the way a POSIX shell would for plain words: whitespace separates
-/// tokens; single quotes keep everything literally; double quotes keep everything but `\"`, `\\`,
-/// `\$` and `` \` `` escapes; a backslash outside quotes escapes the next character. No
-/// expansion of any kind is performed.
+/// Splits a command line the way a POSIX shell would for plain words (the `shlex` crate):
+/// spaces, tabs and newlines separate tokens; single quotes keep everything literally; double
+/// quotes keep everything but the `\"`, `\\`, `\$` and `` \` `` escapes; a backslash outside
+/// quotes escapes the next character; a `#` that starts a word starts a comment up to the end of
+/// the line. No expansion of any kind is performed.
 pub fn shell_split(s: &str) -> Result<Vec<String>, TokenError> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_token = false;
+    shlex::split(s).ok_or_else(|| why_unsplittable(s))
+}
+
+/// Why `shlex` refused a command line (it says only that it did): the quote left open, or a
+/// backslash with nothing after it. Follows the same quoting rules, reading no further than the
+/// error.
+fn why_unsplittable(s: &str) -> TokenError {
     let mut chars = s.chars();
+    let mut word_start = true;
     while let Some(c) = chars.next() {
         match c {
-            ' ' | '\t' | '\n' | '\r' => {
-                if in_token {
-                    out.push(std::mem::take(&mut cur));
-                    in_token = false;
+            ' ' | '\t' | '\n' => word_start = true,
+            '#' if word_start => {
+                if !chars.by_ref().any(|c| c == '\n') {
+                    break;
                 }
             }
             '\'' => {
-                in_token = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => return Err(TokenError::Unterminated('\'')),
-                    }
+                word_start = false;
+                if !chars.by_ref().any(|c| c == '\'') {
+                    return TokenError::Unterminated('\'');
                 }
             }
             '"' => {
-                in_token = true;
+                word_start = false;
                 loop {
                     match chars.next() {
                         Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(e @ ('"' | '\\' | '$' | '`')) => cur.push(e),
-                            Some('\n') => {}
-                            Some(other) => {
-                                cur.push('\\');
-                                cur.push(other);
-                            }
-                            None => return Err(TokenError::Unterminated('"')),
-                        },
-                        Some(c) => cur.push(c),
-                        None => return Err(TokenError::Unterminated('"')),
+                        Some('\\') if chars.next().is_some() => {}
+                        Some('\\') | None => return TokenError::Unterminated('"'),
+                        Some(_) => {}
                     }
                 }
             }
             '\\' => {
-                in_token = true;
-                match chars.next() {
-                    Some('\n') => {}
-                    Some(c) => cur.push(c),
-                    None => return Err(TokenError::TrailingBackslash),
+                word_start = false;
+                if chars.next().is_none() {
+                    return TokenError::TrailingBackslash;
                 }
             }
-            c => {
-                in_token = true;
-                cur.push(c);
-            }
+            _ => word_start = false,
         }
     }
-    if in_token {
-        out.push(cur);
-    }
-    Ok(out)
+    // shlex refuses only the three cases above; say the likeliest if it ever refuses another.
+    TokenError::Unterminated('"')
 }
 
 /// Imports records from a JSON file in one transaction: all or nothing.
@@ -376,6 +363,26 @@ mod tests {
         assert_eq!(
             shell_split("x\\").unwrap_err(),
             TokenError::TrailingBackslash
+        );
+    }
+
+    /// As a POSIX shell reads them: `#` starting a word is a comment, `\r` is part of a word,
+    /// and the diagnosis of a refused line skips what the splitter skips.
+    #[test]
+    fn comments_and_carriage_returns_as_a_shell_reads_them() {
+        assert_eq!(
+            shell_split("node a.js # it's").unwrap(),
+            vec!["node", "a.js"]
+        );
+        assert_eq!(shell_split("a#b 'c#'").unwrap(), vec!["a#b", "c#"]);
+        assert_eq!(shell_split("a\rb").unwrap(), vec!["a\rb"]);
+        assert_eq!(
+            shell_split("# it's\n'x").unwrap_err(),
+            TokenError::Unterminated('\'')
+        );
+        assert_eq!(
+            shell_split("\"a\\\"").unwrap_err(),
+            TokenError::Unterminated('"')
         );
     }
 }
