@@ -3,21 +3,9 @@
 
 use super::{Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
-use serde::Serialize;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionRow {
-    pub session_key: String,
-    pub agent_id: Option<String>,
-    pub owner_session_key: Option<String>,
-    pub spawned_by: Option<String>,
-    pub parent_session_key: Option<String>,
-    pub backend: String,
-    pub gateway_instance_id: String,
-    pub created_at: i64,
-    pub lease_id: Option<String>,
-}
+/// A session row: the type lives with the visibility check that reads it (the pure core).
+pub use leash_core::visibility::SessionRow;
 
 impl Store {
     pub fn session(&self, session_key: &str) -> Result<Option<SessionRow>, StoreError> {
