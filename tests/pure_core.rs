@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 fn core_file(rel: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("core").join(rel);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("core")
+        .join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -39,6 +41,9 @@ fn the_core_forbids_unsafe_and_io() {
     assert!(core_file("src/lib.rs").contains("#![forbid(unsafe_code)]"));
     let clippy = core_file("clippy.toml");
     for banned in ["std::fs::read", "std::process::Command", "std::env::var"] {
-        assert!(clippy.contains(banned), "core/clippy.toml no longer bans {banned}");
+        assert!(
+            clippy.contains(banned),
+            "core/clippy.toml no longer bans {banned}"
+        );
     }
 }
