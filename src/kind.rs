@@ -252,6 +252,74 @@ impl HasKind for crate::legacy::LegacyError {
     }
 }
 
+/// A bad value at an edge (a duration, a grace, a key) is bad usage.
+impl HasKind for crate::limits::ValueError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
+}
+
+/// A visibility or a2a rule that does not parse is bad usage.
+impl HasKind for crate::visibility::PolicyError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
+}
+
+/// A stored command that does not split is bad input.
+impl HasKind for crate::legacy::TokenError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
+}
+
+/// A process table that cannot be read: nothing can be verified, so nothing is signalled.
+impl HasKind for crate::proc::TableError {
+    fn kind(&self) -> Kind {
+        Kind::Unverified
+    }
+}
+
+impl HasKind for crate::signal::SignalError {
+    /// A refusal, or a table that could not be re-read, leaves the process unsignalled because
+    /// it could not be verified; a failing syscall is internal.
+    fn kind(&self) -> Kind {
+        use crate::signal::SignalError;
+        match self {
+            SignalError::Refused(_) | SignalError::Table(_) => Kind::Unverified,
+            SignalError::Os { .. } | SignalError::GroupUnsupported => Kind::Internal,
+        }
+    }
+}
+
+impl HasKind for crate::cgroup::CgroupError {
+    /// A limit asked for without containment, or one the kernel does not take, is bad usage; a
+    /// cgroup that is not the lease's is unverified; the rest is the machine's.
+    fn kind(&self) -> Kind {
+        use crate::cgroup::CgroupError;
+        match self {
+            CgroupError::LimitWithoutContainment { .. } | CgroupError::BadLimit { .. } => {
+                Kind::Usage
+            }
+            CgroupError::NotVerified { .. } => Kind::Unverified,
+            _ => Kind::Internal,
+        }
+    }
+}
+
+impl HasKind for crate::install::InstallError {
+    fn kind(&self) -> Kind {
+        Kind::Internal
+    }
+}
+
+impl HasKind for crate::mcp::McpError {
+    /// stdin or stdout of `leash mcp` failed.
+    fn kind(&self) -> Kind {
+        Kind::Internal
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
