@@ -700,15 +700,18 @@ impl<'t> Controller<'t> {
         let mut walks = Vec::new();
         let mut full = false;
         for l in leases {
-            let root = self
-                .table
-                .process(l.root_pid)?
-                .filter(|p| p.start_time == l.root_start_time && p.state != 'Z');
-            match root {
-                Some(p) if contained(l) => list.push(p),
-                Some(_) => walks.push(l.root_pid),
-                None if contained(l) => {}
-                None => full = true,
+            // Whatever runs at the root pid goes in, our wrapper or not: verification says
+            // "the pid was reused" only if it sees the stranger.
+            let at_root = self.table.process(l.root_pid)?;
+            let alive = at_root
+                .as_ref()
+                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
+            if contained(l) {
+                list.extend(at_root);
+            } else if alive {
+                walks.push(l.root_pid);
+            } else {
+                full = true;
             }
         }
         if full || walks.len() > 64 {
