@@ -127,9 +127,18 @@ fn host_processes() -> usize {
 fn levels(cfg: &Config) -> Vec<usize> {
     let read = |p: &str| -> Option<usize> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
     let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(32_768);
-    let nproc = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NPROC)
-        .map(|(soft, _)| soft as usize)
-        .unwrap_or(usize::MAX);
+    let nproc = {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills a local struct we own.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut r) } == 0 {
+            usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
+        }
+    };
     let room = pid_max.min(nproc).saturating_sub(host_processes() + 2_000);
     let want: &[usize] = if cfg.quick {
         &[0, 500, 2_000]
@@ -176,7 +185,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             },
         ));
     }
-    let runs = if cfg.quick { 6 } else { 30 };
+    let runs: usize = if cfg.quick { 6 } else { 30 };
     let levels = levels(cfg);
     // Warm-up: the state roots, the installed wrappers, the page cache.
     for (_, s) in &subjects {
@@ -200,7 +209,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     sleepers.finish(Duration::ZERO);
 
     let mut out = format!(
-        "\n### 8. Host scale (issue 16)\n\nContainment off. Per level: {runs} runs of `leash exec \
+        "\n### 8. Host scale (issue 16)\n\nContainment off. Per level: {} runs of `leash exec \
          --session K -- true` (K reused: its previous lease is open, its root gone), {} of \
          `leash close --session C` of an idle session (`sleep`), {} of `leash reap`; median ms, \
          and the ratio to the quiet host (N = 0). The unrelated processes are `sleep`s.\n\n",
