@@ -679,9 +679,11 @@ impl<'t> Controller<'t> {
     /// when it can be helped (issue 16): a lease with a verified cgroup is its live root plus the
     /// members `cgroup.procs` lists (whatever forked, re-parented or left the group, it cannot
     /// leave the cgroup: no tree walk); a lease with a live root is its subtree (a live wrapper is
-    /// a subreaper, so its whole tree hangs below it). Only a lease with neither — its wrapper
-    /// gone and no cgroup — needs the whole table (its escapees are found by their markers), and
-    /// so does a batch of more than 64 uncontained leases (one pass is cheaper then).
+    /// a subreaper, so its whole tree hangs below it). Only a lease whose wrapper is gone and
+    /// that has no cgroup, or whose recorded process group still has members (every one of them
+    /// is judged, and a refusal reported, as before), needs the whole table (escapees are found
+    /// by their markers), and so does a batch of more than 64 uncontained leases (one pass is
+    /// cheaper then).
     fn snapshot_for(
         &self,
         leases: &[&Lease],
@@ -706,7 +708,11 @@ impl<'t> Controller<'t> {
             let alive = at_root
                 .as_ref()
                 .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
-            if contained(l) {
+            let group_left = || {
+                l.process_group_id
+                    .is_some_and(|g| group_has_members(g, Instant::now()))
+            };
+            if contained(l) && (alive || !group_left()) {
                 list.extend(at_root);
             } else if alive {
                 walks.push(l.root_pid);

@@ -206,11 +206,15 @@ pub trait ProcessTable {
         Ok(self.snapshot()?.subtree(root))
     }
 
+    /// One process's `stat` fields and uid only (exe, argv, env and pidfs inode `None`): what
+    /// re-checking a pinned process right before its signal needs. The default reads everything.
+    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        self.process(pid)
+    }
+
     /// True when the process instance is alive (a zombie counts as gone).
     fn alive(&self, id: ProcessId) -> Result<bool, TableError> {
-        Ok(self
-            .process(id.pid)?
-            .is_some_and(|p| p.start_time == id.start_time && p.state != 'Z'))
+        Ok(self.liveness(id, None)? == Liveness::Alive)
     }
 
     /// Whether this instance (pid, start time and, when recorded, pidfs inode) still runs, from
@@ -423,6 +427,13 @@ impl ProcessTable for LiveTable {
             return Ok(None);
         }
         read_live(pid)
+    }
+
+    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        if pid <= 0 {
+            return Ok(None);
+        }
+        read_live_with(pid, false)
     }
 
     fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {

@@ -55,6 +55,10 @@ impl ProcessTable for Counting {
         self.count(1);
         LiveTable.process(pid)
     }
+    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        self.count(1);
+        LiveTable.process_stat(pid)
+    }
     fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
         let s = LiveTable.subtree(root)?;
         self.count(s.len().max(1));
