@@ -698,6 +698,20 @@ impl<'t> Controller<'t> {
                     && o.id == l.cgroup_id
             })
         };
+        // Reap hands in its one pass: reused as it is when a root is gone (its escapees are
+        // looked for by their markers anyway) or the batch is large, without a read per lease.
+        if let Some(all) = scan {
+            let mut all_alive = true;
+            for l in leases {
+                if !self.table.alive(l.root())? {
+                    all_alive = false;
+                    break;
+                }
+            }
+            if !all_alive || leases.len() > 64 {
+                return Ok(self.with_cgroups(all.clone(), obs));
+            }
+        }
         let mut list = Vec::new();
         let mut walks = Vec::new();
         let mut full = false;
