@@ -114,13 +114,7 @@ pub fn supersede_reason(
             })
         }),
     };
-    let group_alive = pgid.is_some_and(|g| {
-        g > 1
-            && match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), None) {
-                Ok(()) => true,
-                Err(e) => e != nix::errno::Errno::ESRCH,
-            }
-    });
+    let group_alive = pgid.is_some_and(crate::proc::group_exists);
     let adapter_alive =
         adapter.is_some_and(|a| !matches!(table.liveness(a, None), Ok(Liveness::Gone)));
     let mut snap = if group_alive || adapter_alive {

@@ -1284,19 +1284,11 @@ fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
 }
 
-/// True when a process group still has a member (`kill(-pgid, 0)`: signal 0 sends nothing, it
-/// only asks the kernel whether the group exists).
-/// Polls until `settle` while the group still has members (zombies being reaped).
+/// True when a process group still has a member ([`proc::group_exists`]), polling until
+/// `settle` while it does (a killed member is a zombie until its parent reaps it).
 fn group_has_members(pgid: i32, settle: Instant) -> bool {
-    if pgid <= 1 {
-        return false;
-    }
     loop {
-        let exists = match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None) {
-            Ok(()) => true,
-            Err(e) => e != nix::errno::Errno::ESRCH,
-        };
-        if !exists {
+        if !proc::group_exists(pgid) {
             return false;
         }
         if Instant::now() >= settle {
