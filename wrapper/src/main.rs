@@ -115,6 +115,8 @@ fn run(args: Args) -> i32 {
         r.adapter_started(&child);
         r.write(None, None);
     }
+    // Start-up is over: what stays mapped from here on is what the wait loop uses.
+    sys::trim_image();
 
     let status = supervise(&mut child, &parent, sigfd, args.grace, cgroup.as_ref());
     remove_cgroup(cgroup.as_ref());
