@@ -476,17 +476,19 @@ fn supervise(
             if gone {
                 parent_died = true;
                 if matches!(phase, Phase::Running) {
+                    // Signals first, words after: the line costs formatting and a write, and
+                    // the adapter should not wait for them.
+                    let n = sweep(adapter, libc::SIGTERM, cgroup);
+                    phase = Phase::Terminating {
+                        deadline: deadline_after(grace),
+                    };
                     diag(&format!(
-                        "parent process {} exited; sending SIGTERM to adapter group {} \
-                         (SIGKILL after {} ms)",
+                        "parent process {} exited; sent SIGTERM to adapter group {} and {n} \
+                         descendant(s) (SIGKILL after {} ms)",
                         parent.pid(),
                         adapter.pgid,
                         grace.as_millis()
                     ));
-                    sweep(adapter, libc::SIGTERM, cgroup);
-                    phase = Phase::Terminating {
-                        deadline: deadline_after(grace),
-                    };
                 }
             }
         }
