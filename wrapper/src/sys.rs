@@ -581,7 +581,8 @@ impl Cgroup {
 }
 
 /// Unmaps, from this process only, the pages of its own executable that are read-only (code and
-/// constants), once start-up is over. They stay in the page cache, shared with every other
+/// constants), once start-up is over (the loop calls it when it first finds itself idle; see
+/// `TRIM_AFTER_IDLE`). They stay in the page cache, shared with every other
 /// wrapper; the next instruction or constant used is mapped again by an ordinary minor fault.
 ///
 /// Why: a page-cache fault maps not one page but the cached pages around it (the kernel's
