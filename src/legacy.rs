@@ -7,10 +7,9 @@
 
 use crate::proc::Snapshot;
 use crate::signal::Caller;
-use crate::store::{Store, StoreError};
+use crate::store::{NewLegacyRecord, Store, StoreError};
 use crate::verify::{Expect, Member, OwnedTree, Role};
-use rusqlite::params;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::path::Path;
 
 /// One record as the old store exported it.
@@ -24,24 +23,7 @@ pub struct LegacyImport {
     pub wrapper_path: Option<String>,
 }
 
-/// A legacy record in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LegacyRecord {
-    pub id: i64,
-    pub session_key: String,
-    pub pid: i32,
-    pub command: String,
-    pub wrapper_path: Option<String>,
-    /// The directory the old gateway's wrappers live in (given at import).
-    pub wrapper_root: Option<String>,
-    pub state: String,
-    pub state_reason: Option<String>,
-    pub imported_at: i64,
-    /// The importer's start time in clock ticks since boot: a process that started later cannot
-    /// be the one the record describes.
-    pub imported_ticks: u64,
-}
+pub use crate::store::legacy::LegacyRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LegacyError {
@@ -71,70 +53,57 @@ pub enum TokenError {
     TrailingBackslash,
 }
 
-/// Splits a command line the way a POSIX shell would for plain words: whitespace separates
-/// tokens; single quotes keep everything literally; double quotes keep everything but `\"`, `\\`,
-/// `\$` and `` \` `` escapes; a backslash outside quotes escapes the next character. No
-/// expansion of any kind is performed.
+/// Splits a command line the way a POSIX shell would for plain words (the `shlex` crate):
+/// spaces, tabs and newlines separate tokens; single quotes keep everything literally; double
+/// quotes keep everything but the `\"`, `\\`, `\$` and `` \` `` escapes; a backslash outside
+/// quotes escapes the next character; a `#` that starts a word starts a comment up to the end of
+/// the line. No expansion of any kind is performed.
 pub fn shell_split(s: &str) -> Result<Vec<String>, TokenError> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_token = false;
+    shlex::split(s).ok_or_else(|| why_unsplittable(s))
+}
+
+/// Why `shlex` refused a command line (it says only that it did): the quote left open, or a
+/// backslash with nothing after it. Follows the same quoting rules, reading no further than the
+/// error.
+fn why_unsplittable(s: &str) -> TokenError {
     let mut chars = s.chars();
+    let mut word_start = true;
     while let Some(c) = chars.next() {
         match c {
-            ' ' | '\t' | '\n' | '\r' => {
-                if in_token {
-                    out.push(std::mem::take(&mut cur));
-                    in_token = false;
+            ' ' | '\t' | '\n' => word_start = true,
+            '#' if word_start => {
+                if !chars.by_ref().any(|c| c == '\n') {
+                    break;
                 }
             }
             '\'' => {
-                in_token = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => return Err(TokenError::Unterminated('\'')),
-                    }
+                word_start = false;
+                if !chars.by_ref().any(|c| c == '\'') {
+                    return TokenError::Unterminated('\'');
                 }
             }
             '"' => {
-                in_token = true;
+                word_start = false;
                 loop {
                     match chars.next() {
                         Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(e @ ('"' | '\\' | '$' | '`')) => cur.push(e),
-                            Some('\n') => {}
-                            Some(other) => {
-                                cur.push('\\');
-                                cur.push(other);
-                            }
-                            None => return Err(TokenError::Unterminated('"')),
-                        },
-                        Some(c) => cur.push(c),
-                        None => return Err(TokenError::Unterminated('"')),
+                        Some('\\') if chars.next().is_some() => {}
+                        Some('\\') | None => return TokenError::Unterminated('"'),
+                        Some(_) => {}
                     }
                 }
             }
             '\\' => {
-                in_token = true;
-                match chars.next() {
-                    Some('\n') => {}
-                    Some(c) => cur.push(c),
-                    None => return Err(TokenError::TrailingBackslash),
+                word_start = false;
+                if chars.next().is_none() {
+                    return TokenError::TrailingBackslash;
                 }
             }
-            c => {
-                in_token = true;
-                cur.push(c);
-            }
+            _ => word_start = false,
         }
     }
-    if in_token {
-        out.push(cur);
-    }
-    Ok(out)
+    // shlex refuses only the three cases above; say the likeliest if it ever refuses another.
+    TokenError::Unterminated('"')
 }
 
 /// Imports records from a JSON file in one transaction: all or nothing.
@@ -169,99 +138,37 @@ pub fn import(
             return Err(bad("command is empty".into()));
         }
     }
-    let ticks = crate::proc::self_id().start_time;
-    let now = crate::lease::now_ms();
+    let rows: Vec<NewLegacyRecord<'_>> = records
+        .iter()
+        .map(|r| NewLegacyRecord {
+            session_key: &r.session_key,
+            pid: r.pid,
+            command: &r.command,
+            wrapper_path: r.wrapper_path.as_deref(),
+        })
+        .collect();
     let root = wrapper_root.map(|p| p.display().to_string());
-    let db = store.path().to_path_buf();
-    let conn = store.conn();
-    let tx = conn.transaction().map_err(|e| sqlite(e, &db))?;
-    for r in &records {
-        tx.execute(
-            "INSERT INTO legacy_records (session_key, pid, command, wrapper_path, wrapper_root, \
-             state, imported_at, imported_ticks) VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7)",
-            params![
-                r.session_key,
-                r.pid,
-                r.command,
-                r.wrapper_path,
-                root,
-                now,
-                ticks as i64
-            ],
-        )
-        .map_err(|e| sqlite(e, &db))?;
-    }
-    tx.commit().map_err(|e| sqlite(e, &db))?;
-    Ok(records.len())
-}
-
-fn sqlite(e: rusqlite::Error, db: &Path) -> LegacyError {
-    LegacyError::Store(StoreError::Sqlite {
-        path: db.to_path_buf(),
-        source: e,
-    })
+    Ok(store.import_legacy(
+        &rows,
+        root.as_deref(),
+        crate::proc::self_id().start_time,
+        crate::lease::now_ms(),
+    )?)
 }
 
 /// Legacy records, optionally only the open ones.
 pub fn records(store: &mut Store, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
-    let sql =
-        format!(
-        "SELECT id, session_key, pid, command, wrapper_path, wrapper_root, state, state_reason, \
-         imported_at, imported_ticks FROM legacy_records {} ORDER BY id",
-        if only_open { "WHERE state = 'open'" } else { "" }
-    );
-    let path = store.path().to_path_buf();
-    let err = |e| StoreError::Sqlite {
-        path: path.clone(),
-        source: e,
-    };
-    let conn = store.conn();
-    let mut stmt = conn.prepare(&sql).map_err(err)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(LegacyRecord {
-                id: r.get(0)?,
-                session_key: r.get(1)?,
-                pid: r.get::<_, i64>(2)?.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
-                command: r.get(3)?,
-                wrapper_path: r.get(4)?,
-                wrapper_root: r.get(5)?,
-                state: r.get(6)?,
-                state_reason: r.get(7)?,
-                imported_at: r.get(8)?,
-                imported_ticks: r.get::<_, i64>(9)?.max(0) as u64,
-            })
-        })
-        .map_err(err)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(err)
+    store.legacy_records(only_open)
 }
 
 /// Ends a legacy record (`closed` after a verified cleanup, `lost` when its process was gone).
 pub fn finish(store: &mut Store, id: i64, state: &str, reason: &str) -> Result<bool, StoreError> {
-    let now = crate::lease::now_ms();
-    let path = store.path().to_path_buf();
-    let n = store
-        .conn()
-        .execute(
-            "UPDATE legacy_records SET state = ?2, state_reason = ?3, closed_at = ?4 \
-             WHERE id = ?1 AND state = 'open'",
-            params![id, state, reason, now],
-        )
-        .map_err(|e| StoreError::Sqlite { path, source: e })?;
-    Ok(n == 1)
+    store.finish_legacy(id, state, reason)
 }
 
 /// Records why a legacy record was left alone (it stays open).
 pub fn note(store: &mut Store, id: i64, reason: &str) -> Result<(), StoreError> {
-    let path = store.path().to_path_buf();
-    store
-        .conn()
-        .execute(
-            "UPDATE legacy_records SET state_reason = ?2 WHERE id = ?1 AND state = 'open'",
-            params![id, reason],
-        )
-        .map(|_| ())
-        .map_err(|e| StoreError::Sqlite { path, source: e })
+    store.note_legacy(id, reason)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -456,6 +363,26 @@ mod tests {
         assert_eq!(
             shell_split("x\\").unwrap_err(),
             TokenError::TrailingBackslash
+        );
+    }
+
+    /// As a POSIX shell reads them: `#` starting a word is a comment, `\r` is part of a word,
+    /// and the diagnosis of a refused line skips what the splitter skips.
+    #[test]
+    fn comments_and_carriage_returns_as_a_shell_reads_them() {
+        assert_eq!(
+            shell_split("node a.js # it's").unwrap(),
+            vec!["node", "a.js"]
+        );
+        assert_eq!(shell_split("a#b 'c#'").unwrap(), vec!["a#b", "c#"]);
+        assert_eq!(shell_split("a\rb").unwrap(), vec!["a\rb"]);
+        assert_eq!(
+            shell_split("# it's\n'x").unwrap_err(),
+            TokenError::Unterminated('\'')
+        );
+        assert_eq!(
+            shell_split("\"a\\\"").unwrap_err(),
+            TokenError::Unterminated('"')
         );
     }
 }

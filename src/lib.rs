@@ -45,6 +45,7 @@ pub mod daemon;
 pub mod exec;
 pub mod exitcode;
 pub mod install;
+pub mod kind;
 pub mod lease;
 pub mod legacy;
 pub mod lifecycle;

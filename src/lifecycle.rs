@@ -18,7 +18,7 @@ use crate::legacy::{self, LegacyRecord};
 use crate::plan::{self, CgroupAction, Decision, PlannedSignal, ReapOptions, ReapPlan};
 use crate::proc::{self, ProcessTable, Snapshot, TableError};
 use crate::report::{self, WrapperReport};
-use crate::signal::{self, Caller, Delivery, Pinned, Sig, SignalError};
+use crate::signal::{self, Caller, CurrentCaller, Delivery, Pinned, Sig, SignalError};
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
 use crate::verify::{Expect, Role};

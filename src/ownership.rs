@@ -48,8 +48,8 @@ impl Answer {
     pub fn exit_code(self) -> u8 {
         match self {
             Answer::Owned => exitcode::OK,
-            Answer::Dead => exitcode::DEAD,
-            Answer::Unavailable => exitcode::UNVERIFIED,
+            Answer::Dead => crate::kind::Kind::Dead.exit_code(),
+            Answer::Unavailable => crate::kind::Kind::Unverified.exit_code(),
         }
     }
 }
@@ -92,15 +92,6 @@ pub enum VerifyError {
     NoLease(String),
     #[error("session {0} has no lease")]
     NoSession(String),
-}
-
-impl VerifyError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            VerifyError::Store(_) => exitcode::FAILURE,
-            VerifyError::NoLease(_) | VerifyError::NoSession(_) => exitcode::NOT_FOUND,
-        }
-    }
 }
 
 /// The answer for `lease`, from a snapshot that covers its root's tree. Pure.

@@ -17,71 +17,27 @@
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
 use crate::sys;
-use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-/// The signals leash may send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Sig {
-    #[serde(rename = "SIGTERM")]
-    Term,
-    #[serde(rename = "SIGKILL")]
-    Kill,
+use leash_core::guard::check_pid;
+pub use leash_core::guard::{check_group, Caller, Refusal, Sig};
+use serde::{Deserialize, Serialize};
+
+/// The current process as a [`Caller`]: `Caller::current()` (the type lives in the pure core,
+/// which cannot ask the kernel who it is).
+pub trait CurrentCaller {
+    fn current() -> Self;
 }
 
-impl Sig {
-    pub fn number(self) -> i32 {
-        match self {
-            Sig::Term => libc::SIGTERM,
-            Sig::Kill => libc::SIGKILL,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Sig::Term => "SIGTERM",
-            Sig::Kill => "SIGKILL",
-        }
-    }
-}
-
-/// Who is signalling: the guards compare targets against it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Caller {
-    pub pid: i32,
-    pub pgid: i32,
-    pub uid: u32,
-}
-
-impl Caller {
-    pub fn current() -> Caller {
+impl CurrentCaller for Caller {
+    fn current() -> Caller {
         Caller {
             pid: nix::unistd::getpid().as_raw(),
             pgid: nix::unistd::getpgrp().as_raw(),
             uid: nix::unistd::geteuid().as_raw(),
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[serde(tag = "refusal", rename_all = "camelCase")]
-pub enum Refusal {
-    #[error("pid {pid} is 1 or lower: never signalled")]
-    PidTooLow { pid: i32 },
-    #[error("pid {pid} is leash itself")]
-    OwnPid { pid: i32 },
-    #[error("pid {pid} leads leash's own process group")]
-    OwnGroupLeader { pid: i32 },
-    #[error("process group {pgid} is 1 or lower, or leash's own: never signalled")]
-    Group { pgid: i32 },
-    #[error("pid {pid} runs as uid {uid}, not as leash's uid {ours}")]
-    ForeignUid { pid: i32, uid: u32, ours: u32 },
-    #[error(
-        "pid {pid} is no longer the verified process (start time {found} ≠ {expected}): pid reused"
-    )]
-    Changed { pid: i32, found: u64, expected: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,37 +56,9 @@ pub enum SignalError {
     GroupUnsupported,
 }
 
-/// The pure part of the guard: would leash refuse to signal this process?
+/// The pure part of the guard (`leash_core::guard`): would leash refuse to signal this process?
 pub fn check(target: &ProcessInfo, caller: &Caller) -> Result<(), Refusal> {
-    check_pid(target.pid, caller)?;
-    if target.uid != caller.uid {
-        return Err(Refusal::ForeignUid {
-            pid: target.pid,
-            uid: target.uid,
-            ours: caller.uid,
-        });
-    }
-    Ok(())
-}
-
-fn check_pid(pid: i32, caller: &Caller) -> Result<(), Refusal> {
-    if pid <= 1 {
-        return Err(Refusal::PidTooLow { pid });
-    }
-    if pid == caller.pid {
-        return Err(Refusal::OwnPid { pid });
-    }
-    if pid == caller.pgid {
-        return Err(Refusal::OwnGroupLeader { pid });
-    }
-    Ok(())
-}
-
-pub fn check_group(pgid: i32, caller: &Caller) -> Result<(), Refusal> {
-    if pgid <= 1 || pgid == caller.pgid {
-        return Err(Refusal::Group { pgid });
-    }
-    Ok(())
+    leash_core::guard::check_process(target.pid, target.uid, caller)
 }
 
 /// A verified process, held by a pidfd.
@@ -369,5 +297,12 @@ mod tests {
             pin(&LiveTable, &caller, me),
             Err(SignalError::Refused(Refusal::OwnPid { .. }))
         ));
+    }
+
+    /// The core names the two signals by their POSIX numbers; they are libc's.
+    #[test]
+    fn signal_numbers_are_libcs() {
+        assert_eq!(Sig::Term.number(), libc::SIGTERM);
+        assert_eq!(Sig::Kill.number(), libc::SIGKILL);
     }
 }

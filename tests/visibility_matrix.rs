@@ -152,16 +152,16 @@ fn fixture() -> Fixture {
     let mut s = Sessions::open(root.clone(), &table).unwrap();
     let store = s.store();
     let gateway = store.gateway_instance_id().to_string();
+    // Written with SQL of its own, the way an older leash left the rows.
+    let raw = rusqlite::Connection::open(root.db_path()).unwrap();
     for (i, (_, key, agent, owner, spawned_by, parent)) in ROWS.iter().enumerate() {
-        store
-            .conn()
-            .execute(
-                "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
+        raw.execute(
+            "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
                  parent_session_key, gateway_instance_id, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                rusqlite::params![key, agent, owner, spawned_by, parent, gateway, i as i64],
-            )
-            .unwrap();
+            rusqlite::params![key, agent, owner, spawned_by, parent, gateway, i as i64],
+        )
+        .unwrap();
         store
             .record_event(key, None, "spawned", Some(serde_json::json!({ "row": i })))
             .unwrap();

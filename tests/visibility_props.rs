@@ -144,25 +144,24 @@ fn closure(rows: &[SessionRow], requester: &str) -> BTreeSet<String> {
 /// A state root at `dir` whose sessions table holds `rows`.
 fn stage<'t>(dir: &std::path::Path, rows: &[SessionRow], table: &'t FixtureTable) -> Sessions<'t> {
     let root = StateRoot::open(dir).unwrap();
-    let mut s = Sessions::open(root, table).unwrap();
+    let raw = rusqlite::Connection::open(root.db_path()).unwrap();
+    let s = Sessions::open(root, table).unwrap();
     for r in rows {
-        s.store()
-            .conn()
-            .execute(
-                "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
+        raw.execute(
+            "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
                  parent_session_key, gateway_instance_id, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                rusqlite::params![
-                    r.session_key,
-                    r.agent_id,
-                    r.owner_session_key,
-                    r.spawned_by,
-                    r.parent_session_key,
-                    r.gateway_instance_id,
-                    r.created_at
-                ],
-            )
-            .unwrap();
+            rusqlite::params![
+                r.session_key,
+                r.agent_id,
+                r.owner_session_key,
+                r.spawned_by,
+                r.parent_session_key,
+                r.gateway_instance_id,
+                r.created_at
+            ],
+        )
+        .unwrap();
     }
     s
 }

@@ -4,7 +4,7 @@
 
 use leash::lease::ProcessId;
 use leash::proc::{LiveTable, ProcessTable};
-use leash::signal::{self, Caller, Sig};
+use leash::signal::{self, Caller, CurrentCaller, Sig};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};

@@ -1,7 +1,8 @@
-//! Fuzz target: the legacy command tokeniser (`leash::legacy::shell_split`), which reads command
-//! lines an old gateway stored, possibly shell-quoted, to compare them token by token with a live
-//! argv. Any input must give tokens or a clear error, never a panic; and the tokens must survive a
-//! round trip: quoted back (POSIX single quotes) and split again, they come out the same. A
+//! Fuzz target: the legacy command tokeniser (`leash::legacy::shell_split`, the `shlex` crate
+//! behind leash's error type), which reads command lines an old gateway stored, possibly
+//! shell-quoted, to compare them token by token with a live argv. Any input must give tokens or
+//! a clear error, never a panic; and the tokens must survive a round trip: quoted back (POSIX
+//! single quotes, and the crate's own quoter) and split again, they come out the same. A
 //! tokeniser that lost or merged tokens would make the legacy argv check compare the wrong thing.
 #![no_main]
 
@@ -23,11 +24,16 @@ fuzz_target!(|data: &[u8]| {
     let requoted: Vec<String> = tokens.iter().map(|t| quote(t)).collect();
     let again = shell_split(&requoted.join(" ")).expect("re-quoted tokens always split");
     assert_eq!(again, tokens, "round trip of {text:?}");
-    // Whitespace outside quotes only separates: a command with no quote or backslash splits
-    // exactly like split_whitespace on the shell's four separators.
-    if !text.contains(['\'', '"', '\\']) {
+    // The crate's quoter (it refuses NUL, which no shell word can hold).
+    if let Ok(joined) = shlex::try_join(tokens.iter().map(String::as_str)) {
+        let again = shell_split(&joined).expect("shlex-quoted tokens always split");
+        assert_eq!(again, tokens, "shlex round trip of {text:?}");
+    }
+    // Whitespace outside quotes only separates: a command with no quote, backslash or comment
+    // splits exactly like a split on the shell's three separators.
+    if !text.contains(['\'', '"', '\\', '#']) {
         let plain: Vec<&str> = text
-            .split([' ', '\t', '\n', '\r'])
+            .split([' ', '\t', '\n'])
             .filter(|t| !t.is_empty())
             .collect();
         assert_eq!(tokens, plain, "plain words of {text:?}");

@@ -31,7 +31,10 @@ pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
 
 pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
     let io = |e: std::io::Error| {
-        Failure::new(exitcode::FAILURE, format!("cannot write the man page: {e}"))
+        Failure::new(
+            crate::kind::Kind::Internal,
+            format!("cannot write the man page: {e}"),
+        )
     };
     let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
@@ -50,7 +53,7 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
                 .collect();
             cmd.find_subcommand(name).cloned().ok_or_else(|| {
                 Failure::new(
-                    exitcode::USAGE,
+                    crate::kind::Kind::Usage,
                     format!("no subcommand {name:?} (one of: {})", names.join(", ")),
                 )
             })?

@@ -62,6 +62,6 @@ pub(super) fn run(root: StateRoot, a: McpArgs) -> Result<u8, Failure> {
         std::io::stdin().lock(),
         std::io::stdout().lock(),
     )
-    .map_err(|e| Failure::new(exitcode::FAILURE, e.to_string()))?;
+    .map_err(Failure::from)?;
     Ok(exitcode::OK)
 }

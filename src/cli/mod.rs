@@ -12,12 +12,13 @@ mod verify;
 
 use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
+use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseResult, Controller, LeaseRef, LifecycleError};
+use crate::lifecycle::{CloseResult, Controller, LeaseRef};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
-use crate::state::{StateError, StateRoot};
-use crate::store::{Store, StoreError};
+use crate::state::StateRoot;
+use crate::store::Store;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -387,7 +388,9 @@ fn parse_retention(s: &str) -> Result<Duration, String> {
 }
 
 /// An error with the exit code it maps to and its cause in the protocol's words (`code` of an
-/// error reply: `not_found`, `conflict`, ...), for `--error-format json`.
+/// error reply: `not_found`, `conflict`, ...), for `--error-format json`. Both come from its
+/// [`Kind`] through the one exit-code table ([`crate::kind::KINDS`]); a daemon's error keeps the
+/// daemon's more specific code as its cause.
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
@@ -396,17 +399,24 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Failure {
         Failure {
-            code,
+            code: kind.exit_code(),
             message: message.into(),
-            cause: cause_of(code).to_string(),
+            cause: kind.cause().to_string(),
         }
     }
 
     /// The same failure with a more specific cause.
     pub fn with_cause(mut self, cause: impl Into<String>) -> Failure {
         self.cause = cause.into();
+        self
+    }
+
+    /// The same failure as a failure of `leash exec` itself: exit 125 whatever its kind (so it
+    /// never collides with an adapter's status), the cause kept.
+    pub fn of_exec(mut self) -> Failure {
+        self.code = Kind::SpawnFailed.exit_code();
         self
     }
 
@@ -422,52 +432,26 @@ impl Failure {
     }
 }
 
-/// The cause an exit code stands for, in the protocol's words (plus `unverified` and
-/// `daemon_needed`, which only the CLI has).
-fn cause_of(code: u8) -> &'static str {
-    match code {
-        exitcode::USAGE => "bad_request",
-        exitcode::CONFLICT => "conflict",
-        exitcode::NOT_FOUND => "not_found",
-        exitcode::NOT_VISIBLE => "not_visible",
-        exitcode::UNVERIFIED => "unverified",
-        exitcode::DAEMON_NEEDED => "daemon_needed",
-        exitcode::EXEC_FAILED => "spawn_failed",
-        _ => "internal",
+/// Every module error becomes a failure of its kind, with its message.
+impl<E: HasKind> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::new(e.kind(), e.to_string())
     }
 }
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        let code = match e {
-            StoreError::SessionBusy { .. } => exitcode::CONFLICT,
-            StoreError::Unstorable { .. } => exitcode::USAGE,
-            _ => exitcode::FAILURE,
-        };
-        Failure::new(code, e.to_string())
-    }
-}
-
-impl From<StateError> for Failure {
-    fn from(e: StateError) -> Failure {
-        let code = match e {
-            StateError::Missing(_) => exitcode::NOT_FOUND,
-            StateError::Relative(_) => exitcode::USAGE,
-            _ => exitcode::FAILURE,
-        };
-        Failure::new(code, e.to_string())
-    }
-}
-
-impl From<LifecycleError> for Failure {
-    fn from(e: LifecycleError) -> Failure {
-        let code = match e {
-            LifecycleError::Store(_) => exitcode::FAILURE,
-            LifecycleError::NoLease(_) | LifecycleError::NoActiveLease(_) => exitcode::NOT_FOUND,
-            LifecycleError::NotOpen { .. } => exitcode::CONFLICT,
-        };
-        Failure::new(code, e.to_string())
-    }
+/// The exit code of a batch of closes: the worst outcome's (a lease left open because it could
+/// not be verified is 6, one another process holds is 3, closed or lost is 0). The direct path
+/// and the daemon path both end here.
+pub(crate) fn close_exit_code(outcomes: &[crate::lifecycle::CloseOutcome]) -> u8 {
+    outcomes
+        .iter()
+        .map(|o| match o.result {
+            CloseResult::Closed | CloseResult::Lost => exitcode::OK,
+            CloseResult::LeftOpen => Kind::Unverified.exit_code(),
+            CloseResult::Conflict => Kind::Conflict.exit_code(),
+        })
+        .max()
+        .unwrap_or(exitcode::OK)
 }
 
 pub fn main() -> ExitCode {
@@ -511,7 +495,7 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                exitcode::USAGE
+                Kind::Usage.exit_code()
             } else {
                 exitcode::OK
             },
@@ -519,9 +503,9 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     }
     let (exec, json) = scan_args(args);
     let code = if exec {
-        exitcode::EXEC_FAILED
+        Kind::SpawnFailed.exit_code()
     } else {
-        exitcode::USAGE
+        Kind::Usage.exit_code()
     };
     if json {
         let rendered = e.render().to_string();
@@ -531,7 +515,11 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
             .unwrap_or("bad usage")
             .trim_start_matches("error: ")
             .to_string();
-        let f = Failure::new(code, message).with_cause("bad_request");
+        let f = Failure {
+            code,
+            message,
+            cause: Kind::Usage.cause().to_string(),
+        };
         eprintln!("{}", f.to_json());
     } else {
         let _ = e.print();
@@ -618,7 +606,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         let f = Failure::from(e);
         match cli.command {
             // Every failure of exec itself is 125.
-            Command::Exec(_) => Failure::new(exitcode::EXEC_FAILED, f.message).with_cause(f.cause),
+            Command::Exec(_) => f.of_exec(),
             _ => f,
         }
     })?;
@@ -683,10 +671,8 @@ fn run_exec(
     a: ExecArgs,
     containment: crate::cgroup::Settings,
 ) -> Result<u8, Failure> {
-    let failed =
-        |msg: String, cause: &str| Failure::new(exitcode::EXEC_FAILED, msg).with_cause(cause);
-    let root =
-        StateRoot::open(dir).map_err(|e| failed(format!("{e}; nothing started"), "internal"))?;
+    let root = StateRoot::open(dir)
+        .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
     let req = ExecRequest {
         containment,
         limits: crate::cgroup::Limits {
@@ -706,17 +692,7 @@ fn run_exec(
     match crate::exec::exec(&root, req) {
         Ok(never) => match never {},
         Err(e) => {
-            let cause = match &e {
-                ExecError::SessionLive { .. } => "conflict",
-                ExecError::BadInput(_) | ExecError::NoCommand => "bad_request",
-                ExecError::Store(StoreError::Unstorable { .. }) => "bad_request",
-                ExecError::Store(_) | ExecError::State(_) => "internal",
-                ExecError::Install(_)
-                | ExecError::NoParent(_)
-                | ExecError::OwnerGone { .. }
-                | ExecError::Exec { .. }
-                | ExecError::Cgroup(_) => "spawn_failed",
-            };
+            let kind = e.kind();
             let msg = match &e {
                 ExecError::Store(_)
                 | ExecError::State(_)
@@ -726,7 +702,7 @@ fn run_exec(
                 }
                 _ => e.to_string(),
             };
-            Err(failed(msg, cause))
+            Err(Failure::new(kind, msg).of_exec())
         }
     }
 }
@@ -790,16 +766,7 @@ fn run_close(root: StateRoot, a: CloseArgs) -> Result<u8, Failure> {
         .collect();
     let outcomes = ctl.close(&targets, a.grace.ms())?;
     output::close(&outcomes, a.json.json);
-    let code = outcomes
-        .iter()
-        .map(|o| match o.result {
-            CloseResult::Closed | CloseResult::Lost => exitcode::OK,
-            CloseResult::LeftOpen => exitcode::UNVERIFIED,
-            CloseResult::Conflict => exitcode::CONFLICT,
-        })
-        .max()
-        .unwrap_or(exitcode::OK);
-    Ok(code)
+    Ok(close_exit_code(&outcomes))
 }
 
 fn run_cancel(root: StateRoot, a: TargetArgs) -> Result<u8, Failure> {
@@ -841,7 +808,7 @@ pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
         .iter()
         .any(|o| o.result == CloseResult::LeftOpen);
     if unverified {
-        exitcode::UNVERIFIED
+        Kind::Unverified.exit_code()
     } else {
         exitcode::OK
     }
@@ -852,7 +819,7 @@ fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
     match c {
         LegacyCommand::Import { file, wrapper_root } => {
             let n = crate::legacy::import(&mut store, &file, wrapper_root.as_deref())
-                .map_err(|e| Failure::new(exitcode::FAILURE, e.to_string()))?;
+                .map_err(Failure::from)?;
             eprintln!("leash: imported {n} legacy record(s)");
             Ok(exitcode::OK)
         }

@@ -57,7 +57,7 @@ fn age_since(ms: i64) -> String {
     ))
 }
 
-fn print_json<T: Serialize + ?Sized>(v: &T) {
+pub(super) fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 

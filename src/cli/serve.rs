@@ -5,13 +5,13 @@
 
 use super::{output, CloseArgs, Failure, GraceArg, JsonArg, LeasesArgs, ReapArgs, TargetArgs};
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::Code;
 use crate::daemon::session::Limits;
-use crate::daemon::{serve, ServeConfig, ServeError};
+use crate::daemon::{serve, ServeConfig};
 use crate::exec::DEFAULT_GRACE_MS;
 use crate::exitcode;
+use crate::kind::{HasKind, Kind};
 use crate::lease::Lease;
-use crate::lifecycle::{CancelOutcome, CloseOutcome, CloseResult, ReapReport};
+use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::plan::ReapPlan;
 use crate::state::StateRoot;
 use clap::Args;
@@ -92,15 +92,7 @@ pub(super) fn run_serve(
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),
-        Err(e) => {
-            let code = match e {
-                ServeError::AlreadyRunning { .. }
-                | ServeError::SocketInUse(_)
-                | ServeError::Metrics { .. } => exitcode::CONFLICT,
-                _ => exitcode::FAILURE,
-            };
-            Err(Failure::new(code, e.to_string()))
-        }
+        Err(e) => Err(Failure::from(e)),
     }
 }
 
@@ -125,7 +117,7 @@ pub(super) fn connect(
     };
     let mut c = Client::connect_to_daemon(root, path).map_err(|e| {
         Failure::new(
-            exitcode::DAEMON_NEEDED,
+            Kind::DaemonNeeded,
             format!("{e}; without --socket leash works on the state database directly"),
         )
     })?;
@@ -133,7 +125,7 @@ pub(super) fn connect(
     let serves = status["stateDir"].as_str().map(PathBuf::from);
     if serves.as_deref() != Some(root.dir()) {
         return Err(Failure::new(
-            exitcode::USAGE,
+            Kind::Usage,
             format!(
                 "the daemon on {} serves state root {}, not {}",
                 path.display(),
@@ -148,15 +140,8 @@ pub(super) fn connect(
 /// Maps a daemon error to the exit code the same failure has without a daemon, its message in
 /// the CLI's words (flags, not wire fields), its cause the daemon's code.
 pub(super) fn remote(e: ClientError) -> Failure {
-    let code = match e.code() {
-        Some(Code::NotFound) => exitcode::NOT_FOUND,
-        Some(Code::NotVisible) => exitcode::NOT_VISIBLE,
-        Some(Code::Conflict | Code::NotRunning | Code::ShuttingDown) => exitcode::CONFLICT,
-        Some(Code::BadRequest | Code::UnknownOp) => exitcode::USAGE,
-        _ => exitcode::FAILURE,
-    };
     let f = Failure::new(
-        code,
+        e.kind(),
         format!("{} (via the daemon)", cli_words(&e.to_string())),
     );
     match e.code() {
@@ -189,14 +174,10 @@ pub(super) fn cli_words(msg: &str) -> String {
 pub(super) fn decode<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, Failure> {
     serde_json::from_value(v).map_err(|e| {
         Failure::new(
-            exitcode::FAILURE,
+            Kind::Internal,
             format!("the daemon's {what} reply does not parse ({e}); is it another leash version?"),
         )
     })
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
 pub(super) fn status(mut c: Client, a: &JsonArg) -> Result<u8, Failure> {
@@ -269,7 +250,7 @@ pub(super) fn leases(mut c: Client, a: &LeasesArgs) -> Result<u8, Failure> {
     };
     let v = c.call("leases", fields).map_err(remote)?;
     if a.json.json {
-        print_json(&v);
+        output::print_json(&v);
         return Ok(exitcode::OK);
     }
     let rows: Vec<Result<Lease, String>> = v
@@ -295,19 +276,7 @@ pub(super) fn close(mut c: Client, a: &CloseArgs) -> Result<u8, Failure> {
         .map_err(remote)?;
     let outcomes: Vec<CloseOutcome> = decode(v, "close")?;
     output::close(&outcomes, a.json.json);
-    Ok(close_code(&outcomes))
-}
-
-fn close_code(outcomes: &[CloseOutcome]) -> u8 {
-    outcomes
-        .iter()
-        .map(|o| match o.result {
-            CloseResult::Closed | CloseResult::Lost => exitcode::OK,
-            CloseResult::LeftOpen => exitcode::UNVERIFIED,
-            CloseResult::Conflict => exitcode::CONFLICT,
-        })
-        .max()
-        .unwrap_or(exitcode::OK)
+    Ok(super::close_exit_code(&outcomes))
 }
 
 pub(super) fn cancel(mut c: Client, a: &TargetArgs) -> Result<u8, Failure> {
@@ -321,7 +290,7 @@ pub(super) fn cancel(mut c: Client, a: &TargetArgs) -> Result<u8, Failure> {
     }
     let v = c.call("cancel", fields).map_err(remote)?;
     if a.json.json {
-        print_json(&v);
+        output::print_json(&v);
         return Ok(exitcode::OK);
     }
     let notified = v["notified"] == true;

@@ -5,15 +5,13 @@
 
 use super::Failure;
 use crate::exitcode;
+use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
 use crate::proc::LiveTable;
-use crate::sessions::{
-    describe, History, Listing, ProcState, SessionStatus, Sessions, SessionsError, View,
-};
+use crate::sessions::{describe, History, Listing, ProcState, SessionStatus, Sessions, View};
 use crate::state::StateRoot;
 use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -104,14 +102,14 @@ impl ViewArgs {
     pub fn view(&self) -> Result<View, Failure> {
         if self.requester.is_empty() {
             return Err(Failure::new(
-                exitcode::USAGE,
+                Kind::Usage,
                 "--as needs the requester's session key",
             ));
         }
         let a2a = match (self.a2a, self.a2a_allow.is_empty()) {
             (Some(OnOff::Off), false) => {
                 return Err(Failure::new(
-                    exitcode::USAGE,
+                    Kind::Usage,
                     "--a2a off contradicts --a2a-allow; drop one of them",
                 ))
             }
@@ -124,28 +122,6 @@ impl ViewArgs {
             requester: self.requester.clone(),
             scope: Scope::new(self.visibility, a2a, self.sandboxed),
         })
-    }
-}
-
-impl From<SessionsError> for Failure {
-    fn from(e: SessionsError) -> Failure {
-        let code = match e {
-            SessionsError::NotFound(_) => exitcode::NOT_FOUND,
-            SessionsError::NotVisible { .. } => exitcode::NOT_VISIBLE,
-            SessionsError::DaemonNeeded { .. } => exitcode::DAEMON_NEEDED,
-            SessionsError::MultiLine => exitcode::USAGE,
-            // A session the daemon does not supervise (a gateway's own `leash exec`) has no
-            // stdin the daemon could write to: that is a conflict with how it runs, not a
-            // missing daemon.
-            SessionsError::Daemon { ref source, .. } => match source.code() {
-                Some(crate::daemon::protocol::Code::NotFound) => exitcode::NOT_FOUND,
-                Some(crate::daemon::protocol::Code::NotSupervised) => exitcode::CONFLICT,
-                Some(crate::daemon::protocol::Code::NotRunning) => exitcode::CONFLICT,
-                _ => exitcode::FAILURE,
-            },
-            SessionsError::Store(_) => exitcode::FAILURE,
-        };
-        Failure::new(code, e.to_string())
     }
 }
 
@@ -168,7 +144,7 @@ pub fn run(
         SessionsCommand::List(v) => {
             let out = s.list(&v.view()?)?;
             if v.json {
-                print_json(&out);
+                super::output::print_json(&out);
             } else {
                 print_listing(&out);
             }
@@ -176,7 +152,7 @@ pub fn run(
         SessionsCommand::History { key, view } => {
             let out = s.history(&view.view()?, &key)?;
             if view.json {
-                print_json(&out);
+                super::output::print_json(&out);
             } else {
                 print_history(&out);
             }
@@ -184,7 +160,7 @@ pub fn run(
         SessionsCommand::Status { key, view } => {
             let out = s.status(&view.view()?, &key)?;
             if view.json {
-                print_json(&out);
+                super::output::print_json(&out);
             } else {
                 print_status(&out);
             }
@@ -192,7 +168,7 @@ pub fn run(
         SessionsCommand::Send { key, line, view } => {
             let out = s.send(&view.view()?, &key, &line)?;
             if view.json {
-                print_json(&out);
+                super::output::print_json(&out);
             } else {
                 println!("sent {} byte(s) to session {key}", out["bytes"]);
             }
@@ -207,7 +183,6 @@ fn run_through_daemon(
     mut client: crate::daemon::client::Client,
     cmd: &SessionsCommand,
 ) -> Result<Option<u8>, Failure> {
-    use crate::daemon::protocol::Code;
     let (query, key, args) = match cmd {
         SessionsCommand::List(v) => ("list", None, v),
         SessionsCommand::History { key, view } => ("history", Some(key), view),
@@ -232,13 +207,7 @@ fn run_through_daemon(
         req["session"] = k.as_str().into();
     }
     let v = client.call("sessions", req).map_err(|e| {
-        let code = match e.code() {
-            Some(Code::NotFound) => exitcode::NOT_FOUND,
-            Some(Code::NotVisible) => exitcode::NOT_VISIBLE,
-            Some(Code::BadRequest) => exitcode::USAGE,
-            _ => exitcode::FAILURE,
-        };
-        let f = Failure::new(code, super::serve::cli_words(&e.to_string()));
+        let f = Failure::new(e.kind(), super::serve::cli_words(&e.to_string()));
         match e.code() {
             Some(c) => f.with_cause(c.as_str()),
             None => f,
@@ -246,12 +215,12 @@ fn run_through_daemon(
     })?;
     let bad = |e: serde_json::Error| {
         Failure::new(
-            exitcode::FAILURE,
+            Kind::Internal,
             format!("the daemon's answer to sessions {query} is not understood: {e}"),
         )
     };
     if args.json {
-        print_json(&v);
+        super::output::print_json(&v);
         return Ok(Some(exitcode::OK));
     }
     match query {
@@ -260,10 +229,6 @@ fn run_through_daemon(
         _ => print_status(&serde_json::from_value(v).map_err(bad)?),
     }
     Ok(Some(exitcode::OK))
-}
-
-fn print_json<T: Serialize + ?Sized>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
 fn or_dash(v: Option<&str>) -> &str {

@@ -65,8 +65,7 @@ pub(super) fn run(root: &StateRoot, a: &VerifyArgs, daemon: Option<Client>) -> R
             let v = c.call("verify", fields).map_err(serve::remote)?;
             serve::decode::<VerifyReport>(v, "verify")?
         }
-        None => ownership::verify(root, &LiveTable, &a.target())
-            .map_err(|e| Failure::new(e.exit_code(), e.to_string()))?,
+        None => ownership::verify(root, &LiveTable, &a.target()).map_err(Failure::from)?,
     };
     print(&report, a.json);
     Ok(report.answer.exit_code())
@@ -74,7 +73,7 @@ pub(super) fn run(root: &StateRoot, a: &VerifyArgs, daemon: Option<Client>) -> R
 
 fn print(r: &VerifyReport, json: bool) {
     if json {
-        println!("{}", serde_json::to_string_pretty(r).expect("serialisable"));
+        super::output::print_json(r);
         return;
     }
     let meaning = match r.answer {

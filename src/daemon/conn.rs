@@ -16,6 +16,7 @@ use super::protocol::{
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
+use crate::kind::HasKind;
 use crate::lease::LeaseState;
 use crate::lifecycle::{Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
@@ -63,34 +64,27 @@ fn fail(code: Code, message: impl Into<String>) -> OpError {
     }
 }
 
+/// A module error as an error reply: the wire code of its kind (the one table,
+/// [`crate::kind`] and [`protocol::CODES`]), its message.
+fn kind_fail(e: &impl HasKind) -> OpError {
+    fail(Code::of(e.kind()), e.to_string())
+}
+
 impl From<StoreError> for OpError {
     fn from(e: StoreError) -> OpError {
-        let code = match e {
-            StoreError::SessionBusy { .. } => Code::Conflict,
-            _ => Code::Internal,
-        };
-        fail(code, e.to_string())
+        kind_fail(&e)
     }
 }
 
 impl From<LifecycleError> for OpError {
     fn from(e: LifecycleError) -> OpError {
-        let code = match e {
-            LifecycleError::Store(_) => Code::Internal,
-            LifecycleError::NoLease(_) | LifecycleError::NoActiveLease(_) => Code::NotFound,
-            LifecycleError::NotOpen { .. } => Code::Conflict,
-        };
-        fail(code, e.to_string())
+        kind_fail(&e)
     }
 }
 
 impl From<SpawnError> for OpError {
     fn from(e: SpawnError) -> OpError {
-        let code = match e {
-            SpawnError::Store(_) => Code::Internal,
-            SpawnError::Conflict { .. } => Code::Conflict,
-            _ => Code::SpawnFailed,
-        };
+        let code = Code::of(e.kind());
         // Whichever way the death was seen (the wrapper's report, the child's exit, or the watch
         // after the start), the client gets the same status and last words.
         let data = match &e {
@@ -807,11 +801,7 @@ fn session_query(
     let table = crate::proc::LiveTable;
     let mut s = Sessions::open(d.root.clone(), &table)?;
     let view = View::new(requester, scope.clone());
-    let to_reply = |e: SessionsError| match e {
-        SessionsError::NotFound(_) => fail(Code::NotFound, e.to_string()),
-        SessionsError::NotVisible { .. } => fail(Code::NotVisible, e.to_string()),
-        other => fail(Code::Internal, other.to_string()),
-    };
+    let to_reply = |e: SessionsError| kind_fail(&e);
     let v = match query {
         SessionQuery::List => s.list(&view).map(serde_json::to_value),
         SessionQuery::History(k) => s.history(&view, k).map(serde_json::to_value),

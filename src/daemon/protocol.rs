@@ -6,6 +6,7 @@
 //! frames a byte stream into lines with a hard length limit, and the `*_line` functions render
 //! replies. A fuzz target can call [`parse_request`] on arbitrary bytes.
 
+use crate::kind::Kind;
 use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -53,48 +54,55 @@ pub enum Code {
     Internal,
 }
 
+/// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
+/// gives the CLI's exit code through [`crate::kind::KINDS`]). The only place a code is named.
+pub const CODES: [(Code, &str, Kind); 16] = [
+    (Code::BadUtf8, "bad_utf8", Kind::Usage),
+    (Code::BadJson, "bad_json", Kind::Usage),
+    (Code::LineTooLong, "line_too_long", Kind::Usage),
+    (Code::BadRequest, "bad_request", Kind::Usage),
+    (Code::UnknownOp, "unknown_op", Kind::Usage),
+    (Code::NotFound, "not_found", Kind::NotFound),
+    (Code::NotVisible, "not_visible", Kind::NotVisible),
+    (Code::Conflict, "conflict", Kind::Conflict),
+    (Code::NotRunning, "not_running", Kind::Conflict),
+    (Code::SeqEvicted, "seq_evicted", Kind::Internal),
+    (Code::SpawnFailed, "spawn_failed", Kind::SpawnFailed),
+    (Code::Forbidden, "forbidden", Kind::Internal),
+    (Code::ShuttingDown, "shutting_down", Kind::Conflict),
+    (Code::SendTimeout, "send_timeout", Kind::Internal),
+    // A session `leash exec` started has no stdin the daemon could write to: a conflict with
+    // how it runs, not a missing daemon.
+    (Code::NotSupervised, "not_supervised", Kind::Conflict),
+    (Code::Internal, "internal", Kind::Internal),
+];
+
 impl Code {
+    fn row(self) -> &'static (Code, &'static str, Kind) {
+        CODES
+            .iter()
+            .find(|r| r.0 == self)
+            .expect("every code has a row in CODES (a unit test checks it)")
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Code::BadUtf8 => "bad_utf8",
-            Code::BadJson => "bad_json",
-            Code::LineTooLong => "line_too_long",
-            Code::BadRequest => "bad_request",
-            Code::UnknownOp => "unknown_op",
-            Code::NotFound => "not_found",
-            Code::NotVisible => "not_visible",
-            Code::Conflict => "conflict",
-            Code::NotRunning => "not_running",
-            Code::SeqEvicted => "seq_evicted",
-            Code::SpawnFailed => "spawn_failed",
-            Code::Forbidden => "forbidden",
-            Code::ShuttingDown => "shutting_down",
-            Code::SendTimeout => "send_timeout",
-            Code::NotSupervised => "not_supervised",
-            Code::Internal => "internal",
-        }
+        self.row().1
     }
 
     pub fn parse(s: &str) -> Option<Code> {
-        Some(match s {
-            "bad_utf8" => Code::BadUtf8,
-            "bad_json" => Code::BadJson,
-            "line_too_long" => Code::LineTooLong,
-            "bad_request" => Code::BadRequest,
-            "unknown_op" => Code::UnknownOp,
-            "not_found" => Code::NotFound,
-            "not_visible" => Code::NotVisible,
-            "conflict" => Code::Conflict,
-            "not_running" => Code::NotRunning,
-            "seq_evicted" => Code::SeqEvicted,
-            "spawn_failed" => Code::SpawnFailed,
-            "forbidden" => Code::Forbidden,
-            "shutting_down" => Code::ShuttingDown,
-            "send_timeout" => Code::SendTimeout,
-            "not_supervised" => Code::NotSupervised,
-            "internal" => Code::Internal,
-            _ => return None,
-        })
+        CODES.iter().find(|r| r.1 == s).map(|r| r.0)
+    }
+
+    /// The kind of failure this code reports.
+    pub fn kind(self) -> Kind {
+        self.row().2
+    }
+
+    /// The code a failure of `kind` is sent with: the code whose name is the kind's cause word
+    /// (`not_found`, `conflict`, …); `internal` for the kinds only the CLI has (`unverified`,
+    /// `daemon_needed`, `dead`).
+    pub fn of(kind: Kind) -> Code {
+        Code::parse(kind.cause()).unwrap_or(Code::Internal)
     }
 }
 
@@ -1139,24 +1147,78 @@ mod tests {
         );
     }
 
-    #[test]
-    fn every_code_round_trips() {
-        for c in [
+    /// Every variant, through an exhaustive match: a new code fails to compile here until it is
+    /// listed, and the round trip then fails until it has a row in [`CODES`].
+    fn every_code() -> Vec<Code> {
+        let all = [
             Code::BadUtf8,
             Code::BadJson,
             Code::LineTooLong,
             Code::BadRequest,
             Code::UnknownOp,
             Code::NotFound,
+            Code::NotVisible,
             Code::Conflict,
             Code::NotRunning,
             Code::SeqEvicted,
             Code::SpawnFailed,
             Code::Forbidden,
             Code::ShuttingDown,
+            Code::SendTimeout,
+            Code::NotSupervised,
             Code::Internal,
-        ] {
+        ];
+        for c in all {
+            match c {
+                Code::BadUtf8
+                | Code::BadJson
+                | Code::LineTooLong
+                | Code::BadRequest
+                | Code::UnknownOp
+                | Code::NotFound
+                | Code::NotVisible
+                | Code::Conflict
+                | Code::NotRunning
+                | Code::SeqEvicted
+                | Code::SpawnFailed
+                | Code::Forbidden
+                | Code::ShuttingDown
+                | Code::SendTimeout
+                | Code::NotSupervised
+                | Code::Internal => {}
+            }
+        }
+        all.to_vec()
+    }
+
+    #[test]
+    fn every_code_round_trips() {
+        let all = every_code();
+        assert_eq!(all.len(), CODES.len());
+        let mut names = std::collections::HashSet::new();
+        for c in all {
+            assert_eq!(CODES.iter().filter(|r| r.0 == c).count(), 1, "{c:?}");
+            assert!(names.insert(c.as_str()), "{c:?}: name used twice");
             assert_eq!(Code::parse(c.as_str()), Some(c));
+            // Through a reply line and back, as the client reads it.
+            let line = err_line(&Value::from(1), c, "m", None);
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(Code::parse(v["error"]["code"].as_str().unwrap()), Some(c));
+        }
+        assert_eq!(Code::parse("no_such_code"), None);
+    }
+
+    #[test]
+    fn every_kind_with_a_wire_name_is_sent_with_it() {
+        for row in crate::kind::KINDS {
+            let c = Code::of(row.kind);
+            match Code::parse(row.cause) {
+                Some(named) => {
+                    assert_eq!(c, named);
+                    assert_eq!(c.kind(), row.kind, "{c:?}");
+                }
+                None => assert_eq!(c, Code::Internal, "{:?}", row.kind),
+            }
         }
     }
 

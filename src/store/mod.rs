@@ -1,0 +1,449 @@
+//! The lease store: one SQLite database per state root (WAL, busy timeout, versioned migrations).
+//!
+//! Every state change that two processes could race on (claiming a lease for closing, finishing
+//! a close) is a single conditional UPDATE inside an immediate transaction, so two reapers on one
+//! root never both act on a lease. Commits are not fsynced one by one (`synchronous=NORMAL` in
+//! WAL mode: durable against process crashes, which is what leases must survive) and the database
+//! is never VACUUMed in normal operation.
+//!
+//! One file per table: [`migrations`] (the schema and the gateway id it creates), [`leases`],
+//! [`sessions`], [`events`] (with the seq space the daemon reserves from), [`meta`] and
+//! [`legacy`] (the old gateway's records). Every multi-statement write goes through
+//! [`Store::write`], and no caller outside this module sees the connection: a table's SQL lives
+//! in its file here, with the store's errors.
+
+mod events;
+mod leases;
+pub mod legacy;
+mod meta;
+mod migrations;
+mod sessions;
+
+pub use events::Event;
+pub use leases::{Counts, ReportUpdate, Transition};
+pub use legacy::NewLegacyRecord;
+pub use sessions::SessionRow;
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a writer waits for another writer before giving up with a clear error.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Environment variable overriding [`DEFAULT_BUSY_TIMEOUT`], in milliseconds (tests use it to
+/// meet a locked database without waiting five seconds).
+pub const ENV_BUSY_TIMEOUT_MS: &str = "LEASH_BUSY_TIMEOUT_MS";
+
+/// The busy timeout in force: `LEASH_BUSY_TIMEOUT_MS` when it holds a number, else the default.
+pub fn busy_timeout() -> Duration {
+    std::env::var(ENV_BUSY_TIMEOUT_MS)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BUSY_TIMEOUT, Duration::from_millis)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state database {path} is locked by another writer (waited {waited_ms} ms); retry, or find the process holding it")]
+    Busy { path: PathBuf, waited_ms: u128 },
+    #[error("state database {path} is corrupt or not a leash database ({detail}); move it aside to start fresh (its leases will then not be reaped)")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("state database {path} has schema version {found}, newer than this leash understands ({known}); upgrade leash")]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("lease row {lease_id} is invalid: {detail}")]
+    BadRow { lease_id: String, detail: String },
+    #[error(
+        "refusing to store lease {lease_id}: {detail} (it would not read back); nothing stored"
+    )]
+    Unstorable { lease_id: String, detail: String },
+    #[error("session {session_key} already has an active lease {lease_id}")]
+    SessionBusy {
+        session_key: String,
+        lease_id: String,
+    },
+    #[error(
+        "{path} is a symbolic link; leash does not open its database through a link (the \
+             link's target would be turned into a leash database): replace the link with the real \
+             file, or move it aside"
+    )]
+    Symlink { path: PathBuf },
+    #[error("state database {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    gateway_instance_id: String,
+    busy: Duration,
+}
+
+impl Store {
+    /// Opens (creating and migrating when needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with_timeout(path, busy_timeout())
+    }
+
+    pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
+        let err = |e| map_err(path, busy, e);
+        refuse_symlinks(path)?;
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(busy).map_err(err)?;
+        // journal_mode returns a row; a corrupt file fails here first.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("cannot switch to WAL journal (got {mode})"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            .map_err(err)?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+            gateway_instance_id: String::new(),
+            busy,
+        };
+        store.migrate(busy)?;
+        Ok(store)
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        map_err(&self.path, self.busy, e)
+    }
+
+    /// The one write transaction of the store: `BEGIN IMMEDIATE` (a writer takes the lock up
+    /// front and waits the busy timeout for it, rather than failing when a read upgrades), then
+    /// `body`, then commit. An error from `body` drops the transaction: nothing it wrote is kept.
+    fn write<T>(
+        &mut self,
+        body: impl FnOnce(&Transaction<'_>, Ctx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let Store {
+            conn, path, busy, ..
+        } = self;
+        let ctx = Ctx { path, busy: *busy };
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| ctx.err(e))?;
+        let out = body(&tx, ctx)?;
+        tx.commit().map_err(|e| ctx.err(e))?;
+        Ok(out)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn gateway_instance_id(&self) -> &str {
+        &self.gateway_instance_id
+    }
+}
+
+/// The database and its `-wal`/`-shm` companions must not be symlinks: SQLite would follow them
+/// and make the link's target (any file of ours) a leash database, or its journal.
+fn refuse_symlinks(path: &Path) -> Result<(), StoreError> {
+    let mut names = vec![path.to_path_buf()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        names.push(PathBuf::from(p));
+    }
+    for p in names {
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(StoreError::Symlink { path: p });
+        }
+    }
+    Ok(())
+}
+
+/// What a write needs to turn a SQLite error into a [`StoreError`] while the connection is
+/// borrowed by its transaction.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    path: &'a Path,
+    busy: Duration,
+}
+
+impl Ctx<'_> {
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        map_err(self.path, self.busy, e)
+    }
+}
+
+fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, ref msg) = e {
+        match f.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                return StoreError::Busy {
+                    path: path.to_path_buf(),
+                    waited_ms: busy.as_millis(),
+                }
+            }
+            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
+                return StoreError::Corrupt {
+                    path: path.to_path_buf(),
+                    detail: msg.clone().unwrap_or_else(|| f.to_string()),
+                }
+            }
+            _ => {}
+        }
+    }
+    StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::lease::{command_hash, new_lease_id, now_ms, Lease, LeaseState, ProcessId};
+
+    fn temp_db() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("leash.db")
+    }
+
+    fn lease(store: &Store, session: &str) -> Lease {
+        Lease {
+            lease_id: new_lease_id(),
+            gateway_instance_id: store.gateway_instance_id().to_string(),
+            session_key: session.into(),
+            agent_id: None,
+            wrapper_root: "/w".into(),
+            wrapper_path: "/w/leash-wrap".into(),
+            root_pid: 4242,
+            root_start_time: 1,
+            process_group_id: None,
+            adapter_pid: None,
+            adapter_start_time: None,
+            command_hash: command_hash(&["x"]),
+            command: vec!["x".into()],
+            owner_pid: 4241,
+            owner_start_time: 1,
+            started_at: now_ms(),
+            grace_ms: 100,
+            state: LeaseState::Open,
+            state_reason: None,
+            closed_at: None,
+            exit_status: None,
+            claimed_by: None,
+            root_pidfs_ino: None,
+            cgroup_path: None,
+            cgroup_id: None,
+        }
+    }
+
+    #[test]
+    fn racing_claims_have_exactly_one_winner() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let l = lease(&store, "race");
+        store.insert_lease(&l, None, |_| None).unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (db, id, barrier) = (db.clone(), l.lease_id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut s = Store::open(&db).unwrap();
+                    barrier.wait();
+                    // Every claimant is "alive": no stale re-claim is possible.
+                    s.claim(
+                        &id,
+                        ProcessId {
+                            pid: 1000 + i,
+                            start_time: 7,
+                        },
+                        |_| false,
+                    )
+                    .unwrap()
+                    .is_some()
+                })
+            })
+            .collect();
+        let winners = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(winners, 1);
+        let now = store.lease(&l.lease_id).unwrap().unwrap();
+        assert_eq!(now.state, LeaseState::Closing);
+        // A stale claimant can be replaced, a live one cannot.
+        let me = ProcessId {
+            pid: 9,
+            start_time: 9,
+        };
+        assert!(store.claim(&l.lease_id, me, |_| false).unwrap().is_none());
+        assert!(store.claim(&l.lease_id, me, |_| true).unwrap().is_some());
+        // Only the holder may finish it.
+        let other = ProcessId {
+            pid: 10,
+            start_time: 10,
+        };
+        assert!(!store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(other),
+                "x"
+            )
+            .unwrap());
+        assert!(store
+            .transition(
+                &l.lease_id,
+                LeaseState::Closing,
+                LeaseState::Closed,
+                Some(me),
+                "done"
+            )
+            .unwrap());
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn one_active_lease_per_session_and_bad_rows_are_reported_not_used() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        let a = lease(&store, "s");
+        store.insert_lease(&a, None, |_| None).unwrap();
+        let b = lease(&store, "s");
+        assert!(matches!(
+            store.insert_lease(&b, None, |_| None),
+            Err(StoreError::SessionBusy { .. })
+        ));
+        store
+            .insert_lease(&b, None, |old| Some(format!("{} gone", old.lease_id)))
+            .unwrap();
+        assert_eq!(
+            store.lease(&a.lease_id).unwrap().unwrap().state,
+            LeaseState::Lost
+        );
+        // Tamper a row: a bad state and a pid of -1.
+        store
+            .conn
+            .execute(
+                "UPDATE leases SET state = 'zombie', root_pid = -1 WHERE lease_id = ?1",
+                [&a.lease_id],
+            )
+            .unwrap();
+        let rows = store.leases(&[]).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows
+            .iter()
+            .any(|r| matches!(r, Err(StoreError::BadRow { .. }))));
+        assert!(rows
+            .iter()
+            .any(|r| r.as_ref().is_ok_and(|l| l.lease_id == b.lease_id)));
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn corrupt_and_foreign_files_get_a_clear_error() {
+        let db = temp_db();
+        std::fs::write(
+            &db,
+            b"this is not a database, just some bytes that are long enough to matter..........",
+        )
+        .unwrap();
+        let e = Store::open(&db).err().expect("must fail");
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("move it aside"), "{e}");
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    #[test]
+    fn the_gateway_id_is_stable() {
+        let db = temp_db();
+        let a = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        let b = Store::open(&db).unwrap().gateway_instance_id().to_string();
+        assert_eq!(a, b);
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+    fn temp_store() -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("leash-store-test-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("leash.db")).unwrap(), dir)
+    }
+
+    #[test]
+    fn events_recorded_after_a_reservation_land_above_it() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.record_event("s", None, "spawned", None).unwrap(), 1);
+        let (start, before) = store.reserve_seqs("s", 100, 0).unwrap();
+        assert_eq!(start, 2, "the block starts after the recorded event");
+        assert_eq!(before.len(), 1);
+        assert_eq!(before[0].kind, "spawned");
+        assert_eq!(store.last_seq("s").unwrap(), 101);
+        assert_eq!(store.record_event("s", None, "cancel", None).unwrap(), 102);
+        // Other sessions have their own space.
+        assert_eq!(store.record_event("t", None, "spawned", None).unwrap(), 1);
+        let (start, since) = store.reserve_seqs("s", 10, 1).unwrap();
+        assert_eq!(start, 103);
+        assert_eq!(since.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![102]);
+        assert_eq!(
+            store
+                .events_since("s", 0)
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            vec![1, 102]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn meta_values_round_trip_and_delete() {
+        let (mut store, dir) = temp_store();
+        assert_eq!(store.meta("k").unwrap(), None);
+        store.set_meta("k", Some("v1")).unwrap();
+        store.set_meta("k", Some("v2")).unwrap();
+        assert_eq!(store.meta("k").unwrap().as_deref(), Some("v2"));
+        store.set_meta("k", None).unwrap();
+        assert_eq!(store.meta("k").unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The one write helper keeps all or nothing: a body that fails after writing leaves no
+    /// trace, one that succeeds is committed.
+    #[test]
+    fn a_failed_write_leaves_nothing() {
+        let (mut store, dir) = temp_store();
+        let failed: Result<(), StoreError> = store.write(|tx, ctx| {
+            tx.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", [])
+                .map_err(|e| ctx.err(e))?;
+            Err(StoreError::BadRow {
+                lease_id: "x".into(),
+                detail: "refused after the write".into(),
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(store.meta("k").unwrap(), None);
+        store
+            .write(|tx, ctx| {
+                tx.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", [])
+                    .map_err(|e| ctx.err(e))
+            })
+            .unwrap();
+        assert_eq!(store.meta("k").unwrap().as_deref(), Some("v"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
