@@ -504,6 +504,10 @@ impl Cgroup {
     pub fn populated(&self) -> bool {
         match std::fs::read_to_string(self.file("cgroup.events")) {
             Ok(t) => !t.lines().any(|l| l.trim() == "populated 0"),
+            // Removed under us (a close or reap emptied it with cgroup.kill, then rmdir'ed it):
+            // the kernel refuses to remove a populated cgroup, so it has no member left. Counting
+            // this as populated kept a wrapper sweeping an empty, deleted cgroup for ever.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
             Err(_) => true,
         }
     }
