@@ -3,7 +3,8 @@
 # lines every 20 ms each), next to the latency of a request that does no work (an unknown op).
 # Issue 10, item 7: with 100 sessions the old daemon answered no `status` within 20 s (its
 # output threads held each session's lock across a database write).
-#   usage: bench/status-under-load.py path/to/leash [N] [op] [idle]   (op: status, or e.g. nosuchop)
+#   usage: bench/status-under-load.py path/to/leash [N] [op] [idle]   (op: status, ping, or both:
+#   status and ping interleaved, each figure with the load average at the start and the end)
 # Starts its own `leash serve` on a temporary state root and SIGKILLs it at the end (its
 # wrappers then take their adapters down).
 import json, os, socket, subprocess, sys, tempfile, time, shutil
@@ -39,23 +40,28 @@ def main():
         r = call("ensure", session=f"s{i}", argv=["sh", "-c", LOAD], graceMs=200)
         pass
     time.sleep(4)
-    lat = []
+    ops = ["status", "ping"] if OP == "both" else [OP]
+    lat = {op: [] for op in ops}
     timeouts = 0
-    t_end = time.monotonic() + 30
-    while len(lat) < 100 and time.monotonic() < t_end:
-        t = time.monotonic()
-        try:
-            r = call(OP)
-        except (TimeoutError, socket.timeout):
-            timeouts += 1
-            break
-        lat.append(time.monotonic() - t)
-        time.sleep(0.05)
-    lat.sort()
-    if lat:
-        print(f"{leash}: sessions={n} samples={len(lat)} p50={lat[len(lat)//2]*1000:.1f}ms p99={lat[min(len(lat)-1,int(len(lat)*0.99))]*1000:.1f}ms max={lat[-1]*1000:.1f}ms timeouts(>20s)={timeouts}")
-    else:
-        print(f"{leash}: sessions={n} no status answered within 20 s")
+    t_end = time.monotonic() + 60
+    load0 = os.getloadavg()[0]
+    while len(lat[ops[-1]]) < 100 and time.monotonic() < t_end:
+        for op in ops:
+            t = time.monotonic()
+            try:
+                call(op)
+            except (TimeoutError, socket.timeout):
+                timeouts += 1
+                break
+            lat[op].append(time.monotonic() - t)
+            time.sleep(0.05)
+    load1 = os.getloadavg()[0]
+    for op in ops:
+        l = sorted(lat[op])
+        if l:
+            print(f"{leash} {op}: sessions={n} samples={len(l)} p50={l[len(l)//2]*1000:.1f}ms p99={l[min(len(l)-1,int(len(l)*0.99))]*1000:.1f}ms max={l[-1]*1000:.1f}ms timeouts(>20s)={timeouts} load={load0:.1f}-{load1:.1f} LEASH_OUTPUT_NICE={os.environ.get('LEASH_OUTPUT_NICE', '(default)')}")
+        else:
+            print(f"{leash} {op}: sessions={n} nothing answered within 20 s")
 try:
     main()
 finally:

@@ -104,3 +104,18 @@ pub fn pidfs_ino(pid: i32) -> Option<u64> {
         Some(st.st_ino)
     }
 }
+
+/// Sets the calling *thread's* nice value (Linux: `setpriority(PRIO_PROCESS, tid)` applies to
+/// that thread alone). Raising one's own nice value (a lower priority) needs no privilege;
+/// threads and processes this thread starts afterwards inherit it.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -11,8 +11,8 @@
 //! adapter down).
 
 use super::protocol::{
-    self, err_line, ok_line, parse_request, stream_line, stream_line_into, Attach, Code, Frame,
-    LineReader, Op, Target,
+    self, err_line, ok_line, parse_request, stream_line, Attach, Code, Frame, LineReader, Op,
+    Target,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -42,8 +42,12 @@ use additions::AttachRegistry;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often an idle attach checks whether its client is still there.
 const ATTACH_TICK: Duration = Duration::from_millis(250);
-/// Stream items written per batch.
-const ATTACH_BATCH: usize = 512;
+/// Stream items written per batch: a 64 KiB read of 100-byte lines is some 650 items, so one
+/// read of the adapter's stdout goes out in one write.
+const ATTACH_BATCH: usize = 1024;
+/// The write buffer an attach keeps between batches (one that grew past four times this, for
+/// long lines, is given back).
+const ATTACH_BUF: usize = 256 * 1024;
 /// How long `cancel` waits for a send in progress, and then for its notification to be written.
 const CANCEL_WAIT: Duration = Duration::from_secs(1);
 
@@ -572,9 +576,24 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
 
 /// Streams items above `since` until the session ends, the client goes, or the client falls
 /// out of the buffer.
+/// One stream line of an item: `{"id":…,"seq":…,` its body `}`.
+fn stream_item_into(buf: &mut Vec<u8>, id_json: &str, it: &session::Item) {
+    buf.reserve(id_json.len() + it.body.len() + 32);
+    buf.extend_from_slice(b"{\"id\":");
+    buf.extend_from_slice(id_json.as_bytes());
+    buf.extend_from_slice(b",\"seq\":");
+    session::push_decimal(buf, it.seq);
+    buf.push(b',');
+    buf.extend_from_slice(it.body.as_bytes());
+    buf.extend_from_slice(b"}\n");
+}
+
 fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
+    // One write buffer for the whole attach: a fresh one per batch grew by doubling past the
+    // allocator's mmap threshold, so every batch paid an mmap, page faults and an munmap.
+    let mut buf = Vec::new();
     loop {
         if stop.load(Ordering::SeqCst) {
             let body = format!("\"type\":\"end\",\"reason\":\"detached\",\"lastSeq\":{cursor}");
@@ -585,9 +604,12 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
             // Detached while waiting: nothing more goes out on this attach.
             _ if stop.load(Ordering::SeqCst) => continue,
             Batch::Items(items) => {
-                let mut buf = Vec::new();
+                buf.clear();
+                if buf.capacity() > 4 * ATTACH_BUF {
+                    buf.shrink_to(ATTACH_BUF);
+                }
                 for it in items.iter().filter(|it| a.stderr || !it.stderr) {
-                    stream_line_into(&mut buf, &id_json, &it.body);
+                    stream_item_into(&mut buf, &id_json, it);
                 }
                 if !buf.is_empty() && !out.send(&buf) {
                     return;

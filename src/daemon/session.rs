@@ -150,7 +150,9 @@ pub struct LeaseInfo {
     pub root: ProcessId,
 }
 
-/// One buffered stream item: its seq and its pre-rendered JSON body (without the request id).
+/// One buffered stream item: its seq and its pre-rendered JSON body (without the request id and
+/// the seq, which the attach writes in front of it: the body of an output line is rendered
+/// before its seq is known, outside the session's lock).
 #[derive(Debug, Clone)]
 pub struct Item {
     pub seq: i64,
@@ -381,6 +383,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         .name(format!("out:{}", req.session))
         .stack_size(crate::daemon::SMALL_STACK)
         .spawn(move || {
+            lower_reader_priority();
             s.read_stdout(stdout);
             let _ = done_tx.send(());
         })
@@ -389,7 +392,10 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     std::thread::Builder::new()
         .name(format!("err:{}", req.session))
         .stack_size(crate::daemon::SMALL_STACK)
-        .spawn(move || s.read_stderr(stderr))
+        .spawn(move || {
+            lower_reader_priority();
+            s.read_stderr(stderr)
+        })
         .expect("spawn thread");
     let s = session.clone();
     std::thread::Builder::new()
@@ -916,7 +922,9 @@ impl Session {
     /// most of its CPU in futex wakes and small reads. A line cut by the chunk's end waits in the
     /// framer for its rest, so clients see the same lines whatever the chunking.
     fn read_stdout(&self, mut out: impl Read) {
-        let mut buf = vec![0u8; READ_CHUNK];
+        // A quiet adapter's reads are small: its buffer grows to a full chunk only once a read
+        // fills it, so an idle session does not hold (and, on reused heap, touch) 64 KiB.
+        let mut buf = vec![0u8; FIRST_READ];
         let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
         let mut batch = OutBatch::default();
         loop {
@@ -938,6 +946,9 @@ impl Session {
             if !batch.lines.is_empty() {
                 self.push_lines(&mut batch);
             }
+            if n == buf.len() && buf.len() < READ_CHUNK {
+                buf.resize(READ_CHUNK, 0);
+            }
         }
         if let Some((raw, truncated)) = framer.finish() {
             let tracking = self.tracking.load(AtomicOrdering::SeqCst);
@@ -949,22 +960,24 @@ impl Session {
     /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
     /// as the reserved block has seqs left, then one wake-up of the attached readers. When the
     /// block runs out the lock is dropped to reserve the next (see [`Session::output_seq`]).
+    /// The items were rendered before (see [`OutBatch::add`]): under the lock a line only gets
+    /// its seq and its place in the buffer.
     fn push_lines(&self, batch: &mut OutBatch) {
-        let mut scratch = String::new();
-        let mut i = 0;
-        let total = batch.lines.len();
-        while i < total {
+        let mut lines = batch.lines.drain(..);
+        let mut left = lines.len();
+        while left > 0 {
             let Some((mut g, mut seq)) = self.output_seq() else {
                 // The session ended while the store failed: this line was counted as dropped,
                 // and so is the rest of the batch.
-                self.lock().output_dropped += (total - i - 1) as u64;
+                self.lock().output_dropped += (left - 1) as u64;
                 break;
             };
             g.last_traffic = Instant::now();
             loop {
-                let line = &mut batch.lines[i];
+                let line = lines.next().expect("a line is left");
+                left -= 1;
                 g.output_lines += 1;
-                if let Some((key, session_id)) = line.response.take() {
+                if let Some((key, session_id)) = line.response {
                     g.pending.remove(&key);
                     if let Some(asked) = g.opening.remove(&key) {
                         if let Some(a) = session_id.or(asked) {
@@ -972,19 +985,8 @@ impl Session {
                         }
                     }
                 }
-                scratch.clear();
-                use std::fmt::Write as _;
-                let _ = write!(scratch, "\"seq\":{seq},\"type\":\"output\",\"line\":");
-                scratch.push_str(&batch.encoded[line.encoded.clone()]);
-                if line.lossy {
-                    scratch.push_str(",\"lossy\":true");
-                }
-                if line.truncated {
-                    scratch.push_str(",\"truncated\":true");
-                }
-                g.push(seq, Arc::from(scratch.as_str()));
-                i += 1;
-                if i == total || g.next > g.reserved_upto {
+                g.push(seq, line.body);
+                if left == 0 || g.next > g.reserved_upto {
                     break;
                 }
                 seq = g.next;
@@ -996,6 +998,7 @@ impl Session {
             drop(g);
             self.changed.notify_all();
         }
+        drop(lines);
         batch.clear();
     }
 
@@ -1015,7 +1018,7 @@ impl Session {
             if g.stderr_tail.len() == STDERR_TAIL {
                 g.stderr_tail.pop_front();
             }
-            let mut body = format!("\"seq\":{seq},\"type\":\"stderr\",\"line\":{encoded}");
+            let mut body = format!("\"type\":\"stderr\",\"line\":{encoded}");
             if truncated {
                 body.push_str(",\"truncated\":true");
             }
@@ -1079,6 +1082,7 @@ impl Session {
     /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
     /// whatever may remain of its tree is verified and terminated like any close.
     fn settle_lease(&self, info: &LeaseInfo) {
+        let slot = SETTLES.enter();
         let table = LiveTable;
         let mut ctl = match Controller::open(self.root.clone(), &table) {
             Ok(c) => c,
@@ -1107,6 +1111,7 @@ impl Session {
             }
         }
         drop(ctl);
+        drop(slot);
         self.sync_events();
     }
 }
@@ -1123,8 +1128,7 @@ impl Inner {
         }
         self.next = self.next.max(e.seq + 1);
         let body = format!(
-            "\"seq\":{},\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
-            e.seq,
+            "\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
             serde_json::to_string(&e.kind).expect("strings serialise"),
             serde_json::to_string(&e.lease_id).expect("strings serialise"),
             e.detail.unwrap_or(Value::Null),
@@ -1151,6 +1155,85 @@ impl Inner {
     }
 }
 
+/// The nice value of the threads that read the adapters' stdout and stderr, unless
+/// `LEASH_OUTPUT_NICE` says otherwise (0 keeps the daemon's own).
+const DEFAULT_OUTPUT_NICE: i32 = 10;
+
+/// The nice value for output readers: `LEASH_OUTPUT_NICE` (0–19) when it holds one, else
+/// [`DEFAULT_OUTPUT_NICE`]. Read once.
+fn output_nice() -> i32 {
+    static NICE: OnceLock<i32> = OnceLock::new();
+    *NICE.get_or_init(|| match std::env::var("LEASH_OUTPUT_NICE") {
+        Err(_) => DEFAULT_OUTPUT_NICE,
+        Ok(v) => match v.trim().parse::<i32>() {
+            Ok(n) if (0..=19).contains(&n) => n,
+            _ => {
+                tracing::warn!(value = %v, default = DEFAULT_OUTPUT_NICE, "LEASH_OUTPUT_NICE is not a number from 0 to 19; using the default");
+                DEFAULT_OUTPUT_NICE
+            }
+        },
+    })
+}
+
+/// Runs the calling output reader below the daemon's other threads. When adapters print
+/// faster than the host can take, a hundred readers at the daemon's priority would queue every
+/// request (`status`, `ping`, `send`) behind them on the CPU; niced, they yield to the control
+/// plane, and an adapter that outpaces its reader meets backpressure on its full stdout pipe
+/// (which also lowers the load it makes). Output is still read, in order, with every line
+/// numbered as before; only its share of a saturated CPU shrinks.
+fn lower_reader_priority() {
+    let nice = output_nice();
+    if nice == 0 {
+        return;
+    }
+    if let Err(e) = crate::sys::set_thread_nice(nice) {
+        tracing::debug!(error = %e, "cannot lower the output reader's priority");
+    }
+}
+
+/// How many leases the daemon settles at once (see [`SettleGate`]).
+const MAX_CONCURRENT_SETTLES: usize = 4;
+
+/// The daemon's settles of leases whose wrapper exited, at most [`MAX_CONCURRENT_SETTLES`] at a
+/// time. Each settle opens its own store connection (a `Controller`) and may run a whole close
+/// (verification, signals, the grace period). When many wrappers die at once — or a loaded host
+/// makes each settle slow — their waiters would otherwise all hold a connection and a close's
+/// buffers together: the daemon's descriptors and memory would follow that peak and keep it,
+/// because SQLite keeps a closed connection's descriptor open for reuse while any other
+/// connection of the process holds a lock on the file (the daemon's own connections always do
+/// in WAL mode), and freed heap stays with the allocator. The others wait their turn; a settle
+/// is quick unless its tree outlives SIGTERM.
+struct SettleGate {
+    running: Mutex<usize>,
+    freed: Condvar,
+}
+
+static SETTLES: SettleGate = SettleGate {
+    running: Mutex::new(0),
+    freed: Condvar::new(),
+};
+
+/// A place among the running settles, given back on drop.
+struct SettleSlot(&'static SettleGate);
+
+impl SettleGate {
+    fn enter(&'static self) -> SettleSlot {
+        let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= MAX_CONCURRENT_SETTLES {
+            n = self.freed.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        SettleSlot(self)
+    }
+}
+
+impl Drop for SettleSlot {
+    fn drop(&mut self) {
+        *self.0.running.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// Room kept in an output item for everything but the line (`"seq":…,"type":"output","line":`,
 /// the `lossy`/`truncated` flags, and the request id a client adds).
 const ITEM_OVERHEAD: usize = 160;
@@ -1159,22 +1242,22 @@ const MIN_ITEM_LINE: usize = 256;
 
 /// How much of the adapter's stdout is read at a time (a pipe holds 64 KiB by default).
 const READ_CHUNK: usize = 64 * 1024;
+/// The stdout buffer until a read fills it (see [`Session::read_stdout`]).
+const FIRST_READ: usize = 4 * 1024;
 
-/// One rendered output line of a batch: its encoded JSON string lies in [`OutBatch::encoded`].
+/// One rendered output line of a batch: its item body, ready to be numbered.
 struct OutLine {
-    encoded: std::ops::Range<usize>,
-    lossy: bool,
-    truncated: bool,
+    body: Arc<str>,
     /// The id (as its JSON text) and ACP session id of a JSON-RPC response in the line.
     response: Option<(String, Option<String>)>,
 }
 
 /// The lines of one read, rendered before any lock is taken: the lossy UTF-8 check, the bounded
-/// JSON encoding (into one buffer for the whole batch), and — only while requests await
-/// responses — the JSON-RPC classification.
+/// JSON encoding, the item body (its seq is written by the attach, see [`Item`]), and — only
+/// while requests await responses — the JSON-RPC classification.
 #[derive(Default)]
 struct OutBatch {
-    encoded: String,
+    scratch: String,
     lines: Vec<OutLine>,
 }
 
@@ -1182,8 +1265,15 @@ impl OutBatch {
     fn add(&mut self, raw: &[u8], truncated: bool, cap: usize, tracking: bool) {
         let text = String::from_utf8_lossy(raw);
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
-        let start = self.encoded.len();
-        let cut = encode_bounded_into(&mut self.encoded, &text, cap);
+        self.scratch.clear();
+        self.scratch.push_str("\"type\":\"output\",\"line\":");
+        let cut = encode_bounded_into(&mut self.scratch, &text, cap);
+        if lossy {
+            self.scratch.push_str(",\"lossy\":true");
+        }
+        if truncated || cut {
+            self.scratch.push_str(",\"truncated\":true");
+        }
         let response = if tracking {
             match classify_incoming(&text) {
                 Incoming::Response { id, session_id } => Some((id.to_string(), session_id)),
@@ -1193,19 +1283,16 @@ impl OutBatch {
             None
         };
         self.lines.push(OutLine {
-            encoded: start..self.encoded.len(),
-            lossy,
-            truncated: truncated || cut,
+            body: Arc::from(self.scratch.as_str()),
             response,
         });
     }
 
     fn clear(&mut self) {
         self.lines.clear();
-        self.encoded.clear();
         // A batch that held one huge line does not keep its buffer.
-        if self.encoded.capacity() > 4 * READ_CHUNK {
-            self.encoded.shrink_to(READ_CHUNK);
+        if self.scratch.capacity() > 4 * READ_CHUNK {
+            self.scratch = String::new();
         }
     }
 }
@@ -1291,7 +1378,26 @@ impl LineFramer {
 }
 
 fn memchr_newline(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
+    memchr::memchr(b'\n', b)
+}
+
+/// Appends `n` in decimal (the formatting machinery costs more than the rest of a short item).
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 fn strip_cr(l: &[u8]) -> &[u8] {
@@ -1631,7 +1737,16 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_renders_each_line_once_into_one_buffer() {
+    fn decimals() {
+        for n in [0, 7, 10, 1023, 1024, -1, i64::MAX, i64::MIN] {
+            let mut s = b"x".to_vec();
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x{n}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn a_batch_renders_each_line_into_its_item_body() {
         let mut b = OutBatch::default();
         b.add(b"plain", false, 100, false);
         b.add(b"\xff\"q\"", false, 100, false);
@@ -1642,19 +1757,31 @@ mod tests {
             100,
             true,
         );
-        let enc = |i: usize| &b.encoded[b.lines[i].encoded.clone()];
-        assert_eq!(enc(0), "\"plain\"");
-        assert_eq!(enc(1), "\"\u{fffd}\\\"q\\\"\"");
-        assert!(b.lines[1].lossy && !b.lines[0].lossy);
-        assert_eq!(enc(2).len(), 20);
-        assert!(b.lines[2].truncated && b.lines[3].truncated);
+        let body = |i: usize| &*b.lines[i].body;
+        assert_eq!(body(0), r#""type":"output","line":"plain""#);
+        assert_eq!(
+            body(1),
+            "\"type\":\"output\",\"line\":\"\u{fffd}\\\"q\\\"\",\"lossy\":true"
+        );
+        assert_eq!(
+            body(2),
+            format!(
+                r#""type":"output","line":"{}","truncated":true"#,
+                "x".repeat(18)
+            )
+        );
+        assert!(body(3).ends_with(r#","truncated":true"#));
         assert_eq!(
             b.lines[3].response,
             Some(("7".to_string(), Some("a".to_string())))
         );
         assert_eq!(b.lines[0].response, None);
+        for i in 0..4 {
+            let v: Value = serde_json::from_str(&format!("{{{}}}", body(i))).unwrap();
+            assert_eq!(v["type"], "output");
+        }
         b.clear();
-        assert!(b.lines.is_empty() && b.encoded.is_empty());
+        assert!(b.lines.is_empty());
     }
 
     #[test]
