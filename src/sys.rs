@@ -119,3 +119,14 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Gives the heap's free memory back to the kernel (glibc's `malloc_trim`: every arena, and free
+/// pages inside them, not only the top). A long-running daemon otherwise keeps the peak of a
+/// burst of large, short-lived allocations resident for good. No-op on other C libraries.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own structures under its locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -1201,8 +1201,8 @@ const MAX_CONCURRENT_SETTLES: usize = 4;
 /// buffers together: the daemon's descriptors and memory would follow that peak and keep it,
 /// because SQLite keeps a closed connection's descriptor open for reuse while any other
 /// connection of the process holds a lock on the file (the daemon's own connections always do
-/// in WAL mode), and freed heap stays with the allocator. The others wait their turn; a settle
-/// is quick unless its tree outlives SIGTERM.
+/// in WAL mode), and freed heap stays with the allocator (so the last settle out trims it). The
+/// others wait their turn; a settle is quick unless its tree outlives SIGTERM.
 struct SettleGate {
     running: Mutex<usize>,
     freed: Condvar,
@@ -1229,8 +1229,19 @@ impl SettleGate {
 
 impl Drop for SettleSlot {
     fn drop(&mut self) {
-        *self.0.running.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        let left = {
+            let mut n = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
+            *n -= 1;
+            *n
+        };
         self.0.freed.notify_one();
+        // A settle whose wrapper died with its tree still around reads the whole process table
+        // (escapees are found by their markers), megabytes on a busy host. The last settle of
+        // a burst hands that memory back, so the daemon's footprint follows its sessions and
+        // not the largest burst it ever saw.
+        if left == 0 {
+            crate::sys::release_free_heap();
+        }
     }
 }
 
