@@ -889,6 +889,10 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
         let spawned = std::thread::Builder::new()
             .name("takeover".into())
             .spawn(move || {
+                // Bounded like the settles: a burst of wrapper deaths on a loaded host changes
+                // many leases at once (reconcile marks them), and one connection and process-table
+                // read each, all together, is what the daemon's footprint would keep.
+                let _slot = session::settle_slot();
                 let refs = [LeaseRef::Id(id)];
                 if let Err(e) = d.close_marked(std::slice::from_ref(&s), &refs, None) {
                     tracing::warn!(session_key = %s.key, error = %e, "cannot finish the close");

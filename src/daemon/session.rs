@@ -1214,7 +1214,14 @@ static SETTLES: SettleGate = SettleGate {
 };
 
 /// A place among the running settles, given back on drop.
-struct SettleSlot(&'static SettleGate);
+pub(crate) struct SettleSlot(&'static SettleGate);
+
+/// Waits for a place among the daemon's settles (see [`SettleGate`]): for the daemon's own
+/// closes of sessions it did not start closing on a client's request (a lease taken over after it
+/// changed underneath), which would otherwise fan out one connection each in the same bursts.
+pub(crate) fn settle_slot() -> SettleSlot {
+    SETTLES.enter()
+}
 
 impl SettleGate {
     fn enter(&'static self) -> SettleSlot {
