@@ -105,7 +105,15 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
         "no READY=1: {seen:?}\n{}",
         log_text()
     );
-    // READY=1 came after the start-up reap: the orphan is settled already.
+    // READY=1 came after the start-up reap: its STATUS= reports the reap's result, and the
+    // orphan is settled already.
+    let ready = seen.iter().find(|m| m.lines().any(|l| l == "READY=1")).unwrap();
+    assert!(
+        ready
+            .lines()
+            .any(|l| l.starts_with("STATUS=serving; start-up reap: closed 1,")),
+        "READY=1 without the start-up reap's result: {ready:?}"
+    );
     assert_eq!(
         lease_state_in_db(&state, "orphan"),
         "closed",

@@ -461,7 +461,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     });
     tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
     // Only now: the start-up reap is done and the socket accepts requests.
-    systemd::notify_ready("serving");
+    systemd::notify_ready(&systemd::ready_status(&daemon.startup_reap));
 
     let hk = daemon.clone();
     let (stop_housekeeping, stopped) = std::sync::mpsc::channel::<()>();

@@ -71,6 +71,20 @@ fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
     Ok(())
 }
 
+/// The `STATUS=` sent with `READY=1`: what the start-up reap (its summary, as in `status`'s
+/// `startupReap`) settled. Built from the reap's result, so the readiness message cannot be
+/// sent before the reap is done (`systemctl status leash` shows it).
+pub fn ready_status(startup_reap: &serde_json::Value) -> String {
+    let n = |k: &str| startup_reap[k].as_u64().unwrap_or(0);
+    format!(
+        "serving; start-up reap: closed {}, lost {}, left open {}, expired {}",
+        n("closed"),
+        n("lost"),
+        n("leftOpen"),
+        n("expired")
+    )
+}
+
 /// Tells the service manager the daemon is ready (no-op without `NOTIFY_SOCKET`).
 pub fn notify_ready(status: &str) {
     notify(&[
