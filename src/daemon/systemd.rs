@@ -48,6 +48,15 @@ pub fn activated_listener() -> Result<Option<(UnixListener, Option<PathBuf>)>, A
     Ok(Some((listener, path)))
 }
 
+/// The pid that called listen() on `l` (for a listening Unix socket, `SO_PEERCRED` reports its
+/// creator): under systemd the service manager, which every client then sees as its peer.
+pub fn listener_pid(l: &UnixListener) -> Option<i32> {
+    nix::sys::socket::getsockopt(l, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| c.pid())
+        .filter(|&p| p > 0)
+}
+
 fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
     use nix::sys::socket::{
         getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr,
