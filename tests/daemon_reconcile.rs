@@ -108,14 +108,24 @@ fn orphans_outside_the_daemon_are_settled_and_live_sessions_untouched() {
         counted >= before as f64 && counted <= after as f64 + 1.0,
         "passes: status {before}..{after}, metrics {counted}\n{text}"
     );
-    assert!(sample("leash_reconcile_passes_total{result=\"acted\"}") >= 1.0, "{text}");
+    assert!(
+        sample("leash_reconcile_passes_total{result=\"acted\"}") >= 1.0,
+        "{text}"
+    );
     assert_eq!(
         sample("leash_reconcile_settled_total{result=\"closed\"}"),
         2.0,
         "{text}"
     );
-    assert_eq!(sample("leash_reaps_total{result=\"closed\"}"), 2.0, "{text}");
-    assert!(sample("leash_reconcile_duration_seconds_count") >= counted, "{text}");
+    assert_eq!(
+        sample("leash_reaps_total{result=\"closed\"}"),
+        2.0,
+        "{text}"
+    );
+    assert!(
+        sample("leash_reconcile_duration_seconds_count") >= counted,
+        "{text}"
+    );
 }
 
 #[test]

@@ -120,7 +120,10 @@ fn an_idle_pass_reads_only_the_leases_and_an_orphan_pass_scans_once() {
         "a pass that settles an orphan read the process table {} times (contained: {contained})",
         t.scans()
     );
-    assert!(wait_for(|| !escapee.pid.alive()), "the escapee was not reaped");
+    assert!(
+        wait_for(|| !escapee.pid.alive()),
+        "the escapee was not reaped"
+    );
     for (_, _, e) in &lives[1..] {
         assert!(e.pid.alive());
         assert_eq!(e.signals(), "", "a live session was signalled");

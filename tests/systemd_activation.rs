@@ -107,7 +107,10 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     );
     // READY=1 came after the start-up reap: its STATUS= reports the reap's result, and the
     // orphan is settled already.
-    let ready = seen.iter().find(|m| m.lines().any(|l| l == "READY=1")).unwrap();
+    let ready = seen
+        .iter()
+        .find(|m| m.lines().any(|l| l == "READY=1"))
+        .unwrap();
     assert!(
         ready
             .lines()
@@ -168,13 +171,8 @@ fn clients_trust_a_daemon_behind_a_forking_service_manager() {
     let state = tmp.join("state");
     let socket = tmp.join("manager.sock");
     let mut guard = Guard::new();
-    let (_owner, wrapper, _escapee) = outside_session(
-        &mut guard,
-        &state,
-        tmp.path(),
-        "live",
-        "sleep 1000 & wait",
-    );
+    let (_owner, wrapper, _escapee) =
+        outside_session(&mut guard, &state, tmp.path(), "live", "sleep 1000 & wait");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let fd = listener.as_raw_fd();
     let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
@@ -230,8 +228,7 @@ fn clients_trust_a_daemon_behind_a_forking_service_manager() {
         log_text()
     );
     let lock: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(state.join("daemon.lock")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(state.join("daemon.lock")).unwrap()).unwrap();
     assert_eq!(lock["pid"], daemon_pid.pid);
     assert_eq!(lock["listenerPid"], std::process::id());
     // Without --socket, the CLI finds it through the lock file and is served too.

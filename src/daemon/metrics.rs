@@ -285,7 +285,9 @@ pub fn refusal_kind(reason: &str) -> &'static str {
         "pid_reused"
     } else if r.contains("uid") || r.contains("permission") || r.contains("not permitted") {
         "permission"
-    } else if r.contains("marker") || r.contains("another lease") || r.contains("another gateway")
+    } else if r.contains("marker")
+        || r.contains("another lease")
+        || r.contains("another gateway")
         || r.contains("group id may have been recycled")
     {
         "not_ours"
@@ -584,7 +586,10 @@ mod tests {
                 "not_ours",
             ),
             ("carries another gateway's instance id".into(), "not_ours"),
-            ("zombie: already dead, its parent reaps it".into(), "already_dead"),
+            (
+                "zombie: already dead, its parent reaps it".into(),
+                "already_dead",
+            ),
             (
                 "in the lease's process group but not a descendant of its root and without its \
                  marker: the group id may have been recycled"

@@ -72,8 +72,10 @@ pub fn tool(binary: &str, package: &str) -> Result<PathBuf, String> {
         "--no-install-recommends",
         package,
     ]));
-    Ok(on_path(binary)
-        .unwrap_or_else(|| panic!("{package} installed but {binary} is not on PATH")))
+    Ok(
+        on_path(binary)
+            .unwrap_or_else(|| panic!("{package} installed but {binary} is not on PATH")),
+    )
 }
 
 /// The path of `binary` from Debian `package`, unpacked (not installed) under the target
