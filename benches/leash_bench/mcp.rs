@@ -77,7 +77,15 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let init = Command::new(&leash)
         .arg("--state-dir")
         .arg(&dir)
-        .args(["exec", "--containment", "off", "--session", "init", "--", "true"])
+        .args([
+            "exec",
+            "--containment",
+            "off",
+            "--session",
+            "init",
+            "--",
+            "true",
+        ])
         .env_remove("LEASH_LOG")
         .output()
         .map_err(|e| format!("cannot run leash exec: {e}"))?;
