@@ -100,6 +100,13 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     assert_eq!(reaped[0]["result"], "closed");
     assert!(!escapee.pid.alive());
     c.call("verify", json!({"session": "b"}));
+    // A prompt the adapter never answers (it does not read stdin): `b` is busy from here on.
+    c.call(
+        "send",
+        json!({"session": "b", "line": r#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"x","prompt":[]}}"#}),
+    );
+    assert!(wait_daemon(&mut c, |c| session_status(c, "b")
+        .is_some_and(|s| s["busy"] == true)));
     let leases = c.call("leases", json!({}));
     let b = session_status(&mut c, "b").unwrap();
 
@@ -120,6 +127,7 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         ("reap", 1),
         ("verify", 1),
         ("leases", 1),
+        ("send", 1),
     ] {
         assert_eq!(
             get(
@@ -215,8 +223,13 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     );
     assert_eq!(get(&m, "leash_leases{state=\"closed\"}"), 3.0, "{text}");
     assert_eq!(
-        get(&m, "leash_sessions{phase=\"running\",busy=\"false\"}"),
+        get(&m, "leash_sessions{phase=\"running\",busy=\"true\"}"),
         1.0,
+        "{text}"
+    );
+    assert_eq!(
+        get(&m, "leash_sessions{phase=\"running\",busy=\"false\"}"),
+        0.0,
         "{text}"
     );
     assert_eq!(
