@@ -41,6 +41,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod controller;
 pub mod daemon;
 pub mod exec;
 pub mod exitcode;

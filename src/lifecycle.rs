@@ -13,25 +13,21 @@
 //! Every signal goes through [`crate::signal`], which re-checks the process through a pidfd.
 
 use crate::cgroup::{self, Containment, Verified};
+use crate::controller::terminate::{Engine, Job};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::legacy::{self, LegacyRecord};
-use crate::plan::{self, CgroupAction, Decision, PlannedSignal, ReapOptions, ReapPlan};
+use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
 use crate::proc::{self, ProcessTable, Snapshot, TableError};
 use crate::report::{self, WrapperReport};
-use crate::signal::{self, Caller, CurrentCaller, Delivery, Pinned, Sig, SignalError};
+use crate::signal::{
+    Caller, Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock,
+};
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
-use crate::verify::{Expect, Role};
+use crate::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// After SIGKILL, how long to wait for the kernel to finish the processes off before reporting.
-const KILL_WAIT: Duration = Duration::from_secs(5);
-
-/// After its tree got SIGKILL, how long the wrapper gets to reap it and exit on its own (so its
-/// report carries the adapter's exit status) before it gets SIGKILL too.
-const ROOT_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -52,18 +48,7 @@ pub enum LeaseRef {
     Session(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SignalRecord {
-    pub pid: i32,
-    pub start_time: u64,
-    pub role: Role,
-    pub signal: Sig,
-    pub delivery: Delivery,
-}
-
-/// A process not signalled, and why (the same record a plan carries).
-pub use crate::plan::Refused as RefusedSignal;
+pub use crate::controller::terminate::{RefusedSignal, SignalRecord};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -147,120 +132,9 @@ pub struct Controller<'t> {
     containment: Containment,
     /// The host-wide pass `plan_reap` took, for `reap` to reuse (one pass per reap).
     last_scan: Option<Result<Snapshot, TableError>>,
-}
-
-/// One batch member being terminated.
-struct Job {
-    kind: JobKind,
-    session_key: String,
-    grace: Duration,
-    planned: Vec<PlannedSignal>,
-    pins: Vec<(Pinned, Role)>,
-    signals: Vec<SignalRecord>,
-    refused: Vec<RefusedSignal>,
-    deadline: Instant,
-    stage: Stage,
-    /// The lease's verified cgroup (path, id), killed at the end of the grace and removed.
-    cgroup: Option<(PathBuf, u64)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// SIGTERM is out; the grace runs.
-    Terminating,
-    /// Non-root survivors got SIGKILL; the root gets [`ROOT_GRACE`] to exit by itself.
-    KillingChildren,
-    /// Everything still alive got SIGKILL.
-    Killed,
-}
-
-impl Job {
-    fn new(
-        kind: JobKind,
-        session_key: String,
-        grace_ms: u64,
-        planned: Vec<PlannedSignal>,
-        refused: Vec<RefusedSignal>,
-    ) -> Job {
-        Job {
-            kind,
-            session_key,
-            grace: Duration::from_millis(grace_ms),
-            planned,
-            pins: Vec::new(),
-            signals: Vec::new(),
-            refused,
-            // Set when its SIGTERMs are out (run_jobs).
-            deadline: Instant::now(),
-            stage: Stage::Terminating,
-            cgroup: None,
-        }
-    }
-
-    /// At the end of the grace: `cgroup.kill` takes every member of the verified cgroup at once
-    /// (escapees included); the per-process SIGKILLs that follow find them gone.
-    fn kill_cgroup(&mut self) {
-        let Some((path, id)) = &self.cgroup else {
-            return;
-        };
-        match Verified::open(path, *id) {
-            Ok(h) => {
-                let listed = h.procs();
-                let hit: Vec<(ProcessId, Role)> = self
-                    .pins
-                    .iter()
-                    .filter(|(p, _)| listed.contains(&p.id.pid) && !signal::exited(p))
-                    .map(|(p, role)| (p.id, *role))
-                    .collect();
-                match h.kill() {
-                    Ok(()) => {
-                        tracing::info!(cgroup = %path.display(), members = listed.len(), "cgroup.kill");
-                        for (id, role) in hit {
-                            self.signals.push(SignalRecord {
-                                pid: id.pid,
-                                start_time: id.start_time,
-                                role,
-                                signal: Sig::Kill,
-                                delivery: Delivery::CgroupKill,
-                            });
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed")
-                    }
-                }
-                // No wait here: the kernel queued SIGKILL for every member before the write
-                // returned; the jobs' common wait below sees them go.
-            }
-            Err(e) => tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not killed"),
-        }
-    }
-
-    /// SIGKILLs the pinned members that are still alive and match `which`.
-    fn kill_alive(&mut self, which: impl Fn(Role) -> bool) {
-        for (p, role) in &self.pins {
-            if !which(*role) || signal::exited(p) {
-                continue;
-            }
-            // Already given SIGKILL by cgroup.kill (pending from the moment the write returned).
-            let by_cgroup = self.signals.iter().any(|s| {
-                s.delivery == Delivery::CgroupKill
-                    && s.pid == p.id.pid
-                    && s.start_time == p.id.start_time
-            });
-            if by_cgroup {
-                continue;
-            }
-            let delivery = signal::send(p, Sig::Kill).unwrap_or(Delivery::AlreadyGone);
-            self.signals.push(SignalRecord {
-                pid: p.id.pid,
-                start_time: p.id.start_time,
-                role: *role,
-                signal: Sig::Kill,
-                delivery,
-            });
-        }
-    }
+    /// Who signals, and the clock the graces run on (pidfds and the system's, live).
+    signaller: &'t dyn Signaller,
+    clock: &'t dyn Clock,
 }
 
 /// Leases claimed, and (lease id, why not) for the others.
@@ -294,6 +168,8 @@ impl<'t> Controller<'t> {
             me: proc::self_id(),
             containment: Containment::default_off(),
             last_scan: None,
+            signaller: &PidfdSignaller,
+            clock: &SystemClock,
         })
         .map(|mut c| {
             let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
@@ -303,6 +179,30 @@ impl<'t> Controller<'t> {
             c.containment = Containment::resolve_lean(&settings, c.store.gateway_instance_id());
             c
         })
+    }
+
+    /// Signals through `signaller` on `clock`, as `caller` (the controller simulator: the
+    /// recording signaller over a fixture host; live, pidfds and the system clock as leash).
+    pub fn with_signaller(
+        mut self,
+        signaller: &'t dyn Signaller,
+        clock: &'t dyn Clock,
+        caller: Caller,
+    ) -> Self {
+        self.signaller = signaller;
+        self.clock = clock;
+        self.caller = caller;
+        self
+    }
+
+    /// The TERM → grace → KILL engine over this controller's table, signaller and clock.
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            table: self.table,
+            caller: &self.caller,
+            signaller: self.signaller,
+            clock: self.clock,
+        }
     }
 
     /// Uses these containment settings instead of the environment's.
@@ -724,7 +624,7 @@ impl<'t> Controller<'t> {
                 .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
             let group_left = || {
                 l.process_group_id
-                    .is_some_and(|g| group_has_members(g, Instant::now()))
+                    .is_some_and(|g| self.engine().group_has_members(g, self.clock.now()))
             };
             if contained(l) && (alive || !group_left()) {
                 list.extend(at_root);
@@ -775,12 +675,13 @@ impl<'t> Controller<'t> {
                 lp.grace_ms,
                 lp.signals.clone(),
                 lp.refused.clone(),
+                self.clock.now(),
             ));
         }
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.run_jobs(&mut jobs);
+        self.engine().run_jobs(&mut jobs);
         let mut out = Vec::new();
         for j in jobs {
             let JobKind::Lease(lease) = j.kind else {
@@ -855,8 +756,14 @@ impl<'t> Controller<'t> {
             match lp.decision {
                 Decision::Terminate => {
                     let key = lease.session_key.clone();
-                    let mut job =
-                        Job::new(JobKind::Lease(lease), key, grace, lp.signals, lp.refused);
+                    let mut job = Job::new(
+                        JobKind::Lease(lease),
+                        key,
+                        grace,
+                        lp.signals,
+                        lp.refused,
+                        self.clock.now(),
+                    );
                     job.cgroup = cg;
                     jobs.push(job);
                 }
@@ -882,114 +789,31 @@ impl<'t> Controller<'t> {
                 }),
             }
         }
-        self.run_jobs(&mut jobs);
-        // A second look after the kills: anything of the lease still alive (forked during the
-        // grace, re-parented late) gets SIGKILL too, after the same verification. A lease with a
-        // verified cgroup needs none: whatever it forked is in the cgroup, which is killed and
-        // emptied below, so no walk of the whole process table is spent on it.
-        let lease_jobs: Vec<&Lease> = jobs
-            .iter()
-            .filter_map(|j| match &j.kind {
-                JobKind::Lease(l) if j.cgroup.is_none() => Some(l),
-                _ => None,
-            })
-            .collect();
-        // Only a lease of which something may still run takes that look: a member pinned but
-        // not seen to exit, or a process group that still has members (a child forked during
-        // the grace stays in it). When all are gone the look is skipped: it would read the whole
-        // host to find nothing, and a marker carrier that left the group too is `reap`'s (its
-        // escapee sweep).
-        // A killed member is a zombie for a moment before its parent reaps it, and a zombie
-        // still counts in its group: give the groups a short, shared moment to empty.
-        let settle = Instant::now() + Duration::from_millis(100);
-        let lease_jobs: Vec<&Lease> = lease_jobs
-            .into_iter()
-            .filter(|l| {
-                let j = jobs
-                    .iter()
-                    .find(|j| matches!(&j.kind, JobKind::Lease(x) if x.lease_id == l.lease_id));
-                let pins_left = j.is_some_and(|j| j.pins.iter().any(|(p, _)| !signal::exited(p)));
-                let groups: Vec<i32> = l
-                    .process_group_id
-                    .into_iter()
-                    .chain(j.into_iter().flat_map(|j| {
-                        j.pins
-                            .iter()
-                            .filter(|(p, r)| *r != Role::Root && p.pgid == p.id.pid)
-                            .map(|(p, _)| p.pgid)
-                    }))
-                    .collect();
-                pins_left || groups.into_iter().any(|g| group_has_members(g, settle))
-            })
-            .collect();
-        if !lease_jobs.is_empty() {
-            let wanted: Vec<String> = lease_jobs.iter().map(|l| l.lease_id.clone()).collect();
-            let snap = self.table.snapshot();
-            for j in jobs.iter_mut() {
-                let JobKind::Lease(lease) = &j.kind else {
-                    continue;
-                };
-                if j.cgroup.is_some() || !wanted.contains(&lease.lease_id) {
-                    continue;
-                }
-                let lp = plan::plan_lease(lease, &expect, snap.as_ref(), &self.caller, 0);
-                if lp.decision == Decision::Terminate {
-                    let mut late = Vec::new();
-                    for s in &lp.signals {
-                        self.pin_and_send(s, Sig::Kill, &mut late, &mut j.signals, &mut j.refused);
-                    }
-                    let pins: Vec<&Pinned> = late.iter().map(|(p, _)| p).collect();
-                    signal::wait_all(&pins, Instant::now() + KILL_WAIT);
-                }
-            }
-        }
+        self.engine().run_jobs(&mut jobs);
+        // A second look after the kills (leases without a verified cgroup; see the engine).
+        self.engine().late_sweep(
+            &mut jobs,
+            |k| match k {
+                JobKind::Lease(l) => Some(l),
+                JobKind::Legacy(_) => None,
+            },
+            &expect,
+        );
         // The verified cgroups: all killed first, then one wait for all of them to empty, then
         // each removed; never a wait per cgroup in turn.
         let cgroups: Vec<(PathBuf, u64)> = jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
         let mut removed = remove_cgroups(&cgroups).into_iter();
         for j in jobs {
+            if !matches!(j.kind, JobKind::Lease(_)) {
+                continue;
+            }
+            let cg = j
+                .cgroup
+                .is_some()
+                .then(|| removed.next().unwrap_or_default());
+            let (state, reason) = self.engine().lease_end(&j, cg);
             let JobKind::Lease(lease) = j.kind else {
                 continue;
-            };
-            let survivors: Vec<i32> = j
-                .pins
-                .iter()
-                .filter(|(p, _)| !signal::exited(p))
-                .map(|(p, _)| p.id.pid)
-                .collect();
-            let kills = j
-                .signals
-                .iter()
-                .filter(|s| {
-                    s.signal == Sig::Kill
-                        && matches!(s.delivery, Delivery::Delivered | Delivery::CgroupKill)
-                })
-                .count();
-            let mut reason = format!(
-                "terminated {} process(es) children first{}",
-                j.pins.len(),
-                if kills > 0 {
-                    format!(", {kills} needed SIGKILL after {} ms", j.grace.as_millis())
-                } else {
-                    String::new()
-                }
-            );
-            if !survivors.is_empty() {
-                reason.push_str(&format!("; still alive after SIGKILL: {survivors:?}"));
-            }
-            let mut cgroup_members = 0;
-            if j.pins.is_empty() {
-                reason = "every member had exited before it could be signalled".into();
-            }
-            if j.cgroup.is_some() {
-                let (members, clause) = removed.next().unwrap_or_default();
-                cgroup_members = members;
-                reason.push_str(&clause);
-            }
-            let state = if j.pins.is_empty() && cgroup_members == 0 {
-                LeaseState::Lost
-            } else {
-                LeaseState::Closed
             };
             finishes.push(Finish {
                 lease,
@@ -1000,120 +824,6 @@ impl<'t> Controller<'t> {
             });
         }
         self.finish_all(finishes)
-    }
-
-    /// Pins one planned process and sends it `sig`, recording what happened.
-    fn pin_and_send(
-        &self,
-        s: &PlannedSignal,
-        sig: Sig,
-        pins: &mut Vec<(Pinned, Role)>,
-        signals: &mut Vec<SignalRecord>,
-        refused: &mut Vec<RefusedSignal>,
-    ) {
-        let id = ProcessId {
-            pid: s.pid,
-            start_time: s.start_time,
-        };
-        match signal::pin(self.table, &self.caller, id) {
-            Ok(Some(p)) => {
-                let result = if s.role == Role::Adapter && p.pgid == p.id.pid {
-                    // The verified leader's whole group, including members forked since the
-                    // snapshot; then the leader itself (older kernels).
-                    match signal::send_group(&p, sig, &self.caller) {
-                        Ok(_) | Err(SignalError::GroupUnsupported) => signal::send(&p, sig),
-                        Err(e) => Err(e),
-                    }
-                } else {
-                    signal::send(&p, sig)
-                };
-                match result {
-                    Ok(delivery) => {
-                        tracing::info!(pid = s.pid, role = ?s.role, signal = sig.name(), ?delivery, "signalled");
-                        signals.push(SignalRecord {
-                            pid: s.pid,
-                            start_time: s.start_time,
-                            role: s.role,
-                            signal: sig,
-                            delivery,
-                        });
-                        pins.push((p, s.role));
-                    }
-                    Err(e) => refused.push(RefusedSignal {
-                        pid: s.pid,
-                        reason: e.to_string(),
-                    }),
-                }
-            }
-            Ok(None) => {} // already gone
-            Err(e) => {
-                tracing::warn!(pid = s.pid, error = %e, "not signalled");
-                refused.push(RefusedSignal {
-                    pid: s.pid,
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
-
-    /// SIGTERM every job's members (children first), then wait: when a job's own grace ends,
-    /// its surviving non-root members get SIGKILL, and its root (the wrapper, which exits by
-    /// itself once its tree is gone, writing the adapter's exit status) gets SIGKILL only if it
-    /// is still there [`ROOT_GRACE`] later. All jobs' graces run at the same time.
-    fn run_jobs(&self, jobs: &mut [Job]) {
-        for j in jobs.iter_mut() {
-            let planned = std::mem::take(&mut j.planned);
-            for s in &planned {
-                self.pin_and_send(s, Sig::Term, &mut j.pins, &mut j.signals, &mut j.refused);
-            }
-            j.planned = planned;
-            // Saturating: a grace read from a row is at most an hour, but never panic on one.
-            let now = Instant::now();
-            j.deadline = now.checked_add(j.grace).unwrap_or(now);
-        }
-        loop {
-            let now = Instant::now();
-            let mut next: Option<Instant> = None;
-            for j in jobs.iter_mut() {
-                if j.stage == Stage::Killed
-                    || (0..j.pins.len()).all(|i| signal::exited(&j.pins[i].0))
-                {
-                    continue;
-                }
-                match j.stage {
-                    Stage::Terminating if now >= j.deadline => {
-                        j.kill_cgroup();
-                        j.kill_alive(|role| role != Role::Root);
-                        j.stage = Stage::KillingChildren;
-                        j.deadline = now + ROOT_GRACE;
-                    }
-                    Stage::KillingChildren if now >= j.deadline => {
-                        j.kill_alive(|_| true);
-                        j.stage = Stage::Killed;
-                        continue;
-                    }
-                    _ => {}
-                }
-                next = Some(next.map_or(j.deadline, |n| n.min(j.deadline)));
-            }
-            let Some(until) = next else { break };
-            let pins: Vec<&Pinned> = jobs
-                .iter()
-                .filter(|j| j.stage != Stage::Killed)
-                .flat_map(|j| j.pins.iter().map(|(p, _)| p))
-                .collect();
-            // Returns early when they all exit; re-evaluated each round.
-            signal::wait_all(
-                &pins,
-                until.min(Instant::now() + Duration::from_millis(100)),
-            );
-        }
-        let killed: Vec<&Pinned> = jobs
-            .iter()
-            .filter(|j| j.stage != Stage::Terminating)
-            .flat_map(|j| j.pins.iter().map(|(p, _)| p))
-            .collect();
-        signal::wait_all(&killed, Instant::now() + KILL_WAIT);
     }
 
     /// Records how each claimed lease ended (one transaction for all of them), folding in the
@@ -1195,6 +905,7 @@ impl<'t> Controller<'t> {
                     grace_override.unwrap_or(crate::exec::DEFAULT_GRACE_MS),
                     lp.signals.clone(),
                     lp.refused.clone(),
+                    self.clock.now(),
                 )),
                 Decision::MarkLost { reason } => {
                     legacy::finish(&mut self.store, rec.id, "lost", reason)?;
@@ -1222,7 +933,7 @@ impl<'t> Controller<'t> {
                 }
             }
         }
-        self.run_jobs(&mut jobs);
+        self.engine().run_jobs(&mut jobs);
         for j in jobs {
             let JobKind::Legacy(rec) = j.kind else {
                 continue;
@@ -1282,20 +993,6 @@ impl HeldClaims {
 /// longer than the database's busy timeout for that commit.
 fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
-}
-
-/// True when a process group still has a member ([`proc::group_exists`]), polling until
-/// `settle` while it does (a killed member is a zombie until its parent reaps it).
-fn group_has_members(pgid: i32, settle: Instant) -> bool {
-    loop {
-        if !proc::group_exists(pgid) {
-            return false;
-        }
-        if Instant::now() >= settle {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// [`remove_cgroup`] for many cgroups at once: every populated one is killed first, then all are
