@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 /// One build's figures at one level, in ms.
 #[derive(Default, Clone)]
 struct Figures {
+    /// The control: spawning `/bin/true` from the same process, no leash at all.
+    spawn: Vec<f64>,
     exec: Vec<f64>,
     close: Vec<f64>,
     reap: Vec<f64>,
@@ -151,6 +153,7 @@ fn levels(cfg: &Config) -> Vec<usize> {
 fn measure(env: &Env, s: &Subject, f: &mut Figures, runs: usize) -> Result<(), String> {
     for _ in 0..runs {
         f.exec.push(s.exec(env)?);
+        f.spawn.push(timed(&mut Command::new(&env.true_bin))?);
     }
     for _ in 0..runs.div_ceil(3) {
         f.close.push(s.close(env)?);
@@ -218,6 +221,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     if let Some((_, _, first)) = results.first_mut() {
         for (f, a) in first.iter_mut().zip(&again) {
             f.exec.extend_from_slice(&a.exec);
+            f.spawn.extend_from_slice(&a.spawn);
             f.close.extend_from_slice(&a.close);
             f.reap.extend_from_slice(&a.reap);
         }
@@ -228,7 +232,8 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "\n### 8. Host scale (issue 16)\n\nContainment off. Per level: {} runs of `leash exec \
          --session K -- true` (K reused: its previous lease is open, its root gone), {} of \
          `leash close --session C` of an idle session (`sleep`), {} of `leash reap`; median ms, \
-         and the ratio to the quiet host (N = 0: the first row pools the quiet runs before and after \
+         and the ratio to the quiet host; the control is a plain spawn of `true` from the same \
+         process, which no leash change can touch (N = 0: the first row pools the quiet runs before and after \
          the levels; the last row is the quiet run after them alone). The unrelated processes are \
          `sleep`s.\n\n",
         3 * runs.div_ceil(3),
@@ -237,6 +242,8 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     );
     let mut head = vec!["build", "N unrelated", "processes on host"];
     head.extend([
+        "spawn `true` (control, ms)",
+        "×quiet",
         "exec (ms)",
         "×quiet",
         "close (ms)",
@@ -249,14 +256,21 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         .first()
         .map(|(_, _, f)| f.iter().map(Figures::medians).collect())
         .unwrap_or_default();
+    let quiet_spawn: Vec<f64> = results
+        .first()
+        .map(|(_, _, f)| f.iter().map(|x| median(&x.spawn)).collect())
+        .unwrap_or_default();
     for (i, (name, _)) in subjects.iter().enumerate() {
         for (n, host, figs) in &results {
             let (e, c, r) = figs[i].medians();
             let (qe, qc, qr) = quiet[i];
+            let (sp, qsp) = (median(&figs[i].spawn), quiet_spawn[i]);
             t.row(vec![
                 name.clone(),
                 n.to_string(),
                 host.to_string(),
+                format!("{sp:.2}"),
+                format!("{:.2}×", sp / qsp),
                 format!("{e:.2}"),
                 format!("{:.2}×", e / qe),
                 format!("{c:.2}"),
