@@ -125,3 +125,51 @@ fn escapee_ignoring_term_is_killed_when_the_grace_ends() {
         .contains("1 needed SIGKILL after 3000 ms"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Pid reuse (a stranger, another gateway's wrapper at the root pid) and an unreadable process
+/// table: close signals nobody, refuses nothing it would have had to pin, and the lease ends
+/// lost (the pid was reused) or open again (ownership could not be proven), with the reason.
+#[test]
+fn reused_root_pid_and_unverifiable_table_signal_nobody() {
+    for (case, state, result, why) in [
+        (
+            "unrelated_process_reuses_root_pid",
+            LeaseState::Lost,
+            CloseResult::Lost,
+            "pid was reused",
+        ),
+        (
+            "other_gateway_wrapper_reuses_root_pid",
+            LeaseState::Lost,
+            CloseResult::Lost,
+            "pid was reused",
+        ),
+        (
+            "process_list_unavailable",
+            LeaseState::Open,
+            CloseResult::LeftOpen,
+            "unavailable",
+        ),
+    ] {
+        let dir = tempdir(case);
+        let (doc, root) = load(case, &dir);
+        let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
+        let sim = RecordingSignaller::new(table, HashMap::new());
+        let lease = leases(&doc).remove(0);
+        let mut ctl = Controller::open(root, &sim)
+            .unwrap()
+            .with_containment(&leash::cgroup::Settings::default_off())
+            .with_signaller(&sim, &sim, caller(&doc));
+        ctl.store().insert_lease(&lease, None, |_| None).unwrap();
+        let out = ctl
+            .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
+            .unwrap();
+        assert_eq!(sim.timeline(), vec![], "{case}: nothing signalled");
+        assert_eq!(out[0].result, result, "{case}: {out:?}");
+        let row = ctl.store().lease(&lease.lease_id).unwrap().unwrap();
+        assert_eq!(row.state, state, "{case}");
+        let reason = row.state_reason.unwrap_or_default();
+        assert!(reason.contains(why), "{case}: {reason}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
