@@ -105,15 +105,14 @@ pub fn supersede_reason(
     let pgid = old
         .process_group_id
         .or_else(|| report.as_ref().and_then(|r| r.process_group_id));
-    let adapter = match (old.adapter_pid, old.adapter_start_time) {
-        (Some(pid), Some(start_time)) => Some(crate::lease::ProcessId { pid, start_time }),
-        _ => report.as_ref().and_then(|r| {
+    let adapter = old.adapter().or_else(|| {
+        report.as_ref().and_then(|r| {
             Some(crate::lease::ProcessId {
                 pid: r.adapter_pid?,
                 start_time: r.adapter_start_time?,
             })
-        }),
-    };
+        })
+    });
     let group_alive = pgid.is_some_and(crate::proc::group_exists);
     let adapter_alive =
         adapter.is_some_and(|a| !matches!(table.liveness(a, None), Ok(Liveness::Gone)));

@@ -995,10 +995,12 @@ fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
 }
 
-/// [`remove_cgroup`] for many cgroups at once: every populated one is killed first, then all are
-/// waited for together (one deadline), then each is removed. Returns, per cgroup in order, the
+/// Kills, waits for and removes many cgroups at once: every populated one is killed first, then
+/// all are waited for together (one deadline), then each is removed; a cgroup that could not be
+/// opened as the lease's or killed is left, with the reason in its clause. Returns, per cgroup in order, the
 /// members it had before the kill and the clause its lease's reason gets.
 fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
+    let started = Instant::now();
     let mut out: Vec<(usize, String)> = Vec::with_capacity(list.len());
     let mut open: Vec<Option<Verified>> = Vec::with_capacity(list.len());
     for (path, id) in list {
@@ -1012,7 +1014,10 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
                 let members = h.procs().len();
                 if members > 0 || h.populated() {
                     if let Err(e) = h.kill() {
-                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed");
+                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                        out.push((members, format!("; {e}")));
+                        open.push(None);
+                        continue;
                     }
                 }
                 out.push((members, String::new()));
@@ -1025,7 +1030,7 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
             }
         }
     }
-    let deadline = Instant::now() + cgroup::KILL_WAIT;
+    let deadline = started + cgroup::KILL_WAIT;
     loop {
         let busy = open.iter().flatten().any(|h| h.populated());
         if !busy || Instant::now() >= deadline {
@@ -1038,7 +1043,7 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
         if h.populated() {
             let e = cgroup::CgroupError::Stuck {
                 path: path.clone(),
-                waited_ms: cgroup::KILL_WAIT.as_millis(),
+                waited_ms: started.elapsed().as_millis(),
             };
             tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
             *clause = format!("; {e}");
@@ -1059,27 +1064,11 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
     out
 }
 
-/// Kills what is left in a verified cgroup, waits until it is empty and removes it; returns the
-/// clause the lease's reason gets.
+/// Kills what is left in a verified cgroup, waits until it is empty and removes it
+/// ([`remove_cgroups`] for one); returns the clause the lease's reason gets.
 fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
-    if !path.exists() {
-        return format!("; cgroup {} already removed", path.display());
-    }
-    let result = Verified::open(path, id).and_then(|h| {
-        let members = h.procs().len();
-        h.kill_and_remove(cgroup::KILL_WAIT).map(|()| members)
-    });
-    match result {
-        Ok(0) => format!("; cgroup {} removed", path.display()),
-        Ok(n) => format!(
-            "; cgroup.kill took {n} remaining member(s) of {} and it was removed",
-            path.display()
-        ),
-        Err(e) => {
-            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
-            format!("; {e}")
-        }
-    }
+    let mut out = remove_cgroups(&[(path.to_path_buf(), id)]);
+    out.pop().map(|(_, clause)| clause).unwrap_or_default()
 }
 
 impl Drop for HeldClaims {

@@ -265,11 +265,15 @@ impl LiveTable {
 }
 
 fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
-    read_live_with(pid, true)
+    read_live_with(pid, &|_| true)
 }
 
-/// One process's `stat` and uid, plus the costly fields when `details`.
-fn read_live_with(pid: i32, details: bool) -> Result<Option<ProcessInfo>, TableError> {
+/// One process's `stat` and uid, plus the costly fields when `details` picks it from those;
+/// all through one handle on `/proc/<pid>`.
+fn read_live_with(
+    pid: i32,
+    details: &dyn Fn(&ProcessInfo) -> bool,
+) -> Result<Option<ProcessInfo>, TableError> {
     use procfs::ProcError;
     let proc = match procfs::process::Process::new(pid) {
         Ok(p) => p,
@@ -304,7 +308,7 @@ fn read_live_with(pid: i32, details: bool) -> Result<Option<ProcessInfo>, TableE
         env: None,
         pidfs_ino: None,
     };
-    if details {
+    if details(&info) {
         fill_details(&proc, &mut info);
     }
     Ok(Some(info))
@@ -384,8 +388,9 @@ impl ProcessTable for LiveTable {
         if start != id.start_time {
             return Ok(Liveness::Gone);
         }
-        if let (Some(want), Some(got)) = (pidfs_ino, pidfs_ino.and(crate::sys::pidfs_ino(id.pid))) {
-            if want != got {
+        // The pidfs inode is read only when the lease recorded one to compare with.
+        if let Some(want) = pidfs_ino {
+            if crate::sys::pidfs_ino(id.pid).is_some_and(|got| got != want) {
                 return Ok(Liveness::Gone);
             }
         }
@@ -399,16 +404,7 @@ impl ProcessTable for LiveTable {
     fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
         let mut list = Vec::new();
         for pid in live_pids()? {
-            let Some(mut p) = read_live_with(pid, false)? else {
-                continue;
-            };
-            if wants(&p) {
-                match procfs::process::Process::new(pid) {
-                    Ok(proc) => fill_details(&proc, &mut p),
-                    Err(_) => continue, // exited meanwhile
-                }
-            }
-            list.push(p);
+            list.extend(read_live_with(pid, wants)?);
         }
         if list.is_empty() {
             return Err(TableError::Unavailable(
@@ -433,7 +429,7 @@ impl ProcessTable for LiveTable {
         if pid <= 0 {
             return Ok(None);
         }
-        read_live_with(pid, false)
+        read_live_with(pid, &|_| false)
     }
 
     fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
