@@ -537,7 +537,7 @@ impl<'t> Controller<'t> {
     /// is closing right now, before the store is asked.
     fn claim_all(&mut self, ids: &[&str]) -> Result<(Claimed, HeldClaims), StoreError> {
         let mut refused = Vec::new();
-        let mut held = HeldClaims::default();
+        let mut held = HeldClaims::new(self.store.gateway_instance_id());
         let mut mine: Vec<&str> = Vec::with_capacity(ids.len());
         for id in ids {
             if held.take(id) {
@@ -957,23 +957,42 @@ impl<'t> Controller<'t> {
     }
 }
 
-/// The leases some thread of this process is closing right now (see [`Controller::claim_all`]).
-static HELD: std::sync::Mutex<std::collections::BTreeSet<String>> =
+/// The leases some thread of this process is closing right now (see [`Controller::claim_all`]),
+/// each named by its database's gateway instance id and its lease id: two stores open in one
+/// process (two state roots, or the controller simulator's cases running as threads of one test
+/// binary) hold independent leases, even when their ids are spelt alike. The gateway id, not the
+/// database's path, names the database, so two spellings of one path can never both claim.
+type HeldKey = (String, String);
+static HELD: std::sync::Mutex<std::collections::BTreeSet<HeldKey>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
-/// A set of in-process claims; dropping it releases them (also on an error or a panic).
-#[derive(Default)]
-struct HeldClaims(Vec<String>);
+/// A set of in-process claims in one database; dropping it releases them (also on an error or a
+/// panic).
+struct HeldClaims {
+    gateway: String,
+    ids: Vec<String>,
+}
 
 impl HeldClaims {
-    fn set() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    fn new(gateway: &str) -> Self {
+        HeldClaims {
+            gateway: gateway.to_string(),
+            ids: Vec::new(),
+        }
+    }
+
+    fn set() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<HeldKey>> {
         HELD.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(&self, id: &str) -> HeldKey {
+        (self.gateway.clone(), id.to_string())
     }
 
     /// Takes `id` for this holder; false when another holder in this process has it.
     fn take(&mut self, id: &str) -> bool {
-        if Self::set().insert(id.to_string()) {
-            self.0.push(id.to_string());
+        if Self::set().insert(self.key(id)) {
+            self.ids.push(id.to_string());
             true
         } else {
             false
@@ -981,9 +1000,10 @@ impl HeldClaims {
     }
 
     fn release(&mut self, id: &str) {
-        if let Some(i) = self.0.iter().position(|h| h == id) {
-            self.0.swap_remove(i);
-            Self::set().remove(id);
+        if let Some(i) = self.ids.iter().position(|h| h == id) {
+            self.ids.swap_remove(i);
+            let key = self.key(id);
+            Self::set().remove(&key);
         }
     }
 }
@@ -1074,8 +1094,8 @@ fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
 impl Drop for HeldClaims {
     fn drop(&mut self) {
         let mut set = Self::set();
-        for id in &self.0 {
-            set.remove(id);
+        for id in &self.ids {
+            set.remove(&(self.gateway.clone(), id.clone()));
         }
     }
 }
@@ -1110,5 +1130,27 @@ fn conflict(lease: &Lease, reason: String) -> CloseOutcome {
         signals: Vec::new(),
         refused: Vec::new(),
         exit_status: lease.exit_status,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeldClaims;
+
+    /// In-process claims are per database: a lease id held in one store does not block the
+    /// same id in another (the controller simulator's cases share fixture ids and run as
+    /// threads of one process), while a second holder in the same store is refused until the
+    /// first is dropped.
+    #[test]
+    fn held_claims_are_per_database() {
+        let id = "01936b2a-7c4e-7d10-9a51-held00000001";
+        let mut a = HeldClaims::new("gateway-a");
+        assert!(a.take(id));
+        let mut b = HeldClaims::new("gateway-b");
+        assert!(b.take(id), "another database's lease of the same id");
+        let mut a2 = HeldClaims::new("gateway-a");
+        assert!(!a2.take(id), "the same database's lease is held");
+        drop(a);
+        assert!(a2.take(id), "released when the holder is dropped");
     }
 }
