@@ -68,7 +68,7 @@ enum Stage {
     Terminating,
     /// Non-root survivors got SIGKILL; the root gets [`ROOT_GRACE`] to exit by itself.
     KillingChildren,
-    /// Everything still alive got SIGKILL.
+    /// The root got SIGKILL too (the others had theirs when the grace ended).
     Killed,
 }
 
@@ -127,7 +127,10 @@ impl Engine<'_> {
                 let result = if s.role == Role::Adapter && p.pgid == p.id.pid {
                     // The verified leader's whole group, including members forked since the
                     // snapshot; then the leader itself (older kernels).
+                    // The record says what reached the leader: the group signal did when it was
+                    // delivered, even if the leader had exited by the time of the direct send.
                     match sg.send_group(&p, sig, self.caller) {
+                        Ok(Delivery::Delivered) => sg.send(&p, sig).map(|_| Delivery::Delivered),
                         Ok(_) | Err(SignalError::GroupUnsupported) => sg.send(&p, sig),
                         Err(e) => Err(e),
                     }
@@ -194,7 +197,9 @@ impl Engine<'_> {
                         j.deadline = now + ROOT_GRACE;
                     }
                     Stage::KillingChildren if now >= j.deadline => {
-                        self.kill_alive(j, |_| true);
+                        // The others had theirs when the grace ended; a second SIGKILL to one
+                        // that outlived it (uninterruptible sleep) would change nothing.
+                        self.kill_alive(j, |role| role == Role::Root);
                         j.stage = Stage::Killed;
                         continue;
                     }
@@ -397,13 +402,16 @@ pub fn lease_end(
     survivors: &[i32],
     cgroup: Option<(usize, String)>,
 ) -> (LeaseState, String) {
+    // Processes, not signals: the late look may SIGKILL again one that outlived the first.
     let kills = signals
         .iter()
         .filter(|s| {
             s.signal == Sig::Kill
                 && matches!(s.delivery, Delivery::Delivered | Delivery::CgroupKill)
         })
-        .count();
+        .map(|s| (s.pid, s.start_time))
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     let mut reason = format!(
         "terminated {pinned} process(es) children first{}",
         if kills > 0 {

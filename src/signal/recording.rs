@@ -62,8 +62,9 @@ impl Clock for ScriptedClock {
     }
 }
 
-/// How one process exits, in ms on the scripted clock. The default: at once on SIGTERM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How one process exits, in ms on the scripted clock. The default: at once on SIGTERM. The
+/// earliest of the times that apply is when it exits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Exit {
     /// Exits this long after its first SIGTERM; `null`: ignores SIGTERM.
@@ -75,6 +76,9 @@ pub struct Exit {
     /// Exits by itself at this time.
     #[serde(default)]
     pub at: Option<u64>,
+    /// Exits once every one of these processes has (a wrapper ends once its tree has gone).
+    #[serde(default)]
+    pub after: Vec<i32>,
 }
 
 fn at_once() -> Option<u64> {
@@ -87,6 +91,7 @@ impl Default for Exit {
             on_term: Some(0),
             on_kill: Some(0),
             at: None,
+            after: Vec::new(),
         }
     }
 }
@@ -110,6 +115,10 @@ pub enum SimWhat {
         signal: Sig,
         group: bool,
         delivery: Delivery,
+        /// For a group signal, the members it reached (as the kernel would: those alive in the
+        /// group that the caller may signal).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<i32>,
     },
     /// A pin or a send was refused; nothing was signalled.
     Refused { reason: String },
@@ -161,11 +170,36 @@ impl RecordingSignaller {
 
     /// When this instance exits, as far as the script and the signals so far say.
     fn exit_time(&self, id: ProcessId) -> Option<u64> {
-        let exit = self.script.get(&id.pid).copied().unwrap_or_default();
+        self.exit_time_within(id, self.table.processes.len())
+    }
+
+    /// [`Self::exit_time`], following at most `depth` `after` links (a script whose `after`
+    /// links form a cycle ends, like every walk).
+    fn exit_time_within(&self, id: ProcessId, depth: usize) -> Option<u64> {
+        let exit = self.script.get(&id.pid).cloned().unwrap_or_default();
         let got = self.received.borrow().get(&id).copied().unwrap_or_default();
         let on_term = got.term.zip(exit.on_term).map(|(t, d)| t + d);
         let on_kill = got.kill.zip(exit.on_kill).map(|(t, d)| t + d);
-        [exit.at, on_term, on_kill].into_iter().flatten().min()
+        // The last of them to exit, once all of them have an exit time (a pid the table does
+        // not list has gone already).
+        let after = if exit.after.is_empty() || depth == 0 {
+            None
+        } else {
+            exit.after
+                .iter()
+                .map(
+                    |pid| match self.table.processes.iter().find(|p| p.pid == *pid) {
+                        Some(p) => self.exit_time_within(p.id(), depth - 1),
+                        None => Some(0),
+                    },
+                )
+                .collect::<Option<Vec<u64>>>()
+                .and_then(|t| t.into_iter().max())
+        };
+        [exit.at, on_term, on_kill, after]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn is_alive(&self, id: ProcessId) -> bool {
@@ -279,6 +313,7 @@ impl Signaller for RecordingSignaller {
                 signal: sig,
                 group: false,
                 delivery,
+                members: Vec::new(),
             },
         );
         Ok(delivery)
@@ -287,9 +322,19 @@ impl Signaller for RecordingSignaller {
     fn send_group(&self, p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError> {
         self.own(p)?;
         self.refused(p.id.pid, check_group_pin(p, caller))?;
+        let mut members = Vec::new();
         let delivery = if self.is_alive(p.id) {
-            for m in self.alive_now()?.iter().filter(|m| m.pgid == p.pgid) {
+            // kill(2)'s permission rule: an unprivileged caller reaches only its own uid's
+            // processes. The caller itself is in the group only if its own group is this one
+            // (which the group refusal above has already turned down), whatever a tampered
+            // table lists.
+            for m in self.alive_now()?.iter().filter(|m| {
+                m.pgid == p.pgid
+                    && (caller.uid == 0 || m.uid == caller.uid)
+                    && (m.pid != caller.pid || caller.pgid == p.pgid)
+            }) {
                 self.deliver(m.id(), sig);
+                members.push(m.pid);
             }
             Delivery::Delivered
         } else {
@@ -301,6 +346,7 @@ impl Signaller for RecordingSignaller {
                 signal: sig,
                 group: true,
                 delivery,
+                members,
             },
         );
         Ok(delivery)
