@@ -45,6 +45,7 @@ mod cancel;
 mod close;
 mod legacy;
 mod reap;
+pub mod sessions;
 pub mod terminate;
 
 pub use cancel::CancelOutcome;
@@ -78,12 +79,15 @@ pub struct Controller<'t> {
     table: &'t dyn ProcessTable,
     caller: Caller,
     me: ProcessId,
-    containment: Containment,
+    /// Resolved on first use ([`Controller::containment`]).
+    containment: std::cell::OnceCell<Containment>,
     /// The host-wide pass `plan_reap` took, for `reap` to reuse (one pass per reap).
     last_scan: Option<Result<Snapshot, TableError>>,
     /// Who signals, and the clock the graces run on (pidfds and the system's, live).
     signaller: &'t dyn Signaller,
     clock: &'t dyn Clock,
+    /// Whoever holds the adapters' stdin, for `sessions send` (a front door sets it).
+    input: Box<dyn sessions::SessionInput>,
 }
 
 /// Leases claimed, and (lease id, why not) for the others.
@@ -179,6 +183,9 @@ fn conflict(lease: &Lease, reason: String) -> CloseOutcome {
 }
 
 impl<'t> Controller<'t> {
+    /// Opens the state root's store. Containment is resolved from the environment when a verb
+    /// first needs it (the sessions queries never do), unless [`Controller::with_containment`]
+    /// set it.
     pub fn open(root: StateRoot, table: &'t dyn ProcessTable) -> Result<Self, StoreError> {
         let store = Store::open(&root.db_path())?;
         crate::sys::raise_nofile_limit();
@@ -188,18 +195,11 @@ impl<'t> Controller<'t> {
             table,
             caller: Caller::current(),
             me: proc::self_id(),
-            containment: Containment::default_off(),
+            containment: std::cell::OnceCell::new(),
             last_scan: None,
             signaller: &PidfdSignaller,
             clock: &SystemClock,
-        })
-        .map(|mut c| {
-            let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "containment setting unreadable; using on");
-                cgroup::Settings::default()
-            });
-            c.containment = Containment::resolve_lean(&settings, c.store.gateway_instance_id());
-            c
+            input: Box::new(sessions::NoSessionInput),
         })
     }
 
@@ -229,16 +229,26 @@ impl<'t> Controller<'t> {
 
     /// Uses these containment settings instead of the environment's.
     pub fn with_containment(mut self, settings: &cgroup::Settings) -> Self {
-        self.containment = Containment::resolve_lean(settings, self.store.gateway_instance_id());
+        self.containment = std::cell::OnceCell::from(Containment::resolve_lean(
+            settings,
+            self.store.gateway_instance_id(),
+        ));
         self
     }
 
+    /// The containment in force: the one set, or the environment's (read once).
     pub fn containment(&self) -> &Containment {
-        &self.containment
+        self.containment.get_or_init(|| {
+            let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "containment setting unreadable; using on");
+                cgroup::Settings::default()
+            });
+            Containment::resolve_lean(&settings, self.store.gateway_instance_id())
+        })
     }
 
     fn cgroup_root(&self) -> Option<PathBuf> {
-        self.containment.gateway_root.clone()
+        self.containment().gateway_root.clone()
     }
 
     /// Observes the cgroups of these leases that lie where this gateway puts them (nothing else
