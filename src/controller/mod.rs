@@ -43,15 +43,18 @@ use std::time::{Duration, Instant};
 
 mod cancel;
 mod close;
+mod leases;
 mod legacy;
 mod reap;
 pub mod sessions;
+mod status;
 pub mod terminate;
 
 pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};
 pub use legacy::LegacyOutcome;
 pub use reap::{ReapReport, SweptCgroup};
+pub use status::{store_status, StoreStatus};
 pub use terminate::{RefusedSignal, SignalRecord};
 
 #[derive(Debug, thiserror::Error)]
