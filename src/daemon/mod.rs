@@ -22,6 +22,7 @@ pub mod protocol;
 mod push;
 mod reconcile;
 pub mod session;
+pub mod session_input;
 pub mod spec;
 mod stdin_pipe;
 pub mod strict_json;
