@@ -169,10 +169,13 @@ impl Store {
             return;
         }
         if self.conn.busy_timeout(Duration::ZERO).is_ok() {
-            let done = self
+            // The first column is 1 when a reader or writer was in the way (nothing truncated).
+            let busy = self
                 .conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
-            tracing::debug!(frames, busy = ?done, "wal checkpointed and truncated on close");
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                });
+            tracing::debug!(frames, busy = ?busy, "wal checkpoint (truncate) on close");
         }
     }
 
@@ -491,14 +494,20 @@ mod tests {
             drop(store);
             let len = wal_len(&db).expect("the WAL is kept when the last connection closes");
             if i == 0 {
-                assert!(len > 0, "the first commit is in the WAL, not checkpointed on close");
+                assert!(
+                    len > 0,
+                    "the first commit is in the WAL, not checkpointed on close"
+                );
             }
             if len < last {
                 truncations += 1;
             }
             (peak, last) = (peak.max(len), len);
         }
-        assert!(truncations >= 1, "the WAL was never truncated (peak {peak} bytes)");
+        assert!(
+            truncations >= 1,
+            "the WAL was never truncated (peak {peak} bytes)"
+        );
         // The limit, plus what one connection commits before it closes.
         assert!(
             peak <= (WAL_FRAMES + 32) * WAL_FRAME_BYTES,
@@ -538,12 +547,19 @@ mod tests {
             "the WAL ({held} bytes) never reached the limit, so nothing was deferred"
         );
         // The busy timeout is 5 s: a close that waited for the reader would show it.
-        assert!(slowest < Duration::from_secs(2), "a close waited {slowest:?}");
+        assert!(
+            slowest < Duration::from_secs(2),
+            "a close waited {slowest:?}"
+        );
         // The read ends; the connection stays open (its own close, the last, would checkpoint).
         drop(rows);
         drop(read);
         drop(Store::open(&db).unwrap());
-        assert_eq!(wal_len(&db), Some(0), "the first close after the read truncates");
+        assert_eq!(
+            wal_len(&db),
+            Some(0),
+            "the first close after the read truncates"
+        );
         drop(reader);
         let _ = std::fs::remove_dir_all(db.parent().unwrap());
     }
