@@ -709,33 +709,16 @@ fn run_exec(
 
 fn run_leases(root: &StateRoot, a: LeasesArgs) -> Result<u8, Failure> {
     let table = LiveTable;
-    let mut store = Store::open(&root.db_path())?;
-    crate::report::ingest_reports(root, &mut store, &table)?;
     let states: Vec<LeaseState> = a.state.into_iter().collect();
-    let rows = store.leases(&states)?;
+    let rows = Controller::open(root.clone(), &table)?.leases(&states)?;
     output::leases(&rows, a.json.json);
     Ok(exitcode::OK)
 }
 
 fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
     let table = LiveTable;
-    let mut store = Store::open(&root.db_path())?;
-    crate::report::ingest_reports(root, &mut store, &table)?;
-    let counts = store.counts()?;
-    let legacy_open = crate::legacy::records(&mut store, true)?.len();
-    let status = serde_json::json!({
-        "gatewayInstanceId": store.gateway_instance_id(),
-        "stateDir": root.dir(),
-        "database": root.db_path(),
-        "wrapperRoot": root.wrapper_root(),
-        "containment": crate::cgroup::Containment::resolve(
-            &crate::cgroup::Settings::from_env().unwrap_or_default(),
-            store.gateway_instance_id(),
-        ),
-        "leases": counts,
-        "legacyOpen": legacy_open,
-    });
-    output::status(&status, a.json);
+    let status = Controller::open(root.clone(), &table)?.root_status()?;
+    output::status(&serde_json::to_value(status).expect("serialisable"), a.json);
     Ok(exitcode::OK)
 }
 

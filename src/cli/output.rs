@@ -20,8 +20,7 @@ fn word<T: Serialize>(v: &T) -> String {
 /// How long ago a process started, from its start time in clock ticks since boot
 /// (`/proc/<pid>/stat` field 22): "started 4s ago", or the raw ticks when the clock cannot be read.
 pub(super) fn started(start_ticks: u64) -> String {
-    // SAFETY: sysconf only reads a system constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = crate::sys::clock_ticks_per_second();
     let uptime = std::fs::read_to_string("/proc/uptime")
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok());

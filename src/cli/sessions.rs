@@ -4,6 +4,7 @@
 //! themselves are [`crate::sessions::Sessions`], shared with the daemon.
 
 use super::Failure;
+use crate::daemon::session_input::ThroughDaemon;
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
@@ -139,7 +140,7 @@ pub fn run(
         }
     }
     let table = LiveTable;
-    let mut s = Sessions::open(root, &table)?;
+    let mut s = Sessions::open(root, &table)?.with_session_input(ThroughDaemon);
     match cmd {
         SessionsCommand::List(v) => {
             let out = s.list(&v.view()?)?;

@@ -50,7 +50,7 @@ impl SessionTools {
                      not of your request: report it to the operator"
                 ))
             })?;
-            self.sessions = Some(s);
+            self.sessions = Some(s.with_session_input(crate::daemon::session_input::ThroughDaemon));
         }
         Ok(self.sessions.as_mut().expect("just opened"))
     }
