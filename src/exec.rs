@@ -74,6 +74,77 @@ pub enum ExecError {
     },
 }
 
+/// Whether a session's previous active lease is over, so that a new one may take its place;
+/// `Some(reason)` when it is. The cost does not grow with the host (issue 16): the answer comes
+/// from the old root's `/proc/<pid>/stat` (pid, start time, pidfs inode), and only when that
+/// root is gone from the lease's cgroup (`cgroup.procs`) and its process group (one `kill(-pgid,
+/// 0)`). Only when the group still has members — something of the session may still run — is the
+/// old lease verified the full way, against the whole process table, as before.
+///
+/// What this leaves to `leash reap`: a process that carries the old lease's markers but left its
+/// wrapper's tree, its group and (without containment) any cgroup — a `setsid` escapee of a
+/// wrapper that was SIGKILLed. Finding it needs a look at every process, which only `reap` takes
+/// (its escapee sweep covers lost leases too).
+pub fn supersede_reason(
+    old: &Lease,
+    expect: &Expect<'_>,
+    table: &dyn ProcessTable,
+    root: &StateRoot,
+    new_lease_id: &str,
+) -> Option<String> {
+    use crate::proc::Liveness;
+    let gone = |why: String| Some(format!("superseded by lease {new_lease_id}: {why}"));
+    // The root still runs (or cannot be read): the session is live.
+    match table.liveness(old.root(), old.root_pidfs_ino) {
+        Ok(Liveness::Gone) | Ok(Liveness::Zombie) => {}
+        Ok(Liveness::Alive) | Err(_) => return None,
+    }
+    // The adapter and its group, from the row or, when nobody folded it in yet, the wrapper's
+    // report.
+    let report = crate::report::WrapperReport::read_for(root, old);
+    let pgid = old
+        .process_group_id
+        .or_else(|| report.as_ref().and_then(|r| r.process_group_id));
+    let adapter = old.adapter().or_else(|| {
+        report.as_ref().and_then(|r| {
+            Some(crate::lease::ProcessId {
+                pid: r.adapter_pid?,
+                start_time: r.adapter_start_time?,
+            })
+        })
+    });
+    let group_alive = pgid.is_some_and(crate::proc::group_exists);
+    let adapter_alive =
+        adapter.is_some_and(|a| !matches!(table.liveness(a, None), Ok(Liveness::Gone)));
+    let mut snap = if group_alive || adapter_alive {
+        // Something of the session may still run outside any cgroup: the full verification.
+        table.snapshot().ok()?
+    } else {
+        crate::proc::Snapshot::default()
+    };
+    // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
+    if let (Some(p), Some(cg_root)) = (&old.cgroup_path, expect.cgroup_root) {
+        let path = std::path::Path::new(p);
+        if path == cg_root.join(&old.lease_id) {
+            let obs = cgroup::observe(path);
+            if !group_alive && !adapter_alive && !obs.procs.is_empty() {
+                let mut list: Vec<_> = Vec::new();
+                for &pid in &obs.procs {
+                    if let Ok(Some(p)) = table.process(pid) {
+                        list.push(p);
+                    }
+                }
+                snap = crate::proc::Snapshot::new(list);
+            }
+            snap.add_cgroup(obs);
+        }
+    }
+    match verify_owned_tree(old, expect, &snap) {
+        Verdict::Gone { reason } => gone(reason),
+        _ => None,
+    }
+}
+
 /// Commits the lease and execs the wrapper. Returns only on failure.
 pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     if req.command.is_empty() {
@@ -222,20 +293,9 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         cgroup_root: containment.gateway_root.as_deref(),
     };
     // A second exec for a session whose lease is still active proceeds only if nothing of the old
-    // lease is alive (verified, markers included); the old lease is then marked lost.
-    let supersede = |old: &Lease| -> Option<String> {
-        let mut snap = table.snapshot().ok()?;
-        // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
-        if let (Some(p), Some(root)) = (&old.cgroup_path, expect.cgroup_root) {
-            if std::path::Path::new(p) == root.join(&old.lease_id) {
-                snap.add_cgroup(cgroup::observe(std::path::Path::new(p)));
-            }
-        }
-        match verify_owned_tree(old, &expect, &snap) {
-            Verdict::Gone { reason } => Some(format!("superseded by lease {lease_id}: {reason}")),
-            _ => None,
-        }
-    };
+    // lease is alive; the old lease is then marked lost. Decided from the old root's `stat`, its
+    // cgroup and its group, never from a scan of the host (see `supersede_reason`).
+    let supersede = |old: &Lease| supersede_reason(old, &expect, &table, root, &lease_id);
     let insert = if new.state == LeaseState::Lost {
         // A lost record never conflicts with the session's active lease.
         store.insert_lease(&new, None, |_| None)

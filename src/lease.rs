@@ -161,6 +161,14 @@ impl Lease {
             start_time: self.owner_start_time,
         }
     }
+
+    /// The adapter, once the wrapper's report has been folded into the row.
+    pub fn adapter(&self) -> Option<ProcessId> {
+        Some(ProcessId {
+            pid: self.adapter_pid?,
+            start_time: self.adapter_start_time?,
+        })
+    }
 }
 
 /// Hash of an argv as the adapter will receive it. NUL separates tokens because no token can

@@ -277,8 +277,14 @@ pub fn verify_legacy(
     let mut members = Vec::new();
     let mut excluded = Vec::new();
     let mut stack = vec![(p.pid, 0usize)];
+    // Visited pids: a cycle in the parent links (pids recycled between reads, a corrupt fixture)
+    // must end the walk, not loop it.
+    let mut seen = std::collections::HashSet::from([p.pid]);
     while let Some((pid, depth)) = stack.pop() {
         for &kid in snap.children_of(pid) {
+            if !seen.insert(kid) {
+                continue;
+            }
             let Some(k) = snap.get(kid) else { continue };
             let why = if k.start_time < p.start_time {
                 Some("started before the root")

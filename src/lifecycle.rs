@@ -114,6 +114,9 @@ pub struct ReapReport {
     /// Stray cgroups swept (containment).
     #[serde(default)]
     pub cgroups: Vec<SweptCgroup>,
+    /// Escapees of closed and lost leases terminated (their leases stay as they were).
+    #[serde(default)]
+    pub escapees: Vec<CloseOutcome>,
 }
 
 /// A stray cgroup and what the sweep did with it.
@@ -142,6 +145,8 @@ pub struct Controller<'t> {
     caller: Caller,
     me: ProcessId,
     containment: Containment,
+    /// The host-wide pass `plan_reap` took, for `reap` to reuse (one pass per reap).
+    last_scan: Option<Result<Snapshot, TableError>>,
 }
 
 /// One batch member being terminated.
@@ -288,6 +293,7 @@ impl<'t> Controller<'t> {
             caller: Caller::current(),
             me: proc::self_id(),
             containment: Containment::default_off(),
+            last_scan: None,
         })
         .map(|mut c| {
             let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
@@ -484,7 +490,41 @@ impl<'t> Controller<'t> {
             .filter(|l| l.state.is_active())
             .collect();
         let obs = self.observe_cgroups(&active);
-        let snap = self.table.snapshot().map(|s| self.with_cgroups(s, obs));
+        let snap = self
+            .reap_scan(&leases, &legacy)
+            .map(|s| self.with_cgroups(s, obs));
+        let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
+        self.last_scan = Some(snap);
+        Ok(plan)
+    }
+
+    /// Reap's one pass over the host, shared by every lease (issue 16): `stat` and uid of every
+    /// process, and the costly fields (exe, cmdline, environ) only where they can matter — the
+    /// processes of the caller's uid (the only ones leash may signal, so the only possible
+    /// members and marker carriers) and the recorded roots, adapters, owners and legacy pids.
+    fn reap_scan(
+        &self,
+        leases: &[Result<Lease, String>],
+        legacy: &[LegacyRecord],
+    ) -> Result<Snapshot, TableError> {
+        let mut named = std::collections::HashSet::new();
+        for l in leases.iter().filter_map(|l| l.as_ref().ok()) {
+            named.insert(l.root_pid);
+            named.extend(l.adapter_pid);
+        }
+        named.extend(legacy.iter().map(|r| r.pid));
+        let uid = self.caller.uid;
+        self.table
+            .scan(&|p: &proc::ProcessInfo| p.uid == uid || named.contains(&p.pid))
+    }
+
+    fn plan_reap_from(
+        &self,
+        leases: &[Result<Lease, String>],
+        legacy: &[LegacyRecord],
+        snap: Result<&Snapshot, &TableError>,
+        opts: &ReapOptions,
+    ) -> ReapPlan {
         let gateway = self.store.gateway_instance_id().to_string();
         let wrapper_root = self.wrapper_root();
         let cgroup_root = self.cgroup_root();
@@ -493,18 +533,17 @@ impl<'t> Controller<'t> {
             wrapper_root: &wrapper_root,
             cgroup_root: cgroup_root.as_deref(),
         };
-        let mut plan =
-            plan::plan_reap(&leases, &legacy, &expect, snap.as_ref(), &self.caller, opts);
+        let mut plan = plan::plan_reap(leases, legacy, &expect, snap, &self.caller, opts);
         if let Some(root) = &cgroup_root {
             plan.stray_cgroups = plan::plan_strays(
                 root,
                 &cgroup::children(root),
-                &leases,
+                leases,
                 opts.now_ms,
                 stray_min_age_ms(),
             );
         }
-        Ok(plan)
+        plan
     }
 
     /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
@@ -556,6 +595,7 @@ impl<'t> Controller<'t> {
             expired: 0,
             bad_rows: plan.bad_rows.clone(),
             cgroups: Vec::new(),
+            escapees: Vec::new(),
         };
         let mut candidates = Vec::new();
         for lp in &plan.leases {
@@ -568,9 +608,13 @@ impl<'t> Controller<'t> {
         }
         let ((claimed, lost_race), _held) = self.claim_all(&candidates)?;
         report.skipped.extend(lost_race);
-        // The plan's snapshot predates the claims: terminate_leases reads the evidence again, so
-        // what is signalled is judged by what is alive once the leases are ours.
-        report.leases = self.terminate_leases(claimed, opts.grace_ms)?;
+        // The plan's snapshot predates the claims: terminate_leases reads the evidence again
+        // from each lease down (live roots, cgroups), so what is signalled is judged by what is
+        // alive once the leases are ours; only where that needs the whole host does it reuse the
+        // plan's one pass instead of a second one (every signal re-checks its process anyway).
+        let scan = self.last_scan.take().and_then(Result::ok);
+        report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
+        report.escapees = self.reap_escapees(&plan)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
         report.expired = self.store.expire(opts.now_ms - opts.retention_ms)?;
         for id in &plan.expire {
@@ -631,24 +675,80 @@ impl<'t> Controller<'t> {
         Ok(((claimed, refused), held))
     }
 
-    /// A snapshot that covers the given leases: the union of their subtrees when every root is
-    /// alive (a live wrapper is a subreaper, so its whole tree hangs below it), else the whole
-    /// process table (escapees of a dead wrapper are found by their markers).
-    fn snapshot_for(&self, leases: &[&Lease]) -> Result<Snapshot, TableError> {
-        let mut all_alive = true;
-        for l in leases {
-            if !self.table.alive(l.root())? {
-                all_alive = false;
-                break;
+    /// A snapshot that covers the given leases, read from each lease down, never from the host
+    /// when it can be helped (issue 16): a lease with a verified cgroup is its live root plus the
+    /// members `cgroup.procs` lists (whatever forked, re-parented or left the group, it cannot
+    /// leave the cgroup: no tree walk); a lease with a live root is its subtree (a live wrapper is
+    /// a subreaper, so its whole tree hangs below it). Only a lease whose wrapper is gone and
+    /// that has no cgroup, or whose recorded process group still has members (every one of them
+    /// is judged, and a refusal reported, as before), needs the whole table (escapees are found
+    /// by their markers), and so does a batch of more than 64 uncontained leases (one pass is
+    /// cheaper then).
+    fn snapshot_for(
+        &self,
+        leases: &[&Lease],
+        scan: Option<&Snapshot>,
+    ) -> Result<Snapshot, TableError> {
+        let obs = self.observe_cgroups(leases);
+        let contained = |l: &Lease| {
+            obs.iter().any(|o| {
+                l.cgroup_path.as_deref() == o.path.to_str()
+                    && o.error.is_none()
+                    && o.id.is_some()
+                    && o.id == l.cgroup_id
+            })
+        };
+        // Reap hands in its one pass: reused as it is when a root is gone (its escapees are
+        // looked for by their markers anyway) or the batch is large, without a read per lease.
+        if let Some(all) = scan {
+            let mut all_alive = true;
+            for l in leases {
+                if !self.table.alive(l.root())? {
+                    all_alive = false;
+                    break;
+                }
+            }
+            if !all_alive || leases.len() > 64 {
+                return Ok(self.with_cgroups(all.clone(), obs));
             }
         }
-        let obs = self.observe_cgroups(leases);
-        if !all_alive || leases.len() > 64 {
-            return Ok(self.with_cgroups(self.table.snapshot()?, obs));
-        }
         let mut list = Vec::new();
+        let mut walks = Vec::new();
+        let mut full = false;
         for l in leases {
-            list.extend(self.table.subtree(l.root_pid)?.iter().cloned());
+            // Whatever runs at the root pid goes in, our wrapper or not: verification says
+            // "the pid was reused" only if it sees the stranger.
+            let at_root = self.table.process(l.root_pid)?;
+            let alive = at_root
+                .as_ref()
+                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
+            let group_left = || {
+                l.process_group_id
+                    .is_some_and(|g| group_has_members(g, Instant::now()))
+            };
+            if contained(l) && (alive || !group_left()) {
+                list.extend(at_root);
+            } else if alive {
+                walks.push(l.root_pid);
+            } else {
+                full = true;
+            }
+        }
+        if full || walks.len() > 64 {
+            let all = match scan {
+                Some(s) => s.clone(),
+                None => self.table.snapshot()?,
+            };
+            return Ok(self.with_cgroups(all, obs));
+        }
+        let mut seen = std::collections::HashSet::new();
+        list.retain(|p| seen.insert(p.pid));
+        for pid in walks {
+            for p in self.table.subtree(pid)?.iter() {
+                if seen.insert(p.pid) {
+                    list.push(p.clone());
+                }
+            }
         }
         Ok(self.with_cgroups(Snapshot::new(list), obs))
     }
@@ -661,12 +761,74 @@ impl<'t> Controller<'t> {
         )
     }
 
+    /// Terminates the verified escapees of closed and lost leases the reap plan found (their
+    /// markers in the one pass), without reopening the leases; each gets an `escapees` event.
+    fn reap_escapees(&mut self, plan: &ReapPlan) -> Result<Vec<CloseOutcome>, StoreError> {
+        let mut jobs = Vec::new();
+        for lp in &plan.escapees {
+            let Some(lease) = self.store.lease(&lp.lease_id)? else {
+                continue;
+            };
+            jobs.push(Job::new(
+                JobKind::Lease(lease),
+                lp.session_key.clone(),
+                lp.grace_ms,
+                lp.signals.clone(),
+                lp.refused.clone(),
+            ));
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run_jobs(&mut jobs);
+        let mut out = Vec::new();
+        for j in jobs {
+            let JobKind::Lease(lease) = j.kind else {
+                continue;
+            };
+            let reason = format!(
+                "terminated {} escaped process(es) carrying the {} lease's markers",
+                j.pins.len(),
+                lease.state
+            );
+            let detail = serde_json::json!({"reason": reason, "pids": j.pins.iter().map(|(p, _)| p.id.pid).collect::<Vec<_>>()});
+            self.store.record_event(
+                &lease.session_key,
+                Some(&lease.lease_id),
+                "escapees",
+                Some(detail),
+            )?;
+            tracing::info!(lease_id = %lease.lease_id, processes = j.pins.len(), "escapees reaped");
+            out.push(CloseOutcome {
+                exit_status: lease.exit_status,
+                lease_id: lease.lease_id,
+                session_key: lease.session_key,
+                result: CloseResult::Closed,
+                reason,
+                signals: j.signals,
+                refused: j.refused,
+            });
+        }
+        Ok(out)
+    }
+
     /// Verifies and terminates claimed (`closing`) leases; every lease ends closed, lost, or
     /// open again with the reason.
     fn terminate_leases(
         &mut self,
         claimed: Vec<Lease>,
         grace_override: Option<u64>,
+    ) -> Result<Vec<CloseOutcome>, StoreError> {
+        self.terminate_leases_with(claimed, grace_override, None)
+    }
+
+    /// [`Controller::terminate_leases`], given a whole-host snapshot just taken (reap's one
+    /// pass) to use where a lease needs one.
+    fn terminate_leases_with(
+        &mut self,
+        claimed: Vec<Lease>,
+        grace_override: Option<u64>,
+        scan: Option<&Snapshot>,
     ) -> Result<Vec<CloseOutcome>, StoreError> {
         if claimed.is_empty() {
             return Ok(Vec::new());
@@ -678,7 +840,7 @@ impl<'t> Controller<'t> {
             cgroup_root: cgroup_root.as_deref(),
         };
         let refs: Vec<&Lease> = claimed.iter().collect();
-        let snap = self.snapshot_for(&refs);
+        let snap = self.snapshot_for(&refs, scan);
         let mut finishes = Vec::new();
         let mut jobs = Vec::new();
         for lease in claimed {
@@ -732,13 +894,42 @@ impl<'t> Controller<'t> {
                 _ => None,
             })
             .collect();
+        // Only a lease of which something may still run takes that look: a member pinned but
+        // not seen to exit, or a process group that still has members (a child forked during
+        // the grace stays in it). When all are gone the look is skipped: it would read the whole
+        // host to find nothing, and a marker carrier that left the group too is `reap`'s (its
+        // escapee sweep).
+        // A killed member is a zombie for a moment before its parent reaps it, and a zombie
+        // still counts in its group: give the groups a short, shared moment to empty.
+        let settle = Instant::now() + Duration::from_millis(100);
+        let lease_jobs: Vec<&Lease> = lease_jobs
+            .into_iter()
+            .filter(|l| {
+                let j = jobs
+                    .iter()
+                    .find(|j| matches!(&j.kind, JobKind::Lease(x) if x.lease_id == l.lease_id));
+                let pins_left = j.is_some_and(|j| j.pins.iter().any(|(p, _)| !signal::exited(p)));
+                let groups: Vec<i32> = l
+                    .process_group_id
+                    .into_iter()
+                    .chain(j.into_iter().flat_map(|j| {
+                        j.pins
+                            .iter()
+                            .filter(|(p, r)| *r != Role::Root && p.pgid == p.id.pid)
+                            .map(|(p, _)| p.pgid)
+                    }))
+                    .collect();
+                pins_left || groups.into_iter().any(|g| group_has_members(g, settle))
+            })
+            .collect();
         if !lease_jobs.is_empty() {
+            let wanted: Vec<String> = lease_jobs.iter().map(|l| l.lease_id.clone()).collect();
             let snap = self.table.snapshot();
             for j in jobs.iter_mut() {
                 let JobKind::Lease(lease) = &j.kind else {
                     continue;
                 };
-                if j.cgroup.is_some() {
+                if j.cgroup.is_some() || !wanted.contains(&lease.lease_id) {
                     continue;
                 }
                 let lp = plan::plan_lease(lease, &expect, snap.as_ref(), &self.caller, 0);
@@ -752,6 +943,10 @@ impl<'t> Controller<'t> {
                 }
             }
         }
+        // The verified cgroups: all killed first, then one wait for all of them to empty, then
+        // each removed; never a wait per cgroup in turn.
+        let cgroups: Vec<(PathBuf, u64)> = jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
+        let mut removed = remove_cgroups(&cgroups).into_iter();
         for j in jobs {
             let JobKind::Lease(lease) = j.kind else {
                 continue;
@@ -786,9 +981,10 @@ impl<'t> Controller<'t> {
             if j.pins.is_empty() {
                 reason = "every member had exited before it could be signalled".into();
             }
-            if let Some((path, id)) = &j.cgroup {
-                cgroup_members = cgroup::observe(path).procs.len();
-                reason.push_str(&remove_cgroup(path, *id));
+            if j.cgroup.is_some() {
+                let (members, clause) = removed.next().unwrap_or_default();
+                cgroup_members = members;
+                reason.push_str(&clause);
             }
             let state = if j.pins.is_empty() && cgroup_members == 0 {
                 LeaseState::Lost
@@ -1088,27 +1284,94 @@ fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
 }
 
-/// Kills what is left in a verified cgroup, waits until it is empty and removes it; returns the
-/// clause the lease's reason gets.
-fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
-    if !path.exists() {
-        return format!("; cgroup {} already removed", path.display());
+/// True when a process group still has a member ([`proc::group_exists`]), polling until
+/// `settle` while it does (a killed member is a zombie until its parent reaps it).
+fn group_has_members(pgid: i32, settle: Instant) -> bool {
+    loop {
+        if !proc::group_exists(pgid) {
+            return false;
+        }
+        if Instant::now() >= settle {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
-    let result = Verified::open(path, id).and_then(|h| {
-        let members = h.procs().len();
-        h.kill_and_remove(cgroup::KILL_WAIT).map(|()| members)
-    });
-    match result {
-        Ok(0) => format!("; cgroup {} removed", path.display()),
-        Ok(n) => format!(
-            "; cgroup.kill took {n} remaining member(s) of {} and it was removed",
-            path.display()
-        ),
-        Err(e) => {
-            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
-            format!("; {e}")
+}
+
+/// Kills, waits for and removes many cgroups at once: every populated one is killed first, then
+/// all are waited for together (one deadline), then each is removed; a cgroup that could not be
+/// opened as the lease's or killed is left, with the reason in its clause. Returns, per cgroup in order, the
+/// members it had before the kill and the clause its lease's reason gets.
+fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
+    let started = Instant::now();
+    let mut out: Vec<(usize, String)> = Vec::with_capacity(list.len());
+    let mut open: Vec<Option<Verified>> = Vec::with_capacity(list.len());
+    for (path, id) in list {
+        if !path.exists() {
+            out.push((0, format!("; cgroup {} already removed", path.display())));
+            open.push(None);
+            continue;
+        }
+        match Verified::open(path, *id) {
+            Ok(h) => {
+                let members = h.procs().len();
+                if members > 0 || h.populated() {
+                    if let Err(e) = h.kill() {
+                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                        out.push((members, format!("; {e}")));
+                        open.push(None);
+                        continue;
+                    }
+                }
+                out.push((members, String::new()));
+                open.push(Some(h));
+            }
+            Err(e) => {
+                tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                out.push((0, format!("; {e}")));
+                open.push(None);
+            }
         }
     }
+    let deadline = started + cgroup::KILL_WAIT;
+    loop {
+        let busy = open.iter().flatten().any(|h| h.populated());
+        if !busy || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (((path, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
+        let Some(h) = h else { continue };
+        if h.populated() {
+            let e = cgroup::CgroupError::Stuck {
+                path: path.clone(),
+                waited_ms: started.elapsed().as_millis(),
+            };
+            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+            *clause = format!("; {e}");
+            continue;
+        }
+        *clause = match h.remove() {
+            Ok(()) if *members == 0 => format!("; cgroup {} removed", path.display()),
+            Ok(()) => format!(
+                "; cgroup.kill took {members} remaining member(s) of {} and it was removed",
+                path.display()
+            ),
+            Err(e) => {
+                tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                format!("; {e}")
+            }
+        };
+    }
+    out
+}
+
+/// Kills what is left in a verified cgroup, waits until it is empty and removes it
+/// ([`remove_cgroups`] for one); returns the clause the lease's reason gets.
+fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
+    let mut out = remove_cgroups(&[(path.to_path_buf(), id)]);
+    out.pop().map(|(_, clause)| clause).unwrap_or_default()
 }
 
 impl Drop for HeldClaims {

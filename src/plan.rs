@@ -128,6 +128,11 @@ pub struct ReapPlan {
     /// Cgroups under this gateway's root of closed, lost or expired leases, or of none.
     #[serde(default)]
     pub stray_cgroups: Vec<StrayCgroup>,
+    /// Closed or lost leases of which processes carrying their markers still run: escapees that
+    /// left every tree (a `setsid` child of a SIGKILLed wrapper, of a lease a later `leash exec`
+    /// superseded from its root's `stat`). Only reap's host-wide pass finds them.
+    #[serde(default)]
+    pub escapees: Vec<LeasePlan>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -310,6 +315,7 @@ pub fn plan_reap(
         expire: Vec::new(),
         bad_rows: Vec::new(),
         stray_cgroups: Vec::new(),
+        escapees: Vec::new(),
     };
     for l in leases {
         let lease = match l {
@@ -323,6 +329,19 @@ pub fn plan_reap(
             let ended = lease.closed_at.unwrap_or(lease.started_at);
             if ended < opts.now_ms - opts.retention_ms {
                 plan.expire.push(lease.lease_id.clone());
+            }
+            // Its escapees: found by their markers in the one pass (an index lookup per lease),
+            // verified like any member (started after the root, same uid, no other lease's
+            // marker), and terminated without reopening the lease.
+            let carriers = snap
+                .ok()
+                .is_some_and(|s| s.marked(&lease.lease_id).next().is_some());
+            if carriers && lease.gateway_instance_id == expect.gateway_instance_id {
+                let grace = opts.grace_ms.unwrap_or(lease.grace_ms);
+                let lp = plan_lease(lease, expect, snap, caller, grace);
+                if lp.decision == Decision::Terminate {
+                    plan.escapees.push(lp);
+                }
             }
             continue;
         }

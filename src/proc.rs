@@ -162,7 +162,13 @@ impl Snapshot {
     pub fn subtree(&self, root: i32) -> Snapshot {
         let mut out = Vec::new();
         let mut stack = vec![root];
+        // A cycle in the parent links (a corrupt fixture, or pids recycled between two reads)
+        // must not loop forever nor list a process twice.
+        let mut seen = std::collections::HashSet::new();
         while let Some(pid) = stack.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
             if let Some(p) = self.get(pid) {
                 out.push(p.clone());
                 stack.extend_from_slice(self.children_of(pid));
@@ -200,12 +206,49 @@ pub trait ProcessTable {
         Ok(self.snapshot()?.subtree(root))
     }
 
+    /// One process's `stat` fields and uid only (exe, argv, env and pidfs inode `None`): what
+    /// re-checking a pinned process right before its signal needs. The default reads everything.
+    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        self.process(pid)
+    }
+
     /// True when the process instance is alive (a zombie counts as gone).
     fn alive(&self, id: ProcessId) -> Result<bool, TableError> {
-        Ok(self
-            .process(id.pid)?
-            .is_some_and(|p| p.start_time == id.start_time && p.state != 'Z'))
+        Ok(self.liveness(id, None)? == Liveness::Alive)
     }
+
+    /// Whether this instance (pid, start time and, when recorded, pidfs inode) still runs, from
+    /// the cheapest read there is: the live table reads `/proc/<pid>/stat` and nothing else (no
+    /// exe, cmdline or environ), so `leash exec` can decide a previous lease's fate without
+    /// looking at any other process. The default reads the full entry.
+    fn liveness(&self, id: ProcessId, pidfs_ino: Option<u64>) -> Result<Liveness, TableError> {
+        Ok(match self.process(id.pid)? {
+            None => Liveness::Gone,
+            Some(p) if p.start_time != id.start_time => Liveness::Gone,
+            Some(p) if pidfs_ino.zip(p.pidfs_ino).is_some_and(|(a, b)| a != b) => Liveness::Gone,
+            Some(p) if p.state == 'Z' => Liveness::Zombie,
+            Some(_) => Liveness::Alive,
+        })
+    }
+
+    /// Every process on the host, but the costly fields (exe, cmdline, environ, pidfs inode)
+    /// only for those `wants` picks from their `stat` and uid; the others carry `None` there,
+    /// exactly like a process whose fields are unreadable. `reap`'s one host-wide pass uses it to
+    /// read `environ` only where a marker could matter. The default reads everything.
+    fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
+        let _ = wants;
+        self.snapshot()
+    }
+}
+
+/// What [`ProcessTable::liveness`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    /// Exited, not yet reaped by its parent: gone for every purpose but the pid.
+    Zombie,
+    /// No such process, or the pid now names another one.
+    Gone,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -222,6 +265,15 @@ impl LiveTable {
 }
 
 fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+    read_live_with(pid, &|_| true)
+}
+
+/// One process's `stat` and uid, plus the costly fields when `details` picks it from those;
+/// all through one handle on `/proc/<pid>`.
+fn read_live_with(
+    pid: i32,
+    details: &dyn Fn(&ProcessInfo) -> bool,
+) -> Result<Option<ProcessInfo>, TableError> {
     use procfs::ProcError;
     let proc = match procfs::process::Process::new(pid) {
         Ok(p) => p,
@@ -243,6 +295,27 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
         Ok(u) => u,
         Err(_) => return Ok(None),
     };
+    let mut info = ProcessInfo {
+        pid,
+        ppid: stat.ppid,
+        pgid: stat.pgrp,
+        sid: stat.session,
+        uid,
+        start_time: stat.starttime,
+        state: stat.state,
+        exe: None,
+        argv: None,
+        env: None,
+        pidfs_ino: None,
+    };
+    if details(&info) {
+        fill_details(&proc, &mut info);
+    }
+    Ok(Some(info))
+}
+
+/// The costly fields of one process: exe, cmdline, the lease markers in environ, pidfs inode.
+fn fill_details(proc: &procfs::process::Process, info: &mut ProcessInfo) {
     let exe = proc.exe().ok().map(|p| p.to_string_lossy().into_owned());
     let argv = proc.cmdline().ok();
     // A process in the middle of execve shows an empty environ (and cmdline) for a moment, after
@@ -258,19 +331,10 @@ fn read_live(pid: i32) -> Result<Option<ProcessInfo>, TableError> {
             gateway_instance_id: get(ENV_GATEWAY_ID),
         }
     });
-    Ok(Some(ProcessInfo {
-        pid,
-        ppid: stat.ppid,
-        pgid: stat.pgrp,
-        sid: stat.session,
-        uid,
-        start_time: stat.starttime,
-        state: stat.state,
-        exe,
-        argv,
-        env,
-        pidfs_ino: crate::sys::pidfs_ino(pid),
-    }))
+    info.exe = exe;
+    info.argv = argv;
+    info.env = env;
+    info.pidfs_ino = crate::sys::pidfs_ino(info.pid);
 }
 
 /// Children of `pid` from `/proc/<pid>/task/<tid>/children` (per thread: a child belongs to the
@@ -291,24 +355,56 @@ fn live_children(pid: i32) -> Option<Vec<i32>> {
     any.then_some(out)
 }
 
+/// The pids `/proc` lists.
+fn live_pids() -> Result<Vec<i32>, TableError> {
+    let entries = std::fs::read_dir("/proc")
+        .map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
+    let mut pids = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
+        if let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
 impl ProcessTable for LiveTable {
-    fn snapshot(&self) -> Result<Snapshot, TableError> {
-        let entries = std::fs::read_dir("/proc")
-            .map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
-        let mut list = Vec::new();
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| TableError::Unavailable(format!("cannot list /proc: {e}")))?;
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if let Some(p) = read_live(pid)? {
-                list.push(p);
+    fn liveness(&self, id: ProcessId, pidfs_ino: Option<u64>) -> Result<Liveness, TableError> {
+        if id.pid <= 0 {
+            return Ok(Liveness::Gone);
+        }
+        let Some((start, state)) = stat_start_and_state(id.pid) else {
+            if !Path::new("/proc/self/stat").exists() {
+                return Err(TableError::Unavailable("/proc is not mounted".into()));
             }
+            return Ok(Liveness::Gone);
+        };
+        if start != id.start_time {
+            return Ok(Liveness::Gone);
+        }
+        // The pidfs inode is read only when the lease recorded one to compare with.
+        if let Some(want) = pidfs_ino {
+            if crate::sys::pidfs_ino(id.pid).is_some_and(|got| got != want) {
+                return Ok(Liveness::Gone);
+            }
+        }
+        Ok(if state == 'Z' {
+            Liveness::Zombie
+        } else {
+            Liveness::Alive
+        })
+    }
+
+    fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
+        let mut list = Vec::new();
+        for pid in live_pids()? {
+            list.extend(read_live_with(pid, wants)?);
         }
         if list.is_empty() {
             return Err(TableError::Unavailable(
@@ -318,6 +414,10 @@ impl ProcessTable for LiveTable {
         Ok(Snapshot::new(list))
     }
 
+    fn snapshot(&self) -> Result<Snapshot, TableError> {
+        self.scan(&|_| true)
+    }
+
     fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
         if pid <= 0 {
             return Ok(None);
@@ -325,10 +425,22 @@ impl ProcessTable for LiveTable {
         read_live(pid)
     }
 
+    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
+        if pid <= 0 {
+            return Ok(None);
+        }
+        read_live_with(pid, &|_| false)
+    }
+
     fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
         let mut out = Vec::new();
         let mut stack = vec![(root, None::<i32>)];
+        // Pids recycled between two reads can make the links a cycle: never visit a pid twice.
+        let mut seen = std::collections::HashSet::new();
         while let Some((pid, parent)) = stack.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
             let Some(p) = read_live(pid)? else { continue };
             // A pid listed under `parent` that has since been recycled is not a descendant.
             if parent.is_some_and(|pp| pp != p.ppid) {
@@ -348,10 +460,29 @@ impl ProcessTable for LiveTable {
 /// Reads only field 22 of `/proc/<pid>/stat`, for the hot path of `leash exec` (a full
 /// [`ProcessInfo`] also reads exe, cmdline and environ).
 pub fn start_time_of(pid: i32) -> Option<u64> {
+    stat_start_and_state(pid).map(|(start, _)| start)
+}
+
+/// Fields 22 (start time) and 3 (state) of `/proc/<pid>/stat`, and nothing else.
+fn stat_start_and_state(pid: i32) -> Option<(u64, char)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces and parentheses: split after the LAST ')'.
     let rest = &text[text.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((start, state))
+}
+
+/// True when a process group still has a member, zombies included: `kill(-pgid, 0)`, which
+/// sends nothing (signal 0 only asks the kernel whether the group exists and may be signalled).
+/// One syscall, whatever the host's process count. `false` for pgid ≤ 1.
+pub fn group_exists(pgid: i32) -> bool {
+    pgid > 1
+        && match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None) {
+            Ok(()) => true,
+            Err(e) => e != nix::errno::Errno::ESRCH,
+        }
 }
 
 /// The pidfs inode of a process (see [`ProcessInfo::pidfs_ino`]).
@@ -453,6 +584,54 @@ mod tests {
         let t = FixtureTable::from_json(r#"{"unavailable":"proc not mounted"}"#).unwrap();
         assert!(t.snapshot().is_err());
         assert!(t.process(1).is_err());
+    }
+
+    #[test]
+    fn a_cycle_in_the_parent_links_ends_the_subtree_walk() {
+        // 10 names 11 as its parent and 11 names 10: without a visited set the walk never ends.
+        let t = FixtureTable::from_json(
+            r#"{"processes":[
+            {"pid":10,"ppid":11,"pgid":10,"sid":10,"uid":0,"startTime":5},
+            {"pid":11,"ppid":10,"pgid":10,"sid":10,"uid":0,"startTime":6}]}"#,
+        )
+        .unwrap();
+        let mut pids: Vec<i32> = t.subtree(10).unwrap().iter().map(|p| p.pid).collect();
+        pids.sort();
+        assert_eq!(pids, vec![10, 11]);
+    }
+
+    #[test]
+    fn liveness_reads_the_instance_from_stat() {
+        let me = self_id();
+        assert_eq!(LiveTable.liveness(me, None).unwrap(), Liveness::Alive);
+        let ino = pidfs_ino_of(me.pid);
+        assert_eq!(LiveTable.liveness(me, ino).unwrap(), Liveness::Alive);
+        let older = ProcessId {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        assert_eq!(LiveTable.liveness(older, None).unwrap(), Liveness::Gone);
+        if let Some(ino) = ino {
+            assert_eq!(
+                LiveTable.liveness(me, Some(ino + 1)).unwrap(),
+                Liveness::Gone,
+                "another pidfs inode is another process"
+            );
+        }
+        let none = ProcessId {
+            pid: i32::MAX,
+            start_time: 1,
+        };
+        assert_eq!(LiveTable.liveness(none, None).unwrap(), Liveness::Gone);
+    }
+
+    #[test]
+    fn a_scan_reads_details_only_where_asked() {
+        let me = std::process::id() as i32;
+        let snap = LiveTable.scan(&|p| p.pid == me).unwrap();
+        assert!(snap.get(me).unwrap().exe.is_some());
+        let init = snap.get(1).expect("pid 1 is listed");
+        assert!(init.exe.is_none() && init.env.is_none() && init.argv.is_none());
     }
 
     #[test]

@@ -249,12 +249,7 @@ impl<'t> Sessions<'t> {
             alive: self.table.alive(id).ok(),
         };
         let root = lease.as_ref().map(|l| state(l.root()));
-        let adapter = lease
-            .as_ref()
-            .and_then(|l| match (l.adapter_pid, l.adapter_start_time) {
-                (Some(pid), Some(start_time)) => Some(state(ProcessId { pid, start_time })),
-                _ => None,
-            });
+        let adapter = lease.as_ref().and_then(Lease::adapter).map(state);
         let tree = lease
             .as_ref()
             .filter(|l| l.state.is_active())

@@ -98,7 +98,8 @@ pub fn pin(
             })
         }
     };
-    let Some(info) = table.process(id.pid)? else {
+    // Only `stat` and the uid: the checks below need nothing else (issue 16).
+    let Some(info) = table.process_stat(id.pid)? else {
         return Ok(None);
     };
     if info.start_time != id.start_time {

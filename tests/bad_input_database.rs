@@ -1,7 +1,6 @@
-//! Issue 7, bad input: a corrupt, a truncated and a locked state database. Every command ends in
-//! a clear error (exit 1; `leash exec` exits 125 and starts nothing), signals nothing (a live
-//! session's adapter traps and logs every signal and stays alive), and leaves the database file
-//! as it was.
+//! Bad input: a corrupt, a truncated and a locked state database. Every command ends in a clear
+//! error (exit 1; `leash exec` exits 125 and starts nothing), signals nothing (a live session's
+//! adapter traps and logs every signal and stays alive), and leaves the database file as it was.
 mod common;
 use common::*;
 use std::path::Path;

@@ -1,8 +1,7 @@
-//! Issue 10, item 1: an oversize grace leaked a tree. Every numeric input is checked against its
-//! real range at the edge (`leash exec`, `ensure`'s `graceMs`), nothing that would not read back
-//! is stored, the wrapper's grace arithmetic saturates, and a row that does not read never makes
-//! a live tree unkillable: `close` (and `reap`) repair it when its evidence reads, and refuse it,
-//! signalling nothing, when it does not.
+//! Every numeric input is checked against its real range at the edge (`leash exec`, `ensure`'s
+//! `graceMs`), nothing that would not read back is stored, the wrapper's grace arithmetic
+//! saturates, and a row that does not read never makes a live tree unkillable: `close` (and `reap`)
+//! repair it when its evidence reads, and refuse it, signalling nothing, when it does not.
 mod common;
 mod daemon_support;
 use common::*;

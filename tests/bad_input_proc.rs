@@ -1,7 +1,7 @@
-//! Issue 7, bad input: `/proc` entries that vanish mid-read or cannot be read. A process that
-//! exits between the listing of `/proc` and the reading of its files is simply absent (never an
-//! error, never a half-read process); a zombie is dead; fields that cannot be read (`exe`,
-//! `environ`) make a lease unverifiable or a process excluded, never a signal.
+//! Bad input: `/proc` entries that vanish mid-read or cannot be read. A process that exits between
+//! the listing of `/proc` and the reading of its files is simply absent (never an error, never a
+//! half-read process); a zombie is dead; fields that cannot be read (`exe`, `environ`) make a lease
+//! unverifiable or a process excluded, never a signal.
 use leash::lease::{command_hash, Lease, LeaseState};
 use leash::plan::{plan_lease, Decision};
 use leash::proc::{FixtureTable, LiveTable, ProcessTable};

@@ -1,10 +1,10 @@
-//! Issue 7, bad input: lease rows rewritten (as anyone able to write the state directory could)
-//! to point at pid 1, at the reaper's own process group, or at another uid's process. Each row is
-//! made as convincing as a row can be — the named process's real pid *and* start time, a root
-//! start time so early that every live process "started after the lease" — so that only the
-//! signalling guards stand between the row and a signal. Every case ends in a refusal with a
-//! reason (or `lost`, nothing alive being the lease's) and no signal: the decoys trap and log
-//! every catchable signal and stay alive.
+//! Bad input: lease rows rewritten (as anyone able to write the state directory could) to point at
+//! pid 1, at the reaper's own process group, or at another uid's process. Each row is made as
+//! convincing as a row can be — the named process's real pid *and* start time, a root start time so
+//! early that every live process "started after the lease" — so that only the signalling guards
+//! stand between the row and a signal. Every case ends in a refusal with a reason (or `lost`,
+//! nothing alive being the lease's) and no signal: the decoys trap and log every catchable signal
+//! and stay alive.
 mod common;
 use common::*;
 use serde_json::Value;

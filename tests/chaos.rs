@@ -1,6 +1,6 @@
-//! Issue 7: chaos. Random SIGKILLs at every point of the lease lifecycle, over several state roots
-//! at once, among decoys that must never be signalled; afterwards one final `reap` per root must
-//! leave nothing behind.
+//! Chaos: random SIGKILLs at every point of the lease lifecycle, over several state roots at once,
+//! among decoys that must never be signalled; afterwards one final `reap` per root must leave
+//! nothing behind.
 //!
 //! # What it does
 //!

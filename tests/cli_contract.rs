@@ -1,8 +1,8 @@
-//! Issue 10, the contract's loose ends and item 9: every failure of `leash exec` itself is 125
-//! with a machine-readable cause; session keys follow one rule everywhere; read-only commands
-//! never create a state root and relative paths are made absolute; `--json` errors are JSON;
-//! `cancel --session` answers the same with or without a daemon, in the CLI's words; durations
-//! are accepted for the grace; `--help` is readable.
+//! The command-line contract: every failure of `leash exec` itself is 125 with a machine-readable
+//! cause; session keys follow one rule everywhere; read-only commands never create a state root and
+//! relative paths are made absolute; `--json` errors are JSON; `cancel --session` answers the same
+//! with or without a daemon, in the CLI's words; durations are accepted for the grace; `--help` is
+//! readable.
 mod common;
 mod daemon_support;
 use common::*;

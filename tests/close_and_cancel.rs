@@ -1,6 +1,6 @@
-//! Issue 3: the intents are distinct. `cancel` records the intent and signals nothing (every
-//! process stays alive, the lease stays open); a later `close` verifies and terminates children
-//! first, SIGKILLing what ignores SIGTERM after the grace.
+//! The intents are distinct. `cancel` records the intent and signals nothing (every process stays
+//! alive, the lease stays open); a later `close` verifies and terminates children first, SIGKILLing
+//! what ignores SIGTERM after the grace.
 mod common;
 use common::*;
 use serde_json::Value;

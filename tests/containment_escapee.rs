@@ -1,9 +1,9 @@
-//! Issue 12: one cgroup per lease takes the escapee that pids, groups and markers cannot: a
-//! descendant that double-forks, calls setsid, clears its environment (`env -i`) and ignores
-//! SIGTERM. After a wrapper SIGKILL, `reap` kills it through the lease's verified cgroup and
-//! removes the cgroup; `close` takes it while the wrapper lives; a bystander session with the
-//! same kind of escapee is untouched by both. Real cgroups under a root each test makes for
-//! itself (removed on drop, also when the test fails).
+//! One cgroup per lease takes the escapee that pids, groups and markers cannot: a descendant that
+//! double-forks, calls setsid, clears its environment (`env -i`) and ignores SIGTERM. After a
+//! wrapper SIGKILL, `reap` kills it through the lease's verified cgroup and removes the cgroup;
+//! `close` takes it while the wrapper lives; a bystander session with the same kind of escapee is
+//! untouched by both. Real cgroups under a root each test makes for itself (removed on drop, also
+//! when the test fails).
 mod common;
 use common::*;
 use serde_json::Value;

@@ -1,8 +1,8 @@
-//! Issue 12: containment is on by default where leash can create cgroups, `--containment off`
-//! (and `LEASH_CONTAINMENT=off`) behaves as before, an unusable setup is reported by `leash
-//! status` with the reason and never stops a session from starting, and limits are applied or
-//! refused, never ignored: on this host the v2 hierarchy has no memory or pids controller, so
-//! the refusal is what is checked live (the write path is unit-tested on a fake directory).
+//! Containment is on by default where leash can create cgroups, `--containment off` (and
+//! `LEASH_CONTAINMENT=off`) behaves as before, an unusable setup is reported by `leash status` with
+//! the reason and never stops a session from starting, and limits are applied or refused, never
+//! ignored: on this host the v2 hierarchy has no memory or pids controller, so the refusal is what
+//! is checked live (the write path is unit-tested on a fake directory).
 mod common;
 use common::*;
 use serde_json::Value;

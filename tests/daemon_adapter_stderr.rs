@@ -1,8 +1,8 @@
-//! Issue 13: the adapter's stderr reaches clients. Attaches that ask for it (`stderr: true`) get
-//! `stderr` items in the session's seq space (older clients, which do not ask, see no new item
-//! type), the lines stay in the daemon's log, and an adapter that dies at once — bad config —
-//! fails its `ensure` with `spawn_failed`, its exit status and its last stderr lines instead of
-//! reporting `running` and then vanishing.
+//! The adapter's stderr reaches clients. Attaches that ask for it (`stderr: true`) get `stderr`
+//! items in the session's seq space (older clients, which do not ask, see no new item type), the
+//! lines stay in the daemon's log, and an adapter that dies at once — bad config — fails its
+//! `ensure` with `spawn_failed`, its exit status and its last stderr lines instead of reporting
+//! `running` and then vanishing.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 5: a client that disconnects in the middle of an attach and reattaches with the last
-//! seq it saw gets every line exactly once, in order, while the session runs on undisturbed;
-//! asking for a seq that fell out of the bounded replay buffer gets `seq_evicted`, with the
-//! oldest seq still available.
+//! A client that disconnects in the middle of an attach and reattaches with the last seq it saw
+//! gets every line exactly once, in order, while the session runs on undisturbed; asking for a seq
+//! that fell out of the bounded replay buffer gets `seq_evicted`, with the oldest seq still
+//! available.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 5: on SIGTERM the daemon records which sessions were busy, closes every session through
-//! the normal close path (adapters gone, leases closed), removes its socket and exits 0; the
-//! next daemon reports the busy ones — in `status` and as a `resumable` event — so the gateway
-//! can resume them, and forgets one once it is ensured again.
+//! On SIGTERM the daemon records which sessions were busy, closes every session through the normal
+//! close path (adapters gone, leases closed), removes its socket and exits 0; the next daemon
+//! reports the busy ones — in `status` and as a `resumable` event — so the gateway can resume them,
+//! and forgets one once it is ensured again.
 mod common;
 mod daemon_support;
 use common::*;

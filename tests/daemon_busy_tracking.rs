@@ -1,8 +1,7 @@
-//! Issue 5: busy tracking from the JSON-RPC stream. A `session/prompt` request sent to the
-//! adapter makes the session busy until a response with the same id comes back — also when the
-//! adapter answers at once (the request is tracked before it is written) — and a response to
-//! another id, or a prompt without an id (a notification: no response will come), changes
-//! nothing.
+//! Busy tracking from the JSON-RPC stream. A `session/prompt` request sent to the adapter makes the
+//! session busy until a response with the same id comes back — also when the adapter answers at
+//! once (the request is tracked before it is written) — and a response to another id, or a prompt
+//! without an id (a notification: no response will come), changes nothing.
 mod common;
 mod daemon_support;
 use common::*;

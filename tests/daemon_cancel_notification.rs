@@ -1,7 +1,7 @@
-//! Issue 5: `cancel` writes exactly one well-formed ACP `session/cancel` notification (no id) to
-//! the adapter's stdin, records the intent, and signals nothing: the adapter (which logs every
-//! catchable signal) keeps running and the lease stays open. Without an explicit ACP session id
-//! the daemon uses the one of the unanswered prompt.
+//! `cancel` writes exactly one well-formed ACP `session/cancel` notification (no id) to the
+//! adapter's stdin, records the intent, and signals nothing: the adapter (which logs every
+//! catchable signal) keeps running and the lease stays open. Without an explicit ACP session id the
+//! daemon uses the one of the unanswered prompt.
 mod common;
 mod daemon_support;
 use common::*;

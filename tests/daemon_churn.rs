@@ -1,11 +1,11 @@
-//! Issue 10, item 11: the daemon stays flat under churn. Thousands of sessions are started and
-//! ended one after another on a few connections — a third closed, a third exiting by
-//! themselves, a third losing their wrapper to SIGKILL — and after a warm-up the daemon's open
-//! descriptors, threads and resident memory come back to their level once the churn is over,
-//! while `status` lists only the newest ended sessions (their events stay in the database).
-//! Before the fix each session kept a database connection (two descriptors) and ~125 KB for
-//! ever. `LEASH_CHURN_SESSIONS` sets the number of sessions (default 1200, about 40 s on a busy
-//! 2-core machine: each session is a `leash exec`, a wrapper and an adapter).
+//! The daemon stays flat under churn. Thousands of sessions are started and ended one after another
+//! on a few connections — a third closed, a third exiting by themselves, a third losing their
+//! wrapper to SIGKILL — and after a warm-up the daemon's open descriptors, threads and resident
+//! memory come back to their level once the churn is over, while `status` lists only the newest
+//! ended sessions (their events stay in the database). No ended session keeps a database connection
+//! (two descriptors) or memory (~125 KB each when they did). `LEASH_CHURN_SESSIONS` sets the number
+//! of sessions (default 1200, about 40 s on a busy 2-core machine: each session is a `leash exec`,
+//! a wrapper and an adapter).
 mod common;
 mod daemon_support;
 use common::*;

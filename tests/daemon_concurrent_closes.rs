@@ -1,8 +1,8 @@
-//! Issue 10, item 5: concurrent closes of one lease inside the daemon. Two `reap --include-live`
-//! and a `close` of the same session, sent at once on three connections: exactly one of them
-//! claims the lease and signals its tree; the others signal nothing and say why, and no answer
-//! that sent signals calls itself a `conflict`. (The daemon's requests share its pid, and the
-//! store counts a claim by the same pid as stale, so before the fix all three went ahead.)
+//! Concurrent closes of one lease inside the daemon. Two `reap --include-live` and a `close` of the
+//! same session, sent at once on three connections: exactly one of them claims the lease and
+//! signals its tree; the others signal nothing and say why, and no answer that sent signals calls
+//! itself a `conflict`. (The daemon's requests share its pid, so a claim by that pid must not count
+//! as stale: else all three would go ahead.)
 mod common;
 mod daemon_support;
 use common::*;

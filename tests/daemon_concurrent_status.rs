@@ -1,6 +1,5 @@
-//! Issue 5: 50 clients asking for `status` at once while 5 sessions stream output are all
-//! answered, and no session is disturbed: each stream stays gap-free and in order, and every
-//! adapter keeps running.
+//! 50 clients asking for `status` at once while 5 sessions stream output are all answered, and no
+//! session is disturbed: each stream stays gap-free and in order, and every adapter keeps running.
 mod common;
 mod daemon_support;
 use common::*;

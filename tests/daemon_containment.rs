@@ -1,4 +1,4 @@
-//! Issue 12 through the daemon: sessions it spawns are contained in the daemon's cgroup root
+//! Containment through the daemon: sessions it spawns are contained in the daemon's cgroup root
 //! (whatever a client's `env` says), its status carries the containment and each contained
 //! session's totals, `ensure` with a limit the controllers cannot enforce is refused, and a close
 //! through the daemon takes an env-less escapee. The test binary's own cgroup root (see

@@ -1,7 +1,7 @@
-//! Issue 10, item 3: a request with the same key twice is refused (`bad_request`) and changes
-//! nothing — `{"op":"reap","dryRun":true,"dryRun":false}` once ran a real reap — and a numeric
-//! id that would not read back exactly (above 2^64-1, or a fraction) is refused instead of being
-//! echoed as a float the client cannot match.
+//! A request with the same key twice is refused (`bad_request`) and changes nothing —
+//! `{"op":"reap","dryRun":true,"dryRun":false}` once ran a real reap — and a numeric id that would
+//! not read back exactly (above 2^64-1, or a fraction) is refused instead of being echoed as a
+//! float the client cannot match.
 mod common;
 mod daemon_support;
 use common::*;

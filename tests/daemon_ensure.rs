@@ -1,8 +1,7 @@
-//! Issue 5: `ensure` starts an adapter under a lease with the given argv, cwd, environment and
-//! ownership fields, is idempotent for a running session, refuses a session whose live lease
-//! another process holds, and reports an adapter that cannot start. An adapter that exits by
-//! itself ends its stream with its output, the lease's settlement and its exit status, in seq
-//! order.
+//! `ensure` starts an adapter under a lease with the given argv, cwd, environment and ownership
+//! fields, is idempotent for a running session, refuses a session whose live lease another process
+//! holds, and reports an adapter that cannot start. An adapter that exits by itself ends its stream
+//! with its output, the lease's settlement and its exit status, in seq order.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 13: `hello` names the protocol version, the daemon's ops and features; `ping` answers;
-//! `detach` ends one attach of a connection (with an `end` item of reason `detached`) and leaves
-//! the connection and the session's other attaches alone; an attach whose `since` lies above the
-//! last seq is clamped to it (and says so) instead of stalling.
+//! `hello` names the protocol version, the daemon's ops and features; `ping` answers; `detach` ends
+//! one attach of a connection (with an `end` item of reason `detached`) and leaves the connection
+//! and the session's other attaches alone; an attach whose `since` lies above the last seq is
+//! clamped to it (and says so) instead of stalling.
 mod common;
 mod daemon_support;
 use common::*;

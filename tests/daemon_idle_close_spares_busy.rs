@@ -1,6 +1,6 @@
-//! Issue 5: `--idle-close` closes a session without traffic, but never one that is busy (a
-//! `session/prompt` request on its stdin without a response on its stdout yet), however long
-//! it has been quiet; once the response arrives, the session is idle-closed like any other.
+//! `--idle-close` closes a session without traffic, but never one that is busy (a `session/prompt`
+//! request on its stdin without a response on its stdout yet), however long it has been quiet; once
+//! the response arrives, the session is idle-closed like any other.
 mod common;
 mod daemon_support;
 use common::*;

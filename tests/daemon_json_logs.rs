@@ -1,6 +1,6 @@
-//! Issue 15: `leash serve --log-format json` writes one JSON object per line on stderr (what
-//! journald stores as MESSAGE), with the event's fields at the top level: a verify names its
-//! `lease_id`, `session`, `pid` and `op`. Text stays the default.
+//! `leash serve --log-format json` writes one JSON object per line on stderr (what journald stores
+//! as MESSAGE), with the event's fields at the top level: a verify names its `lease_id`, `session`,
+//! `pid` and `op`. Text stays the default.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,8 +1,8 @@
-//! Issue 12: a daemon that runs in the leash cgroup root itself (as under systemd with
-//! `Delegate=yes`, where the service's cgroup is the root) moves into `<root>/leash-daemon` at
-//! start, so that the root holds no process and controllers can be enabled for the session
-//! cgroups; its sessions' cgroups are still made under `<root>/<gateway id>/`. The move into the
-//! root is staged by the shell that starts the daemon (a child process), never by the test.
+//! A daemon that runs in the leash cgroup root itself (as under systemd with `Delegate=yes`, where
+//! the service's cgroup is the root) moves into `<root>/leash-daemon` at start, so that the root
+//! holds no process and controllers can be enabled for the session cgroups; its sessions' cgroups
+//! are still made under `<root>/<gateway id>/`. The move into the root is staged by the shell that
+//! starts the daemon (a child process), never by the test.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 10, item 10: a `leash --no-daemon close` that is killed mid-grace leaves the lease
-//! `closing` under a dead claimant. The daemon notices that its session's lease changed
-//! underneath it: the session stops taking input (phase `closing`, `send` answers
-//! `not_running`), and the daemon finishes the close itself (the dead closer's claim is stale).
+//! A `leash --no-daemon close` that is killed mid-grace leaves the lease `closing` under a dead
+//! claimant. The daemon notices that its session's lease changed underneath it: the session stops
+//! taking input (phase `closing`, `send` answers `not_running`), and the daemon finishes the close
+//! itself (the dead closer's claim is stale).
 mod common;
 mod daemon_support;
 use common::*;

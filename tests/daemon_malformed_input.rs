@@ -1,7 +1,7 @@
-//! Issue 5: bad input over a live connection — broken JSON, non-objects, unknown ops, missing,
-//! unknown and mistyped fields, a line over 1 MiB, invalid UTF-8 — each gets an error reply with
-//! its documented code (and the request id when it could be read); the same connection keeps
-//! working afterwards, and so does the daemon.
+//! Bad input over a live connection — broken JSON, non-objects, unknown ops, missing, unknown and
+//! mistyped fields, a line over 1 MiB, invalid UTF-8 — each gets an error reply with its documented
+//! code (and the request id when it could be read); the same connection keeps working afterwards,
+//! and so does the daemon.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,8 +1,8 @@
-//! Issue 15: `leash serve --metrics ADDR` and the `metrics` op. A scripted workload (two
-//! sessions ensured, one closed, an orphan outside the daemon reaped through the `reap` op, a
-//! known number of requests per op) is scraped over HTTP; `promtool check metrics` (Debian's
-//! prometheus package, unpacked under the target directory on first use) accepts the
-//! exposition, and every counter equals what the workload did, as the ops' own replies report it.
+//! `leash serve --metrics ADDR` and the `metrics` op. A scripted workload (two sessions ensured,
+//! one closed, an orphan outside the daemon reaped through the `reap` op, a known number of
+//! requests per op) is scraped over HTTP; `promtool check metrics` (Debian's prometheus package,
+//! unpacked under the target directory on first use) accepts the exposition, and every counter
+//! equals what the workload did, as the ops' own replies report it.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,6 @@
-//! Issue 10, item 8: an output item is bounded by its *encoded* size. A line of 1 MiB of control
-//! bytes is 6 MiB once JSON-escaped; under `--replay-bytes 65536` the item the client receives
-//! (and the buffer holds) stays within 64 KiB, marked `truncated`, and holds a true prefix of the
-//! line.
+//! An output item is bounded by its *encoded* size. A line of 1 MiB of control bytes is 6 MiB once
+//! JSON-escaped; under `--replay-bytes 65536` the item the client receives (and the buffer holds)
+//! stays within 64 KiB, marked `truncated`, and holds a true prefix of the line.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 5: the daemon checks each peer's uid (SO_PEERCRED) against its own. The socket is 0600,
-//! so another user cannot even connect — except root, or when someone loosens the mode; this
-//! test loosens it and connects as `nobody`, which the daemon refuses with `forbidden`. Needs
-//! root (to run the client as another user); skipped otherwise.
+//! The daemon checks each peer's uid (SO_PEERCRED) against its own. The socket is 0600, so another
+//! user cannot even connect — except root, or when someone loosens the mode; this test loosens it
+//! and connects as `nobody`, which the daemon refuses with `forbidden`. Needs root (to run the
+//! client as another user); skipped otherwise.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,10 +1,10 @@
-//! Issue 15: continuous reconcile. A daemon with `--reconcile-interval` settles, without anyone
-//! running `reap`, the leases of sessions started with `leash exec` outside it: one whose owner
-//! died after its wrapper was SIGKILLed (its escapee is verified by its markers and terminated),
-//! and one whose owner lives but whose wrapper was SIGKILLed. A live session outside the daemon
-//! and the daemon's own session are never touched. Passes are numbered in `status`, so the test
-//! waits for passes, not for time: both leases must be settled by the second pass that started
-//! after they were orphaned.
+//! Continuous reconcile. A daemon with `--reconcile-interval` settles, without anyone running
+//! `reap`, the leases of sessions started with `leash exec` outside it: one whose owner died after
+//! its wrapper was SIGKILLed (its escapee is verified by its markers and terminated), and one whose
+//! owner lives but whose wrapper was SIGKILLed. A live session outside the daemon and the daemon's
+//! own session are never touched. Passes are numbered in `status`, so the test waits for passes,
+//! not for time: both leases must be settled by the second pass that started after they were
+//! orphaned.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,8 +1,8 @@
-//! Issues 12 and 15: the daemon's reconcile timer also sweeps stray cgroups under containment.
-//! A cgroup under this gateway's cgroup root that no lease names (as a `leash exec` that died
-//! between its mkdir and its commit leaves it), old enough that no commit can still be in flight,
-//! with a process inside, is killed and removed within two passes, without anyone running
-//! `reap`; a directory that is not named for a lease id is left alone, and so is its process.
+//! The daemon's reconcile timer also sweeps stray cgroups under containment. A cgroup under this
+//! gateway's cgroup root that no lease names (as a `leash exec` that died between its mkdir and its
+//! commit leaves it), old enough that no commit can still be in flight, with a process inside, is
+//! killed and removed within two passes, without anyone running `reap`; a directory that is not
+//! named for a lease id is left alone, and so is its process.
 mod common;
 mod daemon_support;
 use common::*;

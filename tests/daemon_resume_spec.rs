@@ -1,8 +1,8 @@
-//! Issue 13: `ensure` on a running session says whether its argv matches; the daemon keeps each
-//! session's ensure spec (argv, cwd, env, ownership) in the state database, so `ensure {session}`
-//! re-spawns it as it was, also after a daemon restart (`persistSpec: false` keeps none); and a
-//! connection that asks for lifecycle events is pushed the sessions that were busy when the
-//! previous daemon stopped (`resumable`), then `resumed` when one is ensured again.
+//! `ensure` on a running session says whether its argv matches; the daemon keeps each session's
+//! ensure spec (argv, cwd, env, ownership) in the state database, so `ensure {session}` re-spawns
+//! it as it was, also after a daemon restart (`persistSpec: false` keeps none); and a connection
+//! that asks for lifecycle events is pushed the sessions that were busy when the previous daemon
+//! stopped (`resumable`), then `resumed` when one is ensured again.
 mod common;
 mod daemon_support;
 use common::*;

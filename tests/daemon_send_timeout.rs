@@ -1,8 +1,8 @@
-//! Issue 10, item 7: an adapter that never reads its stdin. Once its pipe is full a `send`
-//! fails with `send_timeout` after its `timeoutMs` (default 10 s) instead of blocking forever,
-//! and a `cancel` on another connection answers at once — recorded, `notified: false`, with the
-//! reason — instead of queueing behind the blocked send. What a timed-out send wrote in part is
-//! owed and goes out before any later line (never two lines spliced together).
+//! An adapter that never reads its stdin. Once its pipe is full a `send` fails with `send_timeout`
+//! after its `timeoutMs` (default 10 s) instead of blocking forever, and a `cancel` on another
+//! connection answers at once — recorded, `notified: false`, with the reason — instead of queueing
+//! behind the blocked send. What a timed-out send wrote in part is owed and goes out before any
+//! later line (never two lines spliced together).
 mod common;
 mod daemon_support;
 use common::*;

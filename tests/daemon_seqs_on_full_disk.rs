@@ -1,11 +1,10 @@
-//! Issue 10, item 2: seqs never repeat or go back when the database cannot be written. The state
-//! root lives on a small tmpfs the test mounts; the disk is filled while a session streams, so no
-//! block of seqs can be reserved. The daemon holds the adapter's output instead of numbering it
-//! with seqs the store never reserved (`status` says `outputHeld`), and once space returns:
-//! every line arrives once, in order; the close's `closing`/`closed` and the `exit` are in the
-//! stream at the seqs the database has (before the fix they landed on seqs already given to
-//! output lines, and the stream dropped them); and the next lease of the same key starts above
-//! every seq the client saw. Needs root (mount); skips with the reason otherwise.
+//! Seqs never repeat or go back when the database cannot be written. The state root lives on a
+//! small tmpfs the test mounts; the disk is filled while a session streams, so no block of seqs can
+//! be reserved. The daemon holds the adapter's output instead of numbering it with seqs the store
+//! never reserved (`status` says `outputHeld`), and once space returns: every line arrives once, in
+//! order; the close's `closing`/`closed` and the `exit` are in the stream at the seqs the database
+//! has (never on seqs already given to output lines); and the next lease of the same key starts
+//! above every seq the client saw. Needs root (mount); skips with the reason otherwise.
 mod common;
 mod daemon_support;
 use common::*;

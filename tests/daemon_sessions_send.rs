@@ -1,6 +1,6 @@
-//! Issues 4 and 5: `leash sessions send` checks visibility, then writes through the daemon (the
-//! only holder of the adapter's stdin); a requester that may not see the session gets exit 5 and
-//! nothing is written. The daemon's `sessions` op answers with the same visibility check.
+//! `leash sessions send` checks visibility, then writes through the daemon (the only holder of the
+//! adapter's stdin); a requester that may not see the session gets exit 5 and nothing is written.
+//! The daemon's `sessions` op answers with the same visibility check.
 mod common;
 mod daemon_support;
 use common::*;

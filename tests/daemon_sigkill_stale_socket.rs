@@ -1,7 +1,7 @@
-//! Issue 5: after `kill -9` of the daemon, the wrappers it spawned see their parent die and take
-//! their adapters down (a stubborn adapter that ignores SIGTERM, and its child, included); the
-//! socket file is left behind, stale; a new daemon detects that nothing answers on it, replaces
-//! it, and its startup reap settles the dead daemon's leases.
+//! After `kill -9` of the daemon, the wrappers it spawned see their parent die and take their
+//! adapters down (a stubborn adapter that ignores SIGTERM, and its child, included); the socket
+//! file is left behind, stale; a new daemon detects that nothing answers on it, replaces it, and
+//! its startup reap settles the dead daemon's leases.
 mod common;
 mod daemon_support;
 use common::*;

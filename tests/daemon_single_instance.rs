@@ -1,6 +1,6 @@
-//! Issue 5: the daemon's socket is 0600, a second daemon on the same state root is refused with
-//! a clear message (and leaves the first one's socket alone), and a clean SIGTERM exits 0 and
-//! removes the socket.
+//! The daemon's socket is 0600, a second daemon on the same state root is refused with a clear
+//! message (and leaves the first one's socket alone), and a clean SIGTERM exits 0 and removes the
+//! socket.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,8 +1,8 @@
-//! Issue 10, item 7: `status` needs no lock that is held across a database write. Another
-//! process holds the database's write lock (the daemon's busy timeout is 20 s) while a session
-//! streams past the end of its block of seqs, so the session's reservation waits on the lock.
-//! `status` keeps answering all the while. Before the fix the output thread waited for the
-//! database while holding the session's lock, and `status` (which takes it) stalled with it.
+//! `status` needs no lock that is held across a database write. Another process holds the
+//! database's write lock (the daemon's busy timeout is 20 s) while a session streams past the end
+//! of its block of seqs, so the session's reservation waits on the lock. `status` keeps answering
+//! all the while. The output thread never waits for the database while holding the session's lock,
+//! which `status` takes.
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,6 +1,6 @@
-//! Issue 5: `leash status | leases | cancel | close | reap` go through the daemon when one
-//! serves the state root (same output, same exit codes), work on the database directly with
-//! `--no-daemon` or when no daemon runs, and a close through the daemon ends its session.
+//! `leash status | leases | cancel | close | reap` go through the daemon when one serves the state
+//! root (same output, same exit codes), work on the database directly with `--no-daemon` or when no
+//! daemon runs, and a close through the daemon ends its session.
 mod common;
 mod daemon_support;
 use common::*;

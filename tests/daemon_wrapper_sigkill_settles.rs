@@ -1,7 +1,6 @@
-//! Issue 10, item 12: a wrapper SIGKILLed under the daemon. The daemon is the wrapper's parent
-//! and learns of its death at once; the surviving, TERM-ignoring member of its tree (it still
-//! holds the stdout pipe) is terminated within the session's grace — before the fix it was
-//! signalled only after a 5 s wait for that pipe to drain.
+//! A wrapper SIGKILLed under the daemon. The daemon is the wrapper's parent and learns of its death
+//! at once; the surviving, TERM-ignoring member of its tree (it still holds the stdout pipe) is
+//! terminated within the session's grace — without first waiting for that pipe to drain.
 mod common;
 mod daemon_support;
 use common::*;

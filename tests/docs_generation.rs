@@ -1,5 +1,5 @@
-//! Issue 15: shell completions and man pages are generated from the clap definitions without
-//! error, and leash(1) names every subcommand (its SUBCOMMANDS section links leash-NAME(1)).
+//! Shell completions and man pages are generated from the clap definitions without error, and
+//! leash(1) names every subcommand (its SUBCOMMANDS section links leash-NAME(1)).
 mod common;
 use clap::CommandFactory;
 use common::*;

@@ -1,5 +1,5 @@
-//! Issue 2: `--owner-pid` closes the spawner-died-first race (nothing starts, the lease is lost
-//! with the reason), and a session has at most one active lease.
+//! `--owner-pid` closes the spawner-died-first race (nothing starts, the lease is lost with the
+//! reason), and a session has at most one active lease.
 mod common;
 use common::*;
 

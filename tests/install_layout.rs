@@ -1,8 +1,8 @@
-//! Issue 10: one documented install gives a working pair. `cargo install --path . && cargo
-//! install --path wrapper` puts `leash` and `leash-wrap` in the same directory (~/.cargo/bin);
-//! `leash` finds its wrapper there, and when the wrapper is missing it says how to install it.
-//! (The test copies the built binaries into such a directory instead of running `cargo install`,
-//! which would rebuild the workspace in release mode.)
+//! One documented install gives a working pair. `cargo install --path . && cargo install --path
+//! wrapper` puts `leash` and `leash-wrap` in the same directory (~/.cargo/bin); `leash` finds its
+//! wrapper there, and when the wrapper is missing it says how to install it. (The test copies the
+//! built binaries into such a directory instead of running `cargo install`, which would rebuild the
+//! workspace in release mode.)
 mod common;
 use common::*;
 

@@ -1,5 +1,5 @@
-//! Issue 2: the lease row (right pid, start time, owner) is in the database before the wrapper's
-//! first instruction, so the adapter itself can read it when it starts.
+//! The lease row (right pid, start time, owner) is in the database before the wrapper's first
+//! instruction, so the adapter itself can read it when it starts.
 mod common;
 use common::*;
 

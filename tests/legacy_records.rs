@@ -1,8 +1,8 @@
-//! Issue 3: legacy records (no lease id) are cleaned up fail-safe. Records pointing at pid 1, at
-//! the reaper itself, or at a process whose argv differs from the stored command are refused with
-//! the reason; a process whose live argv matches the stored (shell-quoted) command token for
-//! token is terminated; a record whose pid is gone is marked lost. A stored pid alone never
-//! leads to a signal.
+//! Legacy records (no lease id) are cleaned up fail-safe. Records pointing at pid 1, at the reaper
+//! itself, or at a process whose argv differs from the stored command are refused with the reason;
+//! a process whose live argv matches the stored (shell-quoted) command token for token is
+//! terminated; a record whose pid is gone is marked lost. A stored pid alone never leads to a
+//! signal.
 mod common;
 use common::*;
 use serde_json::json;

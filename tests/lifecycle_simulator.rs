@@ -1,9 +1,9 @@
-//! Issue 3: the process lifecycle simulator. Each fixture in `fixtures/lifecycle/` stages one
-//! case from the seed (PID reuse, another gateway's wrapper, quoted commands, descendants left in
-//! the group, parent death, an unreadable process table, stale leases, startup orphans, ...) as a
-//! process-table snapshot plus leases, and writes out the plan it expects: the decision per lease,
-//! the pids signalled in order (children first), and pids that must never be signalled. The
-//! planner runs against the fixture table exactly as it runs against /proc.
+//! The process lifecycle simulator. Each fixture in `fixtures/lifecycle/` stages one case (PID
+//! reuse, another gateway's wrapper, quoted commands, descendants left in the group, parent death,
+//! an unreadable process table, stale leases, startup orphans, ...) as a process-table snapshot
+//! plus leases, and writes out the plan it expects: the decision per lease, the pids signalled in
+//! order (children first), and pids that must never be signalled. The planner runs against the
+//! fixture table exactly as it runs against /proc.
 use leash::lease::{command_hash, Lease};
 use leash::legacy::LegacyRecord;
 use leash::plan::{plan_reap, Decision, ReapOptions};

@@ -1,10 +1,10 @@
-//! Issue 14: `leash mcp` driven by the official MCP Python SDK over stdio, against a forest of
-//! sessions started through a real `leash serve`: the requester, a same-agent peer, an owned
-//! cross-agent child and grandchild, and a stranger. Every tool is called on every session under
-//! self, tree, agent and all, with a2a off, on and with rules, and sandboxed; the visible sets
-//! are the ones the visibility rules give (written out here by hand), `all` is never narrower
-//! than `tree`, a line sent to a visible session reaches its adapter and nothing reaches an
-//! invisible one. Without a daemon, `sessions_send` is a tool error that says how to start one.
+//! `leash mcp` driven by the official MCP Python SDK over stdio, against a forest of sessions
+//! started through a real `leash serve`: the requester, a same-agent peer, an owned cross-agent
+//! child and grandchild, and a stranger. Every tool is called on every session under self, tree,
+//! agent and all, with a2a off, on and with rules, and sandboxed; the visible sets are the ones the
+//! visibility rules give (written out here by hand), `all` is never narrower than `tree`, a line
+//! sent to a visible session reaches its adapter and nothing reaches an invisible one. Without a
+//! daemon, `sessions_send` is a tool error that says how to start one.
 mod common;
 mod daemon_support;
 mod mcp_support;

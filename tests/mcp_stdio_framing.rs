@@ -1,7 +1,7 @@
-//! Issue 14: the stdio contract of `leash mcp`, checked on the raw pipe without an SDK: a garbage
-//! line gets -32700 with id null, an unknown method -32601, bad params -32602, a notification
-//! nothing, a line over 1 MiB an error after which the server goes on, invalid UTF-8 a -32700,
-//! EOF exit 0 — and stdout carries nothing but JSON-RPC responses throughout.
+//! The stdio contract of `leash mcp`, checked on the raw pipe without an SDK: a garbage line gets
+//! -32700 with id null, an unknown method -32601, bad params -32602, a notification nothing, a line
+//! over 1 MiB an error after which the server goes on, invalid UTF-8 a -32700, EOF exit 0 — and
+//! stdout carries nothing but JSON-RPC responses throughout.
 mod common;
 mod mcp_support;
 use common::*;

@@ -1,7 +1,7 @@
-//! Issue 13: the Node client (`clients/node`) against a real `leash serve` built by cargo: its
-//! own test suite (`node --test`: every op and error code, reconnect and replay, JSON-RPC over the
-//! stream, resume, spawn) and the TypeScript type-check of its declarations (`tsc --noEmit`).
-//! typescript and @types/node are installed on first use under `target/node-deps`.
+//! The Node client (`clients/node`) against a real `leash serve` built by cargo: its own test suite
+//! (`node --test`: every op and error code, reconnect and replay, JSON-RPC over the stream, resume,
+//! spawn) and the TypeScript type-check of its declarations (`tsc --noEmit`). typescript and
+//! @types/node are installed on first use under `target/node-deps`.
 mod common;
 mod node_support;
 use node_support::*;

@@ -1,6 +1,6 @@
-//! Issue 13: `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure,
-//! initialize, session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its
-//! lease settles), the resumable path after a SIGTERM (resume loads the ACP session), close.
+//! `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure, initialize,
+//! session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its lease settles),
+//! the resumable path after a SIGTERM (resume loads the ACP session), close.
 mod common;
 mod node_support;
 use node_support::*;

@@ -1,6 +1,6 @@
-//! Issue 2: when the process that spawned `leash exec` is SIGKILLed, the wrapper terminates the
-//! whole tree — an adapter that ignores SIGTERM, its grandchild, and a descendant that escaped
-//! the group with setsid() — and exits only after all of them are gone.
+//! When the process that spawned `leash exec` is SIGKILLed, the wrapper terminates the whole tree —
+//! an adapter that ignores SIGTERM, its grandchild, and a descendant that escaped the group with
+//! setsid() — and exits only after all of them are gone.
 mod common;
 use common::*;
 use std::time::Instant;

@@ -1,5 +1,5 @@
-//! Issue 3: live PID reuse. As root, a dead wrapper's pid is handed to a decoy (or to another
-//! gateway's wrapper) through /proc/sys/kernel/ns_last_pid; `close` and `reap` must leave it alive,
+//! Live PID reuse. As root, a dead wrapper's pid is handed to a decoy (or to another gateway's
+//! wrapper) through /proc/sys/kernel/ns_last_pid; `close` and `reap` must leave it alive,
 //! unsignalled, and say why. The tests in this file force pids, so they run one at a time.
 mod common;
 use common::*;

@@ -1,6 +1,6 @@
-//! Issue 3: when the process table cannot be read, nothing can be verified and nothing is
-//! signalled: the lease is left open with the reason. Staged live by running the reaper in a
-//! private mount namespace where /proc is an empty tmpfs (root only).
+//! When the process table cannot be read, nothing can be verified and nothing is signalled: the
+//! lease is left open with the reason. Staged live by running the reaper in a private mount
+//! namespace where /proc is an empty tmpfs (root only).
 mod common;
 use common::*;
 

@@ -1,5 +1,5 @@
-//! Issue 2: the wrapper keeps the pid that ran `leash exec`, runs from this gateway's wrapper
-//! root, and starts the adapter in a process group of its own.
+//! The wrapper keeps the pid that ran `leash exec`, runs from this gateway's wrapper root, and
+//! starts the adapter in a process group of its own.
 mod common;
 use common::*;
 

@@ -1,6 +1,6 @@
-//! Issue 12: `leash ps` shows, per open lease, the session, its members (pid, command, RSS, CPU
-//! time) and totals: from the lease's cgroup where there is one (so a detached, env-less
-//! escapee is counted), from the verified process tree otherwise.
+//! `leash ps` shows, per open lease, the session, its members (pid, command, RSS, CPU time) and
+//! totals: from the lease's cgroup where there is one (so a detached, env-less escapee is counted),
+//! from the verified process tree otherwise.
 mod common;
 use common::*;
 use serde_json::Value;

@@ -1,6 +1,6 @@
-//! Issue 3: `reap --dry-run` prints the plan — per lease its verdict, each pid with the signals it
-//! would get and the evidence — and changes no row and sends no signal: the session's own
-//! processes and a decoy with the same argv all trap and log every signal, and log none.
+//! `reap --dry-run` prints the plan — per lease its verdict, each pid with the signals it would get
+//! and the evidence — and changes no row and sends no signal: the session's own processes and a
+//! decoy with the same argv all trap and log every signal, and log none.
 mod common;
 use common::*;
 

@@ -1,7 +1,7 @@
-//! Issue 3: startup reap starts from open leases whose owner is gone — never from a command-line
-//! search. It finds escapees of a SIGKILLed wrapper by their lease markers (a decoy with the same
-//! argv but no markers survives, and logs no signal), terminates a verified tree whose wrapper is
-//! still draining, and marks lost a lease whose processes are all gone.
+//! Startup reap starts from open leases whose owner is gone — never from a command-line search. It
+//! finds escapees of a SIGKILLed wrapper by their lease markers (a decoy with the same argv but no
+//! markers survives, and logs no signal), terminates a verified tree whose wrapper is still
+//! draining, and marks lost a lease whose processes are all gone.
 mod common;
 use common::*;
 use serde_json::Value;

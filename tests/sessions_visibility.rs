@@ -1,7 +1,7 @@
-//! Issue 4, live: sessions spawned with `leash exec` and ownership flags, then listed, read and
-//! sent to through `leash sessions` as different requesters with different visibilities. A
-//! session the requester may not see exits 5 for history, status and send (never an empty
-//! success); an unknown one exits 4; `send` to a visible session without a daemon exits 7.
+//! Session visibility, live: sessions spawned with `leash exec` and ownership flags, then listed,
+//! read and sent to through `leash sessions` as different requesters with different visibilities. A
+//! session the requester may not see exits 5 for history, status and send (never an empty success);
+//! an unknown one exits 4; `send` to a visible session without a daemon exits 7.
 mod common;
 use common::*;
 use serde_json::Value;

@@ -1,5 +1,5 @@
-//! Issue 2: SIGTERM to the wrapper reaches the adapter's whole group, and the adapter's exit
-//! status comes back through `leash exec` (0, 42, and 143 for death by SIGTERM).
+//! SIGTERM to the wrapper reaches the adapter's whole group, and the adapter's exit status comes
+//! back through `leash exec` (0, 42, and 143 for death by SIGTERM).
 mod common;
 use common::*;
 use std::os::unix::process::ExitStatusExt;

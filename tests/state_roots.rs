@@ -1,4 +1,4 @@
-//! Issue 2: each state root has its own stable gateway instance id and wrapper root.
+//! Each state root has its own stable gateway instance id and wrapper root.
 mod common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;

@@ -1,8 +1,8 @@
-//! Issue 10, item 4: leash follows no symlink inside its state root. A symlinked `wrappers/` or
-//! `run/` is refused (its target is not chmodded, nothing is installed there), a symlinked
-//! `leash.db` (or `-wal`/`-shm`) is refused without turning its target into a database, and a
-//! client trusts a socket only if its path is not a symlink and its peer is the daemon recorded
-//! in `daemon.lock` (`SO_PEERCRED`).
+//! leash follows no symlink inside its state root. A symlinked `wrappers/` or `run/` is refused
+//! (its target is not chmodded, nothing is installed there), a symlinked `leash.db` (or
+//! `-wal`/`-shm`) is refused without turning its target into a database, and a client trusts a
+//! socket only if its path is not a symlink and its peer is the daemon recorded in `daemon.lock`
+//! (`SO_PEERCRED`).
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,5 +1,5 @@
-//! Issue 2: stdin/stdout pass straight through `leash exec`, byte for byte; nothing of leash's own
-//! reaches stdout, and on the happy path nothing reaches stderr either.
+//! Stdin/stdout pass straight through `leash exec`, byte for byte; nothing of leash's own reaches
+//! stdout, and on the happy path nothing reaches stderr either.
 mod common;
 use common::*;
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
-//! Issue 10, item 6: a SIGSTOPped adapter that handles SIGTERM exits cleanly on a close or on
-//! its owner's death, instead of sitting on the pending SIGTERM until the grace ends in SIGKILL
-//! (exit 137): every SIGTERM, from `leash close` and from the wrapper's teardown, is followed by
-//! a SIGCONT to the same target.
+//! A SIGSTOPped adapter that handles SIGTERM exits cleanly on a close or on its owner's death,
+//! instead of sitting on the pending SIGTERM until the grace ends in SIGKILL (exit 137): every
+//! SIGTERM, from `leash close` and from the wrapper's teardown, is followed by a SIGCONT to the
+//! same target.
 mod common;
 use common::*;
 use serde_json::Value;

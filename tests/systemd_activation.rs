@@ -1,9 +1,9 @@
-//! Issue 15: `leash serve` under systemd's protocols, for real. `systemd-socket-activate` (from
-//! Debian's systemd package; no systemd as PID 1 needed) holds the listening socket and execs
-//! the daemon on the first connection, which the daemon then serves on fd 3; a datagram socket
-//! named by NOTIFY_SOCKET plays the service manager and must see READY=1 only after the start-up
-//! reap (an orphan staged before the start is already settled in the database when READY=1
-//! arrives) and STOPPING=1 on SIGTERM. The activated socket is systemd's: the daemon leaves it.
+//! `leash serve` under systemd's protocols, for real. `systemd-socket-activate` (from Debian's
+//! systemd package; no systemd as PID 1 needed) holds the listening socket and execs the daemon on
+//! the first connection, which the daemon then serves on fd 3; a datagram socket named by
+//! NOTIFY_SOCKET plays the service manager and must see READY=1 only after the start-up reap (an
+//! orphan staged before the start is already settled in the database when READY=1 arrives) and
+//! STOPPING=1 on SIGTERM. The activated socket is systemd's: the daemon leaves it.
 mod common;
 use common::*;
 use std::io::{BufRead, BufReader, Write};

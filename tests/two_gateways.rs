@@ -1,6 +1,6 @@
-//! Issue 3: closing an old, stale or tampered lease never terminates another gateway's process.
-//! Two state roots on one host, each with a live session; root A's lease row is rewritten to name
-//! gateway B's live wrapper (its exact pid and start time): A refuses, and B's tree lives on.
+//! Closing an old, stale or tampered lease never terminates another gateway's process. Two state
+//! roots on one host, each with a live session; root A's lease row is rewritten to name gateway B's
+//! live wrapper (its exact pid and start time): A refuses, and B's tree lives on.
 mod common;
 use common::*;
 

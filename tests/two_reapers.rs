@@ -1,5 +1,5 @@
-//! Issue 3: two reapers at once on one state root never both act on a lease: the transition to
-//! `closing` is claimed in one SQLite transaction, and the loser reports the lease as skipped.
+//! Two reapers at once on one state root never both act on a lease: the transition to `closing` is
+//! claimed in one SQLite transaction, and the loser reports the lease as skipped.
 mod common;
 use common::*;
 use std::collections::HashMap;

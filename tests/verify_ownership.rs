@@ -1,8 +1,8 @@
-//! Issue 15: `leash verify` answers owned / dead / unavailable with documented exit codes and
-//! evidence, and never signals: on a live session (directly and through the daemon's `verify`
-//! op), on a dead one, on a root pid handed to a decoy (the decoy survives, unsignalled), and
-//! with an unreadable process table (a private mount namespace whose /proc is an empty tmpfs;
-//! the pure answer on a fixture table is in `src/ownership.rs`).
+//! `leash verify` answers owned / dead / unavailable with documented exit codes and evidence, and
+//! never signals: on a live session (directly and through the daemon's `verify` op), on a dead one,
+//! on a root pid handed to a decoy (the decoy survives, unsignalled), and with an unreadable
+//! process table (a private mount namespace whose /proc is an empty tmpfs; the pure answer on a
+//! fixture table is in `src/ownership.rs`).
 mod common;
 mod daemon_support;
 use common::*;

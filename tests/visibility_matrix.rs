@@ -1,8 +1,8 @@
-//! Issue 4: the session visibility matrix. visibility {self, tree, agent, all} × a2a {off, on,
-//! on for one agent pair} × row kind × {sandboxed, not} × operation {list, history, send,
-//! status}, with every expected answer written out below (not computed). Each operation runs the
-//! code the command line runs ([`Sessions`] over a real SQLite store), so the matrix checks that
-//! all four ask the same question and get the same answer.
+//! The session visibility matrix. visibility {self, tree, agent, all} × a2a {off, on, on for one
+//! agent pair} × row kind × {sandboxed, not} × operation {list, history, send, status}, with every
+//! expected answer written out below (not computed). Each operation runs the code the command line
+//! runs ([`Sessions`] over a real SQLite store), so the matrix checks that all four ask the same
+//! question and get the same answer.
 
 use leash::proc::FixtureTable;
 use leash::sessions::{Sessions, SessionsError, View};

@@ -1,10 +1,10 @@
-//! Issue 4: properties of the visibility check over random session forests (and, to be safe,
-//! arbitrary graphs with cycles and dangling keys): `self ⊆ tree ⊆ agent ⊆ all` for every
-//! requester and a2a policy, a sandboxed requester never sees more than `tree`, and `tree` is
-//! exactly the transitive closure of the ownership fields (computed here by a different
-//! algorithm: an upward fixed point instead of the index's downward walk). Issue 14: for random
-//! forests, requesters and scopes, the keys `sessions_list` returns through `leash mcp` equal
-//! the keys `leash sessions list` returns (both real processes over the same state root).
+//! Properties of the visibility check over random session forests (and, to be safe, arbitrary
+//! graphs with cycles and dangling keys): `self ⊆ tree ⊆ agent ⊆ all` for every requester and a2a
+//! policy, a sandboxed requester never sees more than `tree`, and `tree` is exactly the transitive
+//! closure of the ownership fields (computed here by a different algorithm: an upward fixed point
+//! instead of the index's downward walk). For random forests, requesters and scopes, the keys
+//! `sessions_list` returns through `leash mcp` equal the keys `leash sessions list` returns (both
+//! real processes over the same state root).
 
 mod common;
 mod mcp_support;

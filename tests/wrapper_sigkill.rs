@@ -1,5 +1,5 @@
-//! Issue 2: if the wrapper itself is SIGKILLed, the adapter does not outlive it (parent-death
-//! signal set in the adapter before exec).
+//! If the wrapper itself is SIGKILLed, the adapter does not outlive it (parent-death signal set in
+//! the adapter before exec).
 mod common;
 use common::*;
 

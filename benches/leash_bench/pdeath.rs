@@ -230,7 +230,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             } else {
                 stats::percentile(&lat, 99.0)
             };
-            verdict(missed == 0 && p99 <= 5.0, "p99 ≤ 5 ms")
+            verdict(missed == 0 && p99 <= 1.0, "p99 ≤ 1 ms")
         } else {
             String::new()
         };

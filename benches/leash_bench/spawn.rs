@@ -202,6 +202,16 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         ]);
     }
     out.push_str(&t.render());
+    // Issue 16: the wrapper spawns in catatonit's class; a memory saving must not cost that.
+    if let Some(cat) = by_name.get("catatonit") {
+        let r = per_round(by_name["leash-wrap"], &cat.rounds);
+        out.push_str(&format!(
+            "\n`leash-wrap -- /bin/true` ÷ `catatonit -- /bin/true`, per round: {} — target \
+             ≤ 1.05×: {}\n",
+            r.show(stats::ratio),
+            verdict(r.median <= 1.05, "")
+        ));
+    }
     if let Some(node) = by_name.get("node -e 0") {
         let exec = by_name["leash exec"];
         let r = per_round(node, &exec.rounds);

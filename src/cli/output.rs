@@ -264,6 +264,16 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
     if plan.leases.is_empty() && plan.legacy.is_empty() {
         println!("  no open or closing leases");
     }
+    for lp in &plan.escapees {
+        println!(
+            "lease {} session {} [{}]: escaped process(es) carry its markers",
+            lp.lease_id, lp.session_key, lp.state
+        );
+        println!("  → {}", decision_line(&lp.decision, lp.grace_ms));
+        for s in &lp.signals {
+            println!("    pid {}: {}", s.pid, s.evidence);
+        }
+    }
     for lp in &plan.leases {
         let owner = match lp.owner_alive {
             Some(true) => "owner alive",
@@ -348,6 +358,12 @@ pub fn reap_report(r: &ReapReport, json: bool) {
         return;
     }
     close(&r.leases, false);
+    for o in &r.escapees {
+        println!(
+            "lease {} session {} (closed or lost earlier): escapees — {}",
+            o.lease_id, o.session_key, o.reason
+        );
+    }
     for lg in &r.legacy {
         println!(
             "legacy #{} session {} pid {}: {} — {}",

@@ -41,6 +41,11 @@ const MAX_GRACE_MS: u64 = 3_600_000;
 /// after the last sweep (their parent died from our SIGKILL).
 const KILL_SWEEP_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How long the wrapper waits idle after start-up before it unmaps its image (`sys::trim_image`):
+/// an adapter that exits at once (a bad command line, `true`) costs the trim nothing, and for
+/// the others it happens off the start path, while the adapter starts up.
+const TRIM_AFTER_IDLE: Duration = Duration::from_millis(10);
+
 /// Parent polling interval, used only on kernels without `pidfd_open` (< 5.3).
 const PARENT_POLL_FALLBACK: Duration = Duration::from_millis(50);
 
@@ -115,7 +120,6 @@ fn run(args: Args) -> i32 {
         r.adapter_started(&child);
         r.write(None, None);
     }
-
     let status = supervise(&mut child, &parent, sigfd, args.grace, cgroup.as_ref());
     remove_cgroup(cgroup.as_ref());
     if let Some(r) = &report {
@@ -440,9 +444,10 @@ fn supervise(
     let mut adapter_code: Option<i32> = None;
     let mut parent_died = false;
     let mut children_left = true;
+    let mut trimmed = false;
 
     loop {
-        let timeout = match phase {
+        let mut timeout = match phase {
             Phase::Running => match parent {
                 ParentWatch::Pidfd { .. } => None,
                 ParentWatch::Poll { .. } => Some(PARENT_POLL_FALLBACK),
@@ -456,7 +461,15 @@ fn supervise(
             ParentWatch::Pidfd { fd, .. } if !parent_died => Some(fd),
             _ => None,
         };
+        if !trimmed {
+            timeout = Some(timeout.map_or(TRIM_AFTER_IDLE, |t| t.min(TRIM_AFTER_IDLE)));
+        }
         let ready = sys::poll2(&sigfd, parent_fd, timeout);
+        if !trimmed && !ready.signal && !ready.parent {
+            // Idle since start-up: what stays mapped from here on is what the loop uses.
+            sys::trim_image();
+            trimmed = true;
+        }
 
         if ready.signal {
             for sig in sys::read_signals(&sigfd) {
@@ -474,17 +487,19 @@ fn supervise(
             if gone {
                 parent_died = true;
                 if matches!(phase, Phase::Running) {
+                    // Signals first, words after: the line costs formatting and a write, and
+                    // the adapter should not wait for them.
+                    let n = sweep(adapter, libc::SIGTERM, cgroup);
+                    phase = Phase::Terminating {
+                        deadline: deadline_after(grace),
+                    };
                     diag(&format!(
-                        "parent process {} exited; sending SIGTERM to adapter group {} \
-                         (SIGKILL after {} ms)",
+                        "parent process {} exited; sent SIGTERM to adapter group {} and {n} \
+                         descendant(s) (SIGKILL after {} ms)",
                         parent.pid(),
                         adapter.pgid,
                         grace.as_millis()
                     ));
-                    sweep(adapter, libc::SIGTERM, cgroup);
-                    phase = Phase::Terminating {
-                        deadline: deadline_after(grace),
-                    };
                 }
             }
         }

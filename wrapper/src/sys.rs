@@ -504,6 +504,10 @@ impl Cgroup {
     pub fn populated(&self) -> bool {
         match std::fs::read_to_string(self.file("cgroup.events")) {
             Ok(t) => !t.lines().any(|l| l.trim() == "populated 0"),
+            // Removed under us (a close or reap emptied it with cgroup.kill, then rmdir'ed it):
+            // the kernel refuses to remove a populated cgroup, so it has no member left. Counting
+            // this as populated kept a wrapper sweeping an empty, deleted cgroup for ever.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
             Err(_) => true,
         }
     }
@@ -578,6 +582,80 @@ impl Cgroup {
             }
         }
     }
+}
+
+/// Unmaps, from this process only, the pages of its own executable that are read-only (code and
+/// constants), once start-up is over (the loop calls it when it first finds itself idle; see
+/// `TRIM_AFTER_IDLE`). They stay in the page cache, shared with every other
+/// wrapper; the next instruction or constant used is mapped again by an ordinary minor fault.
+///
+/// Why: a page-cache fault maps not one page but the cached pages around it (the kernel's
+/// fault-around, 64 kB), so start-up — glibc's static init, argument parsing, spawn, the
+/// report — leaves ~0.75 MB of the binary mapped, nearly all of its text, although the wait loop
+/// that follows runs in a few kB of it. After this call, only what the loop touches is mapped
+/// again (see docs/benchmarks.md, "Footprint").
+///
+/// Only whole pages inside a `PT_LOAD` segment without `PF_W` are dropped: those are file pages
+/// nobody has written (a static-pie's relocated data, `.data.rel.ro` included, lies in writable
+/// segments), so dropping one loses nothing. A failure changes nothing and is not worth telling.
+pub fn trim_image() {
+    // SAFETY: getauxval only reads the auxiliary vector the kernel gave us.
+    let (at_phdr, phnum, page) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR) as usize,
+            libc::getauxval(libc::AT_PHNUM) as usize,
+            libc::getauxval(libc::AT_PAGESZ) as usize,
+        )
+    };
+    if at_phdr == 0 || phnum == 0 {
+        return;
+    }
+    // SAFETY: AT_PHDR/AT_PHNUM describe the executable's program headers, mapped (read-only
+    // segment) for the life of the process.
+    let phdrs = unsafe { std::slice::from_raw_parts(at_phdr as *const Phdr, phnum) };
+    // The ranges are collected first: the headers themselves lie in a read-only segment, and
+    // reading the next one after dropping it would map its 64 kB back in.
+    let (ranges, n) = read_only_pages(phdrs, at_phdr, page);
+    for &(start, end) in &ranges[..n] {
+        // SAFETY: whole pages of a read-only, never-written private file mapping of our own
+        // executable: MADV_DONTNEED only drops our page-table entries, and the same bytes are
+        // faulted in from the file on the next access.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+#[cfg(target_pointer_width = "64")]
+type Phdr = libc::Elf64_Phdr;
+#[cfg(target_pointer_width = "32")]
+type Phdr = libc::Elf32_Phdr;
+
+/// The whole pages, as `[start, end)` addresses, of every loaded segment without `PF_W`, given
+/// the program headers and the address they were found at (`AT_PHDR`). Rounded inward, so a
+/// page shared with a writable neighbour is never among them. At most 8 ranges.
+fn read_only_pages(phdrs: &[Phdr], at_phdr: usize, page: usize) -> ([(usize, usize); 8], usize) {
+    let mut ranges = [(0usize, 0usize); 8];
+    let mut n = 0;
+    if !page.is_power_of_two() {
+        return (ranges, 0);
+    }
+    // The load bias of a PIE: where PT_PHDR landed minus where it says it is.
+    let Some(own) = phdrs.iter().find(|p| p.p_type == libc::PT_PHDR) else {
+        return (ranges, 0);
+    };
+    let bias = at_phdr.wrapping_sub(own.p_vaddr as usize);
+    for p in phdrs {
+        if p.p_type != libc::PT_LOAD || p.p_flags & libc::PF_W != 0 || n == ranges.len() {
+            continue;
+        }
+        let lo = bias.wrapping_add(p.p_vaddr as usize);
+        let start = lo.next_multiple_of(page);
+        let end = lo.wrapping_add(p.p_memsz as usize) & !(page - 1);
+        if start < end {
+            ranges[n] = (start, end);
+            n += 1;
+        }
+    }
+    (ranges, n)
 }
 
 /// Writes to stderr, ignoring every failure (a closed or broken stderr must not kill us; SIGPIPE
@@ -741,4 +819,64 @@ pub fn for_each_descendant(mut f: impl FnMut(&Fd)) -> usize {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(p_type: u32, p_flags: u32, vaddr: usize, memsz: usize) -> Phdr {
+        // SAFETY: a program header is plain old data; zeroed is a valid value.
+        let mut p: Phdr = unsafe { std::mem::zeroed() };
+        p.p_type = p_type;
+        p.p_flags = p_flags;
+        p.p_vaddr = vaddr as _;
+        p.p_memsz = memsz as _;
+        p
+    }
+
+    /// The layout of the static-pie wrapper (`readelf -l`): headers + rodata, text, RELRO (its
+    /// relocated data must never be dropped), data + bss.
+    #[test]
+    fn only_whole_read_only_pages_are_dropped() {
+        const R: u32 = libc::PF_R;
+        const RX: u32 = libc::PF_R | libc::PF_X;
+        const RW: u32 = libc::PF_R | libc::PF_W;
+        let base = 0x7f00_0000_0000usize;
+        let phdrs = [
+            seg(libc::PT_PHDR, R, 0x40, 0x268),
+            seg(libc::PT_LOAD, R, 0, 0x3fa34),
+            seg(libc::PT_LOAD, RX, 0x40a40, 0xb96b0),
+            seg(libc::PT_LOAD, RW, 0xfb0f0, 0x5f10),
+            seg(libc::PT_LOAD, RW, 0x101420, 0x8440),
+            seg(libc::PT_GNU_RELRO, R, 0xfb0f0, 0x5f10),
+        ];
+        let (ranges, n) = read_only_pages(&phdrs, base + 0x40, 4096);
+        assert_eq!(
+            &ranges[..n],
+            &[(base, base + 0x3f000), (base + 0x41000, base + 0xfa000)]
+        );
+        for &(start, end) in &ranges[..n] {
+            for w in phdrs.iter().filter(|p| p.p_flags & libc::PF_W != 0) {
+                let (lo, hi) = (
+                    base + w.p_vaddr as usize,
+                    base + (w.p_vaddr + w.p_memsz) as usize,
+                );
+                assert!(end <= lo & !4095 || start >= hi.next_multiple_of(4096));
+            }
+        }
+        // No PT_PHDR (the load bias is unknown) or a bad page size: nothing.
+        assert_eq!(read_only_pages(&phdrs[1..], base + 0x40, 4096).1, 0);
+        assert_eq!(read_only_pages(&phdrs, base + 0x40, 4095).1, 0);
+    }
+
+    /// The trim on this very process: its code and constants still work afterwards (the test
+    /// binary is linked dynamically, so only its own image is trimmed).
+    #[test]
+    fn the_process_runs_on_after_the_trim() {
+        static TABLE: [&str; 3] = ["term", "int", "hup"];
+        trim_image();
+        assert_eq!(TABLE.iter().map(|s| s.len()).sum::<usize>(), 10);
+        assert_eq!(format!("{}", 125), "125");
+    }
 }
