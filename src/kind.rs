@@ -201,6 +201,18 @@ impl HasKind for crate::daemon::client::ClientError {
     }
 }
 
+impl HasKind for crate::daemon::client::SendError {
+    fn kind(&self) -> Kind {
+        use crate::daemon::client::SendError;
+        match self {
+            SendError::Refused(e) => e.kind(),
+            SendError::MultiLine => Kind::Usage,
+            SendError::DaemonNeeded { .. } => Kind::DaemonNeeded,
+            SendError::Daemon { source, .. } => source.kind(),
+        }
+    }
+}
+
 impl HasKind for crate::daemon::ServeError {
     fn kind(&self) -> Kind {
         use crate::daemon::ServeError;
@@ -384,7 +396,7 @@ mod tests {
             let remote = || ClientError::Remote {
                 code: name.to_string(),
                 message: "m".into(),
-                error: serde_json::Value::Null,
+                data: Default::default(),
             };
             assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
             let wrapped = crate::sessions::SessionsError::Daemon {

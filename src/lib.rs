@@ -60,6 +60,7 @@ pub mod report;
 pub mod sessions;
 pub mod signal;
 pub mod state;
+pub mod status;
 pub mod store;
 mod sys;
 pub mod verify;

@@ -30,16 +30,16 @@ fn wrapper_ends_when_its_emptied_cgroup_is_removed_under_it() {
 
     let adapter_pid_file = tmp.join("adapter.pid");
     let mut wrapper = std::process::Command::new(wrap_bin())
-            .args(["--grace-ms", "3000", "--cgroup"])
-            .arg(&lease_cg)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "echo $$ > '{}'; exec sleep 100000",
-                adapter_pid_file.display()
-            ))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        .args(["--grace-ms", "3000", "--cgroup"])
+        .arg(&lease_cg)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "echo $$ > '{}'; exec sleep 100000",
+            adapter_pid_file.display()
+        ))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
     let wrapper_pid = Pid::of(wrapper.id() as i32).unwrap();
     guard.add(wrapper_pid);
     let adapter = read_pid_file(&adapter_pid_file);
@@ -73,6 +73,13 @@ fn wrapper_ends_when_its_emptied_cgroup_is_removed_under_it() {
         "the wrapper is still running 20 s after its cgroup was removed; the grace was 3 s"
     );
     let status = wrapper.wait().unwrap().code();
-    assert_eq!(status, Some(137), "the wrapper reports the adapter's SIGKILL as 128+9");
-    assert!(member.pid.alive(), "the moved-out member is not the wrapper's to kill");
+    assert_eq!(
+        status,
+        Some(137),
+        "the wrapper reports the adapter's SIGKILL as 128+9"
+    );
+    assert!(
+        member.pid.alive(),
+        "the moved-out member is not the wrapper's to kill"
+    );
 }

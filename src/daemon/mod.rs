@@ -155,7 +155,7 @@ pub(crate) struct Daemon {
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<Value>>,
-    startup_reap: Value,
+    startup_reap: protocol::StartupReap,
     metrics: metrics::Metrics,
     /// The last reconcile pass, for `status`.
     last_reconcile: Mutex<Value>,
@@ -328,11 +328,10 @@ impl Daemon {
         known
     }
 
-    fn status(self: &Arc<Self>) -> Result<Value, StoreError> {
-        let (counts, legacy_open, gateway, contained) = {
+    fn status(self: &Arc<Self>) -> Result<protocol::Status, StoreError> {
+        let (counted, contained) = {
             let mut store = self.store();
-            let counts = store.counts()?;
-            let legacy_open = crate::legacy::records(&mut store, true)?.len();
+            let counted = crate::status::count(&mut store)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
             let contained: HashMap<String, crate::lease::Lease> = store
@@ -345,68 +344,58 @@ impl Daemon {
                 .filter(|l| l.cgroup_path.is_some())
                 .map(|l| (l.lease_id.clone(), l))
                 .collect();
-            (
-                counts,
-                legacy_open,
-                store.gateway_instance_id().to_string(),
-                contained,
-            )
+            (counted, contained)
         };
-        let containment = crate::cgroup::Containment::resolve(
-            &crate::cgroup::Settings::from_env().unwrap_or_default(),
-            &gateway,
-        );
-        let usage = self.usage_for(contained, &gateway, containment.gateway_root.clone());
-        let sessions: Vec<Value> = self
+        let gateway = counted.gateway_instance_id.clone();
+        let mut status = crate::status::status(&self.root, counted);
+        let usage = self.usage_for(contained, &gateway, status.containment.gateway_root.clone());
+        let sessions: Vec<protocol::StatusSession> = self
             .all_sessions()
             .iter()
             .map(|s| {
-                let st = s.status();
-                let u = st.lease_id.as_ref().and_then(|id| usage.get(id));
-                let mut v = serde_json::to_value(st).expect("serialisable");
-                v["usage"] = serde_json::to_value(u.map(|u| &u.1)).expect("serialisable");
-                if let Some((at, _)) = u {
-                    v["usageAgeMs"] = json!(at.elapsed().as_millis() as u64);
+                let live = s.status();
+                let u = live.lease_id.as_ref().and_then(|id| usage.get(id));
+                protocol::StatusSession {
+                    usage: u.map(|u| u.1.clone()),
+                    usage_age_ms: u.map(|(at, _)| at.elapsed().as_millis() as u64),
+                    live,
                 }
-                v
             })
             .collect();
-        let busy: Vec<&Value> = sessions.iter().filter(|s| s["busy"] == true).collect();
-        let busy: Vec<Value> = busy.iter().map(|s| s["sessionKey"].clone()).collect();
+        let busy: Vec<String> = sessions
+            .iter()
+            .filter(|s| s.live.busy)
+            .map(|s| s.live.session_key.clone())
+            .collect();
         let resumable = self
             .resumable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Ok(json!({
-            "gatewayInstanceId": gateway,
-            "stateDir": self.root.dir(),
-            "database": self.root.db_path(),
-            "wrapperRoot": self.root.wrapper_root(),
-            "containment": containment,
-            "leases": counts,
-            "legacyOpen": legacy_open,
-            "daemon": {
-                "pid": self.me.pid,
-                "socket": self.socket,
-                "startedAt": self.started_at,
-                "version": env!("CARGO_PKG_VERSION"),
-                "idleCloseMs": self.cfg.idle_close.map(|d| d.as_millis() as u64),
-                "replayLines": self.cfg.replay.lines,
-                "replayBytes": self.cfg.replay.bytes,
-                "shuttingDown": self.is_shutting_down(),
-                "sessions": sessions,
-                "busy": busy,
-                "resumable": resumable,
-                "startupReap": self.startup_reap,
-                "reconcile": {
-                    "intervalMs": self.cfg.reconcile_interval.map(|d| d.as_millis() as u64),
-                    "last": reconcile::last(self),
-                },
-                "metrics": self.cfg.metrics,
-                "socketActivated": self.activated,
-            }
-        }))
+            .iter()
+            .filter_map(|r| serde_json::from_value(r.clone()).ok())
+            .collect();
+        let last = reconcile::last(self);
+        status.daemon = Some(protocol::DaemonStatus {
+            busy,
+            idle_close_ms: self.cfg.idle_close.map(|d| d.as_millis() as u64),
+            metrics: self.cfg.metrics,
+            pid: self.me.pid,
+            reconcile: protocol::ReconcileStatus {
+                interval_ms: self.cfg.reconcile_interval.map(|d| d.as_millis() as u64),
+                last: serde_json::from_value(last).ok().flatten(),
+            },
+            replay_bytes: self.cfg.replay.bytes,
+            replay_lines: self.cfg.replay.lines,
+            resumable,
+            sessions,
+            shutting_down: self.is_shutting_down(),
+            socket: self.socket.clone(),
+            socket_activated: self.activated,
+            started_at: self.started_at,
+            startup_reap: self.startup_reap.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        });
+        Ok(status)
     }
 }
 
@@ -661,7 +650,7 @@ fn startup_reap(
     root: &StateRoot,
     cfg: &ServeConfig,
     metrics: &metrics::Metrics,
-) -> Result<Value, ServeError> {
+) -> Result<protocol::StartupReap, ServeError> {
     let table = LiveTable;
     let mut ctl = Controller::open(root.clone(), &table)?;
     let report = ctl.reap(&ReapOptions {
@@ -674,17 +663,18 @@ fn startup_reap(
     let count =
         |r: crate::lifecycle::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
     use crate::lifecycle::CloseResult as R;
-    let summary = json!({
-        "closed": count(R::Closed),
-        "lost": count(R::Lost),
-        "leftOpen": count(R::LeftOpen),
-        "conflict": count(R::Conflict),
-        "legacy": report.legacy.len(),
-        "skipped": report.skipped.len(),
-        "expired": report.expired,
-        "badRows": report.bad_rows.len(),
-    });
-    tracing::info!(%summary, "startup reap done");
+    let summary = protocol::StartupReap {
+        bad_rows: report.bad_rows.len(),
+        closed: count(R::Closed),
+        conflict: count(R::Conflict),
+        expired: report.expired,
+        left_open: count(R::LeftOpen),
+        legacy: report.legacy.len(),
+        lost: count(R::Lost),
+        skipped: report.skipped.len(),
+    };
+    let shown = serde_json::to_string(&summary).unwrap_or_default();
+    tracing::info!(summary = %shown, "startup reap done");
     Ok(summary)
 }
 

@@ -28,6 +28,7 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 use crate::daemon::protocol::Ensure;
+pub use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
 pub use crate::daemon::stdin_pipe::PipeError;
 use crate::daemon::stdin_pipe::StdinPipe;
 use crate::lease::{now_ms, LeaseState, ProcessId};
@@ -36,7 +37,6 @@ use crate::proc::LiveTable;
 use crate::report::WrapperReport;
 use crate::state::StateRoot;
 use crate::store::{Event, Store, StoreError};
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{self, BufRead, BufReader, Read};
@@ -81,18 +81,6 @@ pub type SharedStore = Arc<Mutex<Store>>;
 pub struct Limits {
     pub lines: usize,
     pub bytes: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Phase {
-    /// Spawned; the lease or the adapter's start is not confirmed yet.
-    Starting,
-    Running,
-    /// A close is in flight (or ended and the exit is being collected).
-    Closing,
-    /// The wrapper exited and was reaped; the buffer stays readable for a while.
-    Ended,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -176,14 +164,6 @@ pub enum Batch {
     },
 }
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingPrompt {
-    pub id: Value,
-    pub acp_session_id: Option<String>,
-    pub since: i64,
-}
-
 pub struct Session {
     pub key: String,
     /// The adapter command the session was started with (`ensure` reports `argvMatches`).
@@ -234,38 +214,6 @@ struct Inner {
     held: Option<String>,
     /// Lines that could never be given a seq (the session ended while the store was failing).
     output_dropped: u64,
-}
-
-/// A session's state as `status` and `sessions` report it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionStatus {
-    pub session_key: String,
-    pub lease_id: Option<String>,
-    pub root_pid: Option<i32>,
-    pub phase: Phase,
-    pub busy: bool,
-    pub pending_prompts: Vec<PendingPrompt>,
-    pub acp_session_ids: Vec<String>,
-    pub created_at: i64,
-    pub idle_ms: u64,
-    pub output_lines: u64,
-    pub oldest_seq: Option<i64>,
-    pub last_seq: i64,
-    pub buffered_lines: usize,
-    pub buffered_bytes: usize,
-    pub attached: usize,
-    pub exit_status: Option<i32>,
-    /// Output is held because no seqs can be reserved in the store (the error says why).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output_held: Option<String>,
-    /// Lines dropped because the session ended before the store took seqs again.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub output_dropped: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
@@ -883,9 +831,9 @@ impl Session {
         }
     }
 
-    pub fn status(&self) -> SessionStatus {
+    pub fn status(&self) -> LiveSession {
         let g = self.lock();
-        SessionStatus {
+        LiveSession {
             session_key: self.key.clone(),
             lease_id: self.lease_id().map(str::to_owned),
             root_pid: self.lease.get().map(|l| l.root.pid),

@@ -11,7 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 /// Lease counts by state, for `leash status`.
-#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Counts {
     pub open: u64,
     pub closing: u64,

@@ -5,6 +5,12 @@
 //! so a malformed line always gets a reply and never takes the connection down. [`LineReader`]
 //! frames a byte stream into lines with a hard length limit, and the `*_line` functions render
 //! replies. A fuzz target can call [`parse_request`] on arbitrary bytes.
+//!
+//! The replies and stream items themselves are types, in `reply.rs`: the daemon builds them,
+//! the client reads them back into the same types.
+
+mod reply;
+pub use reply::*;
 
 use crate::kind::Kind;
 use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
@@ -822,69 +828,6 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Replies
-
-/// `{"id": …, "ok": true, "result": …}` and a newline.
-pub fn ok_line(id: &Value, result: &Value) -> Vec<u8> {
-    // Borrowed, not built with json!: that would deep-copy the result (a status with many
-    // sessions is tens of KB) on every reply.
-    #[derive(serde::Serialize)]
-    struct OkReply<'a> {
-        id: &'a Value,
-        ok: bool,
-        result: &'a Value,
-    }
-    let mut out = serde_json::to_vec(&OkReply {
-        id,
-        ok: true,
-        result,
-    })
-    .expect("JSON values serialise");
-    out.push(b'\n');
-    out
-}
-
-/// `{"id": …, "ok": false, "error": {"code": …, "message": …, …data}}` and a newline.
-pub fn err_line(id: &Value, code: Code, message: &str, data: Option<&Value>) -> Vec<u8> {
-    let mut error = serde_json::json!({"code": code.as_str(), "message": message});
-    if let (Some(Value::Object(extra)), Value::Object(e)) = (data, &mut error) {
-        for (k, v) in extra {
-            if k != "code" && k != "message" {
-                e.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": false, "error": error}))
-        .expect("JSON values serialise");
-    out.push(b'\n');
-    out
-}
-
-/// A stream item: `{"id": …,` followed by a pre-rendered body (`"seq":…,"type":…}`), so one
-/// rendering of an adapter line serves every attached client.
-pub fn stream_line(id: &Value, body: &str) -> Vec<u8> {
-    let id = serde_json::to_string(id).expect("JSON values serialise");
-    let mut out = Vec::with_capacity(id.len() + body.len() + 10);
-    out.extend_from_slice(b"{\"id\":");
-    out.extend_from_slice(id.as_bytes());
-    out.push(b',');
-    out.extend_from_slice(body.as_bytes());
-    out.extend_from_slice(b"}\n");
-    out
-}
-
-/// [`stream_line`] appended to `buf`, with the id already rendered (`id_json`): an attach renders
-/// its id once, not once per item.
-pub fn stream_line_into(buf: &mut Vec<u8>, id_json: &str, body: &str) {
-    buf.reserve(id_json.len() + body.len() + 10);
-    buf.extend_from_slice(b"{\"id\":");
-    buf.extend_from_slice(id_json.as_bytes());
-    buf.push(b',');
-    buf.extend_from_slice(body.as_bytes());
-    buf.extend_from_slice(b"}\n");
-}
-
-// ---------------------------------------------------------------------------------------------
 // Framing
 
 /// What [`LineReader::next_frame`] found.
@@ -1201,7 +1144,7 @@ mod tests {
             assert!(names.insert(c.as_str()), "{c:?}: name used twice");
             assert_eq!(Code::parse(c.as_str()), Some(c));
             // Through a reply line and back, as the client reads it.
-            let line = err_line(&Value::from(1), c, "m", None);
+            let line = err_line(&Value::from(1), c, "m", &ErrorData::default());
             let v: Value = serde_json::from_slice(&line).unwrap();
             assert_eq!(Code::parse(v["error"]["code"].as_str().unwrap()), Some(c));
         }
@@ -1231,7 +1174,10 @@ mod tests {
                 &id,
                 Code::Internal,
                 "m\n",
-                Some(&serde_json::json!({"oldest": 3})),
+                &ErrorData {
+                    oldest_seq: Some(3),
+                    ..ErrorData::default()
+                },
             ),
             stream_line(&id, r#""seq":1,"type":"output","line":"x""#),
             {
@@ -1248,7 +1194,10 @@ mod tests {
             &id,
             Code::SeqEvicted,
             "m",
-            Some(&serde_json::json!({"oldestSeq": 3})),
+            &ErrorData {
+                oldest_seq: Some(3),
+                ..ErrorData::default()
+            },
         ))
         .unwrap();
         assert_eq!(e["error"]["code"], "seq_evicted");
