@@ -13,7 +13,7 @@
 use super::protocol::{
     self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,
     Attached, CancelNotice, Cancelled, Code, EndError, EndReason, Ensured, ErrorData, Frame,
-    LeaseRow, LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem, Target,
+    LeaseRow, LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -257,7 +257,7 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             out.reply(&id, cancel(d, &c.target, c.acp_session_id));
         }
         Op::Close(c) => {
-            let refs: Vec<LeaseRef> = c.targets.iter().map(lease_ref).collect();
+            let refs = c.targets;
             off_thread(d, out, id, "close", move |d| {
                 Ok(d.close(&refs, c.grace_ms, "requested")?)
             });
@@ -300,10 +300,10 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
 }
 
 /// `leash verify` in the daemon: reads only, never signals.
-fn verify(d: &Daemon, t: &Target) -> Reply<crate::ownership::VerifyReport> {
+fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::ownership::VerifyReport> {
     use crate::ownership::VerifyError;
     let table = LiveTable;
-    match crate::ownership::verify(&d.root, &table, &lease_ref(t)) {
+    match crate::ownership::verify(&d.root, &table, t) {
         Ok(r) => Ok(r),
         Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
             Err(fail(Code::NotFound, e.to_string()))
@@ -337,13 +337,6 @@ fn off_thread<T: Serialize + 'static>(
             &format!("cannot start a thread for {name}: {e}"),
             &ErrorData::default(),
         ));
-    }
-}
-
-fn lease_ref(t: &Target) -> LeaseRef {
-    match t {
-        Target::Session(k) => LeaseRef::Session(k.clone()),
-        Target::Lease(id) => LeaseRef::Id(id.clone()),
     }
 }
 
@@ -671,10 +664,10 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
     }
 }
 
-fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply<Cancelled> {
+fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled> {
     let supervised = match target {
-        Target::Session(k) => d.session(k),
-        Target::Lease(id) => d.session_by_lease(id),
+        LeaseRef::Session(k) => d.session(k),
+        LeaseRef::Id(id) => d.session_by_lease(id),
     };
     let table = LiveTable;
     let cancelled = |outcome, acp_session_id, notified, supervised, reason| Cancelled {
@@ -689,8 +682,7 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply<Cancelled> 
     let Some(s) = supervised.filter(|s| s.phase() != Phase::Ended) else {
         // Not one of ours: record the intent only, as `leash cancel` does without a daemon.
         let detail = json!({"acpSessionId": acp, "notified": false});
-        let out =
-            Controller::open(d.root.clone(), &table)?.cancel(&lease_ref(target), Some(detail))?;
+        let out = Controller::open(d.root.clone(), &table)?.cancel(target, Some(detail))?;
         return Ok(cancelled(out, acp, false, Some(false), None));
     };
     // A send blocked on an adapter that does not read holds the order lock for up to its
@@ -789,7 +781,7 @@ enum SessionsAnswer {
     Status(Box<crate::sessions::SessionStatus>),
 }
 
-fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply<SessionsAnswer> {
+fn sessions(d: &Daemon, q: &protocol::SessionsRequest) -> Reply<SessionsAnswer> {
     if let (Some(query), Some(requester)) = (&q.query, &q.requester) {
         return session_query(d, query, requester, &q.scope);
     }

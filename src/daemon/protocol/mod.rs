@@ -155,10 +155,10 @@ pub enum Op {
     Close(Close),
     Reap(Reap),
     Leases(Leases),
-    Sessions(Sessions),
+    Sessions(SessionsRequest),
     Events(Events),
     /// Is this lease's process alive and ours, dead, or unknowable? (`leash verify`)
-    Verify(Target),
+    Verify(LeaseRef),
     /// The metrics in the OpenMetrics text format (as `--metrics` serves them over HTTP).
     Metrics,
     Hello(Hello),
@@ -301,23 +301,20 @@ pub struct Attach {
     pub stderr: bool,
 }
 
-/// Names a lease: by id, or as the active lease of a session (exactly one of the two).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Session(String),
-    Lease(String),
-}
+/// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
+/// the library's one name for that, [`LeaseRef`].
+pub use crate::lifecycle::LeaseRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {
-    pub target: Target,
+    pub target: LeaseRef,
     /// The ACP session whose turn is cancelled; inferred when the daemon knows exactly one.
     pub acp_session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Close {
-    pub targets: Vec<Target>,
+    pub targets: Vec<LeaseRef>,
     pub grace_ms: Option<u64>,
 }
 
@@ -345,7 +342,7 @@ pub struct Leases {
 /// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
 /// [`crate::visibility`], the same check `leash sessions` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sessions {
+pub struct SessionsRequest {
     /// Without a requester every row is listed (an operator's view).
     pub requester: Option<String>,
     pub scope: Scope,
@@ -620,14 +617,14 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         }
         "close" => {
             let raw: RawClose = fields_of(op, fields)?;
-            let mut targets: Vec<Target> = Vec::new();
+            let mut targets: Vec<LeaseRef> = Vec::new();
             for s in raw.session.into_iter().chain(raw.sessions) {
                 check_key("session", &s)?;
-                targets.push(Target::Session(s));
+                targets.push(LeaseRef::Session(s));
             }
             for l in raw.lease.into_iter().chain(raw.leases) {
                 check_key("lease", &l)?;
-                targets.push(Target::Lease(l));
+                targets.push(LeaseRef::Id(l));
             }
             if targets.is_empty() {
                 return Err(bad(
@@ -703,7 +700,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             if query.is_some() && raw.requester_session_key.is_none() {
                 return Err(bad("sessions: a query needs \"requesterSessionKey\""));
             }
-            Op::Sessions(Sessions {
+            Op::Sessions(SessionsRequest {
                 requester: raw.requester_session_key,
                 scope: Scope::new(visibility, a2a, raw.sandboxed),
                 query,
@@ -763,15 +760,15 @@ fn one_target(
     op: &str,
     session: Option<String>,
     lease: Option<String>,
-) -> Result<Target, (Code, String)> {
+) -> Result<LeaseRef, (Code, String)> {
     match (session, lease) {
         (Some(s), None) => {
             check_key("session", &s)?;
-            Ok(Target::Session(s))
+            Ok(LeaseRef::Session(s))
         }
         (None, Some(l)) => {
             check_key("lease", &l)?;
-            Ok(Target::Lease(l))
+            Ok(LeaseRef::Id(l))
         }
         (Some(_), Some(_)) => Err(bad(format!(
             "{op}: give \"session\" or \"lease\", not both"
@@ -958,7 +955,7 @@ mod tests {
             }),
             (
                 r#"{"id":10,"op":"verify","lease":"L"}"#,
-                |o| matches!(o, Op::Verify(Target::Lease(l)) if l == "L"),
+                |o| matches!(o, Op::Verify(LeaseRef::Id(l)) if l == "L"),
             ),
             (r#"{"id":11,"op":"metrics"}"#, |o| matches!(o, Op::Metrics)),
             (
