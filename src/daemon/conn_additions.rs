@@ -55,7 +55,7 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .filter_map(|entry| resumable_item(d, entry))
+        .map(|entry| resumable_item(d, entry))
         .map(|item| item_body(&item))
         .collect();
     let weak = Arc::downgrade(out);
@@ -68,10 +68,12 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
 
 /// A resumable entry as a push item, with whether `ensure {session}` can re-spawn it from a
 /// stored spec.
-fn resumable_item(d: &Daemon, entry: &Value) -> Option<StreamItem> {
-    let entry: Resumable = serde_json::from_value(entry.clone()).ok()?;
+fn resumable_item(d: &Daemon, entry: &Resumable) -> StreamItem {
     let has_spec = matches!(spec::load(&d.store(), &entry.session_key), Ok(Some(_)));
-    Some(StreamItem::Resumable { has_spec, entry })
+    StreamItem::Resumable {
+        has_spec,
+        entry: entry.clone(),
+    }
 }
 
 /// `ensure {session}` (no argv): the stored spec, with the request's per-call fields.
@@ -114,7 +116,7 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpE
     let was_resumable = {
         let mut list = d.resumable.lock().unwrap_or_else(|p| p.into_inner());
         let before = list.len();
-        list.retain(|r| r["sessionKey"] != e.session.as_str());
+        list.retain(|r| r.session_key != e.session);
         list.len() != before
     };
     if was_resumable {

@@ -154,7 +154,7 @@ pub(crate) struct Daemon {
     session_store: session::SharedStore,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
-    resumable: Mutex<Vec<Value>>,
+    resumable: Mutex<Vec<protocol::Resumable>>,
     startup_reap: protocol::StartupReap,
     metrics: metrics::Metrics,
     /// The last reconcile pass, for `status`.
@@ -371,9 +371,7 @@ impl Daemon {
             .resumable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter_map(|r| serde_json::from_value(r.clone()).ok())
-            .collect();
+            .clone();
         let last = reconcile::last(self);
         status.daemon = Some(protocol::DaemonStatus {
             busy,
@@ -697,16 +695,25 @@ fn take_interrupted(store: &mut Store) -> Result<Vec<Value>, StoreError> {
 /// keeps them for `status` until they are ensured again.
 fn announce_resumable(d: &Daemon, list: Vec<Value>) {
     let mut kept = Vec::new();
-    for mut entry in list {
-        let Some(key) = entry["sessionKey"].as_str().map(str::to_owned) else {
-            continue;
-        };
-        let lease = entry["leaseId"].as_str().map(str::to_owned);
+    // An entry without a session key is skipped; the others are kept as they were recorded.
+    for mut entry in list
+        .into_iter()
+        .filter_map(|e| serde_json::from_value::<protocol::Resumable>(e).ok())
+    {
+        let key = entry.session_key.clone();
+        let lease = entry
+            .rest
+            .get("leaseId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let detail = serde_json::to_value(&entry).expect("entries serialise");
         let seq = d
             .store()
-            .record_event(&key, lease.as_deref(), "resumable", Some(entry.clone()));
+            .record_event(&key, lease.as_deref(), "resumable", Some(detail));
         match seq {
-            Ok(seq) => entry["eventSeq"] = json!(seq),
+            Ok(seq) => {
+                entry.rest.insert("eventSeq".into(), json!(seq));
+            }
             Err(e) => {
                 tracing::warn!(session = %key, error = %e, "cannot record the resumable event")
             }
