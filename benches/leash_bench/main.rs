@@ -213,7 +213,7 @@ fn main() {
     // caller's own cgroup.
     std::env::set_var("LEASH_CONTAINMENT", "off");
     std::env::remove_var("LEASH_CGROUP_ROOT");
-    let sections: [(&str, Section); 8] = [
+    let sections: [(&str, Section); 9] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
         ("pdeath", pdeath::run),
