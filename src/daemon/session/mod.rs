@@ -35,7 +35,9 @@ mod spawn;
 mod stdio;
 
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
+use replay::Replay;
 pub use replay::{Batch, Item};
+use seq::Seqs;
 pub use spawn::{spawn, SpawnError, SpawnSpec};
 use stdio::*;
 
@@ -135,16 +137,10 @@ pub struct Session {
 }
 
 struct Inner {
-    limits: Limits,
-    items: VecDeque<Item>,
-    bytes: usize,
-    /// The highest seq that was dropped from the buffer.
-    evicted_upto: i64,
-    next: i64,
-    reserved_upto: i64,
-    /// The highest stored event seq merged into the stream.
-    last_synced: i64,
-    last_emitted: i64,
+    /// The stream items a reader can still get (`replay.rs`).
+    replay: Replay,
+    /// The seqs output may take (`seq.rs`).
+    seqs: Seqs,
     phase: Phase,
     close_in_flight: bool,
     exit_status: Option<i32>,
@@ -206,7 +202,7 @@ impl Session {
     }
 
     pub fn last_seq(&self) -> i64 {
-        self.lock().last_emitted
+        self.lock().replay.last_seq()
     }
 
     /// Holds the per-session order lock (see the `ops` field).
@@ -249,10 +245,10 @@ impl Session {
             created_at: self.created_at,
             idle_ms: g.last_traffic.elapsed().as_millis() as u64,
             output_lines: g.output_lines,
-            oldest_seq: g.items.front().map(|i| i.seq),
-            last_seq: g.last_emitted,
-            buffered_lines: g.items.len(),
-            buffered_bytes: g.bytes,
+            oldest_seq: g.replay.oldest_seq(),
+            last_seq: g.replay.last_seq(),
+            buffered_lines: g.replay.len(),
+            buffered_bytes: g.replay.bytes(),
             attached: g.attached,
             exit_status: g.exit_status,
             output_held: g.held.clone(),

@@ -4,6 +4,57 @@
 
 use super::*;
 
+/// The seqs output lines may take: those of the block last reserved in the store, in order,
+/// never one beyond it; an event merged into the stream pushes the next one above its own.
+#[derive(Debug)]
+pub(super) struct Seqs {
+    next: i64,
+    reserved_upto: i64,
+    /// The highest stored event seq merged into the stream.
+    last_synced: i64,
+}
+
+impl Seqs {
+    /// Nothing reserved yet; `last` is the session's last stored seq.
+    pub(super) fn new(last: i64) -> Seqs {
+        Seqs {
+            next: last + 1,
+            reserved_upto: last,
+            last_synced: last,
+        }
+    }
+
+    /// The next reserved seq, or `None` when the block is used up (reserve another).
+    pub(super) fn take(&mut self) -> Option<i64> {
+        if self.next > self.reserved_upto {
+            return None;
+        }
+        let seq = self.next;
+        self.next += 1;
+        Some(seq)
+    }
+
+    /// The store reserved `len` seqs from `start` (all above the events it returned with them).
+    pub(super) fn reserved(&mut self, start: i64, len: i64) {
+        self.next = self.next.max(start);
+        self.reserved_upto = start + len - 1;
+    }
+
+    /// Stored events up to `seq` were read.
+    pub(super) fn synced(&mut self, seq: i64) {
+        self.last_synced = self.last_synced.max(seq);
+    }
+
+    /// An event with this seq went into the stream: output goes above it.
+    pub(super) fn skip_past(&mut self, seq: i64) {
+        self.next = self.next.max(seq + 1);
+    }
+
+    pub(super) fn last_synced(&self) -> i64 {
+        self.last_synced
+    }
+}
+
 impl Session {
     /// Records a lifecycle event in the store and merges it (with anything recorded before it)
     /// into the stream. Returns its seq.
@@ -25,7 +76,7 @@ impl Session {
     /// store lock, so two merges never interleave (a later read pushed first would make the
     /// earlier one's events look old); `inner` is held only for the in-memory part.
     pub(super) fn sync_with(&self, store: &Store) {
-        let after = self.lock().last_synced;
+        let after = self.lock().seqs.last_synced();
         match store.events_since(&self.key, after) {
             Ok(events) if !events.is_empty() => {
                 let mut g = self.lock();
@@ -44,15 +95,14 @@ impl Session {
     /// all lie below it). On failure the error is kept for `status` and returned.
     pub(super) fn reserve_block(&self) -> Result<(), StoreError> {
         let mut store = self.store();
-        let after = self.lock().last_synced;
+        let after = self.lock().seqs.last_synced();
         match store.reserve_seqs(&self.key, SEQ_BLOCK, after) {
             Ok((start, events)) => {
                 let mut g = self.lock();
                 for e in events {
                     g.push_event(e);
                 }
-                g.next = g.next.max(start);
-                g.reserved_upto = start + SEQ_BLOCK - 1;
+                g.seqs.reserved(start, SEQ_BLOCK);
                 if g.held.take().is_some() {
                     tracing::info!(session = %self.key, "seqs reserved again; output resumes");
                 }
@@ -79,9 +129,7 @@ impl Session {
         loop {
             {
                 let mut g = self.lock();
-                if g.next <= g.reserved_upto {
-                    let seq = g.next;
-                    g.next += 1;
+                if let Some(seq) = g.seqs.take() {
                     return Some((g, seq));
                 }
             }
@@ -96,5 +144,55 @@ impl Session {
                 pause = (pause * 2).min(HOLD_RETRY_MAX);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_handed_out_before_a_block_is_reserved() {
+        let mut s = Seqs::new(12);
+        assert_eq!(s.take(), None);
+        assert_eq!(s.last_synced(), 12);
+    }
+
+    #[test]
+    fn seqs_come_from_the_reserved_block_in_order_and_never_beyond_it() {
+        let mut s = Seqs::new(0);
+        s.reserved(1, 3);
+        assert_eq!(
+            [s.take(), s.take(), s.take(), s.take()],
+            [Some(1), Some(2), Some(3), None]
+        );
+        // The next block may start higher (events took seqs meanwhile); the rest of the old one
+        // is skipped, never reused.
+        s.reserved(10, 2);
+        assert_eq!([s.take(), s.take(), s.take()], [Some(10), Some(11), None]);
+    }
+
+    #[test]
+    fn an_event_in_the_stream_pushes_output_above_it_and_seqs_never_go_back() {
+        let mut s = Seqs::new(0);
+        s.reserved(1, 100);
+        assert_eq!(s.take(), Some(1));
+        s.synced(5);
+        s.skip_past(5);
+        assert_eq!(s.take(), Some(6));
+        // An older event read late changes nothing.
+        s.synced(3);
+        s.skip_past(3);
+        assert_eq!(s.last_synced(), 5);
+        assert_eq!(s.take(), Some(7));
+        // A block reserved below where we are does not send seqs back.
+        s.reserved(2, 10);
+        assert_eq!(s.take(), Some(8));
+        let mut last = 8;
+        while let Some(n) = s.take() {
+            assert!(n > last);
+            last = n;
+        }
+        assert_eq!(last, 11, "the block ends at 2 + 10 - 1");
     }
 }

@@ -110,11 +110,13 @@ impl Session {
                 }
                 g.push(seq, Arc::from(scratch.as_str()));
                 i += 1;
-                if i == total || g.next > g.reserved_upto {
+                if i == total {
                     break;
                 }
-                seq = g.next;
-                g.next += 1;
+                let Some(next) = g.seqs.take() else {
+                    break;
+                };
+                seq = next;
             }
             if g.pending.is_empty() && g.opening.is_empty() {
                 self.tracking.store(false, AtomicOrdering::SeqCst);
