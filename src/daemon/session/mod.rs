@@ -28,6 +28,7 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 mod busy;
+mod phase;
 mod replay;
 mod seq;
 mod settle;
@@ -35,6 +36,7 @@ mod spawn;
 mod stdio;
 
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
+use phase::Life;
 use replay::Replay;
 pub use replay::{Batch, Item};
 use seq::Seqs;
@@ -141,10 +143,8 @@ struct Inner {
     replay: Replay,
     /// The seqs output may take (`seq.rs`).
     seqs: Seqs,
-    phase: Phase,
-    close_in_flight: bool,
-    exit_status: Option<i32>,
-    ended_at: Option<Instant>,
+    /// Where the session is in its life (`phase.rs`).
+    life: Life,
     pending: BTreeMap<String, PendingPrompt>,
     /// `session/new` and `session/load` requests awaiting their response (to learn ACP ids).
     opening: HashMap<String, Option<String>>,
@@ -184,7 +184,7 @@ impl Session {
     }
 
     pub fn phase(&self) -> Phase {
-        self.lock().phase
+        self.lock().life.phase()
     }
 
     pub fn busy(&self) -> bool {
@@ -198,7 +198,7 @@ impl Session {
 
     /// When the session ended, if it did.
     pub fn ended_at(&self) -> Option<Instant> {
-        self.lock().ended_at
+        self.lock().life.ended_at()
     }
 
     pub fn last_seq(&self) -> i64 {
@@ -238,7 +238,7 @@ impl Session {
             session_key: self.key.clone(),
             lease_id: self.lease_id().map(str::to_owned),
             root_pid: self.lease.get().map(|l| l.root.pid),
-            phase: g.phase,
+            phase: g.life.phase(),
             busy: !g.pending.is_empty(),
             pending_prompts: g.pending.values().cloned().collect(),
             acp_session_ids: g.acp_sessions.iter().cloned().collect(),
@@ -250,7 +250,7 @@ impl Session {
             buffered_lines: g.replay.len(),
             buffered_bytes: g.replay.bytes(),
             attached: g.attached,
-            exit_status: g.exit_status,
+            exit_status: g.life.exit_status(),
             output_held: g.held.clone(),
             output_dropped: g.output_dropped,
         }

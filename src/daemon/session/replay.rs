@@ -156,7 +156,7 @@ impl Session {
                 Ok(items) if !items.is_empty() => return Batch::Items(items),
                 Ok(_) => {}
             }
-            if g.phase == Phase::Ended {
+            if g.life.is_ended() {
                 return Batch::Ended {
                     last_seq: g.replay.last_seq(),
                 };

@@ -135,7 +135,7 @@ impl Session {
             }
             if self.reserve_block().is_err() {
                 let mut g = self.lock();
-                if g.phase == Phase::Ended {
+                if g.life.is_ended() {
                     g.output_dropped += 1;
                     return None;
                 }

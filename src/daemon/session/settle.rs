@@ -7,14 +7,7 @@ use super::*;
 impl Session {
     /// Marks the session as closing; false when it is not running (or already closing).
     pub fn begin_close(&self) -> bool {
-        let mut g = self.lock();
-        if matches!(g.phase, Phase::Starting | Phase::Running) && !g.close_in_flight {
-            g.phase = Phase::Closing;
-            g.close_in_flight = true;
-            true
-        } else {
-            false
-        }
+        self.lock().life.begin_close()
     }
 
     /// Marks the session closing if it is running, not busy, and quiet for at least `idle`;
@@ -25,36 +18,21 @@ impl Session {
         let _order = self.ops.try_lock().ok()?;
         let mut g = self.lock();
         let quiet = g.last_traffic.elapsed();
-        if g.phase != Phase::Running
-            || g.close_in_flight
-            || g.is_busy()
-            || quiet < idle
-            || self.lease.get().is_none()
-        {
+        if g.is_busy() || quiet < idle || self.lease.get().is_none() {
             return None;
         }
-        g.phase = Phase::Closing;
-        g.close_in_flight = true;
-        Some(quiet)
+        g.life.begin_idle_close().then_some(quiet)
     }
 
     /// Marks the session closing for a lease that changed underneath the daemon (see
     /// `notice_changed_leases` in the daemon); false when it ended or a close is in flight.
     pub fn begin_takeover(&self) -> bool {
-        let mut g = self.lock();
-        if g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some() {
-            g.phase = Phase::Closing;
-            g.close_in_flight = true;
-            true
-        } else {
-            false
-        }
+        self.lease.get().is_some() && self.lock().life.begin_takeover()
     }
 
     /// Whether the daemon should look at this session's lease row for changes made by others.
     pub fn watch_lease(&self) -> bool {
-        let g = self.lock();
-        g.phase != Phase::Ended && !g.close_in_flight && self.lease.get().is_some()
+        self.lease.get().is_some() && self.lock().life.watchable()
     }
 
     /// Ends a close begun with [`Session::begin_close`]. When nothing was terminated (ownership
@@ -70,11 +48,7 @@ impl Session {
                 |id| !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open),
             );
         {
-            let mut g = self.lock();
-            g.close_in_flight = false;
-            if !terminated && lease_open && g.phase == Phase::Closing {
-                g.phase = Phase::Running;
-            }
+            self.lock().life.end_close(!terminated && lease_open);
         }
         if terminated {
             self.close_stdin();
@@ -103,7 +77,7 @@ impl Session {
             // precede the exit.
             let mut g = self.lock();
             let deadline = Instant::now() + Duration::from_secs(120);
-            while g.close_in_flight && Instant::now() < deadline {
+            while g.life.close_in_flight() && Instant::now() < deadline {
                 g = self
                     .changed
                     .wait_timeout(g, Duration::from_millis(200))
@@ -124,9 +98,7 @@ impl Session {
         }
         self.close_stdin();
         let mut g = self.lock();
-        g.exit_status = code;
-        g.phase = Phase::Ended;
-        g.ended_at = Some(Instant::now());
+        g.life.end(code);
         g.pending.clear();
         drop(g);
         self.changed.notify_all();

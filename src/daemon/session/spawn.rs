@@ -135,10 +135,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
         inner: Mutex::new(Inner {
             replay: Replay::new(spec.limits, last),
             seqs: Seqs::new(last),
-            phase: Phase::Starting,
-            close_in_flight: false,
-            exit_status: None,
-            ended_at: None,
+            life: Life::Starting,
             pending: BTreeMap::new(),
             opening: HashMap::new(),
             acp_sessions: BTreeSet::new(),
@@ -207,10 +204,7 @@ impl Session {
                     .filter(|r| r.wrapper_pid == self.child_pid)
                 {
                     if r.adapter_pid.is_some() {
-                        let mut g = self.lock();
-                        if g.phase == Phase::Starting {
-                            g.phase = Phase::Running;
-                        }
+                        self.lock().life.started();
                         return Ok(());
                     }
                     if let Some(code) = r.exit_status {
@@ -220,7 +214,7 @@ impl Session {
             }
             let (phase, status) = {
                 let g = self.lock();
-                (g.phase, g.exit_status)
+                (g.life.phase(), g.life.exit_status())
             };
             if phase == Phase::Ended {
                 if self.lease.get().is_none() {
@@ -250,8 +244,8 @@ impl Session {
         let deadline = Instant::now() + wait;
         let mut g = self.lock();
         loop {
-            if g.phase == Phase::Ended {
-                let status = g.exit_status;
+            if g.life.is_ended() {
+                let status = g.life.exit_status();
                 drop(g);
                 return Err(SpawnError::ExitedAtOnce {
                     status,
