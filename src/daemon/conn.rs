@@ -381,7 +381,7 @@ fn events(d: &Daemon, e: &protocol::Events) -> Reply<Vec<crate::store::Event>> {
     Ok(ev)
 }
 
-fn describe(s: &session::Session, created: bool, argv_matches: bool) -> Ensured {
+fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensured {
     let st = s.status();
     Ensured {
         argv_matches,
@@ -603,7 +603,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
 
 /// Streams items above `since` until the session ends, the client goes, or the client falls
 /// out of the buffer.
-fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
+fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
     loop {

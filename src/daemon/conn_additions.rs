@@ -8,7 +8,7 @@ use super::super::protocol::{
     item_body, Code, Detached, Ensure, Hello, Pong, Resumable, StreamItem, Welcome, OPS,
     PROTOCOL_VERSION,
 };
-use super::super::session::Session;
+use super::super::session::Supervised;
 use super::super::{spec, Daemon};
 use super::{fail, OpError, Out, Reply};
 use serde_json::Value;
@@ -95,7 +95,7 @@ pub(super) fn with_spec(d: &Daemon, e: &Ensure) -> Result<Ensure, OpError> {
 
 /// After the wrapper reported the adapter's start: watch it for an early death, then store (or
 /// forget) its spec and take it off the resumable list.
-pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpError> {
+pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), OpError> {
     let wait = e
         .wait_ms
         .map_or(d.cfg.ensure_wait, Duration::from_millis)

@@ -36,7 +36,7 @@ use crate::store::{Store, StoreError};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use session::{Limits, Phase, Session};
+use session::{Limits, Phase, Supervised};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -77,7 +77,7 @@ pub struct ServeConfig {
     pub reconcile_interval: Option<Duration>,
     /// Serve the metrics over HTTP on this address.
     pub metrics: Option<std::net::SocketAddr>,
-    /// How long `ensure` watches a new adapter for an early death (see `Session::await_early_exit`).
+    /// How long `ensure` watches a new adapter for an early death (see `Supervised::await_early_exit`).
     pub ensure_wait: Duration,
 }
 
@@ -144,7 +144,7 @@ pub(crate) struct Daemon {
     me: ProcessId,
     started_at: i64,
     socket: PathBuf,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<String, Arc<Supervised>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
     /// For the daemon's own reads (status, leases, sessions, events).
@@ -182,7 +182,7 @@ struct UsageCache {
 }
 
 impl Daemon {
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -190,19 +190,19 @@ impl Daemon {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn session(&self, key: &str) -> Option<Arc<Session>> {
+    fn session(&self, key: &str) -> Option<Arc<Supervised>> {
         self.sessions().get(key).cloned()
     }
 
-    fn session_by_lease(&self, lease_id: &str) -> Option<Arc<Session>> {
+    fn session_by_lease(&self, lease_id: &str) -> Option<Arc<Supervised>> {
         self.sessions()
             .values()
             .find(|s| s.lease_id() == Some(lease_id))
             .cloned()
     }
 
-    fn all_sessions(&self) -> Vec<Arc<Session>> {
-        let mut v: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+    fn all_sessions(&self) -> Vec<Arc<Supervised>> {
+        let mut v: Vec<Arc<Supervised>> = self.sessions().values().cloned().collect();
         v.sort_by(|a, b| a.key.cmp(&b.key));
         v
     }
@@ -220,7 +220,7 @@ impl Daemon {
         grace_ms: Option<u64>,
         why: &str,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
-        let mut marked: Vec<Arc<Session>> = Vec::new();
+        let mut marked: Vec<Arc<Supervised>> = Vec::new();
         for r in refs {
             let s = match r {
                 LeaseRef::Session(k) => self.session(k),
@@ -240,7 +240,7 @@ impl Daemon {
     /// themselves (idle close decides and marks atomically).
     fn close_marked(
         &self,
-        marked: &[Arc<Session>],
+        marked: &[Arc<Supervised>],
         refs: &[LeaseRef],
         grace_ms: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
@@ -835,7 +835,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
         }
         notice_changed_leases(d, &sessions);
         if let Some(idle) = d.cfg.idle_close {
-            let due: Vec<(Arc<Session>, Duration)> = sessions
+            let due: Vec<(Arc<Supervised>, Duration)> = sessions
                 .iter()
                 .filter_map(|s| s.begin_idle_close(idle).map(|quiet| (s.clone(), quiet)))
                 .collect();
@@ -849,7 +849,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
                         refs.push(LeaseRef::Id(id.to_string()));
                     }
                 }
-                let marked: Vec<Arc<Session>> = due.into_iter().map(|(s, _)| s).collect();
+                let marked: Vec<Arc<Supervised>> = due.into_iter().map(|(s, _)| s).collect();
                 if let Err(e) = d.close_marked(&marked, &refs, None) {
                     tracing::warn!(error = %e, "idle close failed");
                 }
@@ -864,7 +864,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
 /// stops taking input at once (phase `closing`), and the daemon finishes the close itself: the
 /// claim of a closer that died mid-grace is stale and is taken over, and a closer still at work
 /// keeps its claim (the attempt is a conflict, repeated each round until the lease settles).
-fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
+fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
     for s in sessions {
         if !s.watch_lease() {
             continue;
@@ -898,7 +898,7 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
 }
 
 /// Drops ended sessions older than [`ENDED_RETENTION`], and the oldest beyond [`MAX_ENDED`].
-fn prune_ended(sessions: &mut HashMap<String, Arc<Session>>) {
+fn prune_ended(sessions: &mut HashMap<String, Arc<Supervised>>) {
     sessions.retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
     let mut ended: Vec<(Instant, String)> = sessions
         .iter()

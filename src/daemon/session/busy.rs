@@ -12,7 +12,7 @@ impl Inner {
     }
 }
 
-impl Session {
+impl Supervised {
     /// Records a request that expects a response; returns its tracking key.
     pub(super) fn track_outgoing(&self, out: Outgoing) -> Option<String> {
         let mut g = self.lock();

@@ -115,7 +115,10 @@ pub struct LeaseInfo {
     pub root: ProcessId,
 }
 
-pub struct Session {
+/// The daemon's supervised child: one session's `leash exec` child and everything the daemon
+/// holds for it (named apart from the session rows of the store and `crate::sessions`, which are
+/// the sessions' records, not running children).
+pub struct Supervised {
     pub key: String,
     /// The adapter command the session was started with (`ensure` reports `argvMatches`).
     pub argv: Vec<String>,
@@ -163,7 +166,7 @@ fn lock_store(store: &SharedStore) -> MutexGuard<'_, Store> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Session {
+impl Supervised {
     /// The shared store connection. Never taken while holding `inner` (see the module docs).
     fn store(&self) -> MutexGuard<'_, Store> {
         lock_store(&self.store)

@@ -13,7 +13,7 @@ pub struct Item {
     pub stderr: bool,
 }
 
-/// What an attached reader gets from [`Session::next_batch`].
+/// What an attached reader gets from [`Supervised::next_batch`].
 #[derive(Debug)]
 pub enum Batch {
     Items(Vec<Item>),
@@ -135,7 +135,7 @@ impl Inner {
     }
 }
 
-impl Session {
+impl Supervised {
     /// Where an attach may start: `Err` when `since` fell out of the buffer.
     pub fn check_since(&self, since: i64) -> Result<(Option<i64>, i64), (i64, i64)> {
         self.lock().replay.check_since(since)

@@ -55,7 +55,7 @@ impl Seqs {
     }
 }
 
-impl Session {
+impl Supervised {
     /// Records a lifecycle event in the store and merges it (with anything recorded before it)
     /// into the stream. Returns its seq.
     pub fn record_event(&self, kind: &str, detail: Option<Value>) -> Result<i64, StoreError> {

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Session {
+impl Supervised {
     /// Marks the session as closing; false when it is not running (or already closing).
     pub fn begin_close(&self) -> bool {
         self.lock().life.begin_close()
@@ -35,7 +35,7 @@ impl Session {
         self.lease.get().is_some() && self.lock().life.watchable()
     }
 
-    /// Ends a close begun with [`Session::begin_close`]. When nothing was terminated (ownership
+    /// Ends a close begun with [`Supervised::begin_close`]. When nothing was terminated (ownership
     /// unverified, a conflict, an error) the session is running again — unless its lease is no
     /// longer open (someone else is closing it): then it stays closing and takes no input.
     pub fn end_close(&self, outcome: Option<&CloseOutcome>) {

@@ -54,8 +54,8 @@ pub struct SpawnSpec<'a> {
 }
 
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
-/// in [`Phase::Starting`]; [`Session::await_started`] confirms the lease and the adapter.
-pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnError> {
+/// in [`Phase::Starting`]; [`Supervised::await_started`] confirms the lease and the adapter.
+pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, SpawnError> {
     let last = lock_store(spec.store).last_seq(&req.session)?;
     let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
     let mut cmd = Command::new(spec.exe);
@@ -116,7 +116,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     let child_pid = child.id() as i32;
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
-    let session = Arc::new(Session {
+    let session = Arc::new(Supervised {
         key: req.session.clone(),
         argv: req.argv.clone(),
         lease: OnceLock::new(),
@@ -176,7 +176,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Session>, SpawnEr
     Ok(session)
 }
 
-impl Session {
+impl Supervised {
     /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
     /// wrapper's report that the adapter started. On failure the reason includes the last lines
     /// the child wrote to stderr.

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Session {
+impl Supervised {
     /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
     /// in it. Waits at most `timeout` while the adapter does not read (see [`StdinPipe`]).
     pub fn write_line(&self, line: &str, timeout: Duration) -> Result<(), PipeError> {
@@ -37,7 +37,7 @@ impl Session {
     // Threads
 
     /// Reads the adapter's stdout a chunk at a time and numbers every complete line of a chunk
-    /// together (see [`Session::push_lines`]): one `read`, one lock and one wake-up of the
+    /// together (see [`Supervised::push_lines`]): one `read`, one lock and one wake-up of the
     /// attached readers per chunk rather than per line. Reading line by line cost a busy daemon
     /// most of its CPU in futex wakes and small reads. A line cut by the chunk's end waits in the
     /// framer for its rest, so clients see the same lines whatever the chunking.
@@ -74,7 +74,7 @@ impl Session {
 
     /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
     /// as the reserved block has seqs left, then one wake-up of the attached readers. When the
-    /// block runs out the lock is dropped to reserve the next (see [`Session::output_seq`]).
+    /// block runs out the lock is dropped to reserve the next (see [`Supervised::output_seq`]).
     pub(super) fn push_lines(&self, batch: &mut OutBatch) {
         let mut scratch = String::new();
         let mut i = 0;
