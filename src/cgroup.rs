@@ -333,28 +333,47 @@ pub fn create_lease_cgroup(
         source,
     };
     let mkdir = |p: &Path| fs::DirBuilder::new().mode(0o755).create(p);
-    match mkdir(&path) {
-        Ok(()) => {}
-        // First lease of this gateway (or of the root): make the directories above it.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            for dir in [gateway_root.parent(), Some(gateway_root)]
-                .into_iter()
-                .flatten()
-            {
-                match mkdir(dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.is_symlink() => {}
-                    Err(e) => return Err(create_err(dir, e)),
+    // First lease of this gateway (or of the root): make the directories above it. A daemon that
+    // stops removes the gateway's directory when it is empty (`remove_gateway_dir_if_empty`), so
+    // it can vanish between our mkdir of it and of the lease's: try again, a bounded number of
+    // times.
+    let mut attempts = 0;
+    loop {
+        match mkdir(&path) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 3 => {
+                attempts += 1;
+                for dir in [gateway_root.parent(), Some(gateway_root)]
+                    .into_iter()
+                    .flatten()
+                {
+                    match mkdir(dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.is_symlink() => {
+                        }
+                        Err(e) => return Err(create_err(dir, e)),
+                    }
                 }
             }
-            mkdir(&path).map_err(|e| create_err(&path, e))?;
+            Err(e) => return Err(create_err(&path, e)),
         }
-        Err(e) => return Err(create_err(&path, e)),
     }
     let id = fs::symlink_metadata(&path)
         .map_err(|e| create_err(&path, e))?
         .ino();
     Ok((path, id))
+}
+
+/// Removes this gateway's cgroup directory if nothing is left in it (no lease cgroup, no
+/// process): what a stopping daemon does, so state roots that come and go (tests, examples, one
+/// gateway after another) leave no empty directories behind in the hierarchy. `rmdir` of a cgroup
+/// fails while it has children or members, which is then left as it is; a symlink is never
+/// followed. Returns whether it was removed.
+pub fn remove_gateway_dir_if_empty(gateway_root: &Path) -> bool {
+    if gateway_root.is_symlink() || !gateway_root.is_dir() {
+        return false;
+    }
+    fs::remove_dir(gateway_root).is_ok()
 }
 
 /// What was seen of one cgroup directory at one moment. Pure data: the verifier reads it from

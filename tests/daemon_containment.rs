@@ -1,7 +1,8 @@
 //! Containment through the daemon: sessions it spawns are contained in the daemon's cgroup root
 //! (whatever a client's `env` says), its status carries the containment and each contained
 //! session's totals, `ensure` with a limit the controllers cannot enforce is refused, and a close
-//! through the daemon takes an env-less escapee. The test binary's own cgroup root (see
+//! through the daemon takes an env-less escapee; a daemon that stops removes its gateway's
+//! empty cgroup directory. The test binary's own cgroup root (see
 //! `tests/common`) is where the daemon puts them.
 mod common;
 mod daemon_support;
@@ -82,5 +83,17 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
         "close through the daemon left the escapee"
     );
     assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
-    daemon.terminate();
+    let gateway_dir = cgroup.parent().unwrap().to_path_buf();
+    assert!(
+        gateway_dir.is_dir(),
+        "the gateway's directory holds the sessions' cgroups"
+    );
+    let status = daemon.terminate();
+    assert!(status.success(), "{status:?}");
+    // A stopping daemon leaves no empty directory of its gateway behind in the hierarchy.
+    assert!(
+        !gateway_dir.exists(),
+        "{} is left after the daemon stopped with no session",
+        gateway_dir.display()
+    );
 }

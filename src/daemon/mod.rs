@@ -573,6 +573,15 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     drop(stop_housekeeping);
     let _ = housekeeping.join();
     shutdown(&daemon);
+    let containment = crate::cgroup::Containment::resolve_lean(
+        &crate::cgroup::Settings::from_env().unwrap_or_default(),
+        daemon.store().gateway_instance_id(),
+    );
+    if let Some(gw) = &containment.gateway_root {
+        if crate::cgroup::remove_gateway_dir_if_empty(gw) {
+            tracing::info!(cgroup = %gw.display(), "removed this gateway's empty cgroup directory");
+        }
+    }
     drop(listener);
     // Remove the socket only if it is still the one we bound (an activated socket is systemd's:
     // it keeps listening and starts the next daemon on the next connection).
