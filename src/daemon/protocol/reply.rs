@@ -8,7 +8,7 @@
 //! types replaced did (serde_json sorts the keys of a `Value`).
 //!
 //! Output and stderr items are rendered once per adapter line by the session's reader (a
-//! hand-written, escape-aware renderer, see `session.rs`): [`StreamItem`] is how clients read
+//! hand-written, escape-aware renderer, see `session/stdio.rs`): [`StreamItem`] is how clients read
 //! them, and a unit test checks that the renderer's bodies parse as it.
 
 use super::Code;
@@ -756,7 +756,7 @@ mod tests {
         assert!(extra.is_err(), "neither a lease nor an unreadable row");
     }
 
-    /// The bodies the session's reader and `push_event` render by hand (`session.rs`), and the
+    /// The bodies the session's reader and `push_event` render by hand (`session/stdio.rs`, `session/replay.rs`), and the
     /// ones rendered from types here, read back as the items clients expect.
     #[test]
     fn stream_bodies_read_as_stream_items() {
