@@ -203,7 +203,19 @@ pub fn verify(
         cgroup_root: None,
     };
     let snap = table.subtree(lease.root_pid);
-    let report = judge(&lease, &expect, snap.as_ref());
+    let mut report = judge(&lease, &expect, snap.as_ref());
+    // With no cgroup root given, the tree check says containment is off; here it is only not
+    // consulted (it may well be on), so say that instead of misleading the operator.
+    if let Some(path) = &lease.cgroup_path {
+        let said = format!(
+            "cgroup {path} not used: containment is off or unavailable here, so no cgroup root \
+             to check it against"
+        );
+        let meant = format!("cgroup {path} not read: verify rests on the root process");
+        for e in &mut report.evidence {
+            *e = e.replace(&said, &meant);
+        }
+    }
     tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
     Ok(report)
 }

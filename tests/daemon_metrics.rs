@@ -1,6 +1,6 @@
-//! `leash serve --metrics ADDR` and the `metrics` op. A scripted workload (two sessions ensured,
-//! one closed, an orphan outside the daemon reaped through the `reap` op, a known number of
-//! requests per op) is scraped over HTTP; `promtool check metrics` (Debian's prometheus package,
+//! `leash serve --metrics ADDR` and the `metrics` op. A scripted workload (three sessions ensured,
+//! two closed — one with a child under another uid, whose signal is refused —, an orphan outside
+//! the daemon reaped through the `reap` op, a known number of requests per op) is scraped over HTTP; `promtool check metrics` (Debian's prometheus package,
 //! unpacked under the target directory on first use) accepts the exposition, and every counter
 //! equals what the workload did, as the ops' own replies report it.
 mod common;
@@ -64,6 +64,32 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         .filter(|s| s["signal"] == "SIGTERM" && s["delivery"] == "delivered")
         .count();
     let mut guard = Guard::new();
+    // A session whose adapter starts a child under another uid: leash refuses to signal it
+    // (its uid is not the lease root's), and the refusal is counted by reason.
+    let foreign_pid = tmp.join("foreign.pid");
+    ensure(
+        &mut c,
+        "f",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "setpriv --reuid 65534 --regid 65534 --clear-groups sleep 1000 & echo $! > '{}'; \
+                 exec sleep 1000",
+                foreign_pid.display()
+            ),
+        ],
+    );
+    let foreign = read_pid_file(&foreign_pid);
+    guard.add(foreign);
+    let closed_f = c.call("close", json!({"session": "f", "graceMs": 200}));
+    let refused_permission = closed_f[0]["refused"].as_array().unwrap().len();
+    let term_sent_f = closed_f[0]["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["signal"] == "SIGTERM" && s["delivery"] == "delivered")
+        .count();
     let (owner, wrapper, escapee) =
         outside_session(&mut guard, &state, tmp.path(), "orphan", "true");
     signal(wrapper, libc::SIGKILL);
@@ -74,6 +100,13 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     assert_eq!(reaped[0]["result"], "closed");
     assert!(!escapee.pid.alive());
     c.call("verify", json!({"session": "b"}));
+    // A prompt the adapter never answers (it does not read stdin): `b` is busy from here on.
+    c.call(
+        "send",
+        json!({"session": "b", "line": r#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"x","prompt":[]}}"#}),
+    );
+    assert!(wait_daemon(&mut c, |c| session_status(c, "b")
+        .is_some_and(|s| s["busy"] == true)));
     let leases = c.call("leases", json!({}));
     let b = session_status(&mut c, "b").unwrap();
 
@@ -89,11 +122,12 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     // Requests so far: status 1 + 2 (session_status) + the waits' statuses, so count the ones
     // the workload made with a fixed number: ensure 2, close 1, reap 1, verify 1, leases 1.
     for (op, n) in [
-        ("ensure", 2),
-        ("close", 1),
+        ("ensure", 3),
+        ("close", 2),
         ("reap", 1),
         ("verify", 1),
         ("leases", 1),
+        ("send", 1),
     ] {
         assert_eq!(
             get(
@@ -104,18 +138,61 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
             "{op}:\n{text}"
         );
     }
-    assert_eq!(get(&m, "leash_wrapper_starts_total"), 2.0, "{text}");
+    assert_eq!(get(&m, "leash_wrapper_starts_total"), 3.0, "{text}");
     assert_eq!(
         get(&m, "leash_closes_total{result=\"closed\"}"),
-        1.0,
+        2.0,
         "{text}"
+    );
+    // Refused signals, by reason: exactly the close replies' refusals (the foreign-uid child).
+    if is_root() {
+        assert_eq!(refused_permission, 1, "{closed_f}");
+    }
+    assert_eq!(
+        get(&m, "leash_signals_refused_total{reason=\"permission\"}"),
+        refused_permission as f64,
+        "{text}"
+    );
+    // Every refusal of the workload's replies is counted once, under its reason (the reap may
+    // also meet a zombie: `already_dead`).
+    let refused_total: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("leash_signals_refused_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    let refused_in_replies = [&closed[0], &closed_f[0], &reaped[0]]
+        .iter()
+        .map(|o| o["refused"].as_array().unwrap().len())
+        .sum::<usize>();
+    assert_eq!(
+        refused_total, refused_in_replies as f64,
+        "{closed}\n{closed_f}\n{reaped:?}\n{text}"
+    );
+    assert_eq!(
+        get(&m, "leash_signals_refused_total{reason=\"other\"}"),
+        0.0,
+        "every refusal has a reason label: {text}"
     );
     assert_eq!(
         get(&m, "leash_reaps_total{result=\"closed\"}"),
         1.0,
         "{text}"
     );
-    assert!(get(&m, "leash_escapees_killed_total") >= 1.0, "{text}");
+    // The reap's escapees: every process the orphan's reap signalled (its wrapper was gone, so
+    // all of them are outside its tree), the trap script among them.
+    let reap_pids: std::collections::BTreeSet<i64> = reaped[0]["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["delivery"] == "delivered")
+        .map(|s| s["pid"].as_i64().unwrap())
+        .collect();
+    assert!(reap_pids.contains(&(escapee.pid.pid as i64)), "{reaped:?}");
+    assert_eq!(
+        get(&m, "leash_escapees_killed_total"),
+        reap_pids.len() as f64,
+        "{reaped:?}\n{text}"
+    );
     let term_metric: f64 = m
         .iter()
         .filter(|(k, _)| k.starts_with("leash_signals_sent_total{signal=\"SIGTERM\""))
@@ -128,7 +205,11 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         .filter(|s| s["signal"] == "SIGTERM" && s["delivery"] == "delivered")
         .count();
     assert!(reap_terms >= 1, "the escapee traps SIGTERM: {reaped:?}");
-    assert_eq!(term_metric, (term_sent + reap_terms) as f64, "{text}");
+    assert_eq!(
+        term_metric,
+        (term_sent + term_sent_f + reap_terms) as f64,
+        "{text}"
+    );
     let open = leases
         .as_array()
         .unwrap()
@@ -140,10 +221,15 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         open as f64,
         "{text}"
     );
-    assert_eq!(get(&m, "leash_leases{state=\"closed\"}"), 2.0, "{text}");
+    assert_eq!(get(&m, "leash_leases{state=\"closed\"}"), 3.0, "{text}");
+    assert_eq!(
+        get(&m, "leash_sessions{phase=\"running\",busy=\"true\"}"),
+        1.0,
+        "{text}"
+    );
     assert_eq!(
         get(&m, "leash_sessions{phase=\"running\",busy=\"false\"}"),
-        1.0,
+        0.0,
         "{text}"
     );
     assert_eq!(
@@ -156,7 +242,15 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
         "{text}"
     );
     assert!(
-        text.contains("leash_startup_reap_duration_seconds "),
+        m.contains_key("leash_session_cpu_seconds{session=\"b\"}"),
+        "{text}"
+    );
+    assert!(
+        !m.contains_key("leash_session_rss_bytes{session=\"a\"}"),
+        "a closed session's gauges are dropped: {text}"
+    );
+    assert!(
+        m.contains_key("leash_startup_reap_duration_seconds"),
         "{text}"
     );
 
@@ -164,7 +258,7 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     let op = c.call("metrics", json!({}));
     let op_text = op["text"].as_str().unwrap();
     assert!(
-        op_text.contains("leash_wrapper_starts_total 2"),
+        op_text.contains("leash_wrapper_starts_total 3"),
         "{op_text}"
     );
     assert_eq!(c.error_code("metrics", json!({"x": 1})), "bad_request");
@@ -178,7 +272,7 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     );
     assert_eq!(
         get(&samples(&classic), "leash_wrapper_starts_total"),
-        2.0,
+        3.0,
         "{classic}"
     );
     let text = classic;

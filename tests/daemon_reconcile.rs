@@ -87,6 +87,45 @@ fn orphans_outside_the_daemon_are_settled_and_live_sessions_untouched() {
     assert_eq!(last["intervalMs"], 400);
     let log = d.log_text();
     assert!(log.contains("reconcile settled a lease"), "{log}");
+
+    // Each pass is counted: the passes in the metrics lie between the passes `status`
+    // numbered before and after the scrape (a pass bumps the counter, then its number), and
+    // the two settled leases are there by result.
+    let before = passes(&mut c);
+    let text = c.call("metrics", json!({}))["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sample = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let after = passes(&mut c);
+    let counted = sample("leash_reconcile_passes_total{");
+    assert!(
+        counted >= before as f64 && counted <= after as f64 + 1.0,
+        "passes: status {before}..{after}, metrics {counted}\n{text}"
+    );
+    assert!(
+        sample("leash_reconcile_passes_total{result=\"acted\"}") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample("leash_reconcile_settled_total{result=\"closed\"}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample("leash_reaps_total{result=\"closed\"}"),
+        2.0,
+        "{text}"
+    );
+    assert!(
+        sample("leash_reconcile_duration_seconds_count") >= counted,
+        "{text}"
+    );
 }
 
 #[test]

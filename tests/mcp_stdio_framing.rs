@@ -152,4 +152,11 @@ fn bad_flags_are_refused_before_serving() {
             out.stdout
         );
     }
+    // A state root that does not exist is not created: exit 4 before serving, stdout empty.
+    let missing = tmp.join("nowhere");
+    let out = run(&missing, &["mcp", "--as", "k"]);
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(!missing.exists(), "leash mcp created a state root");
 }

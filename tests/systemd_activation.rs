@@ -105,7 +105,18 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
         "no READY=1: {seen:?}\n{}",
         log_text()
     );
-    // READY=1 came after the start-up reap: the orphan is settled already.
+    // READY=1 came after the start-up reap: its STATUS= reports the reap's result, and the
+    // orphan is settled already.
+    let ready = seen
+        .iter()
+        .find(|m| m.lines().any(|l| l == "READY=1"))
+        .unwrap();
+    assert!(
+        ready
+            .lines()
+            .any(|l| l.starts_with("STATUS=serving; start-up reap: closed 1,")),
+        "READY=1 without the start-up reap's result: {ready:?}"
+    );
     assert_eq!(
         lease_state_in_db(&state, "orphan"),
         "closed",
@@ -146,4 +157,92 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     assert!(ready_at < stopping_at, "{seen:?}");
     // The socket is systemd's: left in place for the next activation.
     assert!(socket.exists(), "the daemon removed the activated socket");
+}
+
+/// A real service manager listens on the socket itself and forks the daemon, so clients see the
+/// manager (not the daemon) as their peer. The daemon records the listener's pid beside its own,
+/// and the leash CLI — the first client, started while the daemon is still starting — waits for
+/// it and is served through it. No systemd needed: this test process plays the manager.
+#[test]
+fn clients_trust_a_daemon_behind_a_forking_service_manager() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let tmp = TempDir::new("activate-fork");
+    let state = tmp.join("state");
+    let socket = tmp.join("manager.sock");
+    let mut guard = Guard::new();
+    let (_owner, wrapper, _escapee) =
+        outside_session(&mut guard, &state, tmp.path(), "live", "sleep 1000 & wait");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fd = listener.as_raw_fd();
+    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "LISTEN_PID=$$ LISTEN_FDS=1 exec '{}' --state-dir '{}' serve --reconcile-interval 0",
+            leash_bin().display(),
+            state.display()
+        ))
+        .env_remove("LEASH_STATE_DIR")
+        .env("LEASH_LOG", "info")
+        .stdin(Stdio::null())
+        .stderr(log);
+    // SAFETY: dup2 and fcntl are async-signal-safe; the listener stays open in the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = guard.child(cmd.spawn().unwrap());
+    let daemon_pid = Pid::of(daemon.id() as i32).unwrap();
+    let log_text = || std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
+
+    // The first client: the CLI, through the manager's socket, at once.
+    let out = leash(&state)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["verify", "--session", "live", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        log_text()
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["answer"], "owned");
+    assert_eq!(v["rootPid"], wrapper.pid);
+    // It was the daemon that answered (its log has the verify), and it knows the manager.
+    assert!(
+        wait_for(|| log_text().contains("op=\"verify\"")),
+        "{}",
+        log_text()
+    );
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("daemon.lock")).unwrap()).unwrap();
+    assert_eq!(lock["pid"], daemon_pid.pid);
+    assert_eq!(lock["listenerPid"], std::process::id());
+    // Without --socket, the CLI finds it through the lock file and is served too.
+    let out = leash(&state)
+        .args(["verify", "--session", "live"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("not trusting"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    signal(daemon_pid, libc::SIGTERM);
+    assert!(wait_for(|| !daemon_pid.alive()), "{}", log_text());
+    drop(listener);
 }

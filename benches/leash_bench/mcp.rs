@@ -72,6 +72,29 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let state = TempDir::new("mcp");
     let dir = state.path().to_path_buf();
     let leash = env.leash.clone();
+    // `leash mcp` reads an existing state root (only exec, serve and legacy import create one):
+    // create it the way a gateway does, with one short session.
+    let init = Command::new(&leash)
+        .arg("--state-dir")
+        .arg(&dir)
+        .args([
+            "exec",
+            "--containment",
+            "off",
+            "--session",
+            "init",
+            "--",
+            "true",
+        ])
+        .env_remove("LEASH_LOG")
+        .output()
+        .map_err(|e| format!("cannot run leash exec: {e}"))?;
+    if !init.status.success() {
+        return Err(format!(
+            "leash exec (creating the state root) failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        ));
+    }
     let mcp = move || {
         let mut c = Command::new(&leash);
         c.arg("--state-dir")
@@ -105,7 +128,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             all: Vec::new(),
         },
     ];
-    // Warm-up, and a check that every subject works (the first run creates the state root).
+    // Warm-up, and a check that every subject works.
     for s in &subjects {
         for _ in 0..3 {
             s.once()?;

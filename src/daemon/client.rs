@@ -5,7 +5,11 @@
 //!
 //! A socket is trusted only when it is the daemon's: its path is not a symlink, the lock file
 //! `daemon.lock` is held (a daemon runs) and names a pid, and the peer on the other end of the
-//! connection has that pid (`SO_PEERCRED`, from the kernel, not from anything the peer says).
+//! connection has that pid (`SO_PEERCRED`, from the kernel, not from anything the peer says) —
+//! or, under socket activation, the pid of the service manager that listen()ed on the socket,
+//! which the daemon read from its own listener and recorded beside its pid. A connection that
+//! is accepted before any daemon holds the lock (socket activation starts the daemon on the
+//! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
 use super::protocol::{
     Attached, Cancelled, Code, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status,
@@ -123,9 +127,13 @@ impl ClientError {
     }
 }
 
+/// How long a connection that a socket accepted waits for a daemon to hold the lock and name
+/// itself (socket activation: the first connection starts the daemon, which reaps first).
+pub const ACTIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The pid of the daemon holding the lock file, if one holds it: the file is not a symlink, a
 /// shared lock on it cannot be taken (the daemon's exclusive lock is held), and it names a pid.
-fn daemon_pid(lock: &Path) -> Option<i32> {
+fn daemon_pid(lock: &Path) -> Option<LockInfo> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -138,8 +146,7 @@ fn daemon_pid(lock: &Path) -> Option<i32> {
         Ok(_unlocked) => None,
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => serde_json::from_str::<LockInfo>(&text)
             .ok()
-            .map(|l| l.pid)
-            .filter(|&p| p > 0),
+            .filter(|l| l.pid > 0),
         Err(_) => None,
     }
 }
@@ -185,10 +192,6 @@ impl Client {
         // Nothing listening (no daemon, or a stale socket of a killed one) is an I/O error.
         let client = Client::connect(socket)?;
         let lock = lock_path(root);
-        let recorded = daemon_pid(&lock).ok_or_else(|| ClientError::NoDaemon {
-            socket: socket.to_path_buf(),
-            lock: lock.clone(),
-        })?;
         let peer = nix::sys::socket::getsockopt(
             &client.stream,
             nix::sys::socket::sockopt::PeerCredentials,
@@ -198,15 +201,31 @@ impl Client {
             source: io::Error::from(e),
         })?
         .pid();
-        if peer != recorded {
-            return Err(ClientError::NotTheDaemon {
-                socket: socket.to_path_buf(),
-                lock,
-                peer,
-                recorded,
-            });
+        // The socket accepted us: a daemon runs, or one is being started by socket activation
+        // (it names itself in the lock once its start-up reap is done), or the socket is not
+        // this root's. Only the last case waits the whole ACTIVATION_WAIT before the refusal.
+        let deadline = std::time::Instant::now() + ACTIVATION_WAIT;
+        loop {
+            let err = match daemon_pid(&lock) {
+                Some(info) if info.pid == peer || info.listener_pid == Some(peer) => {
+                    return Ok(client)
+                }
+                Some(info) => ClientError::NotTheDaemon {
+                    socket: socket.to_path_buf(),
+                    lock: lock.clone(),
+                    peer,
+                    recorded: info.pid,
+                },
+                None => ClientError::NoDaemon {
+                    socket: socket.to_path_buf(),
+                    lock: lock.clone(),
+                },
+            };
+            if std::time::Instant::now() >= deadline {
+                return Err(err);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        Ok(client)
     }
 
     /// The daemon serving `root`, or `None` when nothing answers on its socket (no daemon, or a

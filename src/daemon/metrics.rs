@@ -264,17 +264,35 @@ pub fn result_name(r: CloseResult) -> &'static str {
     }
 }
 
-/// A low-cardinality label for a refusal: the reasons are sentences with pids in them.
-fn refusal_kind(reason: &str) -> &'static str {
+/// A low-cardinality label for a refusal: the reasons are sentences with pids in them (from
+/// `leash_core::guard::Refusal`, the tree check in `verify.rs`, and the OS). The labels:
+/// `unavailable` (a fact could not be read), `pid_reused` (the pid names another process now, or
+/// one older than the lease), `permission` (another uid, or the OS said no), `not_ours` (another
+/// lease's or gateway's marker, or a recycled group id), `already_dead` (a zombie), `guard`
+/// (pid 1, leash itself, its own group: never signalled), `other`. `refusal_kinds` in the tests
+/// below feeds every known sentence through it.
+pub fn refusal_kind(reason: &str) -> &'static str {
     let r = reason.to_lowercase();
-    if r.contains("unavailable") || r.contains("cannot read") {
+    if r.contains("unavailable") || r.contains("cannot read") || r.contains("unreadable") {
         "unavailable"
-    } else if r.contains("reused") || r.contains("start time") {
+    } else if r.contains("zombie") {
+        "already_dead"
+    } else if r.contains("reused")
+        || r.contains("start time")
+        || r.contains("no longer the verified process")
+        || r.contains("before the lease's root")
+    {
         "pid_reused"
-    } else if r.contains("uid") || r.contains("permission") {
+    } else if r.contains("uid") || r.contains("permission") || r.contains("not permitted") {
         "permission"
-    } else if r.contains("marker") || r.contains("another lease") {
+    } else if r.contains("marker")
+        || r.contains("another lease")
+        || r.contains("another gateway")
+        || r.contains("group id may have been recycled")
+    {
         "not_ours"
+    } else if r.contains("never") || r.contains("leash itself") || r.contains("leash's own") {
+        "guard"
     } else {
         "other"
     }
@@ -517,6 +535,76 @@ mod tests {
             !text.contains("# EOF") && !text.contains("# UNIT"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn refusal_kinds() {
+        use leash_core::guard::Refusal;
+        for (reason, kind) in [
+            (Refusal::PidTooLow { pid: 1 }.to_string(), "guard"),
+            (Refusal::OwnPid { pid: 7 }.to_string(), "guard"),
+            (Refusal::OwnGroupLeader { pid: 7 }.to_string(), "guard"),
+            (Refusal::Group { pgid: 7 }.to_string(), "guard"),
+            (
+                Refusal::ForeignUid {
+                    pid: 7,
+                    uid: 65534,
+                    ours: 0,
+                }
+                .to_string(),
+                "permission",
+            ),
+            (
+                Refusal::Changed {
+                    pid: 7,
+                    found: 2,
+                    expected: 1,
+                }
+                .to_string(),
+                "pid_reused",
+            ),
+            (
+                crate::signal::SignalError::Os {
+                    pid: 7,
+                    source: std::io::Error::from_raw_os_error(libc::EPERM),
+                }
+                .to_string(),
+                "permission",
+            ),
+            // The tree check's sentences (src/verify.rs).
+            ("pid 1 can never be a lease member".into(), "guard"),
+            (
+                "started at 5 before the lease's root (9): cannot be its member".into(),
+                "pid_reused",
+            ),
+            (
+                "runs as uid 65534, the lease's root as uid 0".into(),
+                "permission",
+            ),
+            (
+                "carries another lease's marker (x of gateway y)".into(),
+                "not_ours",
+            ),
+            ("carries another gateway's instance id".into(), "not_ours"),
+            (
+                "zombie: already dead, its parent reaps it".into(),
+                "already_dead",
+            ),
+            (
+                "in the lease's process group but not a descendant of its root and without its \
+                 marker: the group id may have been recycled"
+                    .into(),
+                "not_ours",
+            ),
+            (
+                "in the lease's process group but not a descendant of its root, and its \
+                 environment is unreadable"
+                    .into(),
+                "unavailable",
+            ),
+        ] {
+            assert_eq!(refusal_kind(&reason), kind, "{reason}");
+        }
     }
 
     #[test]

@@ -129,6 +129,11 @@ pub struct LockInfo {
     pub pid: i32,
     pub socket: PathBuf,
     pub started_at: i64,
+    /// Under socket activation, the pid that called listen() on the socket (the service
+    /// manager): clients see it, not the daemon, as their peer (`SO_PEERCRED`), so they trust it
+    /// for this socket too. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener_pid: Option<i32>,
 }
 
 /// The lock file of a state root.
@@ -489,6 +494,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     enter_daemon_leaf(store.gateway_instance_id());
     let resumable = take_interrupted(&mut store)?;
     let is_activated = activated.is_some();
+    let listener_pid = activated
+        .as_ref()
+        .and_then(|(l, _)| systemd::listener_pid(l))
+        .filter(|&p| p != me.pid);
     let listener = match activated {
         Some((l, _)) => {
             l.set_nonblocking(true).map_err(|source| ServeError::Io {
@@ -505,6 +514,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         pid: me.pid,
         socket: socket.clone(),
         started_at: now_ms(),
+        listener_pid,
     };
     write_lock_info(&lock, &info);
     let signals = watch_signals()?;
@@ -551,7 +561,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     });
     tracing::info!(pid = me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
     // Only now: the start-up reap is done and the socket accepts requests.
-    systemd::notify_ready("serving");
+    systemd::notify_ready(&systemd::ready_status(&daemon.startup_reap));
 
     let hk = daemon.clone();
     let (stop_housekeeping, stopped) = std::sync::mpsc::channel::<()>();

@@ -48,6 +48,15 @@ pub fn activated_listener() -> Result<Option<(UnixListener, Option<PathBuf>)>, A
     Ok(Some((listener, path)))
 }
 
+/// The pid that called listen() on `l` (for a listening Unix socket, `SO_PEERCRED` reports its
+/// creator): under systemd the service manager, which every client then sees as its peer.
+pub fn listener_pid(l: &UnixListener) -> Option<i32> {
+    nix::sys::socket::getsockopt(l, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| c.pid())
+        .filter(|&p| p > 0)
+}
+
 fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
     use nix::sys::socket::{
         getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr,
@@ -69,6 +78,17 @@ fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
         return Err(not("not a Unix socket".into()));
     }
     Ok(())
+}
+
+/// The `STATUS=` sent with `READY=1`: what the start-up reap (its summary, as in `status`'s
+/// `startupReap`) settled. Built from the reap's result, so the readiness message cannot be
+/// sent before the reap is done (`systemctl status leash` shows it).
+pub fn ready_status(startup_reap: &super::protocol::StartupReap) -> String {
+    let r = startup_reap;
+    format!(
+        "serving; start-up reap: closed {}, lost {}, left open {}, expired {}",
+        r.closed, r.lost, r.left_open, r.expired
+    )
 }
 
 /// Tells the service manager the daemon is ready (no-op without `NOTIFY_SOCKET`).

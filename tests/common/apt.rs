@@ -1,8 +1,8 @@
 //! Debian tools some tests need (`systemd-socket-activate`, `systemd-analyze`, `promtool`): found
 //! on PATH, or installed with apt-get on first use (`apt-get update` first), one installer at a
 //! time across test threads and test binaries (an exclusive flock on a file under the target
-//! directory). A machine where the tool cannot be installed (not root, no apt) gets `None` and
-//! the test says why it skipped.
+//! directory). A machine where the tool cannot be installed (not root, no apt) gets `Err` and
+//! the test says why it skipped; where it can, a failed install fails the test.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -61,9 +61,21 @@ pub fn tool(binary: &str, package: &str) -> Result<PathBuf, String> {
                 }
             })
     };
-    apt(&["update", "-q"])?;
-    apt(&["install", "-y", "-q", "--no-install-recommends", package])?;
-    on_path(binary).ok_or_else(|| format!("{package} installed but {binary} is not on PATH"))
+    // From here on we can install, so a failure fails the test (a skip would hide a broken
+    // install step on a fresh machine).
+    let must = |r: Result<(), String>| r.unwrap_or_else(|e| panic!("installing {package}: {e}"));
+    must(apt(&["update", "-q"]));
+    must(apt(&[
+        "install",
+        "-y",
+        "-q",
+        "--no-install-recommends",
+        package,
+    ]));
+    Ok(
+        on_path(binary)
+            .unwrap_or_else(|| panic!("{package} installed but {binary} is not on PATH")),
+    )
 }
 
 /// The path of `binary` from Debian `package`, unpacked (not installed) under the target
@@ -119,8 +131,9 @@ pub fn unpacked(binary: &str, package: &str) -> Result<PathBuf, String> {
                 "apt-get download {package} failed and apt-get update needs root"
             ));
         }
-        run(Command::new("apt-get").args(["update", "-q"]))?;
-        download()?;
+        run(Command::new("apt-get").args(["update", "-q"]))
+            .unwrap_or_else(|e| panic!("fetching {package}: {e}"));
+        download().unwrap_or_else(|e| panic!("fetching {package}: {e}"));
     }
     let deb = std::fs::read_dir(&base)
         .map_err(|e| e.to_string())?
@@ -136,15 +149,14 @@ pub fn unpacked(binary: &str, package: &str) -> Result<PathBuf, String> {
                 "apt-get download {package} left no .deb in {}",
                 base.display()
             )
-        })?;
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     run(Command::new("dpkg-deb")
         .arg("-x")
         .arg(&deb)
-        .arg(base.join(package)))?;
+        .arg(base.join(package)))
+    .unwrap_or_else(|e| panic!("unpacking {package}: {e}"));
     let _ = std::fs::remove_file(&deb);
-    if want.is_file() {
-        Ok(want)
-    } else {
-        Err(format!("{package} has no usr/bin/{binary}"))
-    }
+    assert!(want.is_file(), "{package} has no usr/bin/{binary}");
+    Ok(want)
 }

@@ -157,9 +157,12 @@ test('close and reap work through the CLI when no daemon runs', async (t) => {
   const exited = new Promise((r) => child.once('exit', r));
   const opts = { stateDir: state, leashBin: LEASH_BIN };
   await waitFor(async () => {
-    // Until `leash exec` has created the state directory, reap answers not_found: keep waiting.
-    const plan = await leash.reap({ dryRun: true, includeLive: true }, opts).catch(() => null);
-    return plan !== null && JSON.stringify(plan).includes('c1');
+    // Until `leash exec` has created the state directory, reap refuses it (not_found): not yet.
+    const plan = await leash.reap({ dryRun: true, includeLive: true }, opts).catch((e) => {
+      if (e.code === 'cli_failed' && /does not exist/.test(e.message)) return null;
+      throw e;
+    });
+    return JSON.stringify(plan).includes('c1');
   }, 'the lease');
   const out = await leash.close('c1', opts);
   assert.equal(out[0].result, 'closed', JSON.stringify(out));
