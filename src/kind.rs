@@ -201,18 +201,6 @@ impl HasKind for crate::daemon::client::ClientError {
     }
 }
 
-impl HasKind for crate::daemon::client::SendError {
-    fn kind(&self) -> Kind {
-        use crate::daemon::client::SendError;
-        match self {
-            SendError::Refused(e) => e.kind(),
-            SendError::MultiLine => Kind::Usage,
-            SendError::DaemonNeeded { .. } => Kind::DaemonNeeded,
-            SendError::Daemon { source, .. } => source.kind(),
-        }
-    }
-}
-
 impl HasKind for crate::daemon::ServeError {
     fn kind(&self) -> Kind {
         use crate::daemon::ServeError;

@@ -142,7 +142,7 @@ pub fn pass(
     let mut ctl = Controller::open(root.clone(), table)?;
     // Wrappers that exited on their own leave a report: fold those in first (cheap, and it
     // settles most ended sessions without looking at any process).
-    ctl.refresh()?;
+    ctl.ingest_reports_marking_ended_lost()?;
     let now = now_ms();
     let gateway = ctl.store().gateway_instance_id().to_string();
     let who = Decider {

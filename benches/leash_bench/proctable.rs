@@ -52,7 +52,8 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     tracked.add_tree(root_pid);
 
     let mut ctl = Controller::open(root.clone(), &LiveTable).map_err(|e| e.to_string())?;
-    ctl.refresh().map_err(|e| e.to_string())?;
+    ctl.ingest_reports_marking_ended_lost()
+        .map_err(|e| e.to_string())?;
     let lease = ctl
         .store()
         .active_lease_for_session(SESSION)

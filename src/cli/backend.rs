@@ -9,7 +9,7 @@
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
 use super::Failure;
-use crate::daemon::client::{self, Client, ClientError};
+use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
@@ -19,7 +19,6 @@ use crate::plan::{ReapOptions, ReapPlan};
 use crate::proc::LiveTable;
 use crate::sessions::{History, Listing, SessionStatus, Sessions, View};
 use crate::state::StateRoot;
-use crate::store::Store;
 use std::path::{Path, PathBuf};
 
 /// The verbs a CLI command runs, with their typed results.
@@ -71,7 +70,7 @@ pub(super) fn open(
             format!("{e}; without --socket leash works on the state database directly"),
         )
     })?;
-    let serves: PathBuf = client.status().map_err(remote)?.state_dir;
+    let serves: PathBuf = client.status().map_err(remote)?.root.state_dir;
     if serves != root.dir() {
         return Err(Failure::new(
             Kind::Usage,
@@ -140,13 +139,6 @@ pub(super) struct Direct {
 }
 
 impl Direct {
-    /// The store with the wrappers' reports folded in, so states and pids are current.
-    fn store(&self) -> Result<Store, Failure> {
-        let mut store = Store::open(&self.root.db_path())?;
-        crate::report::ingest_reports(&self.root, &mut store, &LiveTable)?;
-        Ok(store)
-    }
-
     fn controller(&self) -> Result<Controller<'static>, Failure> {
         static TABLE: LiveTable = LiveTable;
         Ok(Controller::open(self.root.clone(), &TABLE)?)
@@ -160,13 +152,15 @@ impl Direct {
 
 impl Backend for Direct {
     fn status(&mut self) -> Result<Status, Failure> {
-        let counted = crate::status::count(&mut self.store()?)?;
-        Ok(crate::status::status(&self.root, counted))
+        Ok(Status {
+            root: self.controller()?.root_status()?,
+            daemon: None,
+        })
     }
 
     fn leases(&mut self, state: Option<LeaseState>) -> Result<Vec<LeaseRow>, Failure> {
         let states: Vec<LeaseState> = state.into_iter().collect();
-        let rows = self.store()?.leases(&states)?;
+        let rows = self.controller()?.leases(&states)?;
         Ok(rows.into_iter().map(LeaseRow::from).collect())
     }
 
@@ -211,10 +205,7 @@ impl Backend for Direct {
     }
 
     fn sessions_send(&mut self, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
-        // No daemon was connected (none answered, or --no-daemon): look for one all the same,
-        // since only a daemon can send.
-        let s = self.sessions()?;
-        Ok(client::send_as(&s, &self.root, None, view, key, line)?)
+        send(&self.root, view, key, line)
     }
 }
 
@@ -276,16 +267,23 @@ impl Backend for ThroughDaemon {
     }
 
     fn sessions_send(&mut self, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
-        // The visibility check runs here, on the database, before anything reaches the daemon.
-        static TABLE: LiveTable = LiveTable;
-        let s = Sessions::open(self.root.clone(), &TABLE)?;
-        Ok(client::send_as(
-            &s,
-            &self.root,
-            Some(&mut self.client),
-            view,
-            key,
-            line,
-        )?)
+        send(&self.root, view, key, line)
     }
+}
+
+/// `leash sessions send`, either way: the controller checks visibility and the line, then hands
+/// it to the daemon serving the state root ([`ThroughDaemon`](crate::daemon::session_input),
+/// looked for even with `--no-daemon`, since only a daemon holds the adapter's stdin), whose
+/// reply is read as its type.
+fn send(root: &StateRoot, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
+    static TABLE: LiveTable = LiveTable;
+    let v = Sessions::open(root.clone(), &TABLE)?
+        .with_session_input(crate::daemon::session_input::ThroughDaemon)
+        .send(view, key, line)?;
+    serde_json::from_value(v).map_err(|e| {
+        Failure::new(
+            Kind::Internal,
+            format!("the daemon's send reply does not parse ({e}); is it another leash version?"),
+        )
+    })
 }

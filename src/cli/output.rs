@@ -20,8 +20,7 @@ fn word<T: Serialize>(v: &T) -> String {
 /// How long ago a process started, from its start time in clock ticks since boot
 /// (`/proc/<pid>/stat` field 22): "started 4s ago", or the raw ticks when the clock cannot be read.
 pub(super) fn started(start_ticks: u64) -> String {
-    // SAFETY: sysconf only reads a system constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = crate::sys::clock_ticks_per_second();
     let uptime = std::fs::read_to_string("/proc/uptime")
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok());
@@ -111,17 +110,18 @@ pub fn status(st: &Status, json: bool) {
         print_json(st);
         return;
     }
-    println!("gateway instance  {}", st.gateway_instance_id);
-    println!("state directory   {}", st.state_dir.display());
-    println!("database          {}", st.database.display());
-    println!("wrapper root      {}", st.wrapper_root.display());
-    let l = &st.leases;
+    let r = &st.root;
+    println!("gateway instance  {}", r.gateway_instance_id);
+    println!("state directory   {}", r.state_dir.display());
+    println!("database          {}", r.database.display());
+    println!("wrapper root      {}", r.wrapper_root.display());
+    let l = &r.leases;
     println!(
         "leases            {} open, {} closing, {} closed, {} lost",
         l.open, l.closing, l.closed, l.lost
     );
-    println!("legacy records    {} open", st.legacy_open);
-    let c = &st.containment;
+    println!("legacy records    {} open", r.legacy_open);
+    let c = &r.containment;
     match &c.gateway_root {
         Some(root) if c.mode == "on" => {
             println!("containment       on, cgroups under {}", root.display());

@@ -66,57 +66,6 @@ pub enum ClientError {
     },
 }
 
-/// Why `leash sessions send` (or the MCP tool `sessions_send`) sent nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// No such session, not visible to the requester, or the store failed.
-    #[error(transparent)]
-    Refused(#[from] crate::sessions::SessionsError),
-    #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
-    MultiLine,
-    #[error("sending to session '{key}' needs a running daemon: start `leash serve` for this state root (it listens on {socket}); nothing was sent")]
-    DaemonNeeded { key: String, socket: PathBuf },
-    #[error("the daemon did not send to session '{key}': {source}")]
-    Daemon {
-        key: String,
-        #[source]
-        source: ClientError,
-    },
-}
-
-/// `send` as a requester: the one visibility check first (over the database, as every sessions
-/// operation), then the line goes to the daemon that serves the state root — the only holder
-/// of the adapter's stdin. `daemon` is the connection the caller already has; without one the
-/// daemon is probed (`DaemonNeeded` when none runs).
-pub fn send_as(
-    sessions: &crate::sessions::Sessions<'_>,
-    root: &StateRoot,
-    daemon: Option<&mut Client>,
-    view: &crate::sessions::View,
-    key: &str,
-    line: &str,
-) -> Result<Sent, SendError> {
-    sessions.authorize(view, key)?;
-    if line.contains('\n') || line.contains('\r') {
-        return Err(SendError::MultiLine);
-    }
-    let mut probed;
-    let client = match daemon {
-        Some(c) => c,
-        None => {
-            probed = Client::probe(root).ok_or_else(|| SendError::DaemonNeeded {
-                key: key.to_string(),
-                socket: socket_for(root),
-            })?;
-            &mut probed
-        }
-    };
-    client.send(key, line).map_err(|source| SendError::Daemon {
-        key: key.to_string(),
-        source,
-    })
-}
-
 impl ClientError {
     /// The protocol error code, when the daemon answered with one.
     pub fn code(&self) -> Option<Code> {
@@ -394,10 +343,9 @@ impl Client {
         }
     }
 
-    /// Sends one request and returns its reply's `result` as it came, for a caller that passes
-    /// it on untouched (`Sessions::send`, until that moves here: [`send_as`]); read replies with
-    /// [`Client::request`] and the typed methods instead.
-    pub(crate) fn call(&mut self, op: &str, fields: Value) -> Result<Value, ClientError> {
+    /// Sends one request and returns its reply's `result` as it came; [`Client::request`] reads
+    /// it as its type.
+    fn call(&mut self, op: &str, fields: Value) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut req = match fields {

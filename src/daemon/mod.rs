@@ -22,6 +22,7 @@ pub mod protocol;
 mod push;
 mod reconcile;
 pub mod session;
+pub mod session_input;
 pub mod spec;
 mod stdin_pipe;
 pub mod strict_json;
@@ -334,9 +335,10 @@ impl Daemon {
     }
 
     fn status(self: &Arc<Self>) -> Result<protocol::Status, StoreError> {
-        let (counted, contained) = {
+        let (root, contained) = {
             let mut store = self.store();
-            let counted = crate::status::count(&mut store)?;
+            // The state root's part, as `leash status` builds it (the controller's one builder).
+            let root = crate::controller::store_status(&self.root, &mut store)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
             let contained: HashMap<String, crate::lease::Lease> = store
@@ -349,11 +351,12 @@ impl Daemon {
                 .filter(|l| l.cgroup_path.is_some())
                 .map(|l| (l.lease_id.clone(), l))
                 .collect();
-            (counted, contained)
+            (root, contained)
         };
-        let gateway = counted.gateway_instance_id.clone();
-        let mut status = crate::status::status(&self.root, counted);
-        let usage = self.usage_for(contained, &gateway, status.containment.gateway_root.clone());
+        let gateway = root.gateway_instance_id.clone();
+        let cgroup_root = root.containment.gateway_root.clone();
+        let mut status = protocol::Status { root, daemon: None };
+        let usage = self.usage_for(contained, &gateway, cgroup_root);
         let sessions: Vec<protocol::StatusSession> = self
             .all_sessions()
             .iter()

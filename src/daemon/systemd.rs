@@ -6,7 +6,7 @@
 //! `NOTIFY_SOCKET`) everything here is a no-op. Units: `contrib/systemd/`.
 
 use std::io;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, RawFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
@@ -38,9 +38,14 @@ pub fn activated_listener() -> Result<Option<(UnixListener, Option<PathBuf>)>, A
         n => return Err(ActivationError::Count(n)),
     }
     let fd = fds[0];
-    check_stream_listener(fd)?;
-    // SAFETY: systemd passed us this descriptor to own; nothing else in the process uses it.
-    let listener = unsafe { UnixListener::from_raw_fd(fd) };
+    // systemd passed us this descriptor to own; nothing else in the process uses it.
+    let owned = crate::sys::adopt_inherited_fd(fd);
+    if let Err(e) = check_stream_listener(fd, owned.as_fd()) {
+        // Left open, as it was passed: it is not ours to close when we refuse it.
+        let _ = owned.into_raw_fd();
+        return Err(e);
+    }
+    let listener = UnixListener::from(owned);
     let path = listener
         .local_addr()
         .ok()
@@ -57,14 +62,11 @@ pub fn listener_pid(l: &UnixListener) -> Option<i32> {
         .filter(|&p| p > 0)
 }
 
-fn check_stream_listener(fd: RawFd) -> Result<(), ActivationError> {
+fn check_stream_listener(fd: RawFd, b: BorrowedFd<'_>) -> Result<(), ActivationError> {
     use nix::sys::socket::{
         getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, UnixAddr,
     };
-    use std::os::fd::BorrowedFd;
     let not = |why: String| ActivationError::NotUnixStream { fd, why };
-    // SAFETY: fd was passed by systemd and stays open for the duration of this borrow.
-    let b = unsafe { BorrowedFd::borrow_raw(fd) };
     let ty = getsockopt(&b, sockopt::SockType).map_err(|e| not(format!("not a socket: {e}")))?;
     if ty != SockType::Stream {
         return Err(not(format!("socket type {ty:?}")));

@@ -10,7 +10,7 @@ use super::tools::{
     merge_history, HistoryItem, HistoryResult, Resources, SendResult, StatusResult, ToolError,
     Tools,
 };
-use crate::daemon::client::{Client, ClientError, SendError};
+use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Code, StatusSession, StreamItem};
 use crate::proc::LiveTable;
 use crate::sessions::{describe, Listing, SessionStatus, Sessions, SessionsError, View};
@@ -50,7 +50,7 @@ impl SessionTools {
                      not of your request: report it to the operator"
                 ))
             })?;
-            self.sessions = Some(s);
+            self.sessions = Some(s.with_session_input(crate::daemon::session_input::ThroughDaemon));
         }
         Ok(self.sessions.as_mut().expect("just opened"))
     }
@@ -72,22 +72,7 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     };
     match e {
         SessionsError::NotFound(_) | SessionsError::NotVisible { .. } => hidden(),
-        // Sending goes through `send_refusal`; these are its errors from before it moved.
-        SessionsError::Daemon { .. } => ToolError(e.to_string()),
-        SessionsError::Store(ref s) => ToolError(format!(
-            "leash could not read its state ({s}); try again, and report it to the operator \
-                 if it persists"
-        )),
-        SessionsError::DaemonNeeded { .. } | SessionsError::MultiLine => ToolError(e.to_string()),
-    }
-}
-
-/// The tool error for a failed send: the visibility refusal as for every tool, else what the
-/// daemon said, in an agent's words.
-fn send_refusal(view: &View, key: &str, e: SendError) -> ToolError {
-    match e {
-        SendError::Refused(e) => refusal(view, key, e),
-        SendError::Daemon { ref source, .. } => match source.code() {
+        SessionsError::Daemon { ref source, .. } => match source.code() {
             Some(Code::NotFound) => ToolError(format!(
                 "session '{key}' is not supervised by the running leash daemon (it was started \
                      by another process), so leash cannot write to its stdin; nothing was sent"
@@ -98,7 +83,11 @@ fn send_refusal(view: &View, key: &str, e: SendError) -> ToolError {
             )),
             _ => ToolError(e.to_string()),
         },
-        SendError::DaemonNeeded { .. } | SendError::MultiLine => ToolError(e.to_string()),
+        SessionsError::Store(ref s) => ToolError(format!(
+            "leash could not read its state ({s}); try again, and report it to the operator \
+                 if it persists"
+        )),
+        SessionsError::DaemonNeeded { .. } | SessionsError::MultiLine => ToolError(e.to_string()),
     }
 }
 
@@ -133,10 +122,13 @@ impl Tools for SessionTools {
 
     fn send(&mut self, key: &str, message: &str) -> Result<SendResult, ToolError> {
         let view = self.view.clone();
-        let root = self.root.clone();
-        let sent =
-            crate::daemon::client::send_as(self.sessions()?, &root, None, &view, key, message)
-                .map_err(|e| send_refusal(&view, key, e))?;
+        let v = self
+            .sessions()?
+            .send(&view, key, message)
+            .map_err(|e| refusal(&view, key, e))?;
+        // The daemon's `send` reply, as `ThroughDaemon` passed it on.
+        let sent: crate::daemon::protocol::Sent = serde_json::from_value(v)
+            .map_err(|e| ToolError(format!("the daemon's send reply does not parse ({e})")))?;
         Ok(SendResult {
             session_key: key.to_string(),
             bytes: sent.bytes as u64,

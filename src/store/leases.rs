@@ -8,10 +8,10 @@ use super::sessions::SessionRow;
 use super::{Store, StoreError};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use rusqlite::{params, Connection, OptionalExtension, Row};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Lease counts by state, for `leash status`.
-#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Counts {
     pub open: u64,
     pub closing: u64,

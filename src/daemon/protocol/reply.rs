@@ -12,11 +12,11 @@
 //! them, and a unit test checks that the renderer's bodies parse as it.
 
 use super::Code;
-use crate::cgroup::Containment;
+use crate::controller::StoreStatus;
 use crate::lease::Lease;
 use crate::lifecycle::CancelOutcome;
 use crate::ps::Totals;
-use crate::store::{Counts, SessionRow};
+use crate::store::SessionRow;
 use crate::visibility::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -194,20 +194,14 @@ impl Message {
 // ---------------------------------------------------------------------------------------------
 // status
 
-/// `status`, and `leash status` without a daemon (then `daemon` is absent). Built once, in
-/// [`crate::status`] (the store's part) and the daemon's `status` (its own part).
+/// `status`, and `leash status` without a daemon (then `daemon` is absent): the state root's
+/// part, built once by the controller ([`crate::controller::store_status`]), and the daemon's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct Status {
-    pub containment: Containment,
+    #[serde(flatten)]
+    pub root: StoreStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon: Option<DaemonStatus>,
-    pub database: PathBuf,
-    pub gateway_instance_id: String,
-    pub leases: Counts,
-    pub legacy_open: usize,
-    pub state_dir: PathBuf,
-    pub wrapper_root: PathBuf,
 }
 
 /// `status.daemon`: what only the daemon knows.

@@ -116,7 +116,7 @@ impl Supervised {
                 return;
             }
         };
-        if let Err(e) = ctl.refresh() {
+        if let Err(e) = ctl.ingest_reports_marking_ended_lost() {
             tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }
         let still_open = matches!(

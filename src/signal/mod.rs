@@ -1,10 +1,14 @@
-//! The only code in leash that sends signals.
+//! The only code in leash that sends signals, behind one seam: the [`Signaller`] trait.
 //!
-//! Every signal goes: pin the process with `pidfd_open` → re-read it from the process table and
-//! require the verified start time → check the hard refusals → `pidfd_send_signal` through that
-//! same pidfd. The pidfd is opened *before* the re-check, so the check applies to exactly the
-//! process that gets the signal: a pid recycled at any point fails the start-time check or the
-//! signal goes to the exited original (ESRCH, "already gone"), never to a stranger.
+//! Every signal goes: pin the process → re-read it from the process table and require the
+//! verified start time → check the hard refusals → send through that same pin. The live
+//! implementation ([`PidfdSignaller`], `pidfd.rs`) pins with `pidfd_open` *before* the re-check,
+//! so the check applies to exactly the process that gets the signal: a pid recycled at any point
+//! fails the start-time check or the signal goes to the exited original (ESRCH, "already gone"),
+//! never to a stranger. The recording implementation ([`RecordingSignaller`], `recording.rs`)
+//! runs the same re-check and refusals against a fixture table on a scripted clock, and writes
+//! down who got what when, so the TERM → grace → KILL engine (`controller::terminate`) can be
+//! tested without a live process.
 //!
 //! Hard refusals, whatever a lease row says: pid ≤ 1, leash's own pid, the leader of leash's own
 //! process group, a group id ≤ 1 or leash's own, and processes of another uid. leash can only send
@@ -14,13 +18,17 @@
 //! anything else, nor signal "every process" (pid -1) or "my own group" (pid 0) the way kill(2)
 //! could.
 
+mod pidfd;
+mod recording;
+
+pub use pidfd::PidfdSignaller;
+pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
+
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
-use crate::sys;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use leash_core::guard::check_pid;
 pub use leash_core::guard::{check_group, Caller, Refusal, Sig};
 use serde::{Deserialize, Serialize};
 
@@ -61,12 +69,20 @@ pub fn check(target: &ProcessInfo, caller: &Caller) -> Result<(), Refusal> {
     leash_core::guard::check_process(target.pid, target.uid, caller)
 }
 
-/// A verified process, held by a pidfd.
+/// A verified process, held by its signaller's handle (a pidfd, live).
 #[derive(Debug)]
 pub struct Pinned {
     pub id: ProcessId,
     pub pgid: i32,
-    fd: OwnedFd,
+    handle: Handle,
+}
+
+/// What a pin holds: each signaller accepts only its own kind.
+#[derive(Debug)]
+enum Handle {
+    Pidfd(OwnedFd),
+    /// A pin of the recording signaller: the instance id is all it needs.
+    Recorded,
 }
 
 /// What happened to a signal.
@@ -81,24 +97,64 @@ pub enum Delivery {
     CgroupKill,
 }
 
-/// Pins `id` for signalling. `Ok(None)` when the process has already gone.
-pub fn pin(
+/// The seam between deciding to signal and signalling: what the TERM → grace → KILL engine needs
+/// of the machine, and nothing more. [`PidfdSignaller`] is the only implementation that reaches
+/// the kernel.
+pub trait Signaller {
+    /// Pins `id` for signalling, after the re-check against `table` and the hard refusals.
+    /// `Ok(None)` when the process has already gone.
+    fn pin(
+        &self,
+        table: &dyn ProcessTable,
+        caller: &Caller,
+        id: ProcessId,
+    ) -> Result<Option<Pinned>, SignalError>;
+
+    /// Sends `sig` to the pinned process (SIGTERM is followed by SIGCONT, see the module header).
+    fn send(&self, p: &Pinned, sig: Sig) -> Result<Delivery, SignalError>;
+
+    /// Sends `sig` to the whole process group led by the pinned process (which must lead it).
+    fn send_group(&self, p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError>;
+
+    /// True when the pinned process has exited.
+    fn exited(&self, p: &Pinned) -> bool;
+
+    /// Waits until every pinned process has exited or the deadline (on the signaller's clock)
+    /// passes; returns the indices of those still alive.
+    fn wait(&self, pins: &[&Pinned], deadline: Instant) -> Vec<usize>;
+
+    /// True when the process group `pgid` still has a member, zombies included (`kill(-pgid, 0)`
+    /// live: it sends nothing). `false` for pgid ≤ 1.
+    fn group_alive(&self, pgid: i32) -> bool;
+}
+
+/// The time the engine's graces run on: the system's, or a scripted one in the simulator.
+pub trait Clock {
+    fn now(&self) -> Instant;
+    fn sleep(&self, d: Duration);
+}
+
+/// The real clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// The re-check every pin makes once it holds its handle: the process read again (`stat` and
+/// uid only, issue 16) must be the verified instance (same start time), not a zombie, and not a
+/// hard refusal. Returns its process group, or `None` when it has gone.
+fn recheck(
     table: &dyn ProcessTable,
     caller: &Caller,
     id: ProcessId,
-) -> Result<Option<Pinned>, SignalError> {
-    check_pid(id.pid, caller)?;
-    let fd = match sys::pidfd_open(id.pid) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
-        Err(e) => {
-            return Err(SignalError::Os {
-                pid: id.pid,
-                source: e,
-            })
-        }
-    };
-    // Only `stat` and the uid: the checks below need nothing else (issue 16).
+) -> Result<Option<i32>, SignalError> {
     let Some(info) = table.process_stat(id.pid)? else {
         return Ok(None);
     };
@@ -114,86 +170,48 @@ pub fn pin(
         return Ok(None);
     }
     check(&info, caller)?;
-    Ok(Some(Pinned {
-        id,
-        pgid: info.pgid,
-        fd,
-    }))
+    Ok(Some(info.pgid))
 }
 
-/// Sends `sig` to the pinned process (SIGTERM is followed by SIGCONT, see the module header).
-pub fn send(p: &Pinned, sig: Sig) -> Result<Delivery, SignalError> {
-    match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), false) {
-        Ok(()) => {
-            wake_after_term(p, sig, false);
-            tracing::debug!(
-                pid = p.id.pid,
-                start_time = p.id.start_time,
-                signal = sig.name(),
-                "signal sent"
-            );
-            Ok(Delivery::Delivered)
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
-        Err(e) => Err(SignalError::Os {
-            pid: p.id.pid,
-            source: e,
-        }),
-    }
-}
-
-/// Sends `sig` to the whole process group led by the pinned process (which must lead it).
-pub fn send_group(p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError> {
+/// The refusal a group signal meets before it is sent: the pin must lead its group, and the
+/// group must not be ≤ 1 or leash's own.
+fn check_group_pin(p: &Pinned, caller: &Caller) -> Result<(), SignalError> {
     if p.pgid != p.id.pid {
         return Err(Refusal::Group { pgid: p.pgid }.into());
     }
     check_group(p.pgid, caller)?;
-    match sys::pidfd_send_signal(p.fd.as_fd(), sig.number(), true) {
-        Ok(()) => {
-            wake_after_term(p, sig, true);
-            Ok(Delivery::Delivered)
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(SignalError::GroupUnsupported),
-        Err(e) => Err(SignalError::Os {
-            pid: p.id.pid,
-            source: e,
-        }),
-    }
+    Ok(())
 }
 
-/// After a SIGTERM, a SIGCONT to the same target (process or group), through the same pidfd: a
-/// SIGSTOPped process would otherwise sit on its SIGTERM until the grace ends in SIGKILL. Its
-/// failure changes nothing (the SIGTERM is out; the SIGKILL after the grace still comes).
-fn wake_after_term(p: &Pinned, sig: Sig, group: bool) {
-    if sig != Sig::Term {
-        return;
-    }
-    if let Err(e) = sys::pidfd_send_signal(p.fd.as_fd(), libc::SIGCONT, group) {
-        tracing::debug!(pid = p.id.pid, group, error = %e, "SIGCONT after SIGTERM not delivered");
-    }
+// The live signaller's operations as functions, for callers that hold no signaller (benches).
+
+/// [`PidfdSignaller::pin`].
+pub fn pin(
+    table: &dyn ProcessTable,
+    caller: &Caller,
+    id: ProcessId,
+) -> Result<Option<Pinned>, SignalError> {
+    PidfdSignaller.pin(table, caller, id)
 }
 
-/// True when the pinned process has exited.
+/// [`PidfdSignaller::send`].
+pub fn send(p: &Pinned, sig: Sig) -> Result<Delivery, SignalError> {
+    PidfdSignaller.send(p, sig)
+}
+
+/// [`PidfdSignaller::send_group`].
+pub fn send_group(p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError> {
+    PidfdSignaller.send_group(p, sig, caller)
+}
+
+/// [`PidfdSignaller::exited`].
 pub fn exited(p: &Pinned) -> bool {
-    !sys::poll_exited(&[p.fd.as_fd()], Duration::ZERO).is_empty()
+    PidfdSignaller.exited(p)
 }
 
-/// Waits until every pinned process has exited or the deadline passes; returns the indices of
-/// those still alive.
+/// [`PidfdSignaller::wait`].
 pub fn wait_all(pins: &[&Pinned], deadline: Instant) -> Vec<usize> {
-    let mut alive: Vec<usize> = (0..pins.len()).collect();
-    loop {
-        alive.retain(|&i| !exited(pins[i]));
-        let now = Instant::now();
-        if alive.is_empty() || now >= deadline {
-            return alive;
-        }
-        let fds: Vec<_> = alive.iter().map(|&i| pins[i].fd.as_fd()).collect();
-        // poll returns as soon as any one exits; loop to re-check the rest.
-        let slice = (deadline - now).min(Duration::from_millis(250));
-        sys::poll_exited(&fds, slice);
-    }
+    PidfdSignaller.wait(pins, deadline)
 }
 
 #[cfg(test)]

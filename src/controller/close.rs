@@ -1,0 +1,386 @@
+//! `close`: claims the named leases, verifies each live tree against its lease, and runs them
+//! through the TERM → grace → KILL engine together (their graces at once); then kills and
+//! removes their verified cgroups (one wait for all) and records how each ended. `reap` closes
+//! its orphans through the same `terminate_leases_with`.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CloseResult {
+    /// Verified and terminated.
+    Closed,
+    /// Nothing of it was alive.
+    Lost,
+    /// Ownership could not be proven: nothing signalled, the lease is open again.
+    LeftOpen,
+    /// Another process holds it, or it is not in a closable state.
+    Conflict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseOutcome {
+    pub lease_id: String,
+    pub session_key: String,
+    pub result: CloseResult,
+    pub reason: String,
+    pub signals: Vec<SignalRecord>,
+    pub refused: Vec<RefusedSignal>,
+    pub exit_status: Option<i32>,
+}
+
+/// Kills, waits for and removes many cgroups at once: every populated one is killed first, then
+/// all are waited for together (one deadline), then each is removed; a cgroup that could not be
+/// opened as the lease's or killed is left, with the reason in its clause. Returns, per cgroup in order, the
+/// members it had before the kill and the clause its lease's reason gets.
+fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
+    let started = Instant::now();
+    let mut out: Vec<(usize, String)> = Vec::with_capacity(list.len());
+    let mut open: Vec<Option<Verified>> = Vec::with_capacity(list.len());
+    for (path, id) in list {
+        if !path.exists() {
+            out.push((0, format!("; cgroup {} already removed", path.display())));
+            open.push(None);
+            continue;
+        }
+        match Verified::open(path, *id) {
+            Ok(h) => {
+                let members = h.procs().len();
+                if members > 0 || h.populated() {
+                    if let Err(e) = h.kill() {
+                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                        out.push((members, format!("; {e}")));
+                        open.push(None);
+                        continue;
+                    }
+                }
+                out.push((members, String::new()));
+                open.push(Some(h));
+            }
+            Err(e) => {
+                tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                out.push((0, format!("; {e}")));
+                open.push(None);
+            }
+        }
+    }
+    let deadline = started + cgroup::KILL_WAIT;
+    loop {
+        let busy = open.iter().flatten().any(|h| h.populated());
+        if !busy || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (((path, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
+        let Some(h) = h else { continue };
+        if h.populated() {
+            let e = cgroup::CgroupError::Stuck {
+                path: path.clone(),
+                waited_ms: started.elapsed().as_millis(),
+            };
+            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+            *clause = format!("; {e}");
+            continue;
+        }
+        *clause = match h.remove() {
+            Ok(()) if *members == 0 => format!("; cgroup {} removed", path.display()),
+            Ok(()) => format!(
+                "; cgroup.kill took {members} remaining member(s) of {} and it was removed",
+                path.display()
+            ),
+            Err(e) => {
+                tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                format!("; {e}")
+            }
+        };
+    }
+    out
+}
+
+/// Kills what is left in a verified cgroup, waits until it is empty and removes it
+/// ([`remove_cgroups`] for one); returns the clause the lease's reason gets.
+fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
+    let mut out = remove_cgroups(&[(path.to_path_buf(), id)]);
+    out.pop().map(|(_, clause)| clause).unwrap_or_default()
+}
+
+impl<'t> Controller<'t> {
+    /// Closes the named leases, their grace periods running concurrently.
+    pub fn close(
+        &mut self,
+        refs: &[LeaseRef],
+        grace_override: Option<u64>,
+    ) -> Result<Vec<CloseOutcome>, LifecycleError> {
+        self.ingest_reports_marking_ended_lost()?;
+        let mut leases = Vec::new();
+        for r in refs {
+            leases.push(self.resolve_or_repair(r)?);
+        }
+        let ids: Vec<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();
+        let ((claimed, lost_race), _held) = self.claim_all(&ids)?;
+        let mut outcomes: Vec<CloseOutcome> = lost_race
+            .into_iter()
+            .filter_map(|(id, reason)| {
+                leases
+                    .iter()
+                    .find(|l| l.lease_id == id)
+                    .map(|l| conflict(l, reason))
+            })
+            .collect();
+        outcomes.extend(self.terminate_leases(claimed, grace_override)?);
+        Ok(outcomes)
+    }
+
+    /// A snapshot that covers the given leases, read from each lease down, never from the host
+    /// when it can be helped (issue 16): a lease with a verified cgroup is its live root plus the
+    /// members `cgroup.procs` lists (whatever forked, re-parented or left the group, it cannot
+    /// leave the cgroup: no tree walk); a lease with a live root is its subtree (a live wrapper is
+    /// a subreaper, so its whole tree hangs below it). Only a lease whose wrapper is gone and
+    /// that has no cgroup, or whose recorded process group still has members (every one of them
+    /// is judged, and a refusal reported, as before), needs the whole table (escapees are found
+    /// by their markers), and so does a batch of more than 64 uncontained leases (one pass is
+    /// cheaper then).
+    fn snapshot_for(
+        &self,
+        leases: &[&Lease],
+        scan: Option<&Snapshot>,
+    ) -> Result<Snapshot, TableError> {
+        let obs = self.observe_cgroups(leases);
+        let contained = |l: &Lease| {
+            obs.iter().any(|o| {
+                l.cgroup_path.as_deref() == o.path.to_str()
+                    && o.error.is_none()
+                    && o.id.is_some()
+                    && o.id == l.cgroup_id
+            })
+        };
+        // Reap hands in its one pass: reused as it is when a root is gone (its escapees are
+        // looked for by their markers anyway) or the batch is large, without a read per lease.
+        if let Some(all) = scan {
+            let mut all_alive = true;
+            for l in leases {
+                if !self.table.alive(l.root())? {
+                    all_alive = false;
+                    break;
+                }
+            }
+            if !all_alive || leases.len() > 64 {
+                return Ok(self.with_cgroups(all.clone(), obs));
+            }
+        }
+        let mut list = Vec::new();
+        let mut walks = Vec::new();
+        let mut full = false;
+        for l in leases {
+            // Whatever runs at the root pid goes in, our wrapper or not: verification says
+            // "the pid was reused" only if it sees the stranger.
+            let at_root = self.table.process(l.root_pid)?;
+            let alive = at_root
+                .as_ref()
+                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
+            let group_left = || {
+                l.process_group_id
+                    .is_some_and(|g| self.engine().group_has_members(g, self.clock.now()))
+            };
+            if contained(l) && (alive || !group_left()) {
+                list.extend(at_root);
+            } else if alive {
+                walks.push(l.root_pid);
+            } else {
+                full = true;
+            }
+        }
+        if full || walks.len() > 64 {
+            let all = match scan {
+                Some(s) => s.clone(),
+                None => self.table.snapshot()?,
+            };
+            return Ok(self.with_cgroups(all, obs));
+        }
+        let mut seen = std::collections::HashSet::new();
+        list.retain(|p| seen.insert(p.pid));
+        for pid in walks {
+            for p in self.table.subtree(pid)?.iter() {
+                if seen.insert(p.pid) {
+                    list.push(p.clone());
+                }
+            }
+        }
+        Ok(self.with_cgroups(Snapshot::new(list), obs))
+    }
+
+    /// Verifies and terminates claimed (`closing`) leases; every lease ends closed, lost, or
+    /// open again with the reason.
+    fn terminate_leases(
+        &mut self,
+        claimed: Vec<Lease>,
+        grace_override: Option<u64>,
+    ) -> Result<Vec<CloseOutcome>, StoreError> {
+        self.terminate_leases_with(claimed, grace_override, None)
+    }
+
+    /// [`Controller::terminate_leases`], given a whole-host snapshot just taken (reap's one
+    /// pass) to use where a lease needs one.
+    pub(super) fn terminate_leases_with(
+        &mut self,
+        claimed: Vec<Lease>,
+        grace_override: Option<u64>,
+        scan: Option<&Snapshot>,
+    ) -> Result<Vec<CloseOutcome>, StoreError> {
+        if claimed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (gateway, wrapper_root, cgroup_root) = self.expect_parts();
+        let expect = Expect {
+            gateway_instance_id: &gateway,
+            wrapper_root: &wrapper_root,
+            cgroup_root: cgroup_root.as_deref(),
+        };
+        let refs: Vec<&Lease> = claimed.iter().collect();
+        let snap = self.snapshot_for(&refs, scan);
+        let mut finishes = Vec::new();
+        let mut jobs = Vec::new();
+        for lease in claimed {
+            let grace = grace_override.unwrap_or(lease.grace_ms);
+            let lp = plan::plan_lease(&lease, &expect, snap.as_ref(), &self.caller, grace);
+            let cg = lp.cgroup.as_ref().and_then(|c| match c.action {
+                CgroupAction::KillAndRemove | CgroupAction::Remove => {
+                    Some((PathBuf::from(&c.path), c.id))
+                }
+                CgroupAction::None | CgroupAction::Leave => None,
+            });
+            match lp.decision {
+                Decision::Terminate => {
+                    let key = lease.session_key.clone();
+                    let mut job = Job::new(
+                        JobKind::Lease(lease),
+                        key,
+                        grace,
+                        lp.signals,
+                        lp.refused,
+                        self.clock.now(),
+                    );
+                    job.cgroup = cg;
+                    jobs.push(job);
+                }
+                Decision::MarkLost { mut reason } => {
+                    if let Some((path, id)) = cg {
+                        reason.push_str(&remove_cgroup(&path, id));
+                    }
+                    finishes.push(Finish {
+                        lease,
+                        to: LeaseState::Lost,
+                        reason,
+                        signals: Vec::new(),
+                        refused: Vec::new(),
+                    })
+                }
+                Decision::Leave { reason } | Decision::Skip { reason } => finishes.push(Finish {
+                    lease,
+                    to: LeaseState::Open,
+                    reason,
+                    signals: Vec::new(),
+                    // The refusals are the evidence for leaving it open: report them.
+                    refused: lp.refused,
+                }),
+            }
+        }
+        self.engine().run_jobs(&mut jobs);
+        // A second look after the kills (leases without a verified cgroup; see the engine).
+        self.engine().late_sweep(
+            &mut jobs,
+            |k| match k {
+                JobKind::Lease(l) => Some(l),
+                JobKind::Legacy(_) => None,
+            },
+            &expect,
+        );
+        // The verified cgroups: all killed first, then one wait for all of them to empty, then
+        // each removed; never a wait per cgroup in turn.
+        let cgroups: Vec<(PathBuf, u64)> = jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
+        let mut removed = remove_cgroups(&cgroups).into_iter();
+        for j in jobs {
+            if !matches!(j.kind, JobKind::Lease(_)) {
+                continue;
+            }
+            let cg = j
+                .cgroup
+                .is_some()
+                .then(|| removed.next().unwrap_or_default());
+            let (state, reason) = self.engine().lease_end(&j, cg);
+            let JobKind::Lease(lease) = j.kind else {
+                continue;
+            };
+            finishes.push(Finish {
+                lease,
+                to: state,
+                reason,
+                signals: j.signals,
+                refused: j.refused,
+            });
+        }
+        self.finish_all(finishes)
+    }
+
+    /// Records how each claimed lease ended (one transaction for all of them), folding in the
+    /// wrapper's report where there is one.
+    fn finish_all(&mut self, finishes: Vec<Finish>) -> Result<Vec<CloseOutcome>, StoreError> {
+        let mut reports = Vec::with_capacity(finishes.len());
+        for f in &finishes {
+            let lease = &f.lease;
+            let report = WrapperReport::read_for(&self.root, lease);
+            if let Some(r) = &report {
+                r.apply(&mut self.store, &lease.lease_id)?;
+            }
+            reports.push(report);
+        }
+        let transitions: Vec<Transition<'_>> = finishes
+            .iter()
+            .map(|f| Transition {
+                lease_id: &f.lease.lease_id,
+                from: LeaseState::Closing,
+                to: f.to,
+                reason: &f.reason,
+            })
+            .collect();
+        let changed = self.store.transition_many(&transitions, Some(self.me))?;
+        let mut outcomes = Vec::with_capacity(finishes.len());
+        for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
+            let signalled = f.signals.iter().any(|s| s.delivery == Delivery::Delivered);
+            let result = match (changed, f.to) {
+                // What this close did is the answer: signals sent are never a "conflict", even
+                // when the row was settled by someone else meanwhile.
+                (false, LeaseState::Closed) if signalled => CloseResult::Closed,
+                (false, _) => CloseResult::Conflict,
+                (true, LeaseState::Closed) => CloseResult::Closed,
+                (true, LeaseState::Lost) => CloseResult::Lost,
+                (true, _) => CloseResult::LeftOpen,
+            };
+            if changed && f.to.is_terminal() && report.is_some() {
+                report::remove_report(&self.root, &f.lease.lease_id);
+            }
+            tracing::info!(lease_id = %f.lease.lease_id, result = ?result, reason = %f.reason, "close finished");
+            outcomes.push(CloseOutcome {
+                exit_status: report.and_then(|r| r.exit_status).or(f.lease.exit_status),
+                lease_id: f.lease.lease_id,
+                session_key: f.lease.session_key,
+                result,
+                reason: if changed {
+                    f.reason
+                } else if signalled {
+                    format!(
+                        "{}; the lease row was settled by another process meanwhile",
+                        f.reason
+                    )
+                } else {
+                    "lease changed hands during the close".into()
+                },
+                signals: f.signals,
+                refused: f.refused,
+            });
+        }
+        Ok(outcomes)
+    }
+}

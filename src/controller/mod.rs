@@ -1,0 +1,423 @@
+//! The controller: one `Controller` per state root that every verb runs on, with one file per
+//! verb: [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close)
+//! (`close.rs`), [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`),
+//! legacy records' cleanup (`legacy.rs`), and the TERM → grace → KILL engine they share
+//! (`terminate.rs`). This file holds what every verb needs: opening the store and the machine
+//! (process table, signaller, clock, containment), naming leases ([`LeaseRef`]), folding the
+//! wrappers' reports in ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases
+//! for closing, exclusively across processes (the store) and across the threads of one
+//! (`HeldClaims`).
+//!
+//! The three intents stay distinct:
+//!
+//! - `cancel` records the intent and signals nothing; the lease stays open (the ACP turn itself
+//!   is cancelled by whoever holds the adapter's stdin: the daemon).
+//! - `close` claims the lease (`open → closing`), verifies the live tree against it, SIGTERMs
+//!   members children first, waits the grace, SIGKILLs survivors, and marks it `closed`; `lost`
+//!   when nothing was alive; back to `open` with the reason when ownership could not be proven.
+//!   Closing many leases runs their grace periods concurrently.
+//! - `reap` starts from this gateway's open and closing leases whose owner is gone, never from a
+//!   search of command lines, and does the same per lease; it also handles legacy records and
+//!   expires old closed/lost leases.
+//!
+//! Every signal goes through a [`crate::signal::Signaller`] (live: pidfds, which re-check the
+//! process before signalling it); `tests/controller_simulator.rs` runs the verbs over the
+//! recording one.
+
+use crate::cgroup::{self, Containment, Verified};
+use crate::controller::terminate::{Engine, Job};
+use crate::lease::{Lease, LeaseState, ProcessId};
+use crate::legacy::LegacyRecord;
+use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
+use crate::proc::{self, ProcessTable, Snapshot, TableError};
+use crate::report::{self, WrapperReport};
+use crate::signal::{
+    Caller, Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock,
+};
+use crate::state::StateRoot;
+use crate::store::{Store, StoreError, Transition};
+use crate::verify::Expect;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+mod cancel;
+mod close;
+mod leases;
+mod legacy;
+mod reap;
+pub mod sessions;
+mod status;
+pub mod terminate;
+
+pub use cancel::CancelOutcome;
+pub use close::{CloseOutcome, CloseResult};
+pub use legacy::LegacyOutcome;
+pub use reap::{ReapReport, SweptCgroup};
+pub use status::{store_status, StoreStatus};
+pub use terminate::{RefusedSignal, SignalRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no lease {0}")]
+    NoLease(String),
+    #[error("session {0} has no active lease")]
+    NoActiveLease(String),
+    #[error("lease {lease_id} is {state}, not open")]
+    NotOpen { lease_id: String, state: LeaseState },
+}
+
+/// Names a lease: by id, or as the active lease of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseRef {
+    Id(String),
+    Session(String),
+}
+
+pub struct Controller<'t> {
+    root: StateRoot,
+    store: Store,
+    table: &'t dyn ProcessTable,
+    caller: Caller,
+    me: ProcessId,
+    /// Resolved on first use ([`Controller::containment`]).
+    containment: std::cell::OnceCell<Containment>,
+    /// The host-wide pass `plan_reap` took, for `reap` to reuse (one pass per reap).
+    last_scan: Option<Result<Snapshot, TableError>>,
+    /// Who signals, and the clock the graces run on (pidfds and the system's, live).
+    signaller: &'t dyn Signaller,
+    clock: &'t dyn Clock,
+    /// Whoever holds the adapters' stdin, for `sessions send` (a front door sets it).
+    input: Box<dyn sessions::SessionInput>,
+}
+
+/// Leases claimed, and (lease id, why not) for the others.
+type Claimed = (Vec<Lease>, Vec<(String, String)>);
+
+/// How one claimed lease ends.
+struct Finish {
+    lease: Lease,
+    to: LeaseState,
+    reason: String,
+    signals: Vec<SignalRecord>,
+    refused: Vec<RefusedSignal>,
+}
+
+// One per lease being closed, moved around rarely: boxing the lease buys nothing.
+#[allow(clippy::large_enum_variant)]
+enum JobKind {
+    Lease(Lease),
+    Legacy(LegacyRecord),
+}
+
+/// The leases some thread of this process is closing right now (see [`Controller::claim_all`]),
+/// each named by its database's gateway instance id and its lease id: two stores open in one
+/// process (two state roots, or the controller simulator's cases running as threads of one test
+/// binary) hold independent leases, even when their ids are spelt alike. The gateway id, not the
+/// database's path, names the database, so two spellings of one path can never both claim.
+type HeldKey = (String, String);
+
+static HELD: std::sync::Mutex<std::collections::BTreeSet<HeldKey>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A set of in-process claims in one database; dropping it releases them (also on an error or a
+/// panic).
+struct HeldClaims {
+    gateway: String,
+    ids: Vec<String>,
+}
+
+impl HeldClaims {
+    fn new(gateway: &str) -> Self {
+        HeldClaims {
+            gateway: gateway.to_string(),
+            ids: Vec::new(),
+        }
+    }
+
+    fn set() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<HeldKey>> {
+        HELD.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(&self, id: &str) -> HeldKey {
+        (self.gateway.clone(), id.to_string())
+    }
+
+    /// Takes `id` for this holder; false when another holder in this process has it.
+    fn take(&mut self, id: &str) -> bool {
+        if Self::set().insert(self.key(id)) {
+            self.ids.push(id.to_string());
+            true
+        } else {
+            false
+        }
+    }
+
+    fn release(&mut self, id: &str) {
+        if let Some(i) = self.ids.iter().position(|h| h == id) {
+            self.ids.swap_remove(i);
+            let key = self.key(id);
+            Self::set().remove(&key);
+        }
+    }
+}
+
+impl Drop for HeldClaims {
+    fn drop(&mut self) {
+        let mut set = Self::set();
+        for id in &self.ids {
+            set.remove(&(self.gateway.clone(), id.clone()));
+        }
+    }
+}
+
+fn conflict(lease: &Lease, reason: String) -> CloseOutcome {
+    CloseOutcome {
+        lease_id: lease.lease_id.clone(),
+        session_key: lease.session_key.clone(),
+        result: CloseResult::Conflict,
+        reason,
+        signals: Vec::new(),
+        refused: Vec::new(),
+        exit_status: lease.exit_status,
+    }
+}
+
+impl<'t> Controller<'t> {
+    /// Opens the state root's store. Containment is resolved from the environment when a verb
+    /// first needs it (the sessions queries never do), unless [`Controller::with_containment`]
+    /// set it.
+    pub fn open(root: StateRoot, table: &'t dyn ProcessTable) -> Result<Self, StoreError> {
+        let store = Store::open(&root.db_path())?;
+        crate::sys::raise_nofile_limit();
+        Ok(Controller {
+            root,
+            store,
+            table,
+            caller: Caller::current(),
+            me: proc::self_id(),
+            containment: std::cell::OnceCell::new(),
+            last_scan: None,
+            signaller: &PidfdSignaller,
+            clock: &SystemClock,
+            input: Box::new(sessions::NoSessionInput),
+        })
+    }
+
+    /// Signals through `signaller` on `clock`, as `caller` (the controller simulator: the
+    /// recording signaller over a fixture host; live, pidfds and the system clock as leash).
+    pub fn with_signaller(
+        mut self,
+        signaller: &'t dyn Signaller,
+        clock: &'t dyn Clock,
+        caller: Caller,
+    ) -> Self {
+        self.signaller = signaller;
+        self.clock = clock;
+        self.caller = caller;
+        self
+    }
+
+    /// The TERM → grace → KILL engine over this controller's table, signaller and clock.
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            table: self.table,
+            caller: &self.caller,
+            signaller: self.signaller,
+            clock: self.clock,
+        }
+    }
+
+    /// Uses these containment settings instead of the environment's.
+    pub fn with_containment(mut self, settings: &cgroup::Settings) -> Self {
+        self.containment = std::cell::OnceCell::from(Containment::resolve_lean(
+            settings,
+            self.store.gateway_instance_id(),
+        ));
+        self
+    }
+
+    /// The containment in force: the one set, or the environment's (read once).
+    pub fn containment(&self) -> &Containment {
+        self.containment.get_or_init(|| {
+            let settings = cgroup::Settings::from_env().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "containment setting unreadable; using on");
+                cgroup::Settings::default()
+            });
+            Containment::resolve_lean(&settings, self.store.gateway_instance_id())
+        })
+    }
+
+    fn cgroup_root(&self) -> Option<PathBuf> {
+        self.containment().gateway_root.clone()
+    }
+
+    /// Observes the cgroups of these leases that lie where this gateway puts them (nothing else
+    /// is even read), and adds their members to `list` when they are missing from it.
+    fn observe_cgroups(&self, leases: &[&Lease]) -> Vec<cgroup::Observation> {
+        let Some(root) = self.cgroup_root() else {
+            return Vec::new();
+        };
+        leases
+            .iter()
+            .filter_map(|l| {
+                let p = PathBuf::from(l.cgroup_path.as_ref()?);
+                (p == root.join(&l.lease_id)).then(|| cgroup::observe(&p))
+            })
+            .collect()
+    }
+
+    /// Adds the observations, and the members they list that the snapshot lacks.
+    fn with_cgroups(&self, snap: Snapshot, obs: Vec<cgroup::Observation>) -> Snapshot {
+        let missing: Vec<i32> = obs
+            .iter()
+            .flat_map(|o| o.procs.iter().copied())
+            .filter(|pid| snap.get(*pid).is_none())
+            .collect();
+        let mut snap = if missing.is_empty() {
+            snap
+        } else {
+            let mut list: Vec<_> = snap.iter().cloned().collect();
+            for pid in missing {
+                if let Ok(Some(p)) = self.table.process(pid) {
+                    list.push(p);
+                }
+            }
+            Snapshot::new(list)
+        };
+        for o in obs {
+            snap.add_cgroup(o);
+        }
+        snap
+    }
+
+    pub fn store(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    pub fn root(&self) -> &StateRoot {
+        &self.root
+    }
+
+    fn wrapper_root(&self) -> PathBuf {
+        self.root.wrapper_root()
+    }
+
+    /// Folds the wrappers' reports into the leases (see [`report::ingest_reports`]): a lease
+    /// whose wrapper reported its end and is gone moves to `lost`, with the reported exit status.
+    /// Returns how many leases changed state.
+    pub fn ingest_reports_marking_ended_lost(&mut self) -> Result<usize, StoreError> {
+        report::ingest_reports(&self.root, &mut self.store, self.table)
+    }
+
+    pub fn resolve(&self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
+        match r {
+            LeaseRef::Id(id) => self
+                .store
+                .lease(id)?
+                .ok_or_else(|| LifecycleError::NoLease(id.clone())),
+            LeaseRef::Session(key) => self
+                .store
+                .active_lease_for_session(key)?
+                .ok_or_else(|| LifecycleError::NoActiveLease(key.clone())),
+        }
+    }
+
+    /// [`Controller::resolve`] for a close: an active lease whose row does not read is repaired
+    /// first ([`Store::repair_lease`]: fields that are not evidence reset to safe values, a
+    /// `repaired` event), then closed like any other, verification included. An invalid row
+    /// never makes a live tree unkillable; a row whose evidence does not read is refused (it
+    /// cannot be verified, so nothing is signalled).
+    fn resolve_or_repair(&mut self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
+        match self.resolve(r) {
+            Err(LifecycleError::Store(StoreError::BadRow { lease_id, detail })) => {
+                match self.store.repair_lease(&lease_id)? {
+                    Some((lease, _)) => Ok(lease),
+                    None => Err(StoreError::BadRow { lease_id, detail }.into()),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Claims leases for closing, in one transaction. Returns the claimed leases, and for the
+    /// others why not (someone else holds it, or it is not active any more), and the guard that
+    /// keeps the claims exclusive inside this process until it is dropped.
+    ///
+    /// In the store a claimant is a process, and a claim held by the same process counts as
+    /// stale (it is what a retry after an error looks like). Inside a daemon many requests share
+    /// one pid, so the store alone would let concurrent closes and reaps of one lease all go
+    /// ahead; the process-wide [`HeldClaims`] set refuses a lease another thread of this process
+    /// is closing right now, before the store is asked.
+    fn claim_all(&mut self, ids: &[&str]) -> Result<(Claimed, HeldClaims), StoreError> {
+        let mut refused = Vec::new();
+        let mut held = HeldClaims::new(self.store.gateway_instance_id());
+        let mut mine: Vec<&str> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if held.take(id) {
+                mine.push(id);
+            } else {
+                refused.push((
+                    id.to_string(),
+                    format!(
+                        "being closed by another request in this process (pid {})",
+                        self.me.pid
+                    ),
+                ));
+            }
+        }
+        let table = self.table;
+        let stale = |c: ProcessId| !matches!(table.alive(c), Ok(true));
+        let results = self.store.claim_many(&mine, self.me, stale)?;
+        let mut claimed = Vec::new();
+        for (id, r) in mine.iter().zip(results) {
+            match r {
+                Some(l) => claimed.push(l),
+                None => {
+                    held.release(id);
+                    let why = match self.store.lease(id)? {
+                        Some(l) if l.state == LeaseState::Closing => {
+                            format!("being closed by pid {}", l.claimed_by.map_or(0, |c| c.pid))
+                        }
+                        Some(l) => format!("lease is {}", l.state),
+                        None => "lease vanished".into(),
+                    };
+                    refused.push((id.to_string(), why));
+                }
+            }
+        }
+        Ok(((claimed, refused), held))
+    }
+
+    fn expect_parts(&self) -> (String, PathBuf, Option<PathBuf>) {
+        (
+            self.store.gateway_instance_id().to_string(),
+            self.wrapper_root(),
+            self.cgroup_root(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeldClaims;
+
+    /// In-process claims are per database: a lease id held in one store does not block the
+    /// same id in another (the controller simulator's cases share fixture ids and run as
+    /// threads of one process), while a second holder in the same store is refused until the
+    /// first is dropped.
+    #[test]
+    fn held_claims_are_per_database() {
+        let id = "01936b2a-7c4e-7d10-9a51-held00000001";
+        let mut a = HeldClaims::new("gateway-a");
+        assert!(a.take(id));
+        let mut b = HeldClaims::new("gateway-b");
+        assert!(b.take(id), "another database's lease of the same id");
+        let mut a2 = HeldClaims::new("gateway-a");
+        assert!(!a2.take(id), "the same database's lease is held");
+        drop(a);
+        assert!(a2.take(id), "released when the holder is dropped");
+    }
+}

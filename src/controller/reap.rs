@@ -1,0 +1,288 @@
+//! `reap`: the startup reap. Plans from one pass over the host (this gateway's open and closing
+//! leases whose owner is gone, legacy records, closed leases' escapees, stray cgroups), claims
+//! and terminates the orphans like `close`, sweeps the escapees of closed and lost leases by
+//! their markers, handles legacy records (`legacy.rs`), expires old leases and sweeps stray
+//! cgroups. `plan_reap` alone is the dry run.
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapReport {
+    pub leases: Vec<CloseOutcome>,
+    pub legacy: Vec<LegacyOutcome>,
+    /// Leases left alone, with the reason (live sessions, closed by another process).
+    pub skipped: Vec<(String, String)>,
+    pub expired: usize,
+    pub bad_rows: Vec<String>,
+    /// Stray cgroups swept (containment).
+    #[serde(default)]
+    pub cgroups: Vec<SweptCgroup>,
+    /// Escapees of closed and lost leases terminated (their leases stay as they were).
+    #[serde(default)]
+    pub escapees: Vec<CloseOutcome>,
+}
+
+/// A stray cgroup and what the sweep did with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweptCgroup {
+    pub path: String,
+    pub id: u64,
+    /// `removed`, `left` (not verified, or too young), or `failed`.
+    pub result: String,
+    pub reason: String,
+}
+
+/// How old (by its lease id's timestamp) a cgroup without a lease must be before the sweep takes
+/// it: `leash exec` makes the directory just before it commits the lease, and it cannot wait
+/// longer than the database's busy timeout for that commit.
+fn stray_min_age_ms() -> i64 {
+    (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
+}
+
+fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
+    let (result, reason) = match s.action {
+        CgroupAction::KillAndRemove | CgroupAction::Remove => {
+            let r = Verified::open(std::path::Path::new(&s.path), s.id)
+                .and_then(|h| h.kill_and_remove(cgroup::KILL_WAIT));
+            match r {
+                Ok(()) => ("removed", s.reason),
+                Err(e) => ("failed", format!("{}; {e}", s.reason)),
+            }
+        }
+        CgroupAction::Leave | CgroupAction::None => ("left", s.reason),
+    };
+    tracing::info!(cgroup = %s.path, result, reason = %reason, "stray cgroup");
+    SweptCgroup {
+        path: s.path,
+        id: s.id,
+        result: result.into(),
+        reason,
+    }
+}
+
+impl<'t> Controller<'t> {
+    /// Repairs the active rows that do not read (see [`Controller::resolve_or_repair`]) before
+    /// a reap plans; those whose evidence does not read stay in the plan's bad rows.
+    fn repair_active_rows(&mut self) -> Result<(), StoreError> {
+        let bad: Vec<String> = self
+            .store
+            .leases(&[LeaseState::Open, LeaseState::Closing])?
+            .into_iter()
+            .filter_map(|r| match r {
+                Err(StoreError::BadRow { lease_id, .. }) => Some(lease_id),
+                _ => None,
+            })
+            .collect();
+        for id in bad {
+            if let Err(e) = self.store.repair_lease(&id) {
+                tracing::warn!(lease_id = %id, error = %e, "unreadable lease row left alone");
+            }
+        }
+        Ok(())
+    }
+
+    /// The reap plan, computed from one snapshot. Changes nothing, signals nothing.
+    pub fn plan_reap(&mut self, opts: &ReapOptions) -> Result<ReapPlan, StoreError> {
+        let leases: Vec<Result<Lease, String>> = self
+            .store
+            .leases(&[])?
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        let legacy = crate::legacy::records(&mut self.store, true)?;
+        let active: Vec<&Lease> = leases
+            .iter()
+            .filter_map(|l| l.as_ref().ok())
+            .filter(|l| l.state.is_active())
+            .collect();
+        let obs = self.observe_cgroups(&active);
+        let snap = self
+            .reap_scan(&leases, &legacy)
+            .map(|s| self.with_cgroups(s, obs));
+        let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
+        self.last_scan = Some(snap);
+        Ok(plan)
+    }
+
+    /// Reap's one pass over the host, shared by every lease (issue 16): `stat` and uid of every
+    /// process, and the costly fields (exe, cmdline, environ) only where they can matter — the
+    /// processes of the caller's uid (the only ones leash may signal, so the only possible
+    /// members and marker carriers) and the recorded roots, adapters, owners and legacy pids.
+    fn reap_scan(
+        &self,
+        leases: &[Result<Lease, String>],
+        legacy: &[LegacyRecord],
+    ) -> Result<Snapshot, TableError> {
+        let mut named = std::collections::HashSet::new();
+        for l in leases.iter().filter_map(|l| l.as_ref().ok()) {
+            named.insert(l.root_pid);
+            named.extend(l.adapter_pid);
+        }
+        named.extend(legacy.iter().map(|r| r.pid));
+        let uid = self.caller.uid;
+        self.table
+            .scan(&|p: &proc::ProcessInfo| p.uid == uid || named.contains(&p.pid))
+    }
+
+    fn plan_reap_from(
+        &self,
+        leases: &[Result<Lease, String>],
+        legacy: &[LegacyRecord],
+        snap: Result<&Snapshot, &TableError>,
+        opts: &ReapOptions,
+    ) -> ReapPlan {
+        let gateway = self.store.gateway_instance_id().to_string();
+        let wrapper_root = self.wrapper_root();
+        let cgroup_root = self.cgroup_root();
+        let expect = Expect {
+            gateway_instance_id: &gateway,
+            wrapper_root: &wrapper_root,
+            cgroup_root: cgroup_root.as_deref(),
+        };
+        let mut plan = plan::plan_reap(leases, legacy, &expect, snap, &self.caller, opts);
+        if let Some(root) = &cgroup_root {
+            plan.stray_cgroups = plan::plan_strays(
+                root,
+                &cgroup::children(root),
+                leases,
+                opts.now_ms,
+                stray_min_age_ms(),
+            );
+        }
+        plan
+    }
+
+    /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
+    /// expired leases, or of none (a crash between mkdir and commit). Each is verified (a
+    /// directory directly under this gateway's root, named for a lease id, with the id seen when
+    /// it was listed), killed, and removed. Nothing happens when containment is not on.
+    pub fn sweep_stray_cgroups(&mut self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
+        if self.cgroup_root().is_none() {
+            return Ok(Vec::new());
+        }
+        let leases: Vec<Result<Lease, String>> = self
+            .store
+            .leases(&[])?
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        Ok(self.sweep_stray_cgroups_among(&leases, now_ms))
+    }
+
+    /// [`Controller::sweep_stray_cgroups`] against lease rows the caller has just read.
+    pub fn sweep_stray_cgroups_among(
+        &self,
+        leases: &[Result<Lease, String>],
+        now_ms: i64,
+    ) -> Vec<SweptCgroup> {
+        let Some(root) = self.cgroup_root() else {
+            return Vec::new();
+        };
+        let strays = plan::plan_strays(
+            &root,
+            &cgroup::children(&root),
+            leases,
+            now_ms,
+            stray_min_age_ms(),
+        );
+        strays.into_iter().map(sweep_one).collect()
+    }
+
+    /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,
+    /// legacy records handled fail-safe, old closed/lost leases expired.
+    pub fn reap(&mut self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
+        self.ingest_reports_marking_ended_lost()?;
+        self.repair_active_rows()?;
+        let plan = self.plan_reap(opts)?;
+        let mut report = ReapReport {
+            leases: Vec::new(),
+            legacy: Vec::new(),
+            skipped: Vec::new(),
+            expired: 0,
+            bad_rows: plan.bad_rows.clone(),
+            cgroups: Vec::new(),
+            escapees: Vec::new(),
+        };
+        let mut candidates = Vec::new();
+        for lp in &plan.leases {
+            match &lp.decision {
+                Decision::Skip { reason } => {
+                    report.skipped.push((lp.lease_id.clone(), reason.clone()))
+                }
+                _ => candidates.push(lp.lease_id.as_str()),
+            }
+        }
+        let ((claimed, lost_race), _held) = self.claim_all(&candidates)?;
+        report.skipped.extend(lost_race);
+        // The plan's snapshot predates the claims: terminate_leases reads the evidence again
+        // from each lease down (live roots, cgroups), so what is signalled is judged by what is
+        // alive once the leases are ours; only where that needs the whole host does it reuse the
+        // plan's one pass instead of a second one (every signal re-checks its process anyway).
+        let scan = self.last_scan.take().and_then(Result::ok);
+        report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
+        report.escapees = self.reap_escapees(&plan)?;
+        report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
+        report.expired = self.store.expire(opts.now_ms - opts.retention_ms)?;
+        for id in &plan.expire {
+            report::remove_report(&self.root, id);
+        }
+        // After the leases: a cgroup whose lease was just closed is already gone, and one whose
+        // lease just expired is swept now.
+        report.cgroups = self.sweep_stray_cgroups(opts.now_ms)?;
+        Ok(report)
+    }
+
+    /// Terminates the verified escapees of closed and lost leases the reap plan found (their
+    /// markers in the one pass), without reopening the leases; each gets an `escapees` event.
+    fn reap_escapees(&mut self, plan: &ReapPlan) -> Result<Vec<CloseOutcome>, StoreError> {
+        let mut jobs = Vec::new();
+        for lp in &plan.escapees {
+            let Some(lease) = self.store.lease(&lp.lease_id)? else {
+                continue;
+            };
+            jobs.push(Job::new(
+                JobKind::Lease(lease),
+                lp.session_key.clone(),
+                lp.grace_ms,
+                lp.signals.clone(),
+                lp.refused.clone(),
+                self.clock.now(),
+            ));
+        }
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.engine().run_jobs(&mut jobs);
+        let mut out = Vec::new();
+        for j in jobs {
+            let JobKind::Lease(lease) = j.kind else {
+                continue;
+            };
+            let reason = format!(
+                "terminated {} escaped process(es) carrying the {} lease's markers",
+                j.pins.len(),
+                lease.state
+            );
+            let detail = serde_json::json!({"reason": reason, "pids": j.pins.iter().map(|(p, _)| p.id.pid).collect::<Vec<_>>()});
+            self.store.record_event(
+                &lease.session_key,
+                Some(&lease.lease_id),
+                "escapees",
+                Some(detail),
+            )?;
+            tracing::info!(lease_id = %lease.lease_id, processes = j.pins.len(), "escapees reaped");
+            out.push(CloseOutcome {
+                exit_status: lease.exit_status,
+                lease_id: lease.lease_id,
+                session_key: lease.session_key,
+                result: CloseResult::Closed,
+                reason,
+                signals: j.signals,
+                refused: j.refused,
+            });
+        }
+        Ok(out)
+    }
+}
