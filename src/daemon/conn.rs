@@ -243,7 +243,11 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     let id = req.id;
     let started = std::time::Instant::now();
     let op_name = req.op.name();
-    tracing::debug!(id = %id, op = op_name, request = %String::from_utf8_lossy(line), "request");
+    // Every line logged while this request runs (a close's signals included, also off this
+    // thread: see off_thread) names its op; the JSON log lifts it to the top level.
+    let span = tracing::info_span!("request", op = op_name);
+    let _in = span.enter();
+    tracing::debug!(id = %id, request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));
@@ -324,9 +328,11 @@ fn off_thread<T: Serialize + 'static>(
 ) {
     let (d, out2) = (d.clone(), out.clone());
     let op_name = name;
+    let span = tracing::Span::current();
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            let _in = span.enter();
             let started = std::time::Instant::now();
             let r = f(&d);
             d.metrics.observe_request(op_name, started.elapsed());
