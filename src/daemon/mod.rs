@@ -4,7 +4,7 @@
 //! ([`protocol`], `docs/protocol.md`).
 //!
 //! `serve` reads as a checklist: `lock_state_root → startup_reap → take_interrupted →
-//! bind_socket → watch_signals`, then an accept loop (one thread per connection, see [`conn`])
+//! watch_signals → bind_socket`, then an accept loop (one thread per connection, see [`conn`])
 //! beside a housekeeping thread (idle close, event sync, pruning of ended sessions), and on
 //! SIGTERM/SIGINT/SIGHUP `shutdown`: record the busy sessions, close every session through the
 //! normal close path, remove the socket, exit 0.
@@ -467,6 +467,12 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     if socket.as_os_str().len() > MAX_SOCKET_PATH {
         return Err(ServeError::PathTooLong(socket));
     }
+    // Before anything can reach us: once the socket is bound (or the lock names us), a client
+    // or a supervisor may send SIGTERM at any moment, and without the handlers its default
+    // action would kill the daemon instead of shutting it down (seen: a test's SIGTERM right
+    // after the socket appeared ended the daemon by the signal). A signal that arrives during
+    // the start-up is kept in the pipe and honoured by the accept loop's first poll.
+    let signals = watch_signals()?;
     // A socket passed by systemd replaces --socket (the unit names the path once, in
     // leash.socket).
     let activated = systemd::activated_listener()?;
@@ -520,7 +526,6 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         listener_pid,
     };
     write_lock_info(&lock, &info);
-    let signals = watch_signals()?;
     let exe = std::env::current_exe().map_err(|source| ServeError::Io {
         path: PathBuf::from("/proc/self/exe"),
         source,
