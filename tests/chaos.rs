@@ -79,7 +79,7 @@ use common::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -349,6 +349,9 @@ struct Registry {
     /// Keyed by instance, not pid number: with pids forced and recycled all the time, a pid
     /// number can name several of the harness's children over a run.
     children: Vec<(Pid, Child)>,
+    /// Exit statuses of owners reaped by `reap_children` before `check_owner` looked: kept so
+    /// an unexpected owner death can still say how it ended.
+    exited_owners: Vec<(Pid, std::process::ExitStatus)>,
 }
 
 struct Shared {
@@ -406,9 +409,46 @@ impl Shared {
 
     /// Reaps registered children that have exited (keeps zombies from piling up).
     fn reap_children(&self) {
+        let owners = self.owners.lock().unwrap().clone();
         let mut r = self.registry.lock().unwrap();
-        r.children
-            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+        let mut exited = Vec::new();
+        r.children.retain_mut(|(p, c)| match c.try_wait() {
+            Ok(Some(status)) => {
+                if owners.contains(p) {
+                    exited.push((*p, status));
+                }
+                false
+            }
+            _ => true,
+        });
+        r.exited_owners.extend(exited);
+    }
+
+    /// How a registered child ended: its exit status (reaping it now if it is a zombie), or why
+    /// none is known.
+    fn exit_status_of(&self, pid: Pid) -> String {
+        let mut r = self.registry.lock().unwrap();
+        if let Some(&(_, status)) = r.exited_owners.iter().find(|(p, _)| *p == pid) {
+            return format!("{status}");
+        }
+        let Some(i) = r.children.iter().position(|(p, _)| *p == pid) else {
+            return "unknown (not a registered child)".to_string();
+        };
+        // `alive()` is false for a zombie, so the status is there or about to be.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match r.children[i].1.try_wait() {
+                Ok(Some(status)) => {
+                    r.children.swap_remove(i);
+                    return format!("{status}");
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Ok(None) => return "still running (its pid no longer reads as alive)".into(),
+                Err(e) => return format!("unknown (try_wait: {e})"),
+            }
+        }
     }
 
     fn wait_child(&self, pid: Pid) {
@@ -768,8 +808,13 @@ impl<'a> Worker<'a> {
     fn check_owner(&mut self) {
         if let Some(o) = &self.owner {
             if !o.pid.alive() {
+                // The root's work directory (and its log) goes with the temporary directory:
+                // keep the evidence in the failure message.
+                let status = self.sh.exit_status_of(o.pid);
+                let log = tail(&self.root.work.join("leash-stderr.log"), 40);
                 self.sh.unexpected.lock().unwrap().push(format!(
-                    "the {} of root {} (pid {}) died without being killed",
+                    "the {} of root {} (pid {}) died without being killed: {status}; \
+                     last lines of leash-stderr.log:\n{log}",
                     o.name(),
                     self.root.index,
                     o.pid.pid
@@ -1225,6 +1270,18 @@ fn has_strace() -> bool {
 }
 
 /// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
+/// The last `n` lines of a log file (or why it could not be read).
+fn tail(path: &Path, n: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
 fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<Child> {
     for _ in 0..200 {
         if Pid::of(target).is_some() {
