@@ -624,14 +624,25 @@ impl Owner {
         sh.owners.lock().unwrap().push(pid);
         let socket = root.state.join("leash.sock");
         if ready {
+            // Ready means this daemon holds the lock (daemon.lock names it) and the socket
+            // answers: a connect alone can reach a listener a SIGKILLed predecessor left open in
+            // a child it was forking, and this daemon may still be about to refuse to start.
+            let lock = root.state.join("daemon.lock");
+            let named = format!("\"pid\":{}", pid.pid);
             let up = wait_for(|| {
-                !pid.alive() || std::os::unix::net::UnixStream::connect(&socket).is_ok()
+                !pid.alive()
+                    || (std::fs::read_to_string(&lock).is_ok_and(|t| t.contains(&named))
+                        && std::os::unix::net::UnixStream::connect(&socket).is_ok())
             });
-            assert!(
-                up && pid.alive(),
-                "leash serve for root {} did not come up",
-                root.index
-            );
+            if !(up && pid.alive()) {
+                let status = sh.exit_status_of(pid);
+                let log = tail(&root.work.join("leash-stderr.log"), 40);
+                panic!(
+                    "leash serve for root {} (pid {}) did not come up: {status}; \
+                     last lines of leash-stderr.log:\n{log}",
+                    root.index, pid.pid
+                );
+            }
         }
         Owner {
             pid,
