@@ -28,10 +28,80 @@ pub(super) fn init(verbose: u8, daemon: bool, format: LogFormat) {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init(),
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(FlatJson)
             .try_init(),
     };
+}
+
+/// One JSON object per event: `timestamp`, `level`, the fields of every span the event is in
+/// (outermost first: a request's `op` and `session`, a terminated lease's `lease_id`), then the
+/// event's own fields, all at the top level, so a line logged deep in a close still names the
+/// request and the lease it belongs to. The formatter of tracing-subscriber nests span fields
+/// under `span`/`spans`, which a log pipeline cannot index as `lease_id`.
+struct FlatJson;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for FlatJson
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        use serde_json::{Map, Value};
+        let mut obj = Map::new();
+        obj.insert(
+            "timestamp".into(),
+            Value::String(
+                humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+            ),
+        );
+        obj.insert(
+            "level".into(),
+            Value::String(event.metadata().level().to_string()),
+        );
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                let ext = span.extensions();
+                let Some(fields) = ext.get::<tracing_subscriber::fmt::FormattedFields<N>>() else {
+                    continue;
+                };
+                if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(fields) {
+                    obj.extend(m);
+                }
+            }
+        }
+        event.record(&mut JsonVisitor(&mut obj));
+        let line = serde_json::to_string(&obj).map_err(|_| std::fmt::Error)?;
+        writeln!(writer, "{line}")
+    }
+}
+
+/// Records an event's fields as JSON values (numbers and booleans stay typed).
+struct JsonVisitor<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl tracing::field::Visit for JsonVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().into(), format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.0.insert(field.name().into(), value.into());
+    }
 }

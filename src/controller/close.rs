@@ -254,6 +254,7 @@ impl<'t> Controller<'t> {
             match lp.decision {
                 Decision::Terminate => {
                     let key = lease.session_key.clone();
+                    let lease_id = lease.lease_id.clone();
                     let mut job = Job::new(
                         JobKind::Lease(lease),
                         key,
@@ -263,6 +264,7 @@ impl<'t> Controller<'t> {
                         self.clock.now(),
                     );
                     job.cgroup = cg;
+                    job.lease_id = Some(lease_id);
                     jobs.push(job);
                 }
                 Decision::MarkLost { mut reason } => {
@@ -361,7 +363,7 @@ impl<'t> Controller<'t> {
             if changed && f.to.is_terminal() && report.is_some() {
                 report::remove_report(&self.root, &f.lease.lease_id);
             }
-            tracing::info!(lease_id = %f.lease.lease_id, result = ?result, reason = %f.reason, "close finished");
+            tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = ?result, reason = %f.reason, "close finished");
             outcomes.push(CloseOutcome {
                 exit_status: report.and_then(|r| r.exit_status).or(f.lease.exit_status),
                 lease_id: f.lease.lease_id,

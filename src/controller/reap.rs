@@ -242,14 +242,17 @@ impl<'t> Controller<'t> {
             let Some(lease) = self.store.lease(&lp.lease_id)? else {
                 continue;
             };
-            jobs.push(Job::new(
+            let lease_id = lease.lease_id.clone();
+            let mut job = Job::new(
                 JobKind::Lease(lease),
                 lp.session_key.clone(),
                 lp.grace_ms,
                 lp.signals.clone(),
                 lp.refused.clone(),
                 self.clock.now(),
-            ));
+            );
+            job.lease_id = Some(lease_id);
+            jobs.push(job);
         }
         if jobs.is_empty() {
             return Ok(Vec::new());

@@ -60,6 +60,8 @@ pub struct Job<K> {
     stage: Stage,
     /// The lease's verified cgroup (path, id), killed at the end of the grace and removed.
     pub cgroup: Option<(PathBuf, u64)>,
+    /// The lease this job terminates (none for a legacy record): named in its log lines.
+    pub lease_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +95,22 @@ impl<K> Job<K> {
             deadline: now,
             stage: Stage::Terminating,
             cgroup: None,
+            lease_id: None,
         }
+    }
+
+    /// The span its signals are logged in: `session` and `lease_id` on every line (the JSON log
+    /// lifts span fields to the top level).
+    fn span(&self) -> tracing::Span {
+        let span = tracing::info_span!(
+            "terminate",
+            session = %self.session_key,
+            lease_id = tracing::field::Empty
+        );
+        if let Some(id) = &self.lease_id {
+            span.record("lease_id", id.as_str());
+        }
+        span
     }
 }
 
@@ -173,6 +190,8 @@ impl Engine<'_> {
     pub fn run_jobs<K>(&self, jobs: &mut [Job<K>]) {
         let sg = self.signaller;
         for j in jobs.iter_mut() {
+            let span = j.span();
+            let _in = span.enter();
             let planned = std::mem::take(&mut j.planned);
             for s in &planned {
                 self.pin_and_send(s, Sig::Term, &mut j.pins, &mut j.signals, &mut j.refused);
@@ -189,6 +208,8 @@ impl Engine<'_> {
                 if j.stage == Stage::Killed || j.pins.iter().all(|(p, _)| sg.exited(p)) {
                     continue;
                 }
+                let span = j.span();
+                let _in = span.enter();
                 match j.stage {
                     Stage::Terminating if now >= j.deadline => {
                         self.kill_cgroup(j);
@@ -363,6 +384,8 @@ impl Engine<'_> {
             let Some(lease) = lease_of(&j.kind) else {
                 continue;
             };
+            let span = j.span();
+            let _in = span.enter();
             let lp = plan::plan_lease(lease, expect, snap.as_ref(), self.caller, 0);
             if lp.decision == Decision::Terminate {
                 let mut late = Vec::new();

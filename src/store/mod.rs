@@ -24,6 +24,7 @@ pub use leases::{Counts, ReportUpdate, Transition};
 pub use legacy::NewLegacyRecord;
 pub use sessions::SessionRow;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -110,6 +111,12 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(err)?;
+        // The WAL outlives the connection (see `settle_wal`): no checkpoint, fsync, unlink of
+        // `-wal`/`-shm` when the last connection closes, and no file creation on the next open.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(err)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_FRAMES)
+            .map_err(err)?;
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
@@ -147,10 +154,52 @@ impl Store {
         &self.path
     }
 
+    /// Bounds the WAL the next process will replay. With no checkpoint on close, every process
+    /// that opens the database first rebuilds the WAL index from the whole `-wal` file (the
+    /// index, in `-shm`, is reset by the first connection), and a checkpoint's progress is lost
+    /// with it: a WAL that was only checkpointed would never restart and would grow for ever.
+    /// So once it holds [`WAL_FRAMES`] frames, the connection closing copies it into the
+    /// database and truncates it (`wal_checkpoint(TRUNCATE)`), without waiting: a reader holding
+    /// it (another process) makes this a no-op, and a later close does it.
+    fn settle_wal(&mut self) {
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        let frames = std::fs::metadata(&wal).map_or(0, |m| m.len() / WAL_FRAME_BYTES);
+        if frames < WAL_FRAMES {
+            return;
+        }
+        if self.conn.busy_timeout(Duration::ZERO).is_ok() {
+            // The first column is 1 when a reader or writer was in the way (nothing truncated).
+            let busy = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                });
+            tracing::debug!(frames, busy = ?busy, "wal checkpoint (truncate) on close");
+        }
+    }
+
     pub fn gateway_instance_id(&self) -> &str {
         &self.gateway_instance_id
     }
 }
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.settle_wal();
+    }
+}
+
+/// One WAL frame: a 24-byte header and a page (the database keeps SQLite's default 4 KiB pages).
+const WAL_FRAME_BYTES: u64 = 24 + 4096;
+
+/// How many frames the WAL may hold before it is checkpointed: SQLite's automatic checkpoint at
+/// a commit, and [`Store::settle_wal`] on close. Every process that opens the database first
+/// replays the whole WAL (≈ 1.5 µs a frame here), and a checkpoint cycle costs four `fsync`s (the
+/// checkpoint's two, then the new WAL's header and directory), ≈ 2-3 ms here; at ≈ 6 frames per
+/// `leash exec`, 128 frames (≈ 0.5 MB) keeps the sum of the two near its minimum, ≈ 0.2 ms an
+/// exec (docs/benchmarks.md, Host scale).
+const WAL_FRAMES: u64 = 128;
 
 /// The database and its `-wal`/`-shm` companions must not be symlinks: SQLite would follow them
 /// and make the link's target (any file of ours) a leash database, or its journal.
@@ -420,6 +469,99 @@ mod tests {
         store.set_meta("k", None).unwrap();
         assert_eq!(store.meta("k").unwrap(), None);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn wal_len(db: &Path) -> Option<u64> {
+        let mut wal = db.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::metadata(wal).ok().map(|m| m.len())
+    }
+
+    /// The WAL outlives a closing connection (no checkpoint, no `fsync`, no unlink on close: the
+    /// next open creates no file), and it stays bounded: many short-lived connections, one
+    /// commit each as `leash exec` makes them, truncate it once it reaches the limit, and every
+    /// commit reads back from a fresh connection whether it was in the WAL or the database.
+    #[test]
+    fn the_wal_outlives_a_close_and_stays_bounded() {
+        let db = temp_db();
+        let mut ids = Vec::new();
+        let (mut peak, mut truncations, mut last) = (0, 0, 0);
+        for i in 0..200 {
+            let mut store = Store::open(&db).unwrap();
+            let l = lease(&store, &format!("s{i}"));
+            store.insert_lease(&l, None, |_| None).unwrap();
+            ids.push(l.lease_id);
+            drop(store);
+            let len = wal_len(&db).expect("the WAL is kept when the last connection closes");
+            if i == 0 {
+                assert!(
+                    len > 0,
+                    "the first commit is in the WAL, not checkpointed on close"
+                );
+            }
+            if len < last {
+                truncations += 1;
+            }
+            (peak, last) = (peak.max(len), len);
+        }
+        assert!(
+            truncations >= 1,
+            "the WAL was never truncated (peak {peak} bytes)"
+        );
+        // The limit, plus what one connection commits before it closes.
+        assert!(
+            peak <= (WAL_FRAMES + 32) * WAL_FRAME_BYTES,
+            "the WAL grew to {peak} bytes"
+        );
+        let store = Store::open(&db).unwrap();
+        for id in &ids {
+            assert!(store.lease(id).unwrap().is_some(), "lease {id} lost");
+        }
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
+    }
+
+    /// A reader holding the WAL (another connection mid-read) makes the truncation a no-op,
+    /// never a wait or an error: each close returns at once, and the first close after the
+    /// reader is gone truncates.
+    #[test]
+    fn a_reader_defers_the_truncation_without_waiting() {
+        let db = temp_db();
+        drop(Store::open(&db).unwrap());
+        let reader = Connection::open(&db).unwrap();
+        // Mid-statement: its read transaction stays open until the statement is dropped.
+        let mut read = reader.prepare("SELECT key FROM meta").unwrap();
+        let mut rows = read.query([]).unwrap();
+        assert!(rows.next().unwrap().is_some());
+        let mut slowest = Duration::ZERO;
+        for i in 0..120 {
+            let mut store = Store::open(&db).unwrap();
+            let l = lease(&store, &format!("s{i}"));
+            store.insert_lease(&l, None, |_| None).unwrap();
+            let t = std::time::Instant::now();
+            drop(store);
+            slowest = slowest.max(t.elapsed());
+        }
+        let held = wal_len(&db).unwrap();
+        assert!(
+            held > WAL_FRAMES * WAL_FRAME_BYTES,
+            "the WAL ({held} bytes) never reached the limit, so nothing was deferred"
+        );
+        // The busy timeout is 5 s: a close that waited for the reader would show it.
+        assert!(
+            slowest < Duration::from_secs(2),
+            "a close waited {slowest:?}"
+        );
+        // The read ends; the connection stays open (its own close, the last, would checkpoint).
+        drop(rows);
+        drop(read);
+        drop(Store::open(&db).unwrap());
+        assert_eq!(
+            wal_len(&db),
+            Some(0),
+            "the first close after the read truncates"
+        );
+        drop(reader);
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
     }
 
     /// The one write helper keeps all or nothing: a body that fails after writing leaves no
