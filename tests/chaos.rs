@@ -639,8 +639,10 @@ impl Owner {
                 let log = tail(&root.work.join("leash-stderr.log"), 40);
                 panic!(
                     "leash serve for root {} (pid {}) did not come up: {status}; \
-                     last lines of leash-stderr.log:\n{log}",
-                    root.index, pid.pid
+                     daemon.lock is open in: {}; last lines of leash-stderr.log:\n{log}",
+                    root.index,
+                    pid.pid,
+                    holders(&lock)
                 );
             }
         }
@@ -1281,6 +1283,47 @@ fn has_strace() -> bool {
 }
 
 /// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
+/// The processes that have `path` open (pid, state, argv): who holds a lock a daemon was refused.
+fn holders(path: &Path) -> String {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let fds = std::fs::read_dir(entry.path().join("fd"))
+            .into_iter()
+            .flatten();
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        {
+            let argv = std::fs::read(entry.path().join("cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            found.push(format!(
+                "pid {pid} state {:?} ppid {:?}: {argv}",
+                proc_state(pid),
+                ppid_of(pid)
+            ));
+        }
+    }
+    if found.is_empty() {
+        "no process".into()
+    } else {
+        found.join("; ")
+    }
+}
+
+fn ppid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The last `n` lines of a log file (or why it could not be read).
 fn tail(path: &Path, n: usize) -> String {
     match std::fs::read(path) {
