@@ -3,13 +3,16 @@
 # lines every 20 ms each), next to the latency of a request that does no work (an unknown op).
 # Issue 10, item 7: with 100 sessions the old daemon answered no `status` within 20 s (its
 # output threads held each session's lock across a database write).
-#   usage: bench/status-under-load.py path/to/leash [N] [op]     (op: status, or e.g. nosuchop)
+#   usage: bench/status-under-load.py path/to/leash [N] [op] [idle]   (op: status, or e.g. nosuchop)
 # Starts its own `leash serve` on a temporary state root and SIGKILLs it at the end (its
 # wrappers then take their adapters down).
 import json, os, socket, subprocess, sys, tempfile, time, shutil
 leash = sys.argv[1]
 OP = sys.argv[3] if len(sys.argv) > 3 else "status"
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+# A fourth argument `idle` starts sessions that print nothing (the cost of the request alone).
+IDLE = len(sys.argv) > 4 and sys.argv[4] == "idle"
+LOAD = "sleep 600" if IDLE else "sleep 3; while :; do seq 1 2000; sleep 0.02; done"
 tmp = tempfile.mkdtemp(prefix="leash-status-load-")
 state = os.path.join(tmp, "state")
 log = open(os.path.join(tmp, "serve.log"), "w")
@@ -33,7 +36,7 @@ def main():
             v = json.loads(f.readline())
             if v.get("id") == rid[0]: return v
     for i in range(n):
-        r = call("ensure", session=f"s{i}", argv=["sh", "-c", "sleep 3; while :; do seq 1 2000; sleep 0.02; done"], graceMs=200)
+        r = call("ensure", session=f"s{i}", argv=["sh", "-c", LOAD], graceMs=200)
         pass
     time.sleep(4)
     lat = []

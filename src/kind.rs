@@ -384,7 +384,7 @@ mod tests {
             let remote = || ClientError::Remote {
                 code: name.to_string(),
                 message: "m".into(),
-                error: serde_json::Value::Null,
+                data: Default::default(),
             };
             assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
             let wrapped = crate::sessions::SessionsError::Daemon {

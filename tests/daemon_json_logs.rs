@@ -1,6 +1,7 @@
 //! `leash serve --log-format json` writes one JSON object per line on stderr (what journald stores
-//! as MESSAGE), with the event's fields at the top level: a verify names its `lease_id`, `session`,
-//! `pid` and `op`. Text stays the default.
+//! as MESSAGE), with the event's and its spans' fields at the top level: a verify names its
+//! `lease_id`, `session`, `pid` and `op`, and so does each signal of a close. Text stays the
+//! default.
 mod common;
 mod daemon_support;
 use common::*;
@@ -15,6 +16,7 @@ fn json_lines_carry_the_lease_fields() {
     let mut c = d.connect();
     let started = ensure(&mut c, "s", &["sleep", "1000"]);
     c.call("verify", json!({"session": "s"}));
+    c.call("close", json!({"session": "s", "graceMs": 300}));
     assert_eq!(d.terminate().code(), Some(0));
     let log = d.log_text();
     let lines: Vec<Value> = log
@@ -32,6 +34,26 @@ fn json_lines_carry_the_lease_fields() {
     assert_eq!(v["session"], "s");
     assert_eq!(v["pid"], started["rootPid"]);
     assert_eq!(v["answer"], "owned");
+    // A close's lines, logged deep in the controller and off the connection's thread, name the
+    // request's op, the session and the lease.
+    let signalled: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message"] == "signalled")
+        .collect();
+    assert!(!signalled.is_empty(), "no signalled line:\n{log}");
+    for l in &signalled {
+        assert_eq!(l["op"], "close", "{l}");
+        assert_eq!(l["session"], "s", "{l}");
+        assert_eq!(l["lease_id"], started["leaseId"], "{l}");
+        assert!(l["pid"].as_i64().is_some_and(|p| p > 1), "{l}");
+    }
+    let finished = lines
+        .iter()
+        .find(|l| l["message"] == "close finished")
+        .unwrap_or_else(|| panic!("no close finished line:\n{log}"));
+    assert_eq!(finished["op"], "close", "{finished}");
+    assert_eq!(finished["session"], "s", "{finished}");
+    assert_eq!(finished["lease_id"], started["leaseId"], "{finished}");
     assert!(lines.iter().any(|l| l["message"] == "leash serve stopped"));
 }
 

@@ -2,6 +2,7 @@
 //! Output is for operators by default and JSON with `--json`; exit codes are in
 //! [`crate::exitcode`].
 
+mod backend;
 mod docs;
 mod logging;
 mod mcp;
@@ -14,7 +15,7 @@ use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseResult, Controller, LeaseRef};
+use crate::lifecycle::{CloseResult, LeaseRef};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
@@ -629,38 +630,21 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Some(p) => Some(crate::state::absolute(&p)?),
         None => None,
     };
-    // These commands go through the daemon when one serves the state root.
-    let daemon = || serve::connect(&root, socket.as_deref(), cli.no_daemon);
+    // These commands go through the daemon when one serves the state root, else work on the
+    // database directly: the same verb, the same typed result, one rendering (`backend.rs`).
+    let backend = || backend::open(&root, socket.as_deref(), cli.no_daemon);
     match cli.command {
         Command::Exec(_) => unreachable!("handled above"),
-        Command::Leases(a) => match daemon()? {
-            Some(c) => serve::leases(c, &a),
-            None => run_leases(&root, a),
-        },
-        Command::Status(a) => match daemon()? {
-            Some(c) => serve::status(c, &a),
-            None => run_status(&root, a),
-        },
-        Command::Close(a) => match daemon()? {
-            Some(c) => serve::close(c, &a),
-            None => run_close(root, a),
-        },
-        Command::Cancel(a) => match daemon()? {
-            Some(c) => serve::cancel(c, &a),
-            None => run_cancel(root, a),
-        },
-        Command::Reap(a) => match daemon()? {
-            Some(c) => serve::reap(c, &a),
-            None => run_reap(root, a),
-        },
+        Command::Leases(a) => run_leases(&mut *backend()?, a),
+        Command::Status(a) => run_status(&mut *backend()?, a),
+        Command::Close(a) => run_close(&mut *backend()?, a),
+        Command::Cancel(a) => run_cancel(&mut *backend()?, a),
+        Command::Reap(a) => run_reap(&mut *backend()?, a),
         Command::Legacy(c) => run_legacy(root, c),
         Command::Ps(a) => run_ps(&root, a),
         Command::Serve(a) => serve::run_serve(root, socket, a),
-        Command::Sessions(c) => {
-            let client = daemon()?;
-            sessions::run(root, c, client)
-        }
-        Command::Verify(a) => verify::run(&root, &a, daemon()?),
+        Command::Sessions(c) => sessions::run(&mut *backend()?, c),
+        Command::Verify(a) => verify::run(&mut *backend()?, &a),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
         Command::Mcp(a) => mcp::run(root, a),
     }
@@ -707,18 +691,14 @@ fn run_exec(
     }
 }
 
-fn run_leases(root: &StateRoot, a: LeasesArgs) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let states: Vec<LeaseState> = a.state.into_iter().collect();
-    let rows = Controller::open(root.clone(), &table)?.leases(&states)?;
+fn run_leases(b: &mut dyn backend::Backend, a: LeasesArgs) -> Result<u8, Failure> {
+    let rows = b.leases(a.state)?;
     output::leases(&rows, a.json.json);
     Ok(exitcode::OK)
 }
 
-fn run_status(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let status = Controller::open(root.clone(), &table)?.root_status()?;
-    output::status(&serde_json::to_value(status).expect("serialisable"), a.json);
+fn run_status(b: &mut dyn backend::Backend, a: JsonArg) -> Result<u8, Failure> {
+    output::status(&b.status()?, a.json);
     Ok(exitcode::OK)
 }
 
@@ -738,35 +718,25 @@ fn run_ps(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
     Ok(exitcode::OK)
 }
 
-fn run_close(root: StateRoot, a: CloseArgs) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(root, &table)?;
+fn run_close(b: &mut dyn backend::Backend, a: CloseArgs) -> Result<u8, Failure> {
     let targets: Vec<LeaseRef> = a
         .leases
         .iter()
         .map(|l| LeaseRef::Id(l.clone()))
         .chain(a.session.iter().map(|s| LeaseRef::Session(s.clone())))
         .collect();
-    let outcomes = ctl.close(&targets, a.grace.ms())?;
+    let outcomes = b.close(&targets, a.grace.ms())?;
     output::close(&outcomes, a.json.json);
     Ok(close_exit_code(&outcomes))
 }
 
-fn run_cancel(root: StateRoot, a: TargetArgs) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(root, &table)?;
-    let detail = a
-        .acp_session
-        .as_ref()
-        .map(|acp| serde_json::json!({"acpSessionId": acp, "notified": false}));
-    let out = ctl.cancel(&a.target(), detail)?;
-    output::cancel(&out, a.json.json);
+fn run_cancel(b: &mut dyn backend::Backend, a: TargetArgs) -> Result<u8, Failure> {
+    let out = b.cancel(&a.target(), a.acp_session.as_deref())?;
+    output::cancelled(&out, a.json.json);
     Ok(exitcode::OK)
 }
 
-fn run_reap(root: StateRoot, a: ReapArgs) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(root, &table)?;
+fn run_reap(b: &mut dyn backend::Backend, a: ReapArgs) -> Result<u8, Failure> {
     let opts = ReapOptions {
         include_live: a.include_live,
         retention_ms: i64::try_from(a.retention.as_millis()).unwrap_or(i64::MAX),
@@ -774,11 +744,11 @@ fn run_reap(root: StateRoot, a: ReapArgs) -> Result<u8, Failure> {
         grace_ms: a.grace.ms(),
     };
     if a.dry_run {
-        let plan = ctl.plan_reap(&opts)?;
+        let plan = b.reap_plan(&opts)?;
         output::reap_plan(&plan, a.json.json);
         return Ok(exitcode::OK);
     }
-    let report = ctl.reap(&opts)?;
+    let report = b.reap(&opts)?;
     output::reap_report(&report, a.json.json);
     Ok(reap_exit_code(&report))
 }

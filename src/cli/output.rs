@@ -1,7 +1,7 @@
 //! Rendering for the CLI: human-readable by default, JSON (camelCase, one document) with `--json`.
 //! Everything goes to stdout except warnings; `leash exec` never comes here.
 
-use crate::lease::Lease;
+use crate::daemon::protocol::{Cancelled, DaemonStatus, LeaseRow, Status};
 use crate::legacy::LegacyRecord;
 use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::plan::{Decision, ReapPlan};
@@ -60,16 +60,9 @@ pub(super) fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
-pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
+pub fn leases(rows: &[LeaseRow], json: bool) {
     if json {
-        let out: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| match r {
-                Ok(l) => serde_json::to_value(l).expect("serialisable"),
-                Err(e) => serde_json::json!({ "error": e.to_string() }),
-            })
-            .collect();
-        print_json(&out);
+        print_json(rows);
         return;
     }
     if rows.is_empty() {
@@ -82,7 +75,7 @@ pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
     );
     for r in rows {
         match r {
-            Ok(l) => {
+            LeaseRow::Lease(l) => {
                 let opt = |v: Option<i32>| v.map_or("-".to_string(), |v| v.to_string());
                 println!(
                     "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {}",
@@ -97,7 +90,7 @@ pub fn leases<E: std::fmt::Display>(rows: &[Result<Lease, E>], json: bool) {
                     l.state_reason.as_deref().unwrap_or("")
                 );
             }
-            Err(e) => println!("!! {e}"),
+            LeaseRow::Unreadable(u) => println!("!! {}", u.error),
         }
     }
 }
@@ -112,46 +105,119 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-pub fn status(v: &serde_json::Value, json: bool) {
+pub fn status(st: &Status, json: bool) {
     if json {
-        print_json(v);
+        print_json(st);
         return;
     }
-    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
-    println!("gateway instance  {}", s("gatewayInstanceId"));
-    println!("state directory   {}", s("stateDir"));
-    println!("database          {}", s("database"));
-    println!("wrapper root      {}", s("wrapperRoot"));
-    let l = &v["leases"];
+    let r = &st.root;
+    println!("gateway instance  {}", r.gateway_instance_id);
+    println!("state directory   {}", r.state_dir.display());
+    println!("database          {}", r.database.display());
+    println!("wrapper root      {}", r.wrapper_root.display());
+    let l = &r.leases;
     println!(
         "leases            {} open, {} closing, {} closed, {} lost",
-        l["open"], l["closing"], l["closed"], l["lost"]
+        l.open, l.closing, l.closed, l.lost
     );
-    println!("legacy records    {} open", v["legacyOpen"]);
-    let c = &v["containment"];
-    if !c.is_null() {
-        let mode = c["mode"].as_str().unwrap_or("-");
-        match c["gatewayRoot"].as_str() {
-            Some(root) if mode == "on" => {
-                let ctl: Vec<&str> = c["controllers"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-                    .unwrap_or_default();
-                println!("containment       on, cgroups under {root}");
-                println!(
-                    "                  controllers for limits: {}",
-                    if ctl.is_empty() {
-                        "none".to_string()
-                    } else {
-                        ctl.join(" ")
-                    }
-                );
-            }
-            _ => println!(
-                "containment       {mode}: {}",
-                c["reason"].as_str().unwrap_or("-")
-            ),
+    println!("legacy records    {} open", r.legacy_open);
+    let c = &r.containment;
+    match &c.gateway_root {
+        Some(root) if c.mode == "on" => {
+            println!("containment       on, cgroups under {}", root.display());
+            println!(
+                "                  controllers for limits: {}",
+                if c.controllers.is_empty() {
+                    "none".to_string()
+                } else {
+                    c.controllers.join(" ")
+                }
+            );
         }
+        _ => println!(
+            "containment       {}: {}",
+            c.mode,
+            c.reason.as_deref().unwrap_or("-")
+        ),
+    }
+    if let Some(d) = &st.daemon {
+        daemon_status(d);
+    }
+}
+
+/// The daemon's part of `leash status`, when a daemon answered it.
+fn daemon_status(d: &DaemonStatus) {
+    println!("daemon            pid {} on {}", d.pid, d.socket.display());
+    println!(
+        "sessions          {} supervised, {} busy",
+        d.sessions.len(),
+        d.busy.len()
+    );
+    for s in &d.sessions {
+        let s = &s.live;
+        println!(
+            "  {}  {}{}  lease {}  last seq {}",
+            s.session_key,
+            word(&s.phase),
+            if s.busy { ", busy" } else { "" },
+            s.lease_id.as_deref().unwrap_or("-"),
+            s.last_seq
+        );
+    }
+    match d.reconcile.interval_ms {
+        Some(ms) => {
+            let what = match &d.reconcile.last {
+                None => "no pass yet".to_string(),
+                Some(last) => match &last.error {
+                    Some(e) => format!("pass {} failed: {e}", last.passes),
+                    None => {
+                        let n = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+                        format!(
+                            "pass {}: {} active, {} closed, {} lost, {} left open, {} expired",
+                            last.passes,
+                            n(last.active),
+                            n(last.closed),
+                            n(last.lost),
+                            n(last.left_open),
+                            n(last.expired)
+                        )
+                    }
+                },
+            };
+            println!("reconcile         every {} ms; {what}", ms);
+        }
+        None => println!("reconcile         off"),
+    }
+    if let Some(m) = &d.metrics {
+        println!("metrics           http://{m}/metrics");
+    }
+    for r in &d.resumable {
+        println!(
+            "resumable         {} (busy when the previous daemon stopped)",
+            r.session_key
+        );
+    }
+}
+
+/// `leash cancel`: the outcome, and through the daemon whether it wrote the notification.
+pub fn cancelled(c: &Cancelled, json: bool) {
+    if json {
+        print_json(c);
+        return;
+    }
+    cancel(&c.outcome, false);
+    let Some(n) = &c.notice else {
+        return;
+    };
+    match (n.notified, &n.acp_session_id) {
+        (true, Some(acp)) => {
+            println!("session/cancel written to the adapter for ACP session {acp}")
+        }
+        (false, _) if n.supervised == Some(true) => println!(
+            "no notification written: the daemon knows no single ACP session of this session \
+             (give --acp-session ID)"
+        ),
+        _ => println!("no notification written: the daemon does not supervise this session"),
     }
 }
 

@@ -4,13 +4,10 @@
 //! themselves are [`crate::sessions::Sessions`], shared with the daemon.
 
 use super::Failure;
-use crate::daemon::session_input::ThroughDaemon;
 use crate::exitcode;
-use crate::kind::{HasKind, Kind};
+use crate::kind::Kind;
 use crate::lease::LeaseState;
-use crate::proc::LiveTable;
-use crate::sessions::{describe, History, Listing, ProcState, SessionStatus, Sessions, View};
-use crate::state::StateRoot;
+use crate::sessions::{describe, History, Listing, ProcState, SessionStatus, View};
 use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -126,24 +123,17 @@ impl ViewArgs {
     }
 }
 
-/// Runs a `leash sessions` command: through the daemon when one serves the state root (`daemon`
-/// is `Some`; `send` always needs it), else on the database directly. Either way the answer
-/// comes from the same [`Sessions`] operations.
-pub fn run(
-    root: StateRoot,
+/// Runs a `leash sessions` command on the backend of this invocation: through the daemon when
+/// one serves the state root, else on the database directly (`send` needs a daemon either way).
+/// Either way the answer comes from the same [`crate::sessions::Sessions`] operations and is
+/// rendered here once.
+pub(super) fn run(
+    b: &mut dyn super::backend::Backend,
     cmd: SessionsCommand,
-    daemon: Option<crate::daemon::client::Client>,
 ) -> Result<u8, Failure> {
-    if let Some(client) = daemon {
-        if let Some(code) = run_through_daemon(client, &cmd)? {
-            return Ok(code);
-        }
-    }
-    let table = LiveTable;
-    let mut s = Sessions::open(root, &table)?.with_session_input(ThroughDaemon);
     match cmd {
         SessionsCommand::List(v) => {
-            let out = s.list(&v.view()?)?;
+            let out = b.sessions_list(&v.view()?)?;
             if v.json {
                 super::output::print_json(&out);
             } else {
@@ -151,7 +141,7 @@ pub fn run(
             }
         }
         SessionsCommand::History { key, view } => {
-            let out = s.history(&view.view()?, &key)?;
+            let out = b.sessions_history(&view.view()?, &key)?;
             if view.json {
                 super::output::print_json(&out);
             } else {
@@ -159,7 +149,7 @@ pub fn run(
             }
         }
         SessionsCommand::Status { key, view } => {
-            let out = s.status(&view.view()?, &key)?;
+            let out = b.sessions_status(&view.view()?, &key)?;
             if view.json {
                 super::output::print_json(&out);
             } else {
@@ -167,69 +157,15 @@ pub fn run(
             }
         }
         SessionsCommand::Send { key, line, view } => {
-            let out = s.send(&view.view()?, &key, &line)?;
+            let out = b.sessions_send(&view.view()?, &key, &line)?;
             if view.json {
                 super::output::print_json(&out);
             } else {
-                println!("sent {} byte(s) to session {key}", out["bytes"]);
+                println!("sent {} byte(s) to session {key}", out.bytes);
             }
         }
     }
     Ok(exitcode::OK)
-}
-
-/// `list`, `history` and `status` asked of the daemon (its `sessions` op with a `query`), printed
-/// exactly as the direct path prints them. `Ok(None)` for `send`, which has its own route.
-fn run_through_daemon(
-    mut client: crate::daemon::client::Client,
-    cmd: &SessionsCommand,
-) -> Result<Option<u8>, Failure> {
-    let (query, key, args) = match cmd {
-        SessionsCommand::List(v) => ("list", None, v),
-        SessionsCommand::History { key, view } => ("history", Some(key), view),
-        SessionsCommand::Status { key, view } => ("status", Some(key), view),
-        SessionsCommand::Send { .. } => return Ok(None),
-    };
-    let view = args.view()?;
-    let mut req = serde_json::json!({
-        "query": query,
-        "requesterSessionKey": view.requester,
-        "visibility": view.scope.visibility.as_str(),
-        "sandboxed": view.scope.sandboxed,
-    });
-    match &view.scope.a2a {
-        A2aPolicy::Off => req["a2a"] = false.into(),
-        A2aPolicy::On { rules } => {
-            req["a2a"] = true.into();
-            req["a2aAllow"] = rules.iter().map(|r| r.to_string()).collect();
-        }
-    }
-    if let Some(k) = key {
-        req["session"] = k.as_str().into();
-    }
-    let v = client.call("sessions", req).map_err(|e| {
-        let f = Failure::new(e.kind(), super::serve::cli_words(&e.to_string()));
-        match e.code() {
-            Some(c) => f.with_cause(c.as_str()),
-            None => f,
-        }
-    })?;
-    let bad = |e: serde_json::Error| {
-        Failure::new(
-            Kind::Internal,
-            format!("the daemon's answer to sessions {query} is not understood: {e}"),
-        )
-    };
-    if args.json {
-        super::output::print_json(&v);
-        return Ok(Some(exitcode::OK));
-    }
-    match query {
-        "list" => print_listing(&serde_json::from_value(v).map_err(bad)?),
-        "history" => print_history(&serde_json::from_value(v).map_err(bad)?),
-        _ => print_status(&serde_json::from_value(v).map_err(bad)?),
-    }
-    Ok(Some(exitcode::OK))
 }
 
 fn or_dash(v: Option<&str>) -> &str {

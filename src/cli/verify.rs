@@ -4,14 +4,10 @@
 //! `verify` op), else on the database and `/proc` directly; the answer is the same
 //! ([`crate::ownership`]).
 
-use super::{serve, Failure};
-use crate::daemon::client::Client;
+use super::Failure;
 use crate::lifecycle::LeaseRef;
-use crate::ownership::{self, Answer, VerifyReport};
-use crate::proc::LiveTable;
-use crate::state::StateRoot;
+use crate::ownership::{Answer, VerifyReport};
 use clap::Args;
-use serde_json::json;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \
 verifiably this lease's (owned), ownership is disproven (dead: its wrapper is gone, or its pid \
@@ -55,18 +51,8 @@ impl VerifyArgs {
     }
 }
 
-pub(super) fn run(root: &StateRoot, a: &VerifyArgs, daemon: Option<Client>) -> Result<u8, Failure> {
-    let report = match daemon {
-        Some(mut c) => {
-            let fields = match a.target() {
-                LeaseRef::Id(id) => json!({"lease": id}),
-                LeaseRef::Session(k) => json!({"session": k}),
-            };
-            let v = c.call("verify", fields).map_err(serve::remote)?;
-            serve::decode::<VerifyReport>(v, "verify")?
-        }
-        None => ownership::verify(root, &LiveTable, &a.target()).map_err(Failure::from)?,
-    };
+pub(super) fn run(b: &mut dyn super::backend::Backend, a: &VerifyArgs) -> Result<u8, Failure> {
+    let report = b.verify(&a.target())?;
     print(&report, a.json);
     Ok(report.answer.exit_code())
 }

@@ -11,9 +11,16 @@
 //! is accepted before any daemon holds the lock (socket activation starts the daemon on the
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
-use super::protocol::{Code, Frame, LineReader, MAX_LINE};
+use super::protocol::{
+    Attached, Cancelled, Code, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status,
+    StreamItem, MAX_LINE,
+};
 use super::{lock_path, LockInfo};
+use crate::lease::LeaseState;
+use crate::lifecycle::{CloseOutcome, LeaseRef, ReapReport};
+use crate::plan::ReapPlan;
 use crate::state::StateRoot;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
@@ -47,7 +54,15 @@ pub enum ClientError {
     Remote {
         code: String,
         message: String,
-        error: Value,
+        /// The error's other fields (`oldestSeq`, `exitStatus`, …).
+        data: Box<ErrorData>,
+    },
+    /// The daemon's reply is not the type the request has (another leash version?).
+    #[error("the daemon's {op} reply does not parse ({source}); is it another leash version?")]
+    Reply {
+        op: String,
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -187,9 +202,150 @@ impl Client {
         self.stream.set_read_timeout(timeout)
     }
 
-    /// Sends one request (`fields` is an object; `id` and `op` are added) and returns the
-    /// `result` of its reply. Stream items of other requests are skipped.
-    pub fn call(&mut self, op: &str, fields: Value) -> Result<Value, ClientError> {
+    /// Sends one request (`fields` is an object; `id` and `op` are added) and reads the `result`
+    /// of its reply as `T` (a type of `protocol/reply.rs`). Stream items are skipped.
+    pub fn request<T: DeserializeOwned>(
+        &mut self,
+        op: &str,
+        fields: Value,
+    ) -> Result<T, ClientError> {
+        let v = self.call(op, fields)?;
+        serde_json::from_value(v).map_err(|source| ClientError::Reply {
+            op: op.to_string(),
+            source,
+        })
+    }
+
+    /// `status`.
+    pub fn status(&mut self) -> Result<Status, ClientError> {
+        self.request("status", json!({}))
+    }
+
+    /// `leases`, of one state or all.
+    pub fn leases(&mut self, state: Option<LeaseState>) -> Result<Vec<LeaseRow>, ClientError> {
+        let fields = match state {
+            Some(s) => json!({"state": s.as_str()}),
+            None => json!({}),
+        };
+        self.request("leases", fields)
+    }
+
+    /// `close` of these targets.
+    pub fn close(
+        &mut self,
+        targets: &[LeaseRef],
+        grace_ms: Option<u64>,
+    ) -> Result<Vec<CloseOutcome>, ClientError> {
+        let (mut leases, mut sessions) = (Vec::new(), Vec::new());
+        for t in targets {
+            match t {
+                LeaseRef::Id(id) => leases.push(id.as_str()),
+                LeaseRef::Session(k) => sessions.push(k.as_str()),
+            }
+        }
+        self.request(
+            "close",
+            json!({"leases": leases, "sessions": sessions, "graceMs": grace_ms}),
+        )
+    }
+
+    /// `cancel`, with the ACP session when the caller knows it.
+    pub fn cancel(
+        &mut self,
+        target: &LeaseRef,
+        acp: Option<&str>,
+    ) -> Result<Cancelled, ClientError> {
+        let mut fields = target_fields(target);
+        if let Some(acp) = acp {
+            fields["acpSessionId"] = json!(acp);
+        }
+        self.request("cancel", fields)
+    }
+
+    fn reap_fields(opts: &crate::plan::ReapOptions, dry_run: bool) -> Value {
+        json!({
+            "dryRun": dry_run,
+            "includeLive": opts.include_live,
+            "retentionMs": u64::try_from(opts.retention_ms).unwrap_or(0),
+            "graceMs": opts.grace_ms,
+        })
+    }
+
+    /// `reap {dryRun: true}`: the plan.
+    pub fn reap_plan(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapPlan, ClientError> {
+        self.request("reap", Self::reap_fields(opts, true))
+    }
+
+    /// `reap`: the report.
+    pub fn reap(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapReport, ClientError> {
+        self.request("reap", Self::reap_fields(opts, false))
+    }
+
+    /// `verify`.
+    pub fn verify(
+        &mut self,
+        target: &LeaseRef,
+    ) -> Result<crate::ownership::VerifyReport, ClientError> {
+        self.request("verify", target_fields(target))
+    }
+
+    /// `sessions` with a `query` (`list`, `history` or `status`), as `view`'s requester: the
+    /// answer `leash sessions QUERY --json` prints.
+    pub fn sessions_query<T: DeserializeOwned>(
+        &mut self,
+        view: &crate::sessions::View,
+        query: &str,
+        key: Option<&str>,
+    ) -> Result<T, ClientError> {
+        use crate::visibility::A2aPolicy;
+        let mut req = json!({
+            "query": query,
+            "requesterSessionKey": view.requester,
+            "visibility": view.scope.visibility.as_str(),
+            "sandboxed": view.scope.sandboxed,
+        });
+        match &view.scope.a2a {
+            A2aPolicy::Off => req["a2a"] = false.into(),
+            A2aPolicy::On { rules } => {
+                req["a2a"] = true.into();
+                req["a2aAllow"] = rules.iter().map(|r| r.to_string()).collect();
+            }
+        }
+        if let Some(k) = key {
+            req["session"] = k.into();
+        }
+        self.request("sessions", req)
+    }
+
+    /// `send`.
+    pub fn send(&mut self, key: &str, line: &str) -> Result<Sent, ClientError> {
+        self.request("send", json!({"session": key, "line": line}))
+    }
+
+    /// `attach`: its reply; the items follow ([`Client::next_item`]), tagged with the id this
+    /// request got (the last one sent).
+    pub fn attach(&mut self, key: &str, since: i64) -> Result<Attached, ClientError> {
+        self.request("attach", json!({"session": key, "since": since}))
+    }
+
+    /// The next stream item (replies to other requests are skipped).
+    pub fn next_item(&mut self) -> Result<StreamItem, ClientError> {
+        loop {
+            let m = self.next_message()?;
+            if m.ok.is_some() {
+                continue;
+            }
+            let fields = Value::Object(m.rest);
+            return serde_json::from_value(fields).map_err(|source| ClientError::Reply {
+                op: "stream item".into(),
+                source,
+            });
+        }
+    }
+
+    /// Sends one request and returns its reply's `result` as it came; [`Client::request`] reads
+    /// it as its type.
+    fn call(&mut self, op: &str, fields: Value) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut req = match fields {
@@ -211,28 +367,28 @@ impl Client {
                 socket: self.socket.clone(),
                 source,
             })?;
+        let id = json!(id);
         loop {
-            let v = self.next_message()?;
-            if v["id"] != json!(id) || v.get("ok").is_none() {
+            let m = self.next_message()?;
+            if m.id != id {
                 continue;
             }
-            if v["ok"] == true {
-                return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+            match m.into_reply() {
+                None => continue,
+                Some(Ok(result)) => return Ok(result),
+                Some(Err(e)) => {
+                    return Err(ClientError::Remote {
+                        code: e.code,
+                        message: e.message,
+                        data: Box::new(e.data),
+                    })
+                }
             }
-            let error = v.get("error").cloned().unwrap_or(Value::Null);
-            return Err(ClientError::Remote {
-                code: error["code"].as_str().unwrap_or("internal").to_string(),
-                message: error["message"]
-                    .as_str()
-                    .unwrap_or("the daemon reported an error without a message")
-                    .to_string(),
-                error,
-            });
         }
     }
 
     /// The next line from the daemon, parsed.
-    pub fn next_message(&mut self) -> Result<Value, ClientError> {
+    fn next_message(&mut self) -> Result<Message, ClientError> {
         loop {
             match self.reader.next_frame() {
                 Ok(Some(Frame::Line(l))) if l.is_empty() => continue,
@@ -252,5 +408,13 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// `{"lease": id}` or `{"session": key}`.
+fn target_fields(t: &LeaseRef) -> Value {
+    match t {
+        LeaseRef::Id(id) => json!({"lease": id}),
+        LeaseRef::Session(k) => json!({"session": k}),
     }
 }

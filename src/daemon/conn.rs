@@ -11,8 +11,9 @@
 //! adapter down).
 
 use super::protocol::{
-    self, err_line, ok_line, parse_request, stream_line, stream_line_into, Attach, Code, Frame,
-    LineReader, Op, Target,
+    self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,
+    Attached, CancelNotice, Cancelled, Code, EndError, EndReason, Ensured, ErrorData, Frame,
+    LeaseRow, LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
@@ -23,6 +24,7 @@ use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::store::{SessionRow, StoreError};
 use crate::visibility::{visible_rows, Grant};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -51,16 +53,17 @@ const CANCEL_WAIT: Duration = Duration::from_secs(1);
 struct OpError {
     code: Code,
     message: String,
-    data: Option<Value>,
+    data: Box<ErrorData>,
 }
 
-type Reply = Result<Value, OpError>;
+/// An op's answer: its typed result (see `protocol/reply.rs`), or an error reply.
+type Reply<T> = Result<T, OpError>;
 
 fn fail(code: Code, message: impl Into<String>) -> OpError {
     OpError {
         code,
         message: message.into(),
-        data: None,
+        data: Box::default(),
     }
 }
 
@@ -89,10 +92,15 @@ impl From<SpawnError> for OpError {
         // after the start), the client gets the same status and last words.
         let data = match &e {
             SpawnError::Failed { status, stderr } | SpawnError::ExitedAtOnce { status, stderr } => {
-                Some(json!({"exitStatus": status, "stderr": stderr}))
+                ErrorData {
+                    exit_status: Some(*status),
+                    stderr: Some(stderr.clone()),
+                    ..ErrorData::default()
+                }
             }
-            _ => None,
+            _ => ErrorData::default(),
         };
+        let data = Box::new(data);
         OpError {
             code,
             message: e.to_string(),
@@ -123,10 +131,10 @@ impl Out {
         true
     }
 
-    fn reply(&self, id: &Value, r: Reply) -> bool {
+    fn reply<T: Serialize>(&self, id: &Value, r: Reply<T>) -> bool {
         match r {
             Ok(v) => self.send(&ok_line(id, &v)),
-            Err(e) => self.send(&err_line(id, e.code, &e.message, e.data.as_ref())),
+            Err(e) => self.send(&err_line(id, e.code, &e.message, &e.data)),
         }
     }
 
@@ -164,7 +172,12 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
     });
     if let Err(msg) = check_peer(&stream) {
         tracing::warn!("{msg}");
-        out.send(&err_line(&Value::Null, Code::Forbidden, &msg, None));
+        out.send(&err_line(
+            &Value::Null,
+            Code::Forbidden,
+            &msg,
+            &ErrorData::default(),
+        ));
         return;
     }
     let mut reader = LineReader::new(stream, protocol::MAX_LINE);
@@ -181,7 +194,12 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
                     "request line exceeds {} bytes; it was discarded",
                     protocol::MAX_LINE
                 );
-                out.send(&err_line(&Value::Null, Code::LineTooLong, &msg, None));
+                out.send(&err_line(
+                    &Value::Null,
+                    Code::LineTooLong,
+                    &msg,
+                    &ErrorData::default(),
+                ));
             }
             Ok(None) => break,
             Err(e) => {
@@ -215,14 +233,18 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     let req = match parse_request(line) {
         Ok(r) => r,
         Err(e) => {
-            out.send(&err_line(&e.id, e.code, &e.message, None));
+            out.send(&err_line(&e.id, e.code, &e.message, &ErrorData::default()));
             return;
         }
     };
     let id = req.id;
     let started = std::time::Instant::now();
     let op_name = req.op.name();
-    tracing::debug!(id = %id, op = op_name, request = %String::from_utf8_lossy(line), "request");
+    // Every line logged while this request runs (a close's signals included, also off this
+    // thread: see off_thread) names its op; the JSON log lifts it to the top level.
+    let span = tracing::info_span!("request", op = op_name);
+    let _in = span.enter();
+    tracing::debug!(id = %id, request = %String::from_utf8_lossy(line), "request");
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));
@@ -239,10 +261,9 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             out.reply(&id, cancel(d, &c.target, c.acp_session_id));
         }
         Op::Close(c) => {
-            let refs: Vec<LeaseRef> = c.targets.iter().map(lease_ref).collect();
+            let refs = c.targets;
             off_thread(d, out, id, "close", move |d| {
-                let outcomes = d.close(&refs, c.grace_ms, "requested")?;
-                Ok(serde_json::to_value(outcomes).expect("serialisable"))
+                Ok(d.close(&refs, c.grace_ms, "requested")?)
             });
         }
         Op::Reap(r) => off_thread(d, out, id, "reap", move |d| reap(d, &r)),
@@ -269,7 +290,10 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
             let text = super::metrics::render(d);
             out.reply(
                 &id,
-                Ok(json!({"contentType": "application/openmetrics-text; version=1.0.0", "text": text})),
+                Ok(MetricsText {
+                    content_type: "application/openmetrics-text; version=1.0.0".into(),
+                    text,
+                }),
             );
         }
     }
@@ -280,11 +304,11 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
 }
 
 /// `leash verify` in the daemon: reads only, never signals.
-fn verify(d: &Daemon, t: &Target) -> Reply {
+fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::ownership::VerifyReport> {
     use crate::ownership::VerifyError;
     let table = LiveTable;
-    match crate::ownership::verify(&d.root, &table, &lease_ref(t)) {
-        Ok(r) => Ok(serde_json::to_value(r).expect("serialisable")),
+    match crate::ownership::verify(&d.root, &table, t) {
+        Ok(r) => Ok(r),
         Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
             Err(fail(Code::NotFound, e.to_string()))
         }
@@ -292,18 +316,20 @@ fn verify(d: &Daemon, t: &Target) -> Reply {
     }
 }
 
-fn off_thread(
+fn off_thread<T: Serialize + 'static>(
     d: &Arc<Daemon>,
     out: &Arc<Out>,
     id: Value,
     name: &'static str,
-    f: impl FnOnce(&Daemon) -> Reply + Send + 'static,
+    f: impl FnOnce(&Daemon) -> Reply<T> + Send + 'static,
 ) {
     let (d, out2) = (d.clone(), out.clone());
     let op_name = name;
+    let span = tracing::Span::current();
     let spawned = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            let _in = span.enter();
             let started = std::time::Instant::now();
             let r = f(&d);
             d.metrics.observe_request(op_name, started.elapsed());
@@ -315,15 +341,8 @@ fn off_thread(
             &Value::Null,
             Code::Internal,
             &format!("cannot start a thread for {name}: {e}"),
-            None,
+            &ErrorData::default(),
         ));
-    }
-}
-
-fn lease_ref(t: &Target) -> LeaseRef {
-    match t {
-        Target::Session(k) => LeaseRef::Session(k.clone()),
-        Target::Lease(id) => LeaseRef::Id(id.clone()),
     }
 }
 
@@ -337,7 +356,11 @@ fn not_supervised(d: &Daemon, key: &str) -> OpError {
                 "session {key} runs under lease {} (wrapper pid {}) that `leash exec` started, not this daemon: only sessions started through the daemon (ensure) take input or stream output; nothing was sent",
                 l.lease_id, l.root_pid
             ),
-            data: Some(json!({"leaseId": l.lease_id, "rootPid": l.root_pid})),
+            data: Box::new(ErrorData {
+                lease_id: Some(l.lease_id.clone()),
+                root_pid: Some(l.root_pid),
+                ..ErrorData::default()
+            }),
         },
         _ => fail(
             Code::NotFound,
@@ -348,7 +371,7 @@ fn not_supervised(d: &Daemon, key: &str) -> OpError {
 
 /// `events`: a session's persisted events above `since`; `not_found` for a key that has no
 /// events, no lease and no session row (as `attach` and `send` answer).
-fn events(d: &Daemon, e: &protocol::Events) -> Reply {
+fn events(d: &Daemon, e: &protocol::Events) -> Reply<Vec<crate::store::Event>> {
     let store = d.store();
     let ev = store.events_since(&e.session, e.since)?;
     if ev.is_empty()
@@ -361,23 +384,23 @@ fn events(d: &Daemon, e: &protocol::Events) -> Reply {
             format!("no session {} in this state root", e.session),
         ));
     }
-    Ok(serde_json::to_value(ev).expect("serialisable"))
+    Ok(ev)
 }
 
-fn describe(s: &session::Session, created: bool, argv_matches: bool) -> Value {
+fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensured {
     let st = s.status();
-    json!({
-        "sessionKey": s.key,
-        "leaseId": st.lease_id,
-        "rootPid": st.root_pid,
-        "phase": st.phase,
-        "created": created,
-        "lastSeq": st.last_seq,
-        "argvMatches": argv_matches,
-    })
+    Ensured {
+        argv_matches,
+        created,
+        last_seq: st.last_seq,
+        lease_id: st.lease_id,
+        phase: st.phase,
+        root_pid: st.root_pid,
+        session_key: s.key.clone(),
+    }
 }
 
-fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
+fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
     if d.is_shutting_down() {
         return Err(fail(
             Code::ShuttingDown,
@@ -433,7 +456,7 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
     result
 }
 
-fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply {
+fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
     if let Some(cwd) = &e.cwd {
         if !std::path::Path::new(cwd).is_dir() {
             return Err(fail(
@@ -471,7 +494,11 @@ fn write_failed(key: &str, e: session::PipeError) -> OpError {
         session::PipeError::TimedOut { written, total, .. } => OpError {
             code: Code::SendTimeout,
             message: format!("session {key}: {e}"),
-            data: Some(json!({"bytesWritten": written, "bytes": total})),
+            data: Box::new(ErrorData {
+                bytes: Some(total as u64),
+                bytes_written: Some(written as u64),
+                ..ErrorData::default()
+            }),
         },
         e => fail(
             Code::NotRunning,
@@ -480,7 +507,7 @@ fn write_failed(key: &str, e: session::PipeError) -> OpError {
     }
 }
 
-fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
+fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply<Sent> {
     let s = d.session(key).ok_or_else(|| not_supervised(d, key))?;
     // The timeout covers the wait behind an earlier send as well.
     let started = std::time::Instant::now();
@@ -490,7 +517,11 @@ fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
             message: format!(
                 "session {key}: an earlier send is still blocked on the adapter's stdin after {timeout:?}; nothing written"
             ),
-            data: Some(json!({"bytesWritten": 0, "bytes": line.len() + 1})),
+            data: Box::new(ErrorData {
+                bytes: Some(line.len() as u64 + 1),
+                bytes_written: Some(0),
+                ..ErrorData::default()
+            }),
         });
     };
     let timeout = timeout
@@ -507,12 +538,16 @@ fn send(d: &Daemon, key: &str, line: &str, timeout: Duration) -> Reply {
     }
     s.write_line(line, timeout)
         .map_err(|e| write_failed(key, e))?;
-    Ok(json!({"sessionKey": key, "bytes": line.len() + 1, "busy": s.busy()}))
+    Ok(Sent {
+        busy: s.busy(),
+        bytes: line.len() + 1,
+        session_key: key.to_string(),
+    })
 }
 
 fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let Some(s) = d.session(&a.session) else {
-        out.reply(&id, Err(not_supervised(d, &a.session)));
+        out.reply::<Attached>(&id, Err(not_supervised(d, &a.session)));
         return;
     };
     match s.check_since(a.since) {
@@ -525,9 +560,13 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
                     a.session,
                     oldest - 1
                 ),
-                data: Some(json!({"oldestSeq": oldest, "lastSeq": last})),
+                data: Box::new(ErrorData {
+                    last_seq: Some(last),
+                    oldest_seq: Some(oldest),
+                    ..ErrorData::default()
+                }),
             };
-            out.reply(&id, Err(e));
+            out.reply::<Attached>(&id, Err(e));
             return;
         }
         Ok((oldest, last)) => {
@@ -536,18 +575,16 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
             // instead and say so.
             let clamped = a.since > last;
             let since = a.since.min(last);
-            let mut ok = json!({
-                "sessionKey": s.key,
-                "leaseId": s.lease_id(),
-                "since": since,
-                "oldestSeq": oldest,
-                "lastSeq": last,
-                "phase": s.phase(),
-            });
-            if clamped {
-                ok["clamped"] = json!(true);
-                ok["requestedSince"] = json!(a.since);
-            }
+            let ok = Attached {
+                clamped,
+                last_seq: last,
+                lease_id: s.lease_id().map(str::to_owned),
+                oldest_seq: oldest,
+                phase: s.phase(),
+                requested_since: clamped.then_some(a.since),
+                session_key: s.key.clone(),
+                since,
+            };
             a.since = since;
             if !out.reply(&id, Ok(ok)) {
                 return;
@@ -558,6 +595,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let stop = out.attaches.register(&id);
     let spawned = std::thread::Builder::new()
         .name(format!("attach:{}", a.session))
+        .stack_size(super::SMALL_STACK)
         .spawn(move || {
             s.attached(1);
             stream(&s, &out, &id, &a, &stop);
@@ -571,12 +609,16 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
 
 /// Streams items above `since` until the session ends, the client goes, or the client falls
 /// out of the buffer.
-fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
+fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
     loop {
         if stop.load(Ordering::SeqCst) {
-            let body = format!("\"type\":\"end\",\"reason\":\"detached\",\"lastSeq\":{cursor}");
+            let body = item_body(&StreamItem::End {
+                error: None,
+                last_seq: cursor,
+                reason: EndReason::Detached,
+            });
             out.send(&stream_line(id, &body));
             return;
         }
@@ -599,7 +641,11 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
                 }
             }
             Batch::Ended { last_seq } => {
-                let body = format!("\"type\":\"end\",\"reason\":\"ended\",\"lastSeq\":{last_seq}");
+                let body = item_body(&StreamItem::End {
+                    error: None,
+                    last_seq,
+                    reason: EndReason::Ended,
+                });
                 out.send(&stream_line(id, &body));
                 return;
             }
@@ -607,15 +653,16 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
                 oldest_seq,
                 last_seq,
             } => {
-                let error = json!({
-                    "code": Code::SeqEvicted.as_str(),
-                    "message": format!("the client fell behind: seq {} fell out of the replay buffer; attach again", cursor + 1),
-                    "oldestSeq": oldest_seq,
-                    "lastSeq": last_seq,
+                let body = item_body(&StreamItem::End {
+                    error: Some(EndError {
+                        code: Code::SeqEvicted.as_str().into(),
+                        last_seq,
+                        message: format!("the client fell behind: seq {} fell out of the replay buffer; attach again", cursor + 1),
+                        oldest_seq,
+                    }),
+                    last_seq: cursor,
+                    reason: EndReason::Evicted,
                 });
-                let body = format!(
-                    "\"type\":\"end\",\"reason\":\"evicted\",\"lastSeq\":{cursor},\"error\":{error}"
-                );
                 out.send(&stream_line(id, &body));
                 return;
             }
@@ -623,25 +670,26 @@ fn stream(s: &session::Session, out: &Out, id: &Value, a: &Attach, stop: &Atomic
     }
 }
 
-fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
+fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled> {
     let supervised = match target {
-        Target::Session(k) => d.session(k),
-        Target::Lease(id) => d.session_by_lease(id),
+        LeaseRef::Session(k) => d.session(k),
+        LeaseRef::Id(id) => d.session_by_lease(id),
     };
     let table = LiveTable;
+    let cancelled = |outcome, acp_session_id, notified, supervised, reason| Cancelled {
+        outcome,
+        notice: Some(CancelNotice {
+            acp_session_id,
+            notified,
+            reason,
+            supervised,
+        }),
+    };
     let Some(s) = supervised.filter(|s| s.phase() != Phase::Ended) else {
         // Not one of ours: record the intent only, as `leash cancel` does without a daemon.
         let detail = json!({"acpSessionId": acp, "notified": false});
-        let out =
-            Controller::open(d.root.clone(), &table)?.cancel(&lease_ref(target), Some(detail))?;
-        return Ok(json!({
-            "leaseId": out.lease_id,
-            "sessionKey": out.session_key,
-            "seq": out.seq,
-            "acpSessionId": acp,
-            "notified": false,
-            "supervised": false,
-        }));
+        let out = Controller::open(d.root.clone(), &table)?.cancel(target, Some(detail))?;
+        return Ok(cancelled(out, acp, false, Some(false), None));
     };
     // A send blocked on an adapter that does not read holds the order lock for up to its
     // timeout: cancel, the no-signal way to stop a turn, does not queue behind it. It records
@@ -666,15 +714,7 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
         let out =
             Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
-        let out = out?;
-        return Ok(json!({
-            "leaseId": out.lease_id,
-            "sessionKey": out.session_key,
-            "seq": out.seq,
-            "acpSessionId": null,
-            "notified": false,
-            "supervised": true,
-        }));
+        return Ok(cancelled(out?, None, false, Some(true), None));
     };
     let not_written = match order {
         None => Some("a send to the adapter is blocked (it does not read its stdin)".to_string()),
@@ -689,32 +729,25 @@ fn cancel(d: &Daemon, target: &Target, acp: Option<String>) -> Reply {
         let outcome =
             Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
-        let outcome = outcome?;
-        return Ok(json!({
-            "leaseId": outcome.lease_id,
-            "sessionKey": outcome.session_key,
-            "seq": outcome.seq,
-            "acpSessionId": acp,
-            "notified": false,
-            "reason": format!("the cancel was recorded but not written to the adapter: {why}"),
-        }));
+        let reason = format!("the cancel was recorded but not written to the adapter: {why}");
+        return Ok(cancelled(outcome?, Some(acp), false, None, Some(reason)));
     }
     let detail = json!({"acpSessionId": acp, "notified": true});
     let outcome =
         Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
     s.sync_events();
-    let outcome = outcome?;
-    Ok(json!({
-        "leaseId": outcome.lease_id,
-        "sessionKey": outcome.session_key,
-        "seq": outcome.seq,
-        "acpSessionId": acp,
-        "notified": true,
-        "supervised": true,
-    }))
+    Ok(cancelled(outcome?, Some(acp), true, Some(true), None))
 }
 
-fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
+/// `reap`: the plan of a dry run, or the report.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Reaped {
+    Plan(crate::plan::ReapPlan),
+    Report(crate::lifecycle::ReapReport),
+}
+
+fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
     let table = LiveTable;
     let mut ctl = Controller::open(d.root.clone(), &table)?;
     let opts = ReapOptions {
@@ -727,8 +760,7 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
         grace_ms: r.grace_ms,
     };
     if r.dry_run {
-        let plan = ctl.plan_reap(&opts)?;
-        return Ok(serde_json::to_value(plan).expect("serialisable"));
+        return Ok(Reaped::Plan(ctl.plan_reap(&opts)?));
     }
     let report = ctl.reap(&opts)?;
     drop(ctl);
@@ -736,36 +768,34 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply {
     for s in d.all_sessions() {
         s.sync_events();
     }
-    Ok(serde_json::to_value(report).expect("serialisable"))
+    Ok(Reaped::Report(report))
 }
 
-fn leases(d: &Daemon, state: Option<&str>) -> Reply {
+fn leases(d: &Daemon, state: Option<&str>) -> Reply<Vec<LeaseRow>> {
     let states: Vec<LeaseState> = state.and_then(|s| s.parse().ok()).into_iter().collect();
     let rows = d.store().leases(&states)?;
-    let rows: Vec<Value> = rows
-        .into_iter()
-        .map(|r| match r {
-            Ok(l) => serde_json::to_value(l).expect("serialisable"),
-            Err(e) => json!({"error": e.to_string()}),
-        })
-        .collect();
-    Ok(Value::Array(rows))
+    Ok(rows.into_iter().map(LeaseRow::from).collect())
 }
 
-fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
+/// `sessions`: the plain rows, or the answer to a query.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SessionsAnswer {
+    Rows(Vec<SessionEntry>),
+    List(crate::sessions::Listing),
+    History(crate::sessions::History),
+    Status(Box<crate::sessions::SessionStatus>),
+}
+
+fn sessions(d: &Daemon, q: &protocol::SessionsRequest) -> Reply<SessionsAnswer> {
     if let (Some(query), Some(requester)) = (&q.query, &q.requester) {
         return session_query(d, query, requester, &q.scope);
     }
     let rows = d.store().sessions()?;
-    let live: HashMap<String, Value> = d
+    let mut live: HashMap<String, protocol::LiveSession> = d
         .all_sessions()
         .iter()
-        .map(|s| {
-            (
-                s.key.clone(),
-                serde_json::to_value(s.status()).expect("serialisable"),
-            )
-        })
+        .map(|s| (s.key.clone(), s.status()))
         .collect();
     // The one visibility check of leash (`crate::visibility`), as `leash sessions list` runs it;
     // without a requester, every row (an operator's view).
@@ -776,16 +806,15 @@ fn sessions(d: &Daemon, q: &protocol::Sessions) -> Reply {
             .collect(),
         None => rows.iter().map(|r| (r, None)).collect(),
     };
-    let out: Vec<Value> = visible
+    let out = visible
         .into_iter()
-        .map(|(row, grant)| {
-            let mut v = serde_json::to_value(row).expect("serialisable");
-            v["visibleAs"] = grant.map_or(Value::Null, |g| json!(g));
-            v["live"] = live.get(&row.session_key).cloned().unwrap_or(Value::Null);
-            v
+        .map(|(row, grant)| SessionEntry {
+            live: live.remove(&row.session_key),
+            row: row.clone(),
+            visible_as: grant,
         })
         .collect();
-    Ok(Value::Array(out))
+    Ok(SessionsAnswer::Rows(out))
 }
 
 /// `leash sessions list|history|status` asked of the daemon: the CLI's own operations (the same
@@ -795,17 +824,18 @@ fn session_query(
     query: &protocol::SessionQuery,
     requester: &str,
     scope: &crate::visibility::Scope,
-) -> Reply {
-    use crate::sessions::{Sessions, SessionsError, View};
+) -> Reply<SessionsAnswer> {
+    use crate::sessions::{Sessions, View};
     use protocol::SessionQuery;
     let table = crate::proc::LiveTable;
     let mut s = Sessions::open(d.root.clone(), &table)?;
     let view = View::new(requester, scope.clone());
-    let to_reply = |e: SessionsError| kind_fail(&e);
-    let v = match query {
-        SessionQuery::List => s.list(&view).map(serde_json::to_value),
-        SessionQuery::History(k) => s.history(&view, k).map(serde_json::to_value),
-        SessionQuery::Status(k) => s.status(&view, k).map(serde_json::to_value),
+    let answer = match query {
+        SessionQuery::List => s.list(&view).map(SessionsAnswer::List),
+        SessionQuery::History(k) => s.history(&view, k).map(SessionsAnswer::History),
+        SessionQuery::Status(k) => s
+            .status(&view, k)
+            .map(|st| SessionsAnswer::Status(Box::new(st))),
     };
-    Ok(v.map_err(to_reply)?.expect("serialisable"))
+    answer.map_err(|e| kind_fail(&e))
 }

@@ -4,11 +4,14 @@
 //! stored spec for `ensure {session}`, and after a start, watching the adapter for an early death
 //! and storing (or forgetting) its spec.
 
-use super::super::protocol::{Code, Ensure, Hello, OPS, PROTOCOL_VERSION};
-use super::super::session::Session;
-use super::super::{push, spec, Daemon};
+use super::super::protocol::{
+    item_body, Code, Detached, Ensure, Hello, Pong, Resumable, StreamItem, Welcome, OPS,
+    PROTOCOL_VERSION,
+};
+use super::super::session::Supervised;
+use super::super::{spec, Daemon};
 use super::{fail, OpError, Out, Reply};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,20 +30,23 @@ pub const FEATURES: &[&str] = &[
     "events.resumable",
 ];
 
-pub(super) fn ping() -> Value {
-    json!({"pong": true, "at": crate::lease::now_ms()})
+pub(super) fn ping() -> Pong {
+    Pong {
+        at: crate::lease::now_ms(),
+        pong: true,
+    }
 }
 
 pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
     tracing::debug!(client = ?h.client, protocol = ?h.protocol, events = h.events, "hello");
-    let result = json!({
-        "protocol": PROTOCOL_VERSION,
-        "version": env!("CARGO_PKG_VERSION"),
-        "daemonPid": d.me.pid,
-        "ops": OPS,
-        "features": FEATURES,
-        "events": h.events,
-    });
+    let result = Welcome {
+        daemon_pid: d.me.pid,
+        events: h.events,
+        features: FEATURES.iter().map(|f| f.to_string()).collect(),
+        ops: OPS.iter().map(|o| o.to_string()).collect(),
+        protocol: PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
     if !out.reply(id, Ok(result)) || !h.events {
         return;
     }
@@ -49,7 +55,8 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .map(|entry| push::item_body("resumable", &with_spec_flag(d, entry)))
+        .map(|entry| resumable_item(d, entry))
+        .map(|item| item_body(&item))
         .collect();
     let weak = Arc::downgrade(out);
     d.push.subscribe(
@@ -59,14 +66,14 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
     );
 }
 
-/// A resumable entry, plus whether `ensure {session}` can re-spawn it from a stored spec.
-fn with_spec_flag(d: &Daemon, entry: &Value) -> Value {
-    let mut e = entry.clone();
-    let has = entry["sessionKey"]
-        .as_str()
-        .is_some_and(|k| matches!(spec::load(&d.store(), k), Ok(Some(_))));
-    e["hasSpec"] = json!(has);
-    e
+/// A resumable entry as a push item, with whether `ensure {session}` can re-spawn it from a
+/// stored spec.
+fn resumable_item(d: &Daemon, entry: &Resumable) -> StreamItem {
+    let has_spec = matches!(spec::load(&d.store(), &entry.session_key), Ok(Some(_)));
+    StreamItem::Resumable {
+        has_spec,
+        entry: entry.clone(),
+    }
 }
 
 /// `ensure {session}` (no argv): the stored spec, with the request's per-call fields.
@@ -88,7 +95,7 @@ pub(super) fn with_spec(d: &Daemon, e: &Ensure) -> Result<Ensure, OpError> {
 
 /// After the wrapper reported the adapter's start: watch it for an early death, then store (or
 /// forget) its spec and take it off the resumable list.
-pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpError> {
+pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), OpError> {
     let wait = e
         .wait_ms
         .map_or(d.cfg.ensure_wait, Duration::from_millis)
@@ -109,14 +116,14 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Session) -> Result<(), OpE
     let was_resumable = {
         let mut list = d.resumable.lock().unwrap_or_else(|p| p.into_inner());
         let before = list.len();
-        list.retain(|r| r["sessionKey"] != e.session.as_str());
+        list.retain(|r| r.session_key != e.session);
         list.len() != before
     };
     if was_resumable {
-        d.push.publish(&push::item_body(
-            "resumed",
-            &json!({"sessionKey": e.session, "leaseId": s.lease_id()}),
-        ));
+        d.push.publish(&item_body(&StreamItem::Resumed {
+            lease_id: s.lease_id().map(str::to_owned),
+            session_key: e.session.clone(),
+        }));
     }
     Ok(())
 }
@@ -150,14 +157,17 @@ impl AttachRegistry {
 
     /// Stops every attach of this connection with that request id; each ends with an `end`
     /// item of reason `detached` (within one attach tick).
-    pub(super) fn detach(&self, id: &Value) -> Reply {
+    pub(super) fn detach(&self, id: &Value) -> Reply<Detached> {
         // Removed here, not when the stream notices: a second detach is already `not_found`.
         match self.lock().remove(&id.to_string()) {
             Some(flags) => {
                 for f in &flags {
                     f.store(true, Ordering::SeqCst);
                 }
-                Ok(json!({"attachId": id, "detached": flags.len()}))
+                Ok(Detached {
+                    attach_id: id.clone(),
+                    detached: flags.len(),
+                })
             }
             None => Err(fail(
                 Code::NotFound,

@@ -37,7 +37,7 @@ use crate::store::{Store, StoreError};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use session::{Limits, Phase, Session};
+use session::{Limits, Phase, Supervised};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -78,7 +78,7 @@ pub struct ServeConfig {
     pub reconcile_interval: Option<Duration>,
     /// Serve the metrics over HTTP on this address.
     pub metrics: Option<std::net::SocketAddr>,
-    /// How long `ensure` watches a new adapter for an early death (see `Session::await_early_exit`).
+    /// How long `ensure` watches a new adapter for an early death (see `Supervised::await_early_exit`).
     pub ensure_wait: Duration,
 }
 
@@ -154,7 +154,7 @@ pub(crate) struct Daemon {
     me: ProcessId,
     started_at: i64,
     socket: PathBuf,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<String, Arc<Supervised>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
     /// For the daemon's own reads (status, leases, sessions, events).
@@ -164,8 +164,8 @@ pub(crate) struct Daemon {
     session_store: session::SharedStore,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
-    resumable: Mutex<Vec<Value>>,
-    startup_reap: Value,
+    resumable: Mutex<Vec<protocol::Resumable>>,
+    startup_reap: protocol::StartupReap,
     metrics: metrics::Metrics,
     /// The last reconcile pass, for `status`.
     last_reconcile: Mutex<Value>,
@@ -173,10 +173,26 @@ pub(crate) struct Daemon {
     activated: bool,
     /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
     push: push::Hub,
+    /// The contained sessions' usage as `status` last sampled it (see [`Daemon::usage_for`]).
+    usage: Mutex<UsageCache>,
+}
+
+/// How old a usage sample may be before `status` has it sampled again. Sampling reads each
+/// session's cgroup and its members' `/proc` entries (some 10 file reads a session): 100
+/// sessions cost several milliseconds of CPU, which a health check on a busy host should not
+/// pay, so `status` answers from the last sample and a background thread takes the next.
+const USAGE_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Usage samples by lease id.
+#[derive(Default)]
+struct UsageCache {
+    by_lease: HashMap<String, (Instant, crate::ps::Totals)>,
+    /// A background sample is running.
+    sampling: bool,
 }
 
 impl Daemon {
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -184,19 +200,19 @@ impl Daemon {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn session(&self, key: &str) -> Option<Arc<Session>> {
+    fn session(&self, key: &str) -> Option<Arc<Supervised>> {
         self.sessions().get(key).cloned()
     }
 
-    fn session_by_lease(&self, lease_id: &str) -> Option<Arc<Session>> {
+    fn session_by_lease(&self, lease_id: &str) -> Option<Arc<Supervised>> {
         self.sessions()
             .values()
             .find(|s| s.lease_id() == Some(lease_id))
             .cloned()
     }
 
-    fn all_sessions(&self) -> Vec<Arc<Session>> {
-        let mut v: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+    fn all_sessions(&self) -> Vec<Arc<Supervised>> {
+        let mut v: Vec<Arc<Supervised>> = self.sessions().values().cloned().collect();
         v.sort_by(|a, b| a.key.cmp(&b.key));
         v
     }
@@ -214,7 +230,7 @@ impl Daemon {
         grace_ms: Option<u64>,
         why: &str,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
-        let mut marked: Vec<Arc<Session>> = Vec::new();
+        let mut marked: Vec<Arc<Supervised>> = Vec::new();
         for r in refs {
             let s = match r {
                 LeaseRef::Session(k) => self.session(k),
@@ -234,7 +250,7 @@ impl Daemon {
     /// themselves (idle close decides and marks atomically).
     fn close_marked(
         &self,
-        marked: &[Arc<Session>],
+        marked: &[Arc<Supervised>],
         refs: &[LeaseRef],
         grace_ms: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
@@ -255,11 +271,78 @@ impl Daemon {
         result
     }
 
-    fn status(&self) -> Result<Value, StoreError> {
-        let (counts, legacy_open, gateway, contained) = {
+    /// The usage of the contained leases: from the last sample when it is at most
+    /// [`USAGE_MAX_AGE`] old; a lease never sampled is sampled now; older samples are returned
+    /// as they are while one background thread takes fresh ones (so `status` never waits on
+    /// more than the new sessions' reads). Samples of leases no longer contained are dropped.
+    fn usage_for(
+        self: &Arc<Self>,
+        contained: HashMap<String, crate::lease::Lease>,
+        gateway: &str,
+        cgroup_root: Option<PathBuf>,
+    ) -> HashMap<String, (Instant, crate::ps::Totals)> {
+        let (mut known, missing, stale) = {
+            let mut c = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            c.by_lease.retain(|id, _| contained.contains_key(id));
+            let mut known = HashMap::new();
+            let mut missing = Vec::new();
+            let mut stale = false;
+            for (id, lease) in &contained {
+                match c.by_lease.get(id) {
+                    Some(u) => {
+                        stale |= u.0.elapsed() > USAGE_MAX_AGE;
+                        known.insert(id.clone(), u.clone());
+                    }
+                    None => missing.push(lease.clone()),
+                }
+            }
+            let start_sampler = stale && !c.sampling;
+            if start_sampler {
+                c.sampling = true;
+            }
+            (known, missing, start_sampler)
+        };
+        if !missing.is_empty() {
+            let fresh = sample_usage(&missing, &self.root, gateway, cgroup_root.as_deref());
+            let mut c = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, u) in fresh {
+                c.by_lease.insert(id.clone(), u.clone());
+                known.insert(id, u);
+            }
+        }
+        if stale {
+            let d = self.clone();
+            let leases: Vec<crate::lease::Lease> = contained.into_values().collect();
+            let gateway = gateway.to_string();
+            let spawned = std::thread::Builder::new()
+                .name("usage".into())
+                .stack_size(SMALL_STACK)
+                .spawn(move || {
+                    let fresh = sample_usage(&leases, &d.root, &gateway, cgroup_root.as_deref());
+                    let mut c = d.usage.lock().unwrap_or_else(|p| p.into_inner());
+                    for (id, u) in fresh {
+                        // A lease that stopped being contained meanwhile is not brought back.
+                        if let Some(slot) = c.by_lease.get_mut(&id) {
+                            *slot = u;
+                        }
+                    }
+                    c.sampling = false;
+                });
+            if spawned.is_err() {
+                self.usage
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .sampling = false;
+            }
+        }
+        known
+    }
+
+    fn status(self: &Arc<Self>) -> Result<protocol::Status, StoreError> {
+        let (root, contained) = {
             let mut store = self.store();
-            let counts = store.counts()?;
-            let legacy_open = crate::legacy::records(&mut store, true)?.len();
+            // The state root's part, as `leash status` builds it (the controller's one builder).
+            let root = crate::controller::store_status(&self.root, &mut store)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
             let contained: HashMap<String, crate::lease::Lease> = store
@@ -272,78 +355,86 @@ impl Daemon {
                 .filter(|l| l.cgroup_path.is_some())
                 .map(|l| (l.lease_id.clone(), l))
                 .collect();
-            (
-                counts,
-                legacy_open,
-                store.gateway_instance_id().to_string(),
-                contained,
-            )
+            (root, contained)
         };
-        let containment = crate::cgroup::Containment::resolve(
-            &crate::cgroup::Settings::from_env().unwrap_or_default(),
-            &gateway,
-        );
-        let wrapper_root = self.root.wrapper_root();
-        let expect = crate::verify::Expect {
-            gateway_instance_id: &gateway,
-            wrapper_root: &wrapper_root,
-            cgroup_root: containment.gateway_root.as_deref(),
-        };
-        let reader = crate::ps::Reader::new();
-        let sessions: Vec<Value> = self
+        let gateway = root.gateway_instance_id.clone();
+        let cgroup_root = root.containment.gateway_root.clone();
+        let mut status = protocol::Status { root, daemon: None };
+        let usage = self.usage_for(contained, &gateway, cgroup_root);
+        let sessions: Vec<protocol::StatusSession> = self
             .all_sessions()
             .iter()
             .map(|s| {
-                let st = s.status();
-                let usage = st
-                    .lease_id
-                    .as_ref()
-                    .and_then(|id| contained.get(id))
-                    .map(|l| {
-                        crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals
-                    });
-                let mut v = serde_json::to_value(st).expect("serialisable");
-                v["usage"] = serde_json::to_value(usage).expect("serialisable");
-                v
+                let live = s.status();
+                let u = live.lease_id.as_ref().and_then(|id| usage.get(id));
+                protocol::StatusSession {
+                    usage: u.map(|u| u.1.clone()),
+                    usage_age_ms: u.map(|(at, _)| at.elapsed().as_millis() as u64),
+                    live,
+                }
             })
             .collect();
-        let busy: Vec<&Value> = sessions.iter().filter(|s| s["busy"] == true).collect();
-        let busy: Vec<Value> = busy.iter().map(|s| s["sessionKey"].clone()).collect();
+        let busy: Vec<String> = sessions
+            .iter()
+            .filter(|s| s.live.busy)
+            .map(|s| s.live.session_key.clone())
+            .collect();
         let resumable = self
             .resumable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        Ok(json!({
-            "gatewayInstanceId": gateway,
-            "stateDir": self.root.dir(),
-            "database": self.root.db_path(),
-            "wrapperRoot": self.root.wrapper_root(),
-            "containment": containment,
-            "leases": counts,
-            "legacyOpen": legacy_open,
-            "daemon": {
-                "pid": self.me.pid,
-                "socket": self.socket,
-                "startedAt": self.started_at,
-                "version": env!("CARGO_PKG_VERSION"),
-                "idleCloseMs": self.cfg.idle_close.map(|d| d.as_millis() as u64),
-                "replayLines": self.cfg.replay.lines,
-                "replayBytes": self.cfg.replay.bytes,
-                "shuttingDown": self.is_shutting_down(),
-                "sessions": sessions,
-                "busy": busy,
-                "resumable": resumable,
-                "startupReap": self.startup_reap,
-                "reconcile": {
-                    "intervalMs": self.cfg.reconcile_interval.map(|d| d.as_millis() as u64),
-                    "last": reconcile::last(self),
-                },
-                "metrics": self.cfg.metrics,
-                "socketActivated": self.activated,
-            }
-        }))
+        let last = reconcile::last(self);
+        status.daemon = Some(protocol::DaemonStatus {
+            busy,
+            idle_close_ms: self.cfg.idle_close.map(|d| d.as_millis() as u64),
+            metrics: self.cfg.metrics,
+            pid: self.me.pid,
+            reconcile: protocol::ReconcileStatus {
+                interval_ms: self.cfg.reconcile_interval.map(|d| d.as_millis() as u64),
+                last: serde_json::from_value(last).ok().flatten(),
+            },
+            replay_bytes: self.cfg.replay.bytes,
+            replay_lines: self.cfg.replay.lines,
+            resumable,
+            sessions,
+            shutting_down: self.is_shutting_down(),
+            socket: self.socket.clone(),
+            socket_activated: self.activated,
+            started_at: self.started_at,
+            startup_reap: self.startup_reap.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        });
+        Ok(status)
     }
+}
+
+/// Stack of the daemon's short helper threads (and of each session's threads, see `session`):
+/// they run no deep recursion, and a thousand sessions must not reserve 2 MiB each.
+pub(crate) const SMALL_STACK: usize = 256 * 1024;
+
+/// Reads the usage of contained leases as `leash ps` does (the cgroup's counters and its
+/// members' `/proc` entries; never a walk of `/proc`).
+fn sample_usage(
+    leases: &[crate::lease::Lease],
+    root: &StateRoot,
+    gateway: &str,
+    cgroup_root: Option<&Path>,
+) -> Vec<(String, (Instant, crate::ps::Totals))> {
+    let wrapper_root = root.wrapper_root();
+    let expect = crate::verify::Expect {
+        gateway_instance_id: gateway,
+        wrapper_root: &wrapper_root,
+        cgroup_root,
+    };
+    let reader = crate::ps::Reader::new();
+    leases
+        .iter()
+        .map(|l| {
+            let totals = crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals;
+            (l.lease_id.clone(), (Instant::now(), totals))
+        })
+        .collect()
 }
 
 /// A daemon that runs in the leash cgroup root itself (a systemd unit with `Delegate=yes`) moves
@@ -458,6 +549,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         last_reconcile: Mutex::new(Value::Null),
         activated: is_activated,
         push: push::Hub::default(),
+        usage: Mutex::new(UsageCache::default()),
     });
     announce_resumable(&daemon, resumable);
     if let Some(l) = metrics_listener {
@@ -604,7 +696,7 @@ fn startup_reap(
     root: &StateRoot,
     cfg: &ServeConfig,
     metrics: &metrics::Metrics,
-) -> Result<Value, ServeError> {
+) -> Result<protocol::StartupReap, ServeError> {
     let table = LiveTable;
     let mut ctl = Controller::open(root.clone(), &table)?;
     let report = ctl.reap(&ReapOptions {
@@ -617,17 +709,18 @@ fn startup_reap(
     let count =
         |r: crate::lifecycle::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
     use crate::lifecycle::CloseResult as R;
-    let summary = json!({
-        "closed": count(R::Closed),
-        "lost": count(R::Lost),
-        "leftOpen": count(R::LeftOpen),
-        "conflict": count(R::Conflict),
-        "legacy": report.legacy.len(),
-        "skipped": report.skipped.len(),
-        "expired": report.expired,
-        "badRows": report.bad_rows.len(),
-    });
-    tracing::info!(%summary, "startup reap done");
+    let summary = protocol::StartupReap {
+        bad_rows: report.bad_rows.len(),
+        closed: count(R::Closed),
+        conflict: count(R::Conflict),
+        expired: report.expired,
+        left_open: count(R::LeftOpen),
+        legacy: report.legacy.len(),
+        lost: count(R::Lost),
+        skipped: report.skipped.len(),
+    };
+    let shown = serde_json::to_string(&summary).unwrap_or_default();
+    tracing::info!(summary = %shown, "startup reap done");
     Ok(summary)
 }
 
@@ -650,16 +743,25 @@ fn take_interrupted(store: &mut Store) -> Result<Vec<Value>, StoreError> {
 /// keeps them for `status` until they are ensured again.
 fn announce_resumable(d: &Daemon, list: Vec<Value>) {
     let mut kept = Vec::new();
-    for mut entry in list {
-        let Some(key) = entry["sessionKey"].as_str().map(str::to_owned) else {
-            continue;
-        };
-        let lease = entry["leaseId"].as_str().map(str::to_owned);
+    // An entry without a session key is skipped; the others are kept as they were recorded.
+    for mut entry in list
+        .into_iter()
+        .filter_map(|e| serde_json::from_value::<protocol::Resumable>(e).ok())
+    {
+        let key = entry.session_key.clone();
+        let lease = entry
+            .rest
+            .get("leaseId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let detail = serde_json::to_value(&entry).expect("entries serialise");
         let seq = d
             .store()
-            .record_event(&key, lease.as_deref(), "resumable", Some(entry.clone()));
+            .record_event(&key, lease.as_deref(), "resumable", Some(detail));
         match seq {
-            Ok(seq) => entry["eventSeq"] = json!(seq),
+            Ok(seq) => {
+                entry.rest.insert("eventSeq".into(), json!(seq));
+            }
             Err(e) => {
                 tracing::warn!(session = %key, error = %e, "cannot record the resumable event")
             }
@@ -781,7 +883,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
         }
         notice_changed_leases(d, &sessions);
         if let Some(idle) = d.cfg.idle_close {
-            let due: Vec<(Arc<Session>, Duration)> = sessions
+            let due: Vec<(Arc<Supervised>, Duration)> = sessions
                 .iter()
                 .filter_map(|s| s.begin_idle_close(idle).map(|quiet| (s.clone(), quiet)))
                 .collect();
@@ -795,7 +897,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
                         refs.push(LeaseRef::Id(id.to_string()));
                     }
                 }
-                let marked: Vec<Arc<Session>> = due.into_iter().map(|(s, _)| s).collect();
+                let marked: Vec<Arc<Supervised>> = due.into_iter().map(|(s, _)| s).collect();
                 if let Err(e) = d.close_marked(&marked, &refs, None) {
                     tracing::warn!(error = %e, "idle close failed");
                 }
@@ -810,7 +912,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
 /// stops taking input at once (phase `closing`), and the daemon finishes the close itself: the
 /// claim of a closer that died mid-grace is stale and is taken over, and a closer still at work
 /// keeps its claim (the attempt is a conflict, repeated each round until the lease settles).
-fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
+fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
     for s in sessions {
         if !s.watch_lease() {
             continue;
@@ -844,7 +946,7 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Session>]) {
 }
 
 /// Drops ended sessions older than [`ENDED_RETENTION`], and the oldest beyond [`MAX_ENDED`].
-fn prune_ended(sessions: &mut HashMap<String, Arc<Session>>) {
+fn prune_ended(sessions: &mut HashMap<String, Arc<Supervised>>) {
     sessions.retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
     let mut ended: Vec<(Instant, String)> = sessions
         .iter()

@@ -4,10 +4,11 @@
 //! subscriber gets every session that is resumable right now, and later subscribers likewise.
 //!
 //! The hub knows nothing about connections: a subscriber is a function that writes one line and
-//! says whether the client is still there; gone subscribers are dropped on the next push.
+//! says whether the client is still there; gone subscribers are dropped on the next push. The
+//! items are [`super::protocol::StreamItem`]s, rendered with [`super::protocol::item_body`].
 
 use super::protocol::stream_line;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Mutex;
 
 type Sink = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
@@ -20,22 +21,6 @@ struct Subscriber {
 #[derive(Default)]
 pub struct Hub {
     subs: Mutex<Vec<Subscriber>>,
-}
-
-/// The body of a push item: `"type":<kind>` and the fields of `fields` (an object).
-pub fn item_body(kind: &str, fields: &Value) -> String {
-    let mut m = Map::new();
-    m.insert("type".into(), Value::from(kind));
-    if let Value::Object(f) = fields {
-        for (k, v) in f {
-            if k != "type" && k != "id" {
-                m.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    let text = serde_json::to_string(&Value::Object(m)).expect("JSON values serialise");
-    // stream_line adds the braces back around the id and this body.
-    text[1..text.len() - 1].to_string()
 }
 
 impl Hub {
@@ -65,18 +50,26 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
+    use super::super::protocol::{item_body, Resumable, StreamItem};
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    fn resumable(key: &str) -> String {
+        item_body(&StreamItem::Resumable {
+            has_spec: false,
+            entry: Resumable {
+                session_key: key.into(),
+                rest: serde_json::Map::new(),
+            },
+        })
+    }
 
     #[test]
     fn subscribers_get_the_initial_items_then_pushes_and_gone_ones_are_dropped() {
         let hub = Hub::default();
         let got = Arc::new(Mutex::new(Vec::<Value>::new()));
         let g = got.clone();
-        let body = item_body(
-            "resumable",
-            &serde_json::json!({"sessionKey": "a", "type": "x"}),
-        );
+        let body = resumable("a");
         hub.subscribe(
             Value::from(3),
             Box::new(move |line| {
@@ -89,16 +82,13 @@ mod tests {
         );
         hub.subscribe(Value::from(4), Box::new(|_| false), &[]);
         assert_eq!(hub.len(), 2);
-        hub.publish(&item_body(
-            "resumable",
-            &serde_json::json!({"sessionKey": "b"}),
-        ));
+        hub.publish(&resumable("b"));
         assert_eq!(hub.len(), 1);
         let got = got.lock().unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(
             got[0],
-            serde_json::json!({"id": 3, "type": "resumable", "sessionKey": "a"})
+            serde_json::json!({"id": 3, "type": "resumable", "sessionKey": "a", "hasSpec": false})
         );
         assert_eq!(got[1]["sessionKey"], "b");
     }

@@ -25,11 +25,10 @@ impl SessionInput for ThroughDaemon {
                 socket: socket_for(root),
             });
         };
-        daemon
-            .call("send", serde_json::json!({"session": key, "line": line}))
-            .map_err(|e| SessionsError::Daemon {
-                key: key.to_string(),
-                source: e,
-            })
+        let sent = daemon.send(key, line).map_err(|e| SessionsError::Daemon {
+            key: key.to_string(),
+            source: e,
+        })?;
+        Ok(serde_json::to_value(sent).expect("replies serialise"))
     }
 }

@@ -85,14 +85,11 @@ fn check_stream_listener(fd: RawFd, b: BorrowedFd<'_>) -> Result<(), ActivationE
 /// The `STATUS=` sent with `READY=1`: what the start-up reap (its summary, as in `status`'s
 /// `startupReap`) settled. Built from the reap's result, so the readiness message cannot be
 /// sent before the reap is done (`systemctl status leash` shows it).
-pub fn ready_status(startup_reap: &serde_json::Value) -> String {
-    let n = |k: &str| startup_reap[k].as_u64().unwrap_or(0);
+pub fn ready_status(startup_reap: &super::protocol::StartupReap) -> String {
+    let r = startup_reap;
     format!(
         "serving; start-up reap: closed {}, lost {}, left open {}, expired {}",
-        n("closed"),
-        n("lost"),
-        n("leftOpen"),
-        n("expired")
+        r.closed, r.lost, r.left_open, r.expired
     )
 }
 

@@ -11,11 +11,11 @@ use super::tools::{
     Tools,
 };
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::Code;
+use crate::daemon::protocol::{Code, StatusSession, StreamItem};
 use crate::proc::LiveTable;
 use crate::sessions::{describe, Listing, SessionStatus, Sessions, SessionsError, View};
 use crate::state::StateRoot;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -126,10 +126,13 @@ impl Tools for SessionTools {
             .sessions()?
             .send(&view, key, message)
             .map_err(|e| refusal(&view, key, e))?;
+        // The daemon's `send` reply, as `ThroughDaemon` passed it on.
+        let sent: crate::daemon::protocol::Sent = serde_json::from_value(v)
+            .map_err(|e| ToolError(format!("the daemon's send reply does not parse ({e})")))?;
         Ok(SendResult {
             session_key: key.to_string(),
-            bytes: v["bytes"].as_u64().unwrap_or(0),
-            busy: v["busy"].as_bool().unwrap_or(false),
+            bytes: sent.bytes as u64,
+            busy: sent.busy,
         })
     }
 
@@ -152,12 +155,15 @@ impl Tools for SessionTools {
 fn status_result(
     key: &str,
     detail: SessionStatus,
-    live: Option<Value>,
+    live: Option<StatusSession>,
     stored_seq: Option<i64>,
 ) -> StatusResult {
     let lease_state = detail.lease.as_ref().map(|l| l.state.as_str().to_string());
     let phase = match (&live, &lease_state) {
-        (Some(l), _) => l["phase"].as_str().unwrap_or("unknown").to_string(),
+        (Some(l), _) => match serde_json::to_value(l.live.phase) {
+            Ok(Value::String(p)) => p,
+            _ => "unknown".to_string(),
+        },
         (None, Some(s)) => match s.as_str() {
             "open" => "running",
             "closing" => "closing",
@@ -171,14 +177,11 @@ fn status_result(
         visible_as: detail.visible_as,
         phase,
         lease_state,
-        busy: live.as_ref().and_then(|l| l["busy"].as_bool()),
-        last_seq: live
-            .as_ref()
-            .and_then(|l| l["lastSeq"].as_i64())
-            .or(stored_seq),
+        busy: live.as_ref().map(|l| l.live.busy),
+        last_seq: live.as_ref().map(|l| l.live.last_seq).or(stored_seq),
         supervised: live.is_some(),
         resources: resources(&detail),
-        live,
+        live: live.map(|l| serde_json::to_value(l).expect("status sessions serialise")),
         detail,
     }
 }
@@ -214,16 +217,15 @@ fn resources(detail: &SessionStatus) -> Option<Resources> {
 }
 
 /// The daemon's session object for `key` (its `status` op), if it supervises it.
-fn live_session(mut c: Client, key: &str) -> Option<Value> {
+fn live_session(mut c: Client, key: &str) -> Option<StatusSession> {
     let st = c
-        .call("status", json!({}))
+        .status()
         .map_err(|e| tracing::warn!(error = %e, "the daemon's status is unavailable"))
         .ok()?;
-    st["daemon"]["sessions"]
-        .as_array()?
-        .iter()
-        .find(|s| s["sessionKey"] == key)
-        .cloned()
+    st.daemon?
+        .sessions
+        .into_iter()
+        .find(|s| s.live.session_key == key)
 }
 
 struct Replay {
@@ -239,13 +241,13 @@ struct Replay {
 /// the attach on the daemon's side). `None` when the daemon does not supervise the session.
 fn replay(mut c: Client, key: &str, limit: u64) -> Option<Replay> {
     let _ = c.set_read_timeout(Some(REPLAY_READ_TIMEOUT));
-    let attach =
-        |c: &mut Client, since: i64| c.call("attach", json!({"session": key, "since": since}));
-    let reply = match attach(&mut c, 0) {
+    let reply = match c.attach(key, 0) {
         Ok(r) => r,
-        Err(ClientError::Remote { ref error, .. }) if error["code"] == "seq_evicted" => {
-            let oldest = error["oldestSeq"].as_i64()?;
-            attach(&mut c, oldest - 1)
+        Err(ClientError::Remote {
+            ref code, ref data, ..
+        }) if code == Code::SeqEvicted.as_str() => {
+            let oldest = data.oldest_seq?;
+            c.attach(key, oldest - 1)
                 .map_err(|e| tracing::warn!(error = %e, "attach for history failed"))
                 .ok()?
         }
@@ -257,10 +259,10 @@ fn replay(mut c: Client, key: &str, limit: u64) -> Option<Replay> {
         }
     };
     // The attach's id is the one `call` just used; stream items carry it.
-    let last = reply["lastSeq"].as_i64().unwrap_or(0);
-    let since = reply["since"].as_i64().unwrap_or(0);
+    let last = reply.last_seq;
+    let since = reply.since;
     let mut out = Replay {
-        oldest_seq: reply["oldestSeq"].as_i64(),
+        oldest_seq: reply.oldest_seq,
         items: Vec::new(),
         dropped: 0,
     };
@@ -268,28 +270,26 @@ fn replay(mut c: Client, key: &str, limit: u64) -> Option<Replay> {
     let mut ring: VecDeque<HistoryItem> = VecDeque::new();
     let mut seen = since;
     while seen < last {
-        let item = match c.next_message() {
+        let item = match c.next_item() {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, session = key, "reading the replay stopped early");
                 break;
             }
         };
-        if item.get("ok").is_some() {
-            continue;
-        }
-        let Some(seq) = item["seq"].as_i64() else {
+        let Some(seq) = item.seq() else {
             // `end` (the session ended and everything was delivered, or we were evicted).
             break;
         };
         seen = seq;
-        if item["type"] == "output" {
-            ring.push_back(HistoryItem::output(
-                seq,
-                item["line"].as_str().unwrap_or_default().to_string(),
-                item["lossy"] == true,
-                item["truncated"] == true,
-            ));
+        if let StreamItem::Output {
+            line,
+            lossy,
+            truncated,
+            ..
+        } = item
+        {
+            ring.push_back(HistoryItem::output(seq, line, lossy, truncated));
             if ring.len() > keep {
                 ring.pop_front();
                 out.dropped += 1;

@@ -100,15 +100,20 @@ test('a daemon killed mid-stream: the iterator reattaches to the new lease behin
   await c.ensure('count', { argv: counter(1_000_000) });
   const items = [];
   let killed = false;
+  let outputs = 0;
   for await (const item of c.attach('count', { since: 0 })) {
     items.push(item);
+    if (item.type === 'output') outputs += 1;
     if (!killed && item.type === 'output' && Number(item.line) === 300) {
       killed = true;
       await daemon.kill9();
       await daemon.start();
       await c.ensure('count', {}).catch(() => {});
     }
-    if (item.type === 'gap' || items.filter((i) => i.type === 'output').length > 400) break;
+    // A safety valve only. What the killed daemon had already written (its batches of up to
+    // 512 items, the socket's and the client's buffers) is delivered before the reconnect,
+    // however far the counter ran ahead of this loop on a loaded host.
+    if (item.type === 'gap' || outputs > 50_000) break;
   }
   checkInOrder(items);
   const last = items[items.length - 1];

@@ -5,6 +5,12 @@
 //! so a malformed line always gets a reply and never takes the connection down. [`LineReader`]
 //! frames a byte stream into lines with a hard length limit, and the `*_line` functions render
 //! replies. A fuzz target can call [`parse_request`] on arbitrary bytes.
+//!
+//! The replies and stream items themselves are types, in `reply.rs`: the daemon builds them,
+//! the client reads them back into the same types.
+
+mod reply;
+pub use reply::*;
 
 use crate::kind::Kind;
 use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
@@ -149,10 +155,10 @@ pub enum Op {
     Close(Close),
     Reap(Reap),
     Leases(Leases),
-    Sessions(Sessions),
+    Sessions(SessionsRequest),
     Events(Events),
     /// Is this lease's process alive and ours, dead, or unknowable? (`leash verify`)
-    Verify(Target),
+    Verify(LeaseRef),
     /// The metrics in the OpenMetrics text format (as `--metrics` serves them over HTTP).
     Metrics,
     Hello(Hello),
@@ -295,23 +301,20 @@ pub struct Attach {
     pub stderr: bool,
 }
 
-/// Names a lease: by id, or as the active lease of a session (exactly one of the two).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Session(String),
-    Lease(String),
-}
+/// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
+/// the library's one name for that, [`LeaseRef`].
+pub use crate::lifecycle::LeaseRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {
-    pub target: Target,
+    pub target: LeaseRef,
     /// The ACP session whose turn is cancelled; inferred when the daemon knows exactly one.
     pub acp_session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Close {
-    pub targets: Vec<Target>,
+    pub targets: Vec<LeaseRef>,
     pub grace_ms: Option<u64>,
 }
 
@@ -339,7 +342,7 @@ pub struct Leases {
 /// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
 /// [`crate::visibility`], the same check `leash sessions` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sessions {
+pub struct SessionsRequest {
     /// Without a requester every row is listed (an operator's view).
     pub requester: Option<String>,
     pub scope: Scope,
@@ -614,14 +617,14 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         }
         "close" => {
             let raw: RawClose = fields_of(op, fields)?;
-            let mut targets: Vec<Target> = Vec::new();
+            let mut targets: Vec<LeaseRef> = Vec::new();
             for s in raw.session.into_iter().chain(raw.sessions) {
                 check_key("session", &s)?;
-                targets.push(Target::Session(s));
+                targets.push(LeaseRef::Session(s));
             }
             for l in raw.lease.into_iter().chain(raw.leases) {
                 check_key("lease", &l)?;
-                targets.push(Target::Lease(l));
+                targets.push(LeaseRef::Id(l));
             }
             if targets.is_empty() {
                 return Err(bad(
@@ -697,7 +700,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             if query.is_some() && raw.requester_session_key.is_none() {
                 return Err(bad("sessions: a query needs \"requesterSessionKey\""));
             }
-            Op::Sessions(Sessions {
+            Op::Sessions(SessionsRequest {
                 requester: raw.requester_session_key,
                 scope: Scope::new(visibility, a2a, raw.sandboxed),
                 query,
@@ -757,15 +760,15 @@ fn one_target(
     op: &str,
     session: Option<String>,
     lease: Option<String>,
-) -> Result<Target, (Code, String)> {
+) -> Result<LeaseRef, (Code, String)> {
     match (session, lease) {
         (Some(s), None) => {
             check_key("session", &s)?;
-            Ok(Target::Session(s))
+            Ok(LeaseRef::Session(s))
         }
         (None, Some(l)) => {
             check_key("lease", &l)?;
-            Ok(Target::Lease(l))
+            Ok(LeaseRef::Id(l))
         }
         (Some(_), Some(_)) => Err(bad(format!(
             "{op}: give \"session\" or \"lease\", not both"
@@ -819,69 +822,6 @@ fn kind_of(v: &Value) -> &'static str {
 
 fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Replies
-
-/// `{"id": …, "ok": true, "result": …}` and a newline.
-pub fn ok_line(id: &Value, result: &Value) -> Vec<u8> {
-    // Borrowed, not built with json!: that would deep-copy the result (a status with many
-    // sessions is tens of KB) on every reply.
-    #[derive(serde::Serialize)]
-    struct OkReply<'a> {
-        id: &'a Value,
-        ok: bool,
-        result: &'a Value,
-    }
-    let mut out = serde_json::to_vec(&OkReply {
-        id,
-        ok: true,
-        result,
-    })
-    .expect("JSON values serialise");
-    out.push(b'\n');
-    out
-}
-
-/// `{"id": …, "ok": false, "error": {"code": …, "message": …, …data}}` and a newline.
-pub fn err_line(id: &Value, code: Code, message: &str, data: Option<&Value>) -> Vec<u8> {
-    let mut error = serde_json::json!({"code": code.as_str(), "message": message});
-    if let (Some(Value::Object(extra)), Value::Object(e)) = (data, &mut error) {
-        for (k, v) in extra {
-            if k != "code" && k != "message" {
-                e.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    let mut out = serde_json::to_vec(&serde_json::json!({"id": id, "ok": false, "error": error}))
-        .expect("JSON values serialise");
-    out.push(b'\n');
-    out
-}
-
-/// A stream item: `{"id": …,` followed by a pre-rendered body (`"seq":…,"type":…}`), so one
-/// rendering of an adapter line serves every attached client.
-pub fn stream_line(id: &Value, body: &str) -> Vec<u8> {
-    let id = serde_json::to_string(id).expect("JSON values serialise");
-    let mut out = Vec::with_capacity(id.len() + body.len() + 10);
-    out.extend_from_slice(b"{\"id\":");
-    out.extend_from_slice(id.as_bytes());
-    out.push(b',');
-    out.extend_from_slice(body.as_bytes());
-    out.extend_from_slice(b"}\n");
-    out
-}
-
-/// [`stream_line`] appended to `buf`, with the id already rendered (`id_json`): an attach renders
-/// its id once, not once per item.
-pub fn stream_line_into(buf: &mut Vec<u8>, id_json: &str, body: &str) {
-    buf.reserve(id_json.len() + body.len() + 10);
-    buf.extend_from_slice(b"{\"id\":");
-    buf.extend_from_slice(id_json.as_bytes());
-    buf.push(b',');
-    buf.extend_from_slice(body.as_bytes());
-    buf.extend_from_slice(b"}\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1015,7 +955,7 @@ mod tests {
             }),
             (
                 r#"{"id":10,"op":"verify","lease":"L"}"#,
-                |o| matches!(o, Op::Verify(Target::Lease(l)) if l == "L"),
+                |o| matches!(o, Op::Verify(LeaseRef::Id(l)) if l == "L"),
             ),
             (r#"{"id":11,"op":"metrics"}"#, |o| matches!(o, Op::Metrics)),
             (
@@ -1201,7 +1141,7 @@ mod tests {
             assert!(names.insert(c.as_str()), "{c:?}: name used twice");
             assert_eq!(Code::parse(c.as_str()), Some(c));
             // Through a reply line and back, as the client reads it.
-            let line = err_line(&Value::from(1), c, "m", None);
+            let line = err_line(&Value::from(1), c, "m", &ErrorData::default());
             let v: Value = serde_json::from_slice(&line).unwrap();
             assert_eq!(Code::parse(v["error"]["code"].as_str().unwrap()), Some(c));
         }
@@ -1231,7 +1171,10 @@ mod tests {
                 &id,
                 Code::Internal,
                 "m\n",
-                Some(&serde_json::json!({"oldest": 3})),
+                &ErrorData {
+                    oldest_seq: Some(3),
+                    ..ErrorData::default()
+                },
             ),
             stream_line(&id, r#""seq":1,"type":"output","line":"x""#),
             {
@@ -1248,7 +1191,10 @@ mod tests {
             &id,
             Code::SeqEvicted,
             "m",
-            Some(&serde_json::json!({"oldestSeq": 3})),
+            &ErrorData {
+                oldest_seq: Some(3),
+                ..ErrorData::default()
+            },
         ))
         .unwrap();
         assert_eq!(e["error"]["code"], "seq_evicted");

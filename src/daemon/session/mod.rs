@@ -1,0 +1,261 @@
+//! A supervised session: one `leash exec` child of the daemon (lease committed, then the wrapper,
+//! then the adapter), its stdin writer, a thread reading its stdout into a bounded replay buffer,
+//! a thread logging its stderr, and a waiter that settles the lease when the wrapper exits.
+//!
+//! **Seqs.** Output lines and lifecycle events share one per-session, monotonic seq space, the
+//! same one the store's `events` table uses. Output is never written to SQLite line by line: the
+//! session reserves blocks of [`SEQ_BLOCK`] seqs in the store (one write per block), and any event
+//! recorded meanwhile — by the daemon, by a `Controller`, by another process — gets a seq above
+//! the block. Stored events are merged into the stream in seq order whenever a block is reserved
+//! and after every lifecycle action, so a client sees every item exactly once, in seq order, and
+//! a persisted event has the same seq in the database as in the stream. Seqs may skip (the unused
+//! rest of a block); they never repeat or go back, also across daemon restarts.
+//!
+//! **When the database cannot be written** (disk full, a lock held past the busy timeout) no seq
+//! can be reserved, and an output line is never given one that was not: the output thread holds
+//! the line and retries (the adapter meets backpressure on its stdout pipe), `status` shows
+//! `outputHeld` with the error, and the stream resumes in order once a block is reserved. Seqs
+//! handed out are therefore always at or below the store's floor, so later events — and the
+//! next lease of the same key — land above everything a client has seen.
+//!
+//! **Locks.** The store connection is shared by every session of the daemon (one connection, not
+//! one per session) behind its own mutex, taken before a session's `inner` lock and never while
+//! holding it. `inner` is only ever held for in-memory work, so `status` never waits on a
+//! database write.
+//!
+//! **Busy.** A `session/prompt` JSON-RPC request written to the adapter's stdin marks the session
+//! busy until a response with the same id appears on its stdout. The classification is pure
+//! ([`classify_outgoing`], [`classify_incoming`]).
+
+mod busy;
+mod phase;
+mod replay;
+mod seq;
+mod settle;
+mod spawn;
+mod stdio;
+
+pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
+use phase::Life;
+use replay::Replay;
+pub use replay::{Batch, Item};
+use seq::Seqs;
+pub use spawn::{spawn, SpawnError, SpawnSpec};
+use stdio::*;
+
+use crate::daemon::protocol::Ensure;
+pub use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
+pub use crate::daemon::stdin_pipe::PipeError;
+use crate::daemon::stdin_pipe::StdinPipe;
+use crate::lease::{now_ms, LeaseState, ProcessId};
+use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
+use crate::proc::LiveTable;
+use crate::report::WrapperReport;
+use crate::state::StateRoot;
+use crate::store::{Event, Store, StoreError};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Seqs reserved in the store at a time for output lines.
+pub const SEQ_BLOCK: i64 = 1024;
+
+/// An adapter line longer than this is cut (and marked `truncated`).
+pub const MAX_ADAPTER_LINE: usize = 8 << 20;
+
+/// Stack of the thread that settles the lease when the wrapper exits: it runs a whole close
+/// (verification, signals, SQLite), so it gets more than the readers' [`crate::daemon::SMALL_STACK`].
+const WAIT_STACK: usize = 1024 * 1024;
+
+/// How many of the adapter's last stderr lines are kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// A stderr line longer than this is cut (and marked `truncated`).
+pub const MAX_STDERR_LINE: usize = 64 * 1024;
+
+/// How long `ensure` waits for the lease and the adapter's start.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// After the wrapper exits, how long to wait for the rest of its stdout.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the rest of the stdout gets before the lease is settled (see `supervise`).
+const QUICK_DRAIN: Duration = Duration::from_millis(200);
+
+/// How many unanswered requests are tracked per session (a bound against a client that never
+/// reads responses).
+const MAX_TRACKED: usize = 4096;
+
+/// While seqs cannot be reserved, how long the output thread waits between attempts (doubling
+/// from [`HOLD_RETRY_MIN`]).
+const HOLD_RETRY_MIN: Duration = Duration::from_millis(50);
+
+const HOLD_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The daemon's store connection shared by its sessions.
+pub type SharedStore = Arc<Mutex<Store>>;
+
+/// Replay buffer bounds. At least the newest item is always kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub lines: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseInfo {
+    pub lease_id: String,
+    pub root: ProcessId,
+}
+
+/// The daemon's supervised child: one session's `leash exec` child and everything the daemon
+/// holds for it (named apart from the session rows of the store and `crate::sessions`, which are
+/// the sessions' records, not running children).
+pub struct Supervised {
+    pub key: String,
+    /// The adapter command the session was started with (`ensure` reports `argvMatches`).
+    pub argv: Vec<String>,
+    lease: OnceLock<LeaseInfo>,
+    root: StateRoot,
+    child_pid: i32,
+    created_at: i64,
+    /// The largest encoded `line` of an output item (see [`encode_bounded`]).
+    item_cap: usize,
+    store: SharedStore,
+    stdin: Mutex<StdinPipe>,
+    /// Serialises what is written to the adapter and the intents about this session (send,
+    /// cancel), so requests about one session apply in order across connections.
+    ops: Mutex<()>,
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    /// Set while requests await responses (`pending` or `opening` is not empty), so the output
+    /// reader classifies lines only then. Set under `inner` before the request is written;
+    /// cleared under `inner` by the reader when both are empty.
+    tracking: AtomicBool,
+}
+
+struct Inner {
+    /// The stream items a reader can still get (`replay.rs`).
+    replay: Replay,
+    /// The seqs output may take (`seq.rs`).
+    seqs: Seqs,
+    /// Where the session is in its life (`phase.rs`).
+    life: Life,
+    pending: BTreeMap<String, PendingPrompt>,
+    /// `session/new` and `session/load` requests awaiting their response (to learn ACP ids).
+    opening: HashMap<String, Option<String>>,
+    acp_sessions: BTreeSet<String>,
+    last_traffic: Instant,
+    output_lines: u64,
+    attached: usize,
+    stderr_tail: VecDeque<String>,
+    /// Why output is held (seqs cannot be reserved), while it is.
+    held: Option<String>,
+    /// Lines that could never be given a seq (the session ended while the store was failing).
+    output_dropped: u64,
+}
+
+fn lock_store(store: &SharedStore) -> MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Supervised {
+    /// The shared store connection. Never taken while holding `inner` (see the module docs).
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock_store(&self.store)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent-enough data (plain counters and
+        // buffers); serving the other clients matters more than poisoning.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn lease(&self) -> Option<&LeaseInfo> {
+        self.lease.get()
+    }
+
+    pub fn lease_id(&self) -> Option<&str> {
+        self.lease.get().map(|l| l.lease_id.as_str())
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.lock().life.phase()
+    }
+
+    pub fn busy(&self) -> bool {
+        !self.lock().pending.is_empty()
+    }
+
+    /// How long ago the last line went either way.
+    pub fn idle_for(&self) -> Duration {
+        self.lock().last_traffic.elapsed()
+    }
+
+    /// When the session ended, if it did.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.lock().life.ended_at()
+    }
+
+    pub fn last_seq(&self) -> i64 {
+        self.lock().replay.last_seq()
+    }
+
+    /// Holds the per-session order lock (see the `ops` field).
+    pub fn order(&self) -> MutexGuard<'_, ()> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The order lock if it can be had within `wait` (a send blocked on a full pipe holds it
+    /// for up to its timeout).
+    pub fn order_within(&self, wait: Duration) -> Option<MutexGuard<'_, ()>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.ops.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn attached(&self, delta: isize) {
+        let mut g = self.lock();
+        g.attached = g.attached.saturating_add_signed(delta);
+    }
+
+    pub fn status(&self) -> LiveSession {
+        let g = self.lock();
+        LiveSession {
+            session_key: self.key.clone(),
+            lease_id: self.lease_id().map(str::to_owned),
+            root_pid: self.lease.get().map(|l| l.root.pid),
+            phase: g.life.phase(),
+            busy: !g.pending.is_empty(),
+            pending_prompts: g.pending.values().cloned().collect(),
+            acp_session_ids: g.acp_sessions.iter().cloned().collect(),
+            created_at: self.created_at,
+            idle_ms: g.last_traffic.elapsed().as_millis() as u64,
+            output_lines: g.output_lines,
+            oldest_seq: g.replay.oldest_seq(),
+            last_seq: g.replay.last_seq(),
+            buffered_lines: g.replay.len(),
+            buffered_bytes: g.replay.bytes(),
+            attached: g.attached,
+            exit_status: g.life.exit_status(),
+            output_held: g.held.clone(),
+            output_dropped: g.output_dropped,
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The session's seq source: blocks of [`SEQ_BLOCK`] seqs reserved in the store for output
+//! lines, events recorded and merged into the stream in seq order, and the hold while the store
+//! cannot be written (see the module docs of `session`).
+
+use super::*;
+
+/// The seqs output lines may take: those of the block last reserved in the store, in order,
+/// never one beyond it; an event merged into the stream pushes the next one above its own.
+#[derive(Debug)]
+pub(super) struct Seqs {
+    next: i64,
+    reserved_upto: i64,
+    /// The highest stored event seq merged into the stream.
+    last_synced: i64,
+}
+
+impl Seqs {
+    /// Nothing reserved yet; `last` is the session's last stored seq.
+    pub(super) fn new(last: i64) -> Seqs {
+        Seqs {
+            next: last + 1,
+            reserved_upto: last,
+            last_synced: last,
+        }
+    }
+
+    /// The next reserved seq, or `None` when the block is used up (reserve another).
+    pub(super) fn take(&mut self) -> Option<i64> {
+        if self.next > self.reserved_upto {
+            return None;
+        }
+        let seq = self.next;
+        self.next += 1;
+        Some(seq)
+    }
+
+    /// The store reserved `len` seqs from `start` (all above the events it returned with them).
+    pub(super) fn reserved(&mut self, start: i64, len: i64) {
+        self.next = self.next.max(start);
+        self.reserved_upto = start + len - 1;
+    }
+
+    /// Stored events up to `seq` were read.
+    pub(super) fn synced(&mut self, seq: i64) {
+        self.last_synced = self.last_synced.max(seq);
+    }
+
+    /// An event with this seq went into the stream: output goes above it.
+    pub(super) fn skip_past(&mut self, seq: i64) {
+        self.next = self.next.max(seq + 1);
+    }
+
+    pub(super) fn last_synced(&self) -> i64 {
+        self.last_synced
+    }
+}
+
+impl Supervised {
+    /// Records a lifecycle event in the store and merges it (with anything recorded before it)
+    /// into the stream. Returns its seq.
+    pub fn record_event(&self, kind: &str, detail: Option<Value>) -> Result<i64, StoreError> {
+        let mut store = self.store();
+        let seq = store.record_event(&self.key, self.lease_id(), kind, detail)?;
+        self.sync_with(&store);
+        drop(store);
+        Ok(seq)
+    }
+
+    /// Merges events other parties recorded into the stream.
+    pub fn sync_events(&self) {
+        let store = self.store();
+        self.sync_with(&store);
+    }
+
+    /// Reads the stored events above what was merged and merges them. The caller holds the
+    /// store lock, so two merges never interleave (a later read pushed first would make the
+    /// earlier one's events look old); `inner` is held only for the in-memory part.
+    pub(super) fn sync_with(&self, store: &Store) {
+        let after = self.lock().seqs.last_synced();
+        match store.events_since(&self.key, after) {
+            Ok(events) if !events.is_empty() => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                drop(g);
+                self.changed.notify_all();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(session = %self.key, error = %e, "cannot read events"),
+        }
+    }
+
+    /// Reserves the next block of seqs for output (merging the events stored meanwhile, which
+    /// all lie below it). On failure the error is kept for `status` and returned.
+    pub(super) fn reserve_block(&self) -> Result<(), StoreError> {
+        let mut store = self.store();
+        let after = self.lock().seqs.last_synced();
+        match store.reserve_seqs(&self.key, SEQ_BLOCK, after) {
+            Ok((start, events)) => {
+                let mut g = self.lock();
+                for e in events {
+                    g.push_event(e);
+                }
+                g.seqs.reserved(start, SEQ_BLOCK);
+                if g.held.take().is_some() {
+                    tracing::info!(session = %self.key, "seqs reserved again; output resumes");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                drop(store);
+                let mut g = self.lock();
+                if g.held.is_none() {
+                    tracing::error!(session = %self.key, error = %e, "cannot reserve seqs in the store; holding the adapter's output until it can");
+                }
+                g.held = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// A seq for the next output line, with the lock under which it must be pushed (so no
+    /// event slips in between): one from a reserved block, never one the store has not
+    /// reserved. Waits (holding the line) while the store cannot be written; `None` when the
+    /// session ended meanwhile and the line must be dropped.
+    pub(super) fn output_seq(&self) -> Option<(MutexGuard<'_, Inner>, i64)> {
+        let mut pause = HOLD_RETRY_MIN;
+        loop {
+            {
+                let mut g = self.lock();
+                if let Some(seq) = g.seqs.take() {
+                    return Some((g, seq));
+                }
+            }
+            if self.reserve_block().is_err() {
+                let mut g = self.lock();
+                if g.life.is_ended() {
+                    g.output_dropped += 1;
+                    return None;
+                }
+                drop(g);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(HOLD_RETRY_MAX);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_handed_out_before_a_block_is_reserved() {
+        let mut s = Seqs::new(12);
+        assert_eq!(s.take(), None);
+        assert_eq!(s.last_synced(), 12);
+    }
+
+    #[test]
+    fn seqs_come_from_the_reserved_block_in_order_and_never_beyond_it() {
+        let mut s = Seqs::new(0);
+        s.reserved(1, 3);
+        assert_eq!(
+            [s.take(), s.take(), s.take(), s.take()],
+            [Some(1), Some(2), Some(3), None]
+        );
+        // The next block may start higher (events took seqs meanwhile); the rest of the old one
+        // is skipped, never reused.
+        s.reserved(10, 2);
+        assert_eq!([s.take(), s.take(), s.take()], [Some(10), Some(11), None]);
+    }
+
+    #[test]
+    fn an_event_in_the_stream_pushes_output_above_it_and_seqs_never_go_back() {
+        let mut s = Seqs::new(0);
+        s.reserved(1, 100);
+        assert_eq!(s.take(), Some(1));
+        s.synced(5);
+        s.skip_past(5);
+        assert_eq!(s.take(), Some(6));
+        // An older event read late changes nothing.
+        s.synced(3);
+        s.skip_past(3);
+        assert_eq!(s.last_synced(), 5);
+        assert_eq!(s.take(), Some(7));
+        // A block reserved below where we are does not send seqs back.
+        s.reserved(2, 10);
+        assert_eq!(s.take(), Some(8));
+        let mut last = 8;
+        while let Some(n) = s.take() {
+            assert!(n > last);
+            last = n;
+        }
+        assert_eq!(last, 11, "the block ends at 2 + 10 - 1");
+    }
+}

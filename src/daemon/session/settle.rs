@@ -1,0 +1,141 @@
+//! Closing and settling: the phase transitions of a close (requested, idle, taken over from a
+//! dead closer, a lease changed underneath), the waiter that collects the wrapper's exit, and the
+//! settlement of the lease when it is gone.
+
+use super::*;
+
+impl Supervised {
+    /// Marks the session as closing; false when it is not running (or already closing).
+    pub fn begin_close(&self) -> bool {
+        self.lock().life.begin_close()
+    }
+
+    /// Marks the session closing if it is running, not busy, and quiet for at least `idle`;
+    /// returns how long it was quiet. Decided under the order lock, so a prompt being sent
+    /// right now is either seen (busy: kept) or comes after the mark (refused: not running).
+    pub fn begin_idle_close(&self, idle: Duration) -> Option<Duration> {
+        // A send in progress is traffic: not idle.
+        let _order = self.ops.try_lock().ok()?;
+        let mut g = self.lock();
+        let quiet = g.last_traffic.elapsed();
+        if g.is_busy() || quiet < idle || self.lease.get().is_none() {
+            return None;
+        }
+        g.life.begin_idle_close().then_some(quiet)
+    }
+
+    /// Marks the session closing for a lease that changed underneath the daemon (see
+    /// `notice_changed_leases` in the daemon); false when it ended or a close is in flight.
+    pub fn begin_takeover(&self) -> bool {
+        self.lease.get().is_some() && self.lock().life.begin_takeover()
+    }
+
+    /// Whether the daemon should look at this session's lease row for changes made by others.
+    pub fn watch_lease(&self) -> bool {
+        self.lease.get().is_some() && self.lock().life.watchable()
+    }
+
+    /// Ends a close begun with [`Supervised::begin_close`]. When nothing was terminated (ownership
+    /// unverified, a conflict, an error) the session is running again — unless its lease is no
+    /// longer open (someone else is closing it): then it stays closing and takes no input.
+    pub fn end_close(&self, outcome: Option<&CloseOutcome>) {
+        let terminated = matches!(
+            outcome.map(|o| o.result),
+            Some(CloseResult::Closed | CloseResult::Lost)
+        );
+        let lease_open = terminated
+            || self.lease_id().is_none_or(
+                |id| !matches!(self.store().lease(id), Ok(Some(l)) if l.state != LeaseState::Open),
+            );
+        {
+            self.lock().life.end_close(!terminated && lease_open);
+        }
+        if terminated {
+            self.close_stdin();
+        }
+        self.sync_events();
+        self.changed.notify_all();
+    }
+
+    /// Waits for the wrapper to exit, then settles the lease and ends the stream.
+    pub(super) fn supervise(self: Arc<Self>, mut child: Child, stdout_done: mpsc::Receiver<()>) {
+        let status = child.wait();
+        let code = match &status {
+            Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
+            Err(e) => {
+                tracing::error!(session = %self.key, error = %e, "cannot wait for the wrapper");
+                None
+            }
+        };
+        // Output written before the exit comes before the exit event. But members of the tree
+        // that outlived the wrapper (a SIGKILLed wrapper forwards nothing) keep the pipe open:
+        // the daemon, the wrapper's parent, knows at once, so it settles the lease first — its
+        // tree is terminated within the session's grace — and only then waits for the rest.
+        let drained = stdout_done.recv_timeout(QUICK_DRAIN).is_ok();
+        {
+            // A close in flight settles the lease itself; let it finish first so its events
+            // precede the exit.
+            let mut g = self.lock();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while g.life.close_in_flight() && Instant::now() < deadline {
+                g = self
+                    .changed
+                    .wait_timeout(g, Duration::from_millis(200))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        if let Some(info) = self.lease.get().cloned() {
+            self.settle_lease(&info);
+        }
+        if !drained {
+            let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
+        }
+        tracing::info!(session = %self.key, status = ?code, "session ended");
+        let detail = json!({ "status": code, "wrapperPid": self.child_pid });
+        if let Err(e) = self.record_event("exit", Some(detail)) {
+            tracing::error!(session = %self.key, error = %e, "cannot record the exit");
+        }
+        self.close_stdin();
+        let mut g = self.lock();
+        g.life.end(code);
+        g.pending.clear();
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// The wrapper is gone (we reaped it). Its report turns an open lease `lost` with the exit
+    /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
+    /// whatever may remain of its tree is verified and terminated like any close.
+    pub(super) fn settle_lease(&self, info: &LeaseInfo) {
+        let table = LiveTable;
+        let mut ctl = match Controller::open(self.root.clone(), &table) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(session = %self.key, error = %e, "cannot settle the lease");
+                return;
+            }
+        };
+        if let Err(e) = ctl.ingest_reports_marking_ended_lost() {
+            tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
+        }
+        let still_open = matches!(
+            ctl.store().lease(&info.lease_id),
+            Ok(Some(l)) if l.state == LeaseState::Open
+        );
+        if still_open {
+            match ctl.close(&[LeaseRef::Id(info.lease_id.clone())], None) {
+                Ok(out) => {
+                    for o in out {
+                        tracing::info!(lease_id = %o.lease_id, result = ?o.result, reason = %o.reason, "lease settled after the wrapper exited");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(lease_id = %info.lease_id, error = %e, "cannot settle the lease")
+                }
+            }
+        }
+        drop(ctl);
+        self.sync_events();
+    }
+}

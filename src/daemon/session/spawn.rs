@@ -1,0 +1,287 @@
+//! Starting a session: the `leash exec` child of the daemon with its stdin, stdout and stderr
+//! piped and its three threads (stdout reader, stderr reader, waiter), and the wait for the
+//! wrapper's report that the lease is committed and the adapter started (or died at once).
+
+use super::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot open the state database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot start leash exec ({exe}): {source}")]
+    Exec {
+        exe: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("session {session_key} already has a live lease {lease_id} that this daemon does not supervise; close it first")]
+    Conflict {
+        session_key: String,
+        lease_id: String,
+    },
+    #[error("the adapter did not start (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), if stderr.is_empty() { String::new() } else { format!(": {}", stderr.join(" | ")) })]
+    Failed {
+        status: Option<i32>,
+        stderr: Vec<String>,
+    },
+    #[error("the adapter did not start within {0:?}; the session is being closed")]
+    Timeout(Duration),
+    #[error("the adapter exited at once (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), last_words(stderr))]
+    ExitedAtOnce {
+        status: Option<i32>,
+        stderr: Vec<String>,
+    },
+}
+
+pub(super) fn last_words(stderr: &[String]) -> String {
+    if stderr.is_empty() {
+        "; it wrote nothing on stderr".into()
+    } else {
+        format!("; its last stderr lines: {}", stderr.join(" | "))
+    }
+}
+
+/// Everything `spawn` needs from the daemon.
+pub struct SpawnSpec<'a> {
+    pub root: &'a StateRoot,
+    /// The connection every session of the daemon writes its seqs and events through.
+    pub store: &'a SharedStore,
+    /// The `leash` binary to run `exec` with.
+    pub exe: &'a Path,
+    pub daemon_pid: i32,
+    pub default_grace_ms: u64,
+    pub limits: Limits,
+}
+
+/// Starts `leash exec` for the request and the threads that serve it. The session is returned
+/// in [`Phase::Starting`]; [`Supervised::await_started`] confirms the lease and the adapter.
+pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, SpawnError> {
+    let last = lock_store(spec.store).last_seq(&req.session)?;
+    let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
+    let mut cmd = Command::new(spec.exe);
+    cmd.arg("--state-dir")
+        .arg(spec.root.dir())
+        .arg("exec")
+        .arg("--owner-pid")
+        .arg(spec.daemon_pid.to_string())
+        .arg("--session")
+        .arg(&req.session)
+        .arg("--grace-ms")
+        .arg(grace.to_string());
+    for (flag, v) in [
+        ("--agent", &req.agent),
+        ("--owner", &req.owner),
+        ("--spawned-by", &req.spawned_by),
+        ("--parent", &req.parent),
+    ] {
+        if let Some(v) = v {
+            cmd.arg(flag).arg(v);
+        }
+    }
+    if let Some(m) = req.memory_max {
+        cmd.arg("--memory-max").arg(m.to_string());
+    }
+    if let Some(p) = req.pids_max {
+        cmd.arg("--pids-max").arg(p.to_string());
+    }
+    if let Some(c) = &req.cpu_max {
+        cmd.arg("--cpu-max").arg(c);
+    }
+    cmd.arg("--").args(&req.argv);
+    if let Some(cwd) = &req.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.env_remove(crate::state::ENV_STATE_DIR).envs(&req.env);
+    // The daemon's containment, whatever the client's environment says: a client may not turn
+    // containment off for its session, nor point it at another cgroup root.
+    for key in [
+        crate::cgroup::ENV_CONTAINMENT,
+        crate::cgroup::ENV_CGROUP_ROOT,
+    ] {
+        match std::env::var_os(key) {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: a Ctrl-C meant for a foreground daemon must reach the daemon alone, which
+        // then closes its sessions in order.
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|source| SpawnError::Exec {
+        exe: spec.exe.display().to_string(),
+        source,
+    })?;
+    let child_pid = child.id() as i32;
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let session = Arc::new(Supervised {
+        key: req.session.clone(),
+        argv: req.argv.clone(),
+        lease: OnceLock::new(),
+        root: spec.root.clone(),
+        child_pid,
+        created_at: now_ms(),
+        item_cap: spec
+            .limits
+            .bytes
+            .min(MAX_ADAPTER_LINE)
+            .saturating_sub(ITEM_OVERHEAD)
+            .max(MIN_ITEM_LINE),
+        store: spec.store.clone(),
+        stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
+        ops: Mutex::new(()),
+        inner: Mutex::new(Inner {
+            replay: Replay::new(spec.limits, last),
+            seqs: Seqs::new(last),
+            life: Life::Starting,
+            pending: BTreeMap::new(),
+            opening: HashMap::new(),
+            acp_sessions: BTreeSet::new(),
+            last_traffic: Instant::now(),
+            output_lines: 0,
+            attached: 0,
+            stderr_tail: VecDeque::new(),
+            held: None,
+            output_dropped: 0,
+        }),
+        changed: Condvar::new(),
+        tracking: AtomicBool::new(false),
+    });
+    tracing::info!(session = %req.session, pid = child_pid, argv = ?req.argv, "session spawned");
+
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("out:{}", req.session))
+        .stack_size(crate::daemon::SMALL_STACK)
+        .spawn(move || {
+            s.read_stdout(stdout);
+            let _ = done_tx.send(());
+        })
+        .expect("spawn thread");
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("err:{}", req.session))
+        .stack_size(crate::daemon::SMALL_STACK)
+        .spawn(move || s.read_stderr(stderr))
+        .expect("spawn thread");
+    let s = session.clone();
+    std::thread::Builder::new()
+        .name(format!("wait:{}", req.session))
+        .stack_size(WAIT_STACK)
+        .spawn(move || s.supervise(child, done_rx))
+        .expect("spawn thread");
+    Ok(session)
+}
+
+impl Supervised {
+    /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
+    /// wrapper's report that the adapter started. On failure the reason includes the last lines
+    /// the child wrote to stderr.
+    pub fn await_started(&self) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.lease.get().is_none() {
+                let found = self.store().latest_lease_for_session(&self.key);
+                match found {
+                    Ok(Some(l)) if l.root_pid == self.child_pid => {
+                        let _ = self.lease.set(LeaseInfo {
+                            lease_id: l.lease_id.clone(),
+                            root: l.root(),
+                        });
+                        self.sync_events();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(session = %self.key, error = %e, "cannot read the lease yet")
+                    }
+                }
+            }
+            if let Some(info) = self.lease.get() {
+                if let Some(r) = WrapperReport::read(&self.root, &info.lease_id)
+                    .filter(|r| r.wrapper_pid == self.child_pid)
+                {
+                    if r.adapter_pid.is_some() {
+                        self.lock().life.started();
+                        return Ok(());
+                    }
+                    if let Some(code) = r.exit_status {
+                        return Err(self.failure(Some(code)));
+                    }
+                }
+            }
+            let (phase, status) = {
+                let g = self.lock();
+                (g.life.phase(), g.life.exit_status())
+            };
+            if phase == Phase::Ended {
+                if self.lease.get().is_none() {
+                    // leash exec refused before committing a lease of ours: a live lease of the
+                    // session that is not ours is the usual reason.
+                    let found = self.store().active_lease_for_session(&self.key);
+                    if let Ok(Some(l)) = found {
+                        return Err(SpawnError::Conflict {
+                            session_key: self.key.clone(),
+                            lease_id: l.lease_id,
+                        });
+                    }
+                }
+                return Err(self.failure(status));
+            }
+            if Instant::now() >= deadline {
+                return Err(SpawnError::Timeout(START_TIMEOUT));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// After the adapter started: waits up to `wait` for its first line of output (it is alive
+    /// and talking) or for its end. An adapter that dies within the wait — bad config, a missing
+    /// dependency — is reported with its exit status and last stderr lines instead of `running`.
+    pub fn await_early_exit(&self, wait: Duration) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + wait;
+        let mut g = self.lock();
+        loop {
+            if g.life.is_ended() {
+                let status = g.life.exit_status();
+                drop(g);
+                return Err(SpawnError::ExitedAtOnce {
+                    status,
+                    stderr: self.stderr_tail_settled(),
+                });
+            }
+            let now = Instant::now();
+            if g.output_lines > 0 || now >= deadline {
+                return Ok(());
+            }
+            g = self
+                .changed
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The last stderr lines, giving the stderr reader a moment to drain the child's last words.
+    pub(super) fn stderr_tail_settled(&self) -> Vec<String> {
+        let mut tail = Vec::new();
+        for _ in 0..50 {
+            tail = self.lock().stderr_tail.iter().cloned().collect();
+            if !tail.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        tail
+    }
+
+    pub(super) fn failure(&self, status: Option<i32>) -> SpawnError {
+        // The stderr reader may still be draining the child's last words.
+        SpawnError::Failed {
+            status,
+            stderr: self.stderr_tail_settled(),
+        }
+    }
+}

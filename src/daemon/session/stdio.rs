@@ -1,0 +1,531 @@
+//! The adapter's stdio: lines written to its stdin (through the session's [`StdinPipe`]), its
+//! stdout read a chunk at a time, framed into lines, rendered once into stream items bounded by
+//! their encoded size and numbered together, and its stderr logged and streamed.
+
+use super::*;
+
+impl Supervised {
+    /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
+    /// in it. Waits at most `timeout` while the adapter does not read (see [`StdinPipe`]).
+    pub fn write_line(&self, line: &str, timeout: Duration) -> Result<(), PipeError> {
+        // Tracked before the write: a fast adapter may answer before the write call returns,
+        // and its response must find the request.
+        let tracked = self.track_outgoing(classify_outgoing(line));
+        let written = {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+            stdin.write_line(line.as_bytes(), timeout)
+        };
+        let mut g = self.lock();
+        match &written {
+            Ok(()) => g.last_traffic = Instant::now(),
+            Err(_) => {
+                if let Some(key) = tracked {
+                    g.pending.remove(&key);
+                    g.opening.remove(&key);
+                }
+            }
+        }
+        written
+    }
+
+    /// Drops the adapter's stdin (it sees EOF).
+    pub fn close_stdin(&self) {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).close();
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Threads
+
+    /// Reads the adapter's stdout a chunk at a time and numbers every complete line of a chunk
+    /// together (see [`Supervised::push_lines`]): one `read`, one lock and one wake-up of the
+    /// attached readers per chunk rather than per line. Reading line by line cost a busy daemon
+    /// most of its CPU in futex wakes and small reads. A line cut by the chunk's end waits in the
+    /// framer for its rest, so clients see the same lines whatever the chunking.
+    pub(super) fn read_stdout(&self, mut out: impl Read) {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
+        let mut batch = OutBatch::default();
+        loop {
+            let n = match out.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(session = %self.key, error = %e, "reading the adapter's stdout failed");
+                    break;
+                }
+            };
+            // Loaded after the data arrived: a request is tracked before it is written, so a
+            // response in this chunk finds the flag set.
+            let tracking = self.tracking.load(AtomicOrdering::SeqCst);
+            framer.feed(&buf[..n], |raw, truncated| {
+                batch.add(raw, truncated, self.item_cap, tracking)
+            });
+            if !batch.lines.is_empty() {
+                self.push_lines(&mut batch);
+            }
+        }
+        if let Some((raw, truncated)) = framer.finish() {
+            let tracking = self.tracking.load(AtomicOrdering::SeqCst);
+            batch.add(&raw, truncated, self.item_cap, tracking);
+            self.push_lines(&mut batch);
+        }
+    }
+
+    /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
+    /// as the reserved block has seqs left, then one wake-up of the attached readers. When the
+    /// block runs out the lock is dropped to reserve the next (see [`Supervised::output_seq`]).
+    pub(super) fn push_lines(&self, batch: &mut OutBatch) {
+        let mut scratch = String::new();
+        let mut i = 0;
+        let total = batch.lines.len();
+        while i < total {
+            let Some((mut g, mut seq)) = self.output_seq() else {
+                // The session ended while the store failed: this line was counted as dropped,
+                // and so is the rest of the batch.
+                self.lock().output_dropped += (total - i - 1) as u64;
+                break;
+            };
+            g.last_traffic = Instant::now();
+            loop {
+                let line = &mut batch.lines[i];
+                g.output_lines += 1;
+                if let Some((key, session_id)) = line.response.take() {
+                    g.pending.remove(&key);
+                    if let Some(asked) = g.opening.remove(&key) {
+                        if let Some(a) = session_id.or(asked) {
+                            g.acp_sessions.insert(a);
+                        }
+                    }
+                }
+                scratch.clear();
+                use std::fmt::Write as _;
+                let _ = write!(scratch, "\"seq\":{seq},\"type\":\"output\",\"line\":");
+                scratch.push_str(&batch.encoded[line.encoded.clone()]);
+                if line.lossy {
+                    scratch.push_str(",\"lossy\":true");
+                }
+                if line.truncated {
+                    scratch.push_str(",\"truncated\":true");
+                }
+                g.push(seq, Arc::from(scratch.as_str()));
+                i += 1;
+                if i == total {
+                    break;
+                }
+                let Some(next) = g.seqs.take() else {
+                    break;
+                };
+                seq = next;
+            }
+            if g.pending.is_empty() && g.opening.is_empty() {
+                self.tracking.store(false, AtomicOrdering::SeqCst);
+            }
+            drop(g);
+            self.changed.notify_all();
+        }
+        batch.clear();
+    }
+
+    /// Logs each stderr line and streams it as a `stderr` item (same seq space and replay
+    /// buffer as output, so its bounds apply); the last lines are kept for error messages.
+    pub(super) fn read_stderr(&self, err: impl Read) {
+        let mut r = BufReader::new(err);
+        while let Ok(Some((line, truncated))) = read_capped_line(&mut r, MAX_STDERR_LINE) {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            tracing::info!(session = %self.key, "stderr: {text}");
+            // Encoded before any lock is taken; numbered like output (never a seq the store
+            // did not reserve; held while it cannot reserve).
+            let encoded = serde_json::to_string(&text).expect("strings serialise");
+            let Some((mut g, seq)) = self.output_seq() else {
+                continue;
+            };
+            if g.stderr_tail.len() == STDERR_TAIL {
+                g.stderr_tail.pop_front();
+            }
+            let mut body = format!("\"seq\":{seq},\"type\":\"stderr\",\"line\":{encoded}");
+            if truncated {
+                body.push_str(",\"truncated\":true");
+            }
+            g.stderr_tail.push_back(text);
+            g.push_item(seq, body.into(), true);
+            drop(g);
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Room kept in an output item for everything but the line (`"seq":…,"type":"output","line":`,
+/// the `lossy`/`truncated` flags, and the request id a client adds).
+pub(super) const ITEM_OVERHEAD: usize = 160;
+
+/// An item always has room for this much of its line, however small `--replay-bytes` is.
+pub(super) const MIN_ITEM_LINE: usize = 256;
+
+/// How much of the adapter's stdout is read at a time (a pipe holds 64 KiB by default).
+pub(super) const READ_CHUNK: usize = 64 * 1024;
+
+/// One rendered output line of a batch: its encoded JSON string lies in [`OutBatch::encoded`].
+pub(super) struct OutLine {
+    encoded: std::ops::Range<usize>,
+    lossy: bool,
+    truncated: bool,
+    /// The id (as its JSON text) and ACP session id of a JSON-RPC response in the line.
+    response: Option<(String, Option<String>)>,
+}
+
+/// The lines of one read, rendered before any lock is taken: the lossy UTF-8 check, the bounded
+/// JSON encoding (into one buffer for the whole batch), and — only while requests await
+/// responses — the JSON-RPC classification.
+#[derive(Default)]
+pub(super) struct OutBatch {
+    encoded: String,
+    lines: Vec<OutLine>,
+}
+
+impl OutBatch {
+    pub(super) fn add(&mut self, raw: &[u8], truncated: bool, cap: usize, tracking: bool) {
+        let text = String::from_utf8_lossy(raw);
+        let lossy = matches!(text, std::borrow::Cow::Owned(_));
+        let start = self.encoded.len();
+        let cut = encode_bounded_into(&mut self.encoded, &text, cap);
+        let response = if tracking {
+            match classify_incoming(&text) {
+                Incoming::Response { id, session_id } => Some((id.to_string(), session_id)),
+                Incoming::Other => None,
+            }
+        } else {
+            None
+        };
+        self.lines.push(OutLine {
+            encoded: start..self.encoded.len(),
+            lossy,
+            truncated: truncated || cut,
+            response,
+        });
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.lines.clear();
+        self.encoded.clear();
+        // A batch that held one huge line does not keep its buffer.
+        if self.encoded.capacity() > 4 * READ_CHUNK {
+            self.encoded.shrink_to(READ_CHUNK);
+        }
+    }
+}
+
+/// Splits a byte stream into lines of at most `cap` bytes (the rest of a longer line is
+/// discarded and the line marked truncated), whatever the chunks it arrives in. A `\r` before
+/// the `\n` is dropped.
+pub(super) struct LineFramer {
+    cap: usize,
+    /// The start of a line whose newline has not arrived yet.
+    partial: Vec<u8>,
+    truncated: bool,
+    any: bool,
+}
+
+impl LineFramer {
+    pub(super) fn new(cap: usize) -> LineFramer {
+        LineFramer {
+            cap,
+            partial: Vec::new(),
+            truncated: false,
+            any: false,
+        }
+    }
+
+    /// Calls `line` with every line completed by `chunk`, in order.
+    pub(super) fn feed(&mut self, mut chunk: &[u8], mut line: impl FnMut(&[u8], bool)) {
+        while let Some(i) = memchr_newline(chunk) {
+            let (head, rest) = (&chunk[..i], &chunk[i + 1..]);
+            if !self.any {
+                // The whole line is in this chunk: no copy.
+                let (kept, cut) = if head.len() > self.cap {
+                    (&head[..self.cap], true)
+                } else {
+                    (head, false)
+                };
+                line(strip_cr(kept), cut);
+            } else {
+                self.append(head);
+                let truncated = self.truncated;
+                line(strip_cr(&self.partial), truncated);
+                self.reset();
+            }
+            chunk = rest;
+        }
+        if !chunk.is_empty() {
+            self.append(chunk);
+        }
+    }
+
+    pub(super) fn append(&mut self, bytes: &[u8]) {
+        self.any = true;
+        let room = self.cap.saturating_sub(self.partial.len());
+        if bytes.len() > room {
+            self.truncated = true;
+        }
+        self.partial
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.partial.clear();
+        if self.partial.capacity() > 4 * READ_CHUNK {
+            self.partial.shrink_to(READ_CHUNK);
+        }
+        self.truncated = false;
+        self.any = false;
+    }
+
+    /// The last line, when the stream ended without a newline after it.
+    pub(super) fn finish(&mut self) -> Option<(Vec<u8>, bool)> {
+        if !self.any {
+            return None;
+        }
+        let mut l = std::mem::take(&mut self.partial);
+        if l.last() == Some(&b'\r') {
+            l.pop();
+        }
+        let t = self.truncated;
+        self.reset();
+        Some((l, t))
+    }
+}
+
+pub(super) fn memchr_newline(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+pub(super) fn strip_cr(l: &[u8]) -> &[u8] {
+    match l.last() {
+        Some(b'\r') => &l[..l.len() - 1],
+        _ => l,
+    }
+}
+
+/// The adapter's line as a JSON string of at most `cap` bytes, quotes included, and whether it
+/// had to be cut. Bounds are on the *encoded* size: JSON escaping turns a control byte into six
+/// bytes (`\u0001`), so a line of 8 MiB could otherwise become an item of 48 MiB. The cut falls
+/// on a character boundary.
+#[cfg(test)]
+pub(super) fn encode_bounded(text: &str, cap: usize) -> (String, bool) {
+    let mut out = String::with_capacity(text.len().min(cap) + 2);
+    let cut = encode_bounded_into(&mut out, text, cap);
+    (out, cut)
+}
+
+/// [`encode_bounded`] appended to `out`; returns whether the line was cut. Escapes as
+/// serde_json does (`\"`, `\\`, `\b\f\n\r\t`, other control bytes as `\u00XX`), copying the
+/// runs between escapes whole.
+pub(super) fn encode_bounded_into(out: &mut String, text: &str, cap: usize) -> bool {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let budget = cap.saturating_sub(2);
+    let bytes = text.as_bytes();
+    // The common line needs no escape and fits: one copy. The check has no early exit so that
+    // it vectorises (a 1 KiB line is checked in a few dozen instructions).
+    let needs_escape = bytes.iter().fold(false, |acc, &b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape && bytes.len() <= budget {
+        out.reserve(bytes.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return false;
+    }
+    let start_len = out.len();
+    out.push('"');
+    let mut used = 0;
+    let mut run = 0; // start of the run of bytes copied as they are
+    let mut end = bytes.len();
+    for (i, &b) in bytes.iter().enumerate() {
+        let n = match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        };
+        if used + n > budget {
+            // Cut on a character boundary at or before this byte (escaped bytes are ASCII,
+            // so everything before the boundary fits).
+            let mut j = i;
+            while !text.is_char_boundary(j) {
+                j -= 1;
+            }
+            end = j;
+            break;
+        }
+        used += n;
+        if n > 1 {
+            out.push_str(&text[run..i]);
+            match b {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                0x08 => out.push_str("\\b"),
+                0x0c => out.push_str("\\f"),
+                _ => {
+                    out.push_str("\\u00");
+                    out.push(HEX[(b >> 4) as usize] as char);
+                    out.push(HEX[(b & 0xf) as usize] as char);
+                }
+            }
+            run = i + 1;
+        }
+    }
+    // An escaped byte is ASCII, so the run after it starts on a boundary at or before the cut.
+    out.push_str(&text[run..end]);
+    out.push('"');
+    debug_assert!(out.len() - start_len <= cap.max(2));
+    end < bytes.len()
+}
+
+/// Reads one line of at most `cap` bytes (the rest of a longer line is discarded). `None` at
+/// end of stream; a final line without a newline is returned.
+pub(super) fn read_capped_line(
+    r: &mut impl BufRead,
+    cap: usize,
+) -> io::Result<Option<(Vec<u8>, bool)>> {
+    let mut line = Vec::new();
+    let mut truncated = false;
+    let mut any = false;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any.then_some((line, truncated)));
+        }
+        any = true;
+        let (chunk, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        let room = cap.saturating_sub(line.len());
+        if chunk.len() > room {
+            truncated = true;
+        }
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        r.consume(used);
+        if done {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(Some((line, truncated)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn items_are_bounded_by_their_encoded_size() {
+        let controls = "\u{1}".repeat(1000);
+        let (enc, cut) = encode_bounded(&controls, 602);
+        assert!(cut);
+        assert_eq!(enc.len(), 602, "100 escaped bytes of six plus the quotes");
+        assert_eq!(
+            serde_json::from_str::<String>(&enc).unwrap(),
+            "\u{1}".repeat(100)
+        );
+        let mixed = "aé\"\n\u{7f}✓\u{2}".repeat(50);
+        for cap in 2..400 {
+            let (enc, cut) = encode_bounded(&mixed, cap);
+            assert!(enc.len() <= cap.max(2), "cap {cap}: {}", enc.len());
+            let back: String = serde_json::from_str(&enc).unwrap();
+            assert!(mixed.starts_with(&back));
+            assert_eq!(cut, back.len() < mixed.len());
+        }
+        let (enc, cut) = encode_bounded("plain", 100);
+        assert_eq!((enc.as_str(), cut), ("\"plain\"", false));
+    }
+
+    /// The framer gives the same lines as the line-at-a-time reader, however the stream is cut
+    /// into chunks: many lines in one chunk, a line across chunks, a `\r\n` split between two
+    /// chunks, lines longer than the cap, a last line without a newline.
+    #[test]
+    pub(super) fn framed_lines_do_not_depend_on_the_chunking() {
+        let mut data = Vec::new();
+        for i in 0..300 {
+            data.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+        data.extend_from_slice(b"crlf\r\n\n\r\n");
+        data.extend_from_slice(&[b'z'; 5000]);
+        data.extend_from_slice(b"\r\nshort\n");
+        data.extend_from_slice(&[b'w'; 100]);
+        data.extend_from_slice(b"\nno newline at the end");
+        for cap in [1, 7, 64, 4096, 1 << 20] {
+            let mut r = BufReader::with_capacity(16, &data[..]);
+            let mut want = Vec::new();
+            while let Some(l) = read_capped_line(&mut r, cap).unwrap() {
+                want.push(l);
+            }
+            for chunk in [1, 2, 3, 5, 64, 1000, data.len()] {
+                let mut f = LineFramer::new(cap);
+                let mut got = Vec::new();
+                for c in data.chunks(chunk) {
+                    f.feed(c, |l, t| got.push((l.to_vec(), t)));
+                }
+                got.extend(f.finish());
+                assert_eq!(got, want, "cap {cap}, chunks of {chunk}");
+            }
+        }
+        let mut f = LineFramer::new(10);
+        f.feed(b"", |_, _| panic!("no line"));
+        assert_eq!(f.finish(), None, "an empty stream has no last line");
+    }
+
+    #[test]
+    pub(super) fn a_batch_renders_each_line_once_into_one_buffer() {
+        let mut b = OutBatch::default();
+        b.add(b"plain", false, 100, false);
+        b.add(b"\xff\"q\"", false, 100, false);
+        b.add(&[b'x'; 50], false, 20, false);
+        b.add(
+            br#"{"jsonrpc":"2.0","id":7,"result":{"sessionId":"a"}}"#,
+            true,
+            100,
+            true,
+        );
+        let enc = |i: usize| &b.encoded[b.lines[i].encoded.clone()];
+        assert_eq!(enc(0), "\"plain\"");
+        assert_eq!(enc(1), "\"\u{fffd}\\\"q\\\"\"");
+        assert!(b.lines[1].lossy && !b.lines[0].lossy);
+        assert_eq!(enc(2).len(), 20);
+        assert!(b.lines[2].truncated && b.lines[3].truncated);
+        assert_eq!(
+            b.lines[3].response,
+            Some(("7".to_string(), Some("a".to_string())))
+        );
+        assert_eq!(b.lines[0].response, None);
+        b.clear();
+        assert!(b.lines.is_empty() && b.encoded.is_empty());
+    }
+
+    #[test]
+    pub(super) fn capped_lines() {
+        let data = b"short\nlooooooong\r\nend";
+        let mut r = BufReader::with_capacity(3, &data[..]);
+        assert_eq!(
+            read_capped_line(&mut r, 4).unwrap(),
+            Some((b"shor".to_vec(), true))
+        );
+        assert_eq!(
+            read_capped_line(&mut r, 100).unwrap(),
+            Some((b"looooooong".to_vec(), false))
+        );
+        assert_eq!(
+            read_capped_line(&mut r, 100).unwrap(),
+            Some((b"end".to_vec(), false))
+        );
+        assert_eq!(read_capped_line(&mut r, 100).unwrap(), None);
+    }
+}
