@@ -79,7 +79,7 @@ use common::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -349,6 +349,9 @@ struct Registry {
     /// Keyed by instance, not pid number: with pids forced and recycled all the time, a pid
     /// number can name several of the harness's children over a run.
     children: Vec<(Pid, Child)>,
+    /// Exit statuses of owners reaped by `reap_children` before `check_owner` looked: kept so
+    /// an unexpected owner death can still say how it ended.
+    exited_owners: Vec<(Pid, std::process::ExitStatus)>,
 }
 
 struct Shared {
@@ -406,9 +409,46 @@ impl Shared {
 
     /// Reaps registered children that have exited (keeps zombies from piling up).
     fn reap_children(&self) {
+        let owners = self.owners.lock().unwrap().clone();
         let mut r = self.registry.lock().unwrap();
-        r.children
-            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+        let mut exited = Vec::new();
+        r.children.retain_mut(|(p, c)| match c.try_wait() {
+            Ok(Some(status)) => {
+                if owners.contains(p) {
+                    exited.push((*p, status));
+                }
+                false
+            }
+            _ => true,
+        });
+        r.exited_owners.extend(exited);
+    }
+
+    /// How a registered child ended: its exit status (reaping it now if it is a zombie), or why
+    /// none is known.
+    fn exit_status_of(&self, pid: Pid) -> String {
+        let mut r = self.registry.lock().unwrap();
+        if let Some(&(_, status)) = r.exited_owners.iter().find(|(p, _)| *p == pid) {
+            return format!("{status}");
+        }
+        let Some(i) = r.children.iter().position(|(p, _)| *p == pid) else {
+            return "unknown (not a registered child)".to_string();
+        };
+        // `alive()` is false for a zombie, so the status is there or about to be.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match r.children[i].1.try_wait() {
+                Ok(Some(status)) => {
+                    r.children.swap_remove(i);
+                    return format!("{status}");
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Ok(None) => return "still running (its pid no longer reads as alive)".into(),
+                Err(e) => return format!("unknown (try_wait: {e})"),
+            }
+        }
     }
 
     fn wait_child(&self, pid: Pid) {
@@ -584,14 +624,27 @@ impl Owner {
         sh.owners.lock().unwrap().push(pid);
         let socket = root.state.join("leash.sock");
         if ready {
+            // Ready means this daemon holds the lock (daemon.lock names it) and the socket
+            // answers: a connect alone can reach a listener a SIGKILLed predecessor left open in
+            // a child it was forking, and this daemon may still be about to refuse to start.
+            let lock = root.state.join("daemon.lock");
+            let named = format!("\"pid\":{}", pid.pid);
             let up = wait_for(|| {
-                !pid.alive() || std::os::unix::net::UnixStream::connect(&socket).is_ok()
+                !pid.alive()
+                    || (std::fs::read_to_string(&lock).is_ok_and(|t| t.contains(&named))
+                        && std::os::unix::net::UnixStream::connect(&socket).is_ok())
             });
-            assert!(
-                up && pid.alive(),
-                "leash serve for root {} did not come up",
-                root.index
-            );
+            if !(up && pid.alive()) {
+                let status = sh.exit_status_of(pid);
+                let log = tail(&root.work.join("leash-stderr.log"), 40);
+                panic!(
+                    "leash serve for root {} (pid {}) did not come up: {status}; \
+                     daemon.lock is open in: {}; last lines of leash-stderr.log:\n{log}",
+                    root.index,
+                    pid.pid,
+                    holders(&lock)
+                );
+            }
         }
         Owner {
             pid,
@@ -768,8 +821,13 @@ impl<'a> Worker<'a> {
     fn check_owner(&mut self) {
         if let Some(o) = &self.owner {
             if !o.pid.alive() {
+                // The root's work directory (and its log) goes with the temporary directory:
+                // keep the evidence in the failure message.
+                let status = self.sh.exit_status_of(o.pid);
+                let log = tail(&self.root.work.join("leash-stderr.log"), 40);
                 self.sh.unexpected.lock().unwrap().push(format!(
-                    "the {} of root {} (pid {}) died without being killed",
+                    "the {} of root {} (pid {}) died without being killed: {status}; \
+                     last lines of leash-stderr.log:\n{log}",
                     o.name(),
                     self.root.index,
                     o.pid.pid
@@ -1225,6 +1283,59 @@ fn has_strace() -> bool {
 }
 
 /// Spawns `cmd` so that it gets pid `target`, retrying when another process takes the pid first.
+/// The processes that have `path` open (pid, state, argv): who holds a lock a daemon was refused.
+fn holders(path: &Path) -> String {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let fds = std::fs::read_dir(entry.path().join("fd"))
+            .into_iter()
+            .flatten();
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        {
+            let argv = std::fs::read(entry.path().join("cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            found.push(format!(
+                "pid {pid} state {:?} ppid {:?}: {argv}",
+                proc_state(pid),
+                ppid_of(pid)
+            ));
+        }
+    }
+    if found.is_empty() {
+        "no process".into()
+    } else {
+        found.join("; ")
+    }
+}
+
+fn ppid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The last `n` lines of a log file (or why it could not be read).
+fn tail(path: &Path, n: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
 fn spawn_with_pid(target: i32, cmd: &mut Command) -> Option<Child> {
     for _ in 0..200 {
         if Pid::of(target).is_some() {

@@ -137,6 +137,10 @@ pub struct LockInfo {
     pub listener_pid: Option<i32>,
 }
 
+/// How long a starting daemon waits for clients' shared probes of the lock file to end before it
+/// gives up (a probe lasts microseconds; this bounds a client descheduled while holding one).
+const LOCK_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The lock file of a state root.
 pub fn lock_path(root: &StateRoot) -> PathBuf {
     root.dir().join(LOCK_FILE)
@@ -638,26 +642,48 @@ fn lock_state_root(root: &StateRoot, socket: &Path) -> Result<Flock<File>, Serve
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .map_err(io_err)?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(lock),
-        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            let held: Option<LockInfo> = serde_json::from_str(&text).ok();
-            Err(ServeError::AlreadyRunning {
-                pid: held
-                    .as_ref()
-                    .map_or("unknown".into(), |h| h.pid.to_string()),
-                root: root.dir().to_path_buf(),
-                socket: held
-                    .map(|h| h.socket)
-                    .unwrap_or_else(|| socket.to_path_buf())
-                    .display()
-                    .to_string(),
-            })
+    // Clients probe the lock with a momentary shared lock (`client::daemon_pid`): a start that
+    // meets only that probe waits for it instead of refusing as if a daemon held the root. A
+    // daemon holds the lock exclusively, so a shared lock we can take means no daemon does.
+    let deadline = std::time::Instant::now() + LOCK_PROBE_WAIT;
+    let mut file = file;
+    let refused = loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                match Flock::lock(f, FlockArg::LockSharedNonblock) {
+                    Ok(shared) if std::time::Instant::now() < deadline => {
+                        file = shared
+                            .unlock()
+                            .map_err(|(_, e)| io_err(io::Error::from(e)))?;
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Ok(shared) => {
+                        break shared
+                            .unlock()
+                            .map_err(|(_, e)| io_err(io::Error::from(e)))?
+                    }
+                    Err((f, _)) => break f,
+                }
+            }
+            Err((_, errno)) => return Err(io_err(io::Error::from(errno))),
         }
-        Err((_, errno)) => Err(io_err(io::Error::from(errno))),
-    }
+    };
+    let mut file = refused;
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let held: Option<LockInfo> = serde_json::from_str(&text).ok();
+    Err(ServeError::AlreadyRunning {
+        pid: held
+            .as_ref()
+            .map_or("unknown".into(), |h| h.pid.to_string()),
+        root: root.dir().to_path_buf(),
+        socket: held
+            .map(|h| h.socket)
+            .unwrap_or_else(|| socket.to_path_buf())
+            .display()
+            .to_string(),
+    })
 }
 
 fn write_lock_info(lock: &Flock<File>, info: &LockInfo) {
