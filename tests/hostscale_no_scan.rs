@@ -6,69 +6,14 @@
 //! was SIGKILLed — is found and terminated by `reap`'s one host-wide pass. Live processes, a
 //! real store; a decoy started by the test survives.
 mod common;
+use common::counting::Counting;
 use common::*;
-use leash::lease::ProcessId;
 use leash::lifecycle::{CloseResult, Controller, LeaseRef};
 use leash::plan::ReapOptions;
-use leash::proc::{LiveTable, Liveness, ProcessInfo, ProcessTable, Snapshot, TableError};
 use leash::state::StateRoot;
 use leash::store::Store;
 use leash::verify::Expect;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// The live table, counting what is read through it.
-#[derive(Default)]
-struct Counting {
-    /// Host-wide passes (`snapshot`, `scan`).
-    host_scans: AtomicUsize,
-    /// Process entries read, by any method.
-    entries: AtomicUsize,
-}
-
-impl Counting {
-    fn scans(&self) -> usize {
-        self.host_scans.load(Ordering::SeqCst)
-    }
-    fn entries(&self) -> usize {
-        self.entries.load(Ordering::SeqCst)
-    }
-    fn count(&self, n: usize) {
-        self.entries.fetch_add(n, Ordering::SeqCst);
-    }
-}
-
-impl ProcessTable for Counting {
-    fn snapshot(&self) -> Result<Snapshot, TableError> {
-        self.host_scans.fetch_add(1, Ordering::SeqCst);
-        let s = LiveTable.snapshot()?;
-        self.count(s.len());
-        Ok(s)
-    }
-    fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
-        self.host_scans.fetch_add(1, Ordering::SeqCst);
-        let s = LiveTable.scan(wants)?;
-        self.count(s.len());
-        Ok(s)
-    }
-    fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
-        self.count(1);
-        LiveTable.process(pid)
-    }
-    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
-        self.count(1);
-        LiveTable.process_stat(pid)
-    }
-    fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
-        let s = LiveTable.subtree(root)?;
-        self.count(s.len().max(1));
-        Ok(s)
-    }
-    fn liveness(&self, id: ProcessId, ino: Option<u64>) -> Result<Liveness, TableError> {
-        self.count(1);
-        LiveTable.liveness(id, ino)
-    }
-}
 
 #[test]
 fn a_marker_carrying_escapee_is_reaped_while_exec_and_close_scan_nothing() {

@@ -6,63 +6,11 @@
 //! escapees are found only by their markers; uncontained, once more when something outlived its
 //! grace). Live processes, a real store.
 mod common;
+use common::counting::Counting;
 use common::*;
 use leash::lease::ProcessId;
-use leash::proc::{LiveTable, Liveness, ProcessInfo, ProcessTable, Snapshot, TableError};
 use leash::state::StateRoot;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-/// The live table, counting what is read through it.
-#[derive(Default)]
-struct Counting {
-    host_scans: AtomicUsize,
-    entries: AtomicUsize,
-}
-
-impl Counting {
-    fn scans(&self) -> usize {
-        self.host_scans.load(Ordering::SeqCst)
-    }
-    fn entries(&self) -> usize {
-        self.entries.load(Ordering::SeqCst)
-    }
-    fn count(&self, n: usize) {
-        self.entries.fetch_add(n, Ordering::SeqCst);
-    }
-}
-
-impl ProcessTable for Counting {
-    fn snapshot(&self) -> Result<Snapshot, TableError> {
-        self.host_scans.fetch_add(1, Ordering::SeqCst);
-        let s = LiveTable.snapshot()?;
-        self.count(s.len());
-        Ok(s)
-    }
-    fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
-        self.host_scans.fetch_add(1, Ordering::SeqCst);
-        let s = LiveTable.scan(wants)?;
-        self.count(s.len());
-        Ok(s)
-    }
-    fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
-        self.count(1);
-        LiveTable.process(pid)
-    }
-    fn process_stat(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
-        self.count(1);
-        LiveTable.process_stat(pid)
-    }
-    fn subtree(&self, root: i32) -> Result<Snapshot, TableError> {
-        let s = LiveTable.subtree(root)?;
-        self.count(s.len().max(1));
-        Ok(s)
-    }
-    fn liveness(&self, id: ProcessId, ino: Option<u64>) -> Result<Liveness, TableError> {
-        self.count(1);
-        LiveTable.liveness(id, ino)
-    }
-}
 
 /// A process id that is not the one of any lease's owner or claimant (the daemon's `me`).
 fn me() -> ProcessId {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod apt;
+pub mod counting;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
