@@ -46,16 +46,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let sleepers_n = if cfg.quick { 200 } else { 2_000 };
     for crowd in [0, sleepers_n] {
         let mut sleepers = Children::new();
-        for _ in 0..crowd {
-            let c = Command::new(&env.sleep)
-                .arg("3600")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start sleeper {}: {e}", sleepers.len()))?;
-            sleepers.push(c);
-        }
+        sleepers.grow_sleepers(&env.sleep, crowd)?;
         let host = if crowd == 0 {
             "quiet".to_string()
         } else {

@@ -100,21 +100,6 @@ impl Subject {
     }
 }
 
-/// Starts `sleep`s until `children` holds `n`.
-fn grow(env: &Env, children: &mut Children, n: usize) -> Result<(), String> {
-    while children.len() < n {
-        let c = Command::new(&env.sleep)
-            .arg("3600")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("starting unrelated process {}: {e}", children.len() + 1))?;
-        children.push(c);
-    }
-    Ok(())
-}
-
 fn host_processes() -> usize {
     std::fs::read_dir("/proc")
         .map(|rd| {
@@ -199,7 +184,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut results: Vec<(usize, usize, Vec<Figures>)> = Vec::new();
     for &n in &levels {
         eprintln!("leash-bench: hostscale: {n} unrelated processes");
-        grow(env, &mut sleepers, n)?;
+        sleepers.grow_sleepers(&env.sleep, n)?;
         let mut figs = vec![Figures::default(); subjects.len()];
         // In turns, a few runs at a time, so load bursts hit every build alike.
         for _ in 0..3 {

@@ -197,6 +197,22 @@ impl Children {
         self.list.len()
     }
 
+    /// Starts `sleep 3600`s (unrelated processes for the busy-host rounds) until `n` children
+    /// are held.
+    pub fn grow_sleepers(&mut self, sleep: &Path, n: usize) -> Result<(), String> {
+        while self.len() < n {
+            let c = std::process::Command::new(sleep)
+                .arg("3600")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("starting unrelated process {}: {e}", self.len() + 1))?;
+            self.push(c);
+        }
+        Ok(())
+    }
+
     /// Reaps every child, waiting up to `patience` for each to exit by itself, then kills the
     /// rest. Returns how many had to be killed.
     pub fn finish(&mut self, patience: Duration) -> usize {

@@ -83,16 +83,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
 
     // The crowd.
     let mut sleepers = Children::new();
-    for _ in 0..cfg.extra_procs {
-        let c = Command::new(&env.sleep)
-            .arg("600")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start sleeper {}: {e}", sleepers.len()))?;
-        sleepers.push(c);
-    }
+    sleepers.grow_sleepers(&env.sleep, cfg.extra_procs)?;
     let host_procs = LiveTable.snapshot().map_err(|e| e.to_string())?.len();
     let marker = lease.lease_id.clone();
 
