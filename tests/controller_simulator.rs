@@ -63,6 +63,15 @@ fn caller(doc: &Value) -> Caller {
     }
 }
 
+/// A controller over the fixture's state root that signals through the recording signaller on
+/// its scripted clock, as the fixture's caller, without containment.
+fn simulated<'a>(root: StateRoot, sim: &'a RecordingSignaller, doc: &Value) -> Controller<'a> {
+    Controller::open(root, sim)
+        .unwrap()
+        .with_containment(&leash::cgroup::Settings::default_off())
+        .with_signaller(sim, sim, caller(doc))
+}
+
 fn tempdir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("leash-sim-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -104,10 +113,7 @@ fn escapee_ignoring_term_is_killed_when_the_grace_ends() {
     );
     let sim = RecordingSignaller::new(table, script);
     let lease = leases(&doc).remove(0);
-    let mut ctl = Controller::open(root, &sim)
-        .unwrap()
-        .with_containment(&leash::cgroup::Settings::default_off())
-        .with_signaller(&sim, &sim, caller(&doc));
+    let mut ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
     let out = ctl
         .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
@@ -165,10 +171,7 @@ fn reused_root_pid_and_unverifiable_table_signal_nobody() {
         let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
         let sim = RecordingSignaller::new(table, HashMap::new());
         let lease = leases(&doc).remove(0);
-        let mut ctl = Controller::open(root, &sim)
-            .unwrap()
-            .with_containment(&leash::cgroup::Settings::default_off())
-            .with_signaller(&sim, &sim, caller(&doc));
+        let mut ctl = simulated(root, &sim, &doc);
         ctl.store().insert_lease(&lease, None, |_| None).unwrap();
         let out = ctl
             .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
@@ -315,10 +318,7 @@ fn simulate(case: &str, verb: &str) -> Value {
         .map(|(pid, exit)| (pid.parse::<i32>().unwrap(), exit))
         .collect();
     let sim = RecordingSignaller::new(table, script);
-    let mut ctl = Controller::open(root, &sim)
-        .unwrap()
-        .with_containment(&leash::cgroup::Settings::default_off())
-        .with_signaller(&sim, &sim, caller(&doc));
+    let mut ctl = simulated(root, &sim, &doc);
     for l in leases(&doc) {
         ctl.store().insert_lease(&l, None, |_| None).unwrap();
     }
@@ -474,10 +474,7 @@ fn escapee_outside_a_live_wrappers_tree_is_taken_by_the_next_reap() {
     let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
     let sim = RecordingSignaller::new(table, HashMap::new());
     let lease = leases(&doc).remove(0);
-    let mut ctl = Controller::open(root, &sim)
-        .unwrap()
-        .with_containment(&leash::cgroup::Settings::default_off())
-        .with_signaller(&sim, &sim, caller(&doc));
+    let mut ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
     let opts = ReapOptions {
         include_live: false,
