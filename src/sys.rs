@@ -5,13 +5,6 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// `sysconf(_SC_CLK_TCK)`: clock ticks per second, the unit of `/proc/<pid>/stat` start times
-/// (≤ 0 when it cannot be read).
-pub fn clock_ticks_per_second() -> i64 {
-    // SAFETY: sysconf only reads a system constant.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as i64 }
-}
-
 /// Takes ownership of a descriptor this process was handed when it started (socket activation:
 /// systemd's `LISTEN_FDS`). Call it once per such descriptor, and for nothing else: whatever
 /// owns a descriptor closes it.

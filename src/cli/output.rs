@@ -20,7 +20,7 @@ fn word<T: Serialize>(v: &T) -> String {
 /// How long ago a process started, from its start time in clock ticks since boot
 /// (`/proc/<pid>/stat` field 22): "started 4s ago", or the raw ticks when the clock cannot be read.
 pub(super) fn started(start_ticks: u64) -> String {
-    let hz = crate::sys::clock_ticks_per_second();
+    let hz = procfs::ticks_per_second() as i64;
     let uptime = std::fs::read_to_string("/proc/uptime")
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok());
@@ -205,7 +205,7 @@ pub fn cancelled(c: &Cancelled, json: bool) {
         print_json(c);
         return;
     }
-    cancel(&c.outcome, false);
+    cancel(&c.outcome);
     let Some(n) = &c.notice else {
         return;
     };
@@ -295,15 +295,11 @@ pub fn close(outcomes: &[CloseOutcome], json: bool) {
     }
 }
 
-pub fn cancel(o: &CancelOutcome, json: bool) {
-    if json {
-        print_json(o);
-    } else {
-        println!(
-            "cancel recorded for lease {} (session {}, event {}); nothing signalled",
-            o.lease_id, o.session_key, o.seq
-        );
-    }
+fn cancel(o: &CancelOutcome) {
+    println!(
+        "cancel recorded for lease {} (session {}, event {}); nothing signalled",
+        o.lease_id, o.session_key, o.seq
+    );
 }
 
 fn decision_line(d: &Decision, grace_ms: u64) -> String {

@@ -195,11 +195,6 @@ impl Supervised {
         !self.lock().pending.is_empty()
     }
 
-    /// How long ago the last line went either way.
-    pub fn idle_for(&self) -> Duration {
-        self.lock().last_traffic.elapsed()
-    }
-
     /// When the session ended, if it did.
     pub fn ended_at(&self) -> Option<Instant> {
         self.lock().life.ended_at()
