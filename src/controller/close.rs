@@ -254,7 +254,6 @@ impl<'t> Controller<'t> {
             match lp.decision {
                 Decision::Terminate => {
                     let key = lease.session_key.clone();
-                    let lease_id = lease.lease_id.clone();
                     let mut job = Job::new(
                         JobKind::Lease(lease),
                         key,
@@ -264,7 +263,6 @@ impl<'t> Controller<'t> {
                         self.clock.now(),
                     );
                     job.cgroup = cg;
-                    job.lease_id = Some(lease_id);
                     jobs.push(job);
                 }
                 Decision::MarkLost { mut reason } => {

@@ -112,6 +112,15 @@ enum JobKind {
     Legacy(LegacyRecord),
 }
 
+impl terminate::Subject for JobKind {
+    fn lease_id(&self) -> Option<&str> {
+        match self {
+            JobKind::Lease(l) => Some(&l.lease_id),
+            JobKind::Legacy(_) => None,
+        }
+    }
+}
+
 /// The leases some thread of this process is closing right now (see [`Controller::claim_all`]),
 /// each named by its database's gateway instance id and its lease id: two stores open in one
 /// process (two state roots, or the controller simulator's cases running as threads of one test

@@ -242,17 +242,14 @@ impl<'t> Controller<'t> {
             let Some(lease) = self.store.lease(&lp.lease_id)? else {
                 continue;
             };
-            let lease_id = lease.lease_id.clone();
-            let mut job = Job::new(
+            jobs.push(Job::new(
                 JobKind::Lease(lease),
                 lp.session_key.clone(),
                 lp.grace_ms,
                 lp.signals.clone(),
                 lp.refused.clone(),
                 self.clock.now(),
-            );
-            job.lease_id = Some(lease_id);
-            jobs.push(job);
+            ));
         }
         if jobs.is_empty() {
             return Ok(Vec::new());

@@ -60,8 +60,12 @@ pub struct Job<K> {
     stage: Stage,
     /// The lease's verified cgroup (path, id), killed at the end of the grace and removed.
     pub cgroup: Option<(PathBuf, u64)>,
-    /// The lease this job terminates (none for a legacy record): named in its log lines.
-    pub lease_id: Option<String>,
+}
+
+/// What a job terminates, as its log lines name it.
+pub trait Subject {
+    /// The lease's id (none for a legacy record).
+    fn lease_id(&self) -> Option<&str>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,10 +99,11 @@ impl<K> Job<K> {
             deadline: now,
             stage: Stage::Terminating,
             cgroup: None,
-            lease_id: None,
         }
     }
+}
 
+impl<K: Subject> Job<K> {
     /// The span its signals are logged in: `session` and `lease_id` on every line (the JSON log
     /// lifts span fields to the top level).
     fn span(&self) -> tracing::Span {
@@ -107,8 +112,8 @@ impl<K> Job<K> {
             session = %self.session_key,
             lease_id = tracing::field::Empty
         );
-        if let Some(id) = &self.lease_id {
-            span.record("lease_id", id.as_str());
+        if let Some(id) = self.kind.lease_id() {
+            span.record("lease_id", id);
         }
         span
     }
@@ -187,7 +192,7 @@ impl Engine<'_> {
     /// its surviving non-root members get SIGKILL, and its root (the wrapper, which exits by
     /// itself once its tree is gone, writing the adapter's exit status) gets SIGKILL only if it
     /// is still there [`ROOT_GRACE`] later. All jobs' graces run at the same time.
-    pub fn run_jobs<K>(&self, jobs: &mut [Job<K>]) {
+    pub fn run_jobs<K: Subject>(&self, jobs: &mut [Job<K>]) {
         let sg = self.signaller;
         for j in jobs.iter_mut() {
             let span = j.span();
@@ -335,7 +340,7 @@ impl Engine<'_> {
     /// cgroup needs none: whatever it forked is in the cgroup, which the caller kills and empties,
     /// so no walk of the whole process table is spent on it. `lease_of` names each job's lease
     /// (`None`: not a lease, no look).
-    pub fn late_sweep<K>(
+    pub fn late_sweep<K: Subject>(
         &self,
         jobs: &mut [Job<K>],
         lease_of: impl Fn(&K) -> Option<&Lease>,

@@ -199,21 +199,6 @@ pub fn send(p: &Pinned, sig: Sig) -> Result<Delivery, SignalError> {
     PidfdSignaller.send(p, sig)
 }
 
-/// [`PidfdSignaller::send_group`].
-pub fn send_group(p: &Pinned, sig: Sig, caller: &Caller) -> Result<Delivery, SignalError> {
-    PidfdSignaller.send_group(p, sig, caller)
-}
-
-/// [`PidfdSignaller::exited`].
-pub fn exited(p: &Pinned) -> bool {
-    PidfdSignaller.exited(p)
-}
-
-/// [`PidfdSignaller::wait`].
-pub fn wait_all(pins: &[&Pinned], deadline: Instant) -> Vec<usize> {
-    PidfdSignaller.wait(pins, deadline)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,7 +290,7 @@ mod tests {
         assert_eq!(status.signal(), Some(libc::SIGTERM));
         // The process is reaped: the pidfd now names a dead process, never a successor.
         assert_eq!(send(&p, Sig::Kill).unwrap(), Delivery::AlreadyGone);
-        assert!(exited(&p));
+        assert!(PidfdSignaller.exited(&p));
     }
 
     #[test]
