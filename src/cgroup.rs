@@ -165,13 +165,18 @@ impl Containment {
     /// Decides containment for this process: never fails; an unusable setup is reported as
     /// `unavailable` with the reason, and leash then behaves as it does without cgroups.
     pub fn resolve(settings: &Settings, gateway_id: &str) -> Containment {
-        let mut c = Containment::resolve_lean(settings, gateway_id);
-        if let (Some(root), Some(gw)) = (&c.root, &c.gateway_root) {
-            c.controllers = read_list(&gw.join("cgroup.subtree_control"))
+        Containment::resolve_lean(settings, gateway_id).with_controllers()
+    }
+
+    /// The controllers available for limits, read now (one or two `cgroup.subtree_control`
+    /// files): what a long-lived process that resolved the rest once re-reads for each report.
+    pub fn with_controllers(mut self) -> Containment {
+        if let (Some(root), Some(gw)) = (&self.root, &self.gateway_root) {
+            self.controllers = read_list(&gw.join("cgroup.subtree_control"))
                 .or_else(|| read_list(&root.join("cgroup.subtree_control")))
                 .unwrap_or_default();
         }
-        c
+        self
     }
 
     /// [`Containment::resolve`] without reading the controllers (what `leash exec` needs on

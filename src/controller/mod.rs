@@ -54,7 +54,7 @@ pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};
 pub use legacy::LegacyOutcome;
 pub use reap::{ReapReport, SweptCgroup};
-pub use status::{store_status, StoreStatus};
+pub use status::{store_status, store_status_with, StoreStatus};
 pub use terminate::{RefusedSignal, SignalRecord};
 
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,21 @@ pub struct StoreStatus {
 
 /// [`Controller::root_status`] over a store the caller holds (the reports already folded in).
 pub fn store_status(root: &StateRoot, store: &mut Store) -> Result<StoreStatus, StoreError> {
+    // The full resolution (with the controllers available for limits), as status shows it.
+    let containment = Containment::resolve(
+        &cgroup::Settings::from_env().unwrap_or_default(),
+        store.gateway_instance_id(),
+    );
+    store_status_with(root, store, containment)
+}
+
+/// [`store_status`] with the containment the caller resolved (the daemon resolves it once, at
+/// start, and re-reads only the controllers, outside its store lock).
+pub fn store_status_with(
+    root: &StateRoot,
+    store: &mut Store,
+    containment: Containment,
+) -> Result<StoreStatus, StoreError> {
     let counts = store.counts()?;
     let legacy_open = crate::legacy::records(store, true)?.len();
     Ok(StoreStatus {
@@ -28,11 +43,7 @@ pub fn store_status(root: &StateRoot, store: &mut Store) -> Result<StoreStatus, 
         state_dir: root.dir().to_path_buf(),
         database: root.db_path(),
         wrapper_root: root.wrapper_root(),
-        // The full resolution (with the controllers available for limits), as status shows it.
-        containment: Containment::resolve(
-            &cgroup::Settings::from_env().unwrap_or_default(),
-            store.gateway_instance_id(),
-        ),
+        containment,
         leases: counts,
         legacy_open,
     })

@@ -149,6 +149,9 @@ pub fn lock_path(root: &StateRoot) -> PathBuf {
 /// The daemon's state shared by every thread.
 pub(crate) struct Daemon {
     root: StateRoot,
+    /// Containment as resolved at start, after the daemon entered its leaf (the mount, the
+    /// roots, the mode; `status` re-reads only the controllers).
+    containment: crate::cgroup::Containment,
     cfg: ServeConfig,
     exe: PathBuf,
     me: ProcessId,
@@ -339,10 +342,12 @@ impl Daemon {
     }
 
     fn status(self: &Arc<Self>) -> Result<protocol::Status, StoreError> {
+        // Read before the store lock is taken: file reads have no business under it.
+        let containment = self.containment.clone().with_controllers();
         let (root, contained) = {
             let mut store = self.store();
             // The state root's part, as `leash status` builds it (the controller's one builder).
-            let root = crate::controller::store_status(&self.root, &mut store)?;
+            let root = crate::controller::store_status_with(&self.root, &mut store, containment)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
             let contained: HashMap<String, crate::lease::Lease> = store
@@ -505,6 +510,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         .set(reap_started.elapsed().as_secs_f64());
     let mut store = Store::open(&root.db_path())?;
     enter_daemon_leaf(store.gateway_instance_id());
+    let containment = crate::cgroup::Containment::resolve_lean(
+        &crate::cgroup::Settings::from_env().unwrap_or_default(),
+        store.gateway_instance_id(),
+    );
     let resumable = take_interrupted(&mut store)?;
     let is_activated = activated.is_some();
     let listener_pid = activated
@@ -538,6 +547,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     let root_db = root.db_path();
     let daemon = Arc::new(Daemon {
         root,
+        containment,
         cfg,
         exe,
         me,
@@ -595,11 +605,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     drop(stop_housekeeping);
     let _ = housekeeping.join();
     shutdown(&daemon);
-    let containment = crate::cgroup::Containment::resolve_lean(
-        &crate::cgroup::Settings::from_env().unwrap_or_default(),
-        daemon.store().gateway_instance_id(),
-    );
-    if let Some(gw) = &containment.gateway_root {
+    if let Some(gw) = &daemon.containment.gateway_root {
         if crate::cgroup::remove_gateway_dir_if_empty(gw) {
             tracing::info!(cgroup = %gw.display(), "removed this gateway's empty cgroup directory");
         }
