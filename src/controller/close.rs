@@ -156,30 +156,35 @@ impl<'t> Controller<'t> {
                     && o.id == l.cgroup_id
             })
         };
-        // Reap hands in its one pass: reused as it is when a root is gone (its escapees are
-        // looked for by their markers anyway) or the batch is large, without a read per lease.
+        // Reap hands in its one pass: reused as it is when the batch is large (without a read
+        // per lease), or when a root is gone (its escapees are looked for by their markers
+        // anyway).
         if let Some(all) = scan {
-            let mut all_alive = true;
-            for l in leases {
-                if !self.table.alive(l.root())? {
-                    all_alive = false;
-                    break;
-                }
+            if leases.len() > 64 {
+                return Ok(self.with_cgroups(all.clone(), obs));
             }
-            if !all_alive || leases.len() > 64 {
+        }
+        // Whatever runs at each root pid, read once: our wrapper or not, verification says "the
+        // pid was reused" only if it sees the stranger.
+        let roots = leases
+            .iter()
+            .map(|l| self.table.process(l.root_pid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let alive = |l: &Lease, at_root: &Option<crate::proc::ProcessInfo>| {
+            at_root
+                .as_ref()
+                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z')
+        };
+        if let Some(all) = scan {
+            if leases.iter().zip(&roots).any(|(l, r)| !alive(l, r)) {
                 return Ok(self.with_cgroups(all.clone(), obs));
             }
         }
         let mut list = Vec::new();
         let mut walks = Vec::new();
         let mut full = false;
-        for l in leases {
-            // Whatever runs at the root pid goes in, our wrapper or not: verification says
-            // "the pid was reused" only if it sees the stranger.
-            let at_root = self.table.process(l.root_pid)?;
-            let alive = at_root
-                .as_ref()
-                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z');
+        for (l, at_root) in leases.iter().zip(roots) {
+            let alive = alive(l, &at_root);
             let group_left = || {
                 l.process_group_id
                     .is_some_and(|g| self.engine().group_has_members(g, self.clock.now()))
@@ -192,11 +197,10 @@ impl<'t> Controller<'t> {
                 full = true;
             }
         }
+        // (With reap's pass every root was alive and the batch small: it was returned above
+        // otherwise.)
         if full || walks.len() > 64 {
-            let all = match scan {
-                Some(s) => s.clone(),
-                None => self.table.snapshot()?,
-            };
+            let all = self.table.snapshot()?;
             return Ok(self.with_cgroups(all, obs));
         }
         let mut seen = std::collections::HashSet::new();
