@@ -207,10 +207,7 @@ pub fn verify(
     // With no cgroup root given, the tree check says containment is off; here it is only not
     // consulted (it may well be on), so say that instead of misleading the operator.
     if let Some(path) = &lease.cgroup_path {
-        let said = format!(
-            "cgroup {path} not used: containment is off or unavailable here, so no cgroup root \
-             to check it against"
-        );
+        let said = format!("cgroup {path} not used: {}", crate::verify::NO_CGROUP_ROOT);
         let meant = format!("cgroup {path} not read: verify rests on the root process");
         for e in &mut report.evidence {
             *e = e.replace(&said, &meant);

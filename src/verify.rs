@@ -152,6 +152,10 @@ pub struct CgroupCheck {
     pub evidence: String,
 }
 
+/// Why a lease's cgroup is not checked where no cgroup root is given (containment off or
+/// unavailable; `leash verify` words it its own way, see `ownership::verify`).
+pub const NO_CGROUP_ROOT: &str =
+    "containment is off or unavailable here, so no cgroup root to check it against";
 /// Checks the lease's recorded cgroup against this gateway's root and what the snapshot observed
 /// of it. `None` when the lease has no cgroup. Pure: the observation was read with the snapshot.
 pub fn check_cgroup(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Option<CgroupCheck> {
@@ -167,9 +171,7 @@ pub fn check_cgroup(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Opti
         return Some(not("the lease records no cgroup id".into()));
     }
     let Some(root) = expect.cgroup_root else {
-        return Some(not(
-            "containment is off or unavailable here, so no cgroup root to check it against".into(),
-        ));
+        return Some(not(NO_CGROUP_ROOT.into()));
     };
     if Path::new(path) != root.join(&lease.lease_id) {
         return Some(not(format!(
