@@ -227,7 +227,13 @@ pub(super) struct OutBatch {
 
 impl OutBatch {
     pub(super) fn add(&mut self, raw: &[u8], truncated: bool, cap: usize, tracking: bool) {
-        let text = String::from_utf8_lossy(raw);
+        // `str::from_utf8` checks ASCII a word at a time; `from_utf8_lossy` walks the line byte
+        // by byte even when it is valid (a third of the output thread's time on 1 KiB lines in
+        // `perf`), so it only runs on a line that is not UTF-8.
+        let text = match std::str::from_utf8(raw) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
         let start = self.encoded.len();
         let cut = encode_bounded_into(&mut self.encoded, &text, cap);
