@@ -270,7 +270,15 @@ export class LeashClient extends EventEmitter {
 
   /** The line to write for a request (exposed for the raw-socket benchmark and tests). */
   static requestLine(id, op, fields) {
-    return JSON.stringify({ ...fields, id, op }) + '\n';
+    // Written as text around the fields' own JSON: spreading the fields into a new object
+    // first cost more than the rest of the request's JSON (a few µs a request).
+    // Anything but a plain object without `id`, `op` or `toJSON` of its own takes the spread.
+    if (fields === null || typeof fields !== 'object' || Object.getPrototypeOf(fields) !== Object.prototype || 'id' in fields || 'op' in fields || 'toJSON' in fields) {
+      return JSON.stringify({ ...fields, id, op }) + '\n';
+    }
+    const head = `{"id":${JSON.stringify(id)},"op":${JSON.stringify(op)}`;
+    const body = JSON.stringify(fields);
+    return body.length === 2 ? `${head}}\n` : `${head},${body.slice(1)}\n`;
   }
 
   /**

@@ -1,7 +1,7 @@
 // The connection's line decoder (src/wire.js) against `JSON.parse`: whatever path a line takes
 // (the direct build of plain output/stderr items or the JSON parser), the caller gets the same
 // value, in the same order, whatever the chunking of the bytes; a line that is not JSON is
-// reported as bad and the lines around it still arrive.
+// reported as bad and the lines around it still arrive. Also the request line the client writes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LineDecoder } from '../src/wire.js';
@@ -112,4 +112,16 @@ test('a multi-byte character split across chunks is decoded whole', () => {
   const cut = line.indexOf(Buffer.from('€')) + 1;
   const { got } = decodeAll([line.subarray(0, cut), line.subarray(cut)]);
   assert.equal(got[0].line, '€𝄞');
+});
+
+test('a request line carries the same fields as the object it replaces, whatever the fields', async () => {
+  const { LeashClient } = await import('../src/client.js');
+  const spread = (id, op, fields) => JSON.parse(JSON.stringify({ ...fields, id, op }));
+  const sorted = (o) => Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : 1)));
+  const cases = [{}, { session: 's', line: 'a"b\n\u2028' }, { id: 5 }, { op: 'x', a: 1 }, null, undefined, [1, 2], new Date(0), { a: undefined, b: 1 }, { toJSON: () => 1 }, Object.create(null)];
+  for (const fields of cases) {
+    const line = LeashClient.requestLine(7, 'send', fields);
+    assert.ok(line.endsWith('\n') && !line.slice(0, -1).includes('\n'), JSON.stringify(line));
+    assert.deepEqual(sorted(JSON.parse(line)), sorted(spread(7, 'send', fields)), `fields ${JSON.stringify(fields)}`);
+  }
 });
