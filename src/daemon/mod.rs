@@ -934,7 +934,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
                 }
             }
         }
-        prune_ended(&mut d.sessions());
+        prune_ended(&d);
     }
 }
 
@@ -981,18 +981,39 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
 }
 
 /// Drops ended sessions older than [`ENDED_RETENTION`], and the oldest beyond [`MAX_ENDED`].
-fn prune_ended(sessions: &mut HashMap<String, Arc<Supervised>>) {
-    sessions.retain(|_, s| s.ended_at().is_none_or(|at| at.elapsed() < ENDED_RETENTION));
-    let mut ended: Vec<(Instant, String)> = sessions
-        .iter()
-        .filter_map(|(k, s)| s.ended_at().map(|at| (at, k.clone())))
+fn prune_ended(d: &Daemon) {
+    // Each session's end is read without the sessions' map lock: reading it takes the
+    // session's own lock, which a niced output reader may hold while preempted, and every
+    // request (`status` first) needs the map lock.
+    let ended: Vec<(Instant, Arc<Supervised>)> = d
+        .all_sessions()
+        .into_iter()
+        .filter_map(|s| s.ended_at().map(|at| (at, s)))
         .collect();
-    if ended.len() > MAX_ENDED {
-        ended.sort();
-        for (_, k) in &ended[..ended.len() - MAX_ENDED] {
-            sessions.remove(k);
+    let gone = to_prune(ended.iter().map(|(at, s)| (*at, s.key.as_str())));
+    if gone.is_empty() {
+        return;
+    }
+    let mut map = d.sessions();
+    for (_, s) in ended.iter().filter(|(_, s)| gone.contains(&s.key.as_str())) {
+        // Only the ended session itself: an ensure may have put a new one under the key.
+        if map.get(&s.key).is_some_and(|cur| Arc::ptr_eq(cur, s)) {
+            map.remove(&s.key);
         }
     }
+}
+
+/// Which ended sessions (when they ended, their key) to forget: those ended longer than
+/// [`ENDED_RETENTION`] ago, and the oldest beyond the newest [`MAX_ENDED`].
+fn to_prune<'a>(ended: impl Iterator<Item = (Instant, &'a str)>) -> Vec<&'a str> {
+    let (mut kept, mut gone): (Vec<_>, Vec<_>) =
+        ended.partition(|(at, _)| at.elapsed() < ENDED_RETENTION);
+    if kept.len() > MAX_ENDED {
+        kept.sort();
+        let extra = kept.len() - MAX_ENDED;
+        gone.extend(kept.drain(..extra));
+    }
+    gone.into_iter().map(|(_, k)| k).collect()
 }
 
 /// Records the busy sessions, closes every session through the normal close path and waits for
@@ -1068,5 +1089,28 @@ fn shutdown(d: &Daemon) {
             .any(|s| s.phase() == Phase::Ended && s.status().attached > 0)
     {
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_sessions_go_after_the_retention_and_beyond_the_newest_few() {
+        let now = Instant::now();
+        let old = now - (ENDED_RETENTION + Duration::from_secs(1));
+        let keys: Vec<String> = (0..MAX_ENDED + 3).map(|i| format!("k{i:03}")).collect();
+        // k000..: ended i ms apart, the first the oldest; one more ended long ago.
+        let mut ended: Vec<(Instant, &str)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (now - Duration::from_millis(1000 - i as u64), k.as_str()))
+            .collect();
+        ended.push((old, "stale"));
+        let mut gone = to_prune(ended.into_iter());
+        gone.sort();
+        assert_eq!(gone, vec!["k000", "k001", "k002", "stale"]);
+        assert!(to_prune([(now, "fresh")].into_iter()).is_empty());
     }
 }
