@@ -934,7 +934,7 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
                 }
             }
         }
-        prune_ended(&d);
+        prune_ended(d);
     }
 }
 
