@@ -149,8 +149,8 @@ fn fixture() -> Fixture {
     ));
     let root = StateRoot::open(&dir).unwrap();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(root.clone(), &table).unwrap();
-    let store = s.store();
+    let s = Sessions::open(root.clone(), &table).unwrap();
+    let mut store = s.store();
     let gateway = store.gateway_instance_id().to_string();
     // Written with SQL of its own, the way an older leash left the rows.
     let raw = rusqlite::Connection::open(root.db_path()).unwrap();
@@ -262,7 +262,7 @@ fn matrix() {
 fn all_grants_the_owned_child_as_owned_not_through_a2a() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Sessions::open(f.root.clone(), &table).unwrap();
     let view = View::new(
         REQ,
         Scope::new(Visibility::All, A2aPolicy::all_pairs(), false),
@@ -290,7 +290,7 @@ fn all_grants_the_owned_child_as_owned_not_through_a2a() {
 fn unknown_sessions_are_not_found_whatever_the_visibility() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Sessions::open(f.root.clone(), &table).unwrap();
     for v in Visibility::ALL {
         let view = View::new(REQ, Scope::new(v, A2aPolicy::all_pairs(), false));
         assert!(matches!(
@@ -312,7 +312,7 @@ fn unknown_sessions_are_not_found_whatever_the_visibility() {
 fn a_requester_without_a_row_sees_its_agent_and_its_tree() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Sessions::open(f.root.clone(), &table).unwrap();
     // The gateway's main chat session: leash never spawned it, so it has no row.
     let view = View::new(
         "agent:main:main",
@@ -350,7 +350,7 @@ fn a_requester_without_a_row_sees_its_agent_and_its_tree() {
 fn send_refuses_multi_line_input_after_the_check() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Sessions::open(f.root.clone(), &table).unwrap();
     let view = View::new(REQ, Scope::new(Visibility::Tree, A2aPolicy::Off, false));
     assert!(matches!(
         s.send(&view, "acp:child", "a\nb"),

@@ -19,11 +19,11 @@ pub struct LegacyOutcome {
 
 impl<'t> Controller<'t> {
     pub(super) fn reap_legacy(
-        &mut self,
+        &self,
         plan: &ReapPlan,
         grace_override: Option<u64>,
     ) -> Result<Vec<LegacyOutcome>, StoreError> {
-        let records = crate::legacy::records(&mut self.store, true)?;
+        let records = crate::legacy::records(&mut self.store(), true)?;
         let mut out = Vec::new();
         let mut jobs = Vec::new();
         for lp in &plan.legacy {
@@ -40,7 +40,7 @@ impl<'t> Controller<'t> {
                     self.clock.now(),
                 )),
                 Decision::MarkLost { reason } => {
-                    crate::legacy::finish(&mut self.store, rec.id, "lost", reason)?;
+                    crate::legacy::finish(&mut self.store(), rec.id, "lost", reason)?;
                     out.push(LegacyOutcome {
                         id: rec.id,
                         session_key: rec.session_key.clone(),
@@ -52,7 +52,7 @@ impl<'t> Controller<'t> {
                     });
                 }
                 Decision::Leave { reason } | Decision::Skip { reason } => {
-                    crate::legacy::note(&mut self.store, rec.id, reason)?;
+                    crate::legacy::note(&mut self.store(), rec.id, reason)?;
                     out.push(LegacyOutcome {
                         id: rec.id,
                         session_key: rec.session_key.clone(),
@@ -74,7 +74,7 @@ impl<'t> Controller<'t> {
                 "legacy record verified; terminated {} process(es)",
                 j.pins.len()
             );
-            crate::legacy::finish(&mut self.store, rec.id, "closed", &reason)?;
+            crate::legacy::finish(&mut self.store(), rec.id, "closed", &reason)?;
             out.push(LegacyOutcome {
                 id: rec.id,
                 session_key: j.session_key,

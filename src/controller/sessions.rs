@@ -164,7 +164,7 @@ impl Controller<'_> {
     /// The one gate of the single-session operations: the row exists (else `NotFound`) and the
     /// requester may see it (else `NotVisible`), judged from all rows loaded once.
     pub fn authorize(&self, view: &View, key: &str) -> Result<(SessionRow, Grant), SessionsError> {
-        let rows = self.store.sessions()?;
+        let rows = self.store().sessions()?;
         let index = SessionIndex::from_rows(&rows);
         let Some(row) = rows.iter().find(|r| r.session_key == key) else {
             return Err(SessionsError::NotFound(key.to_string()));
@@ -182,13 +182,13 @@ impl Controller<'_> {
         }
     }
 
-    pub fn list(&mut self, view: &View) -> Result<Listing, SessionsError> {
+    pub fn list(&self, view: &View) -> Result<Listing, SessionsError> {
         // Lease states and adapter pids current: the wrappers' reports folded in first.
         self.ingest_reports_marking_ended_lost()?;
-        let rows = self.store.sessions()?;
+        let rows = self.store().sessions()?;
         let mut lease_state: HashMap<String, LeaseState> = HashMap::new();
         // Oldest first, so the newest lease of a session is the one left in the map.
-        for lease in self.store.leases(&[])?.into_iter().flatten() {
+        for lease in self.store().leases(&[])?.into_iter().flatten() {
             lease_state.insert(lease.session_key, lease.state);
         }
         let requester_agent = SessionIndex::from_rows(&rows)
@@ -214,22 +214,22 @@ impl Controller<'_> {
         })
     }
 
-    pub fn history(&mut self, view: &View, key: &str) -> Result<History, SessionsError> {
+    pub fn history(&self, view: &View, key: &str) -> Result<History, SessionsError> {
         let (_, visible_as) = self.authorize(view, key)?;
         // Lease states and adapter pids current: the wrappers' reports folded in first.
         self.ingest_reports_marking_ended_lost()?;
         Ok(History {
             session_key: key.to_string(),
             visible_as,
-            events: self.store.events(key)?,
+            events: self.store().events(key)?,
         })
     }
 
-    pub fn status(&mut self, view: &View, key: &str) -> Result<SessionStatus, SessionsError> {
+    pub fn status(&self, view: &View, key: &str) -> Result<SessionStatus, SessionsError> {
         let (session, visible_as) = self.authorize(view, key)?;
         // Lease states and adapter pids current: the wrappers' reports folded in first.
         self.ingest_reports_marking_ended_lost()?;
-        let lease = self.store.latest_lease_for_session(key)?;
+        let lease = self.store().latest_lease_for_session(key)?;
         let state = |id: ProcessId| ProcState {
             pid: id.pid,
             start_time: id.start_time,
@@ -244,11 +244,11 @@ impl Controller<'_> {
         let usage = lease.as_ref().filter(|l| l.state.is_active()).map(|l| {
             let containment = crate::cgroup::Containment::resolve(
                 &crate::cgroup::Settings::from_env().unwrap_or_default(),
-                self.store.gateway_instance_id(),
+                &self.gateway,
             );
             let wrapper_root = self.root.wrapper_root();
             let expect = Expect {
-                gateway_instance_id: self.store.gateway_instance_id(),
+                gateway_instance_id: &self.gateway,
                 wrapper_root: &wrapper_root,
                 cgroup_root: containment.gateway_root.as_deref(),
             };
@@ -278,7 +278,7 @@ impl Controller<'_> {
         };
         let wrapper_root = self.root.wrapper_root();
         let expect = Expect {
-            gateway_instance_id: self.store.gateway_instance_id(),
+            gateway_instance_id: &self.gateway,
             wrapper_root: &wrapper_root,
             cgroup_root: None,
         };
@@ -319,7 +319,7 @@ impl Controller<'_> {
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
     pub fn send(
-        &mut self,
+        &self,
         view: &View,
         key: &str,
         line: &str,
@@ -332,7 +332,7 @@ impl Controller<'_> {
     }
 
     /// Delivers what [`Controller::send`] allows through `input`.
-    pub fn with_session_input(mut self, input: impl SessionInput + 'static) -> Self {
+    pub fn with_session_input(mut self, input: impl SessionInput + Send + Sync + 'static) -> Self {
         self.input = Box::new(input);
         self
     }
@@ -343,7 +343,7 @@ impl Controller<'_> {
 pub trait SessionInput {
     /// Sends one line (no newline in it) to the session's adapter; the daemon's reply.
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         line: &str,
@@ -356,7 +356,7 @@ pub struct NoSessionInput;
 
 impl SessionInput for NoSessionInput {
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         _line: &str,

@@ -160,7 +160,12 @@ pub(crate) struct Daemon {
     sessions: Mutex<HashMap<String, Arc<Supervised>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
-    /// For the daemon's own reads (status, leases, sessions, events).
+    /// The one controller every verb of the daemon runs on: the `close`, `cancel`, `reap`,
+    /// `leases`, `events` and sessions ops, idle close, shutdown, the settle of a wrapper that
+    /// exited, and the reconcile passes. Its store connection is taken per database step, never
+    /// across a grace, so closes of different leases still run their graces together.
+    ctl: Arc<Controller<'static>>,
+    /// For the daemon's own reads (status, the sessions rows).
     store: Mutex<Store>,
     /// The one connection all sessions write their seqs and events through (a connection per
     /// session leaked two descriptors per session that ever ran).
@@ -257,10 +262,7 @@ impl Daemon {
         refs: &[LeaseRef],
         grace_ms: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
-        let table = LiveTable;
-        let result = Controller::open(self.root.clone(), &table)
-            .map_err(LifecycleError::from)
-            .and_then(|mut ctl| ctl.close(refs, grace_ms));
+        let result = self.ctl.close(refs, grace_ms);
         if let Ok(out) = &result {
             self.metrics.record_outcomes(out, false);
         }
@@ -503,8 +505,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         None => None,
     };
     let metrics = metrics::Metrics::new();
+    // The daemon's one controller, from the start-up reap to the shutdown.
+    let ctl = Controller::open(root.clone(), &LiveTable)?;
     let reap_started = Instant::now();
-    let startup_reap = startup_reap(&root, &cfg, &metrics)?;
+    let startup_reap = startup_reap(&ctl, &cfg, &metrics)?;
     metrics
         .startup_reap_seconds
         .set(reap_started.elapsed().as_secs_f64());
@@ -514,6 +518,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         &crate::cgroup::Settings::from_env().unwrap_or_default(),
         store.gateway_instance_id(),
     );
+    // Every verb from here on sees the containment the daemon resolved in its leaf.
+    let ctl = Arc::new(ctl.with_resolved_containment(containment.clone()));
     let resumable = take_interrupted(&mut store)?;
     let is_activated = activated.is_some();
     let listener_pid = activated
@@ -555,6 +561,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         socket: socket.clone(),
         sessions: Mutex::new(HashMap::new()),
         starting: Mutex::new(HashSet::new()),
+        ctl,
         store: Mutex::new(store),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
         shutting_down: AtomicBool::new(false),
@@ -704,12 +711,10 @@ fn write_lock_info(lock: &Flock<File>, info: &LockInfo) {
 /// Leases of a previous daemon (owner gone) are verified and terminated or marked lost; leases
 /// with a live owner (another process's sessions) are left alone.
 fn startup_reap(
-    root: &StateRoot,
+    ctl: &Controller<'_>,
     cfg: &ServeConfig,
     metrics: &metrics::Metrics,
 ) -> Result<protocol::StartupReap, ServeError> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(root.clone(), &table)?;
     let report = ctl.reap(&ReapOptions {
         include_live: false,
         retention_ms: cfg.retention.as_millis() as i64,

@@ -14,7 +14,7 @@ pub struct ThroughDaemon;
 
 impl SessionInput for ThroughDaemon {
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         line: &str,
