@@ -179,6 +179,16 @@ impl HasKind for crate::ownership::VerifyError {
     }
 }
 
+impl HasKind for crate::controller::EventsError {
+    fn kind(&self) -> Kind {
+        use crate::controller::EventsError;
+        match self {
+            EventsError::NoSession(_) => Kind::NotFound,
+            EventsError::Store(e) => e.kind(),
+        }
+    }
+}
+
 impl HasKind for crate::sessions::SessionsError {
     fn kind(&self) -> Kind {
         use crate::sessions::SessionsError;
@@ -225,10 +235,10 @@ impl HasKind for crate::daemon::session::SpawnError {
     }
 }
 
-impl HasKind for crate::exec::ExecError {
+impl HasKind for crate::controller::exec::ExecError {
     /// The cause of a failed `leash exec` (it exits 125 whatever the kind).
     fn kind(&self) -> Kind {
-        use crate::exec::ExecError;
+        use crate::controller::exec::ExecError;
         use crate::store::StoreError;
         match self {
             ExecError::SessionLive { .. } => Kind::Conflict,

@@ -11,7 +11,7 @@ mod serve;
 pub mod sessions;
 mod verify;
 
-use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
+use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
@@ -673,7 +673,7 @@ fn run_exec(
         owner_pid: a.owner_pid,
         command: a.command,
     };
-    match crate::exec::exec(&root, req) {
+    match crate::controller::exec::exec(&root, req) {
         Ok(never) => match never {},
         Err(e) => {
             let kind = e.kind();

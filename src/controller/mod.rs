@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 
 mod cancel;
 mod close;
+mod events;
+pub mod exec;
 mod leases;
 mod legacy;
 mod reap;
@@ -53,6 +55,7 @@ pub mod terminate;
 
 pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};
+pub use events::{EventsError, History};
 pub use legacy::LegacyOutcome;
 pub use reap::{ReapReport, SweptCgroup};
 pub use status::{store_status, store_status_with, StoreStatus};

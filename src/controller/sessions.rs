@@ -1,5 +1,6 @@
-//! The `leash sessions` operations — list, history, status and send — over one state root, each
-//! run as a requester, as methods of the one [`Controller`]. Every operation goes through
+//! The `leash sessions` operations — list, status and send (history is the events verb's,
+//! `events.rs`) — over one state root, each run as a requester, as methods of the one
+//! [`Controller`]. Every operation goes through
 //! [`Controller::authorize`] or, for `list`,
 //! through [`crate::visibility::visible_rows`], and both ask the one pure check
 //! ([`crate::visibility::grant`]) over the rows loaded once from the store. A session the
@@ -7,10 +8,12 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
+/// `history` is the events verb's ([`super::events`]); its reply keeps this address too.
+pub use super::events::History;
 use super::Controller;
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
-use crate::store::{Event, SessionRow, StoreError};
+use crate::store::{SessionRow, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use crate::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
@@ -104,14 +107,6 @@ pub struct Listing {
     pub sandboxed: bool,
     pub a2a: A2aPolicy,
     pub sessions: Vec<Listed>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct History {
-    pub session_key: String,
-    pub visible_as: Grant,
-    pub events: Vec<Event>,
 }
 
 /// A recorded process and whether that instance is alive now (`None`: the table is unreadable).
@@ -211,17 +206,6 @@ impl Controller<'_> {
             sandboxed: view.scope.sandboxed,
             a2a: view.scope.a2a.clone(),
             sessions,
-        })
-    }
-
-    pub fn history(&self, view: &View, key: &str) -> Result<History, SessionsError> {
-        let (_, visible_as) = self.authorize(view, key)?;
-        // Lease states and adapter pids current: the wrappers' reports folded in first.
-        self.ingest_reports_marking_ended_lost()?;
-        Ok(History {
-            session_key: key.to_string(),
-            visible_as,
-            events: self.store().events(key)?,
         })
     }
 

@@ -372,22 +372,10 @@ fn not_supervised(d: &Daemon, key: &str) -> OpError {
     }
 }
 
-/// `events`: a session's persisted events above `since`; `not_found` for a key that has no
-/// events, no lease and no session row (as `attach` and `send` answer).
+/// `events`: a session's persisted events above `since` (the controller's `events`);
+/// `not_found` for a key that names nothing (as `attach` and `send` answer).
 fn events(d: &Daemon, e: &protocol::Events) -> Reply<Vec<crate::store::Event>> {
-    let store = d.store();
-    let ev = store.events_since(&e.session, e.since)?;
-    if ev.is_empty()
-        && store.session(&e.session)?.is_none()
-        && store.latest_lease_for_session(&e.session)?.is_none()
-        && store.last_seq(&e.session)? == 0
-    {
-        return Err(fail(
-            Code::NotFound,
-            format!("no session {} in this state root", e.session),
-        ));
-    }
-    Ok(ev)
+    d.ctl.events(&e.session, e.since).map_err(|e| kind_fail(&e))
 }
 
 fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensured {
