@@ -197,7 +197,10 @@ impl HasKind for crate::sessions::SessionsError {
             SessionsError::NotVisible { .. } => Kind::NotVisible,
             SessionsError::DaemonNeeded { .. } => Kind::DaemonNeeded,
             SessionsError::MultiLine => Kind::Usage,
-            SessionsError::Daemon { source, .. } => source.kind(),
+            SessionsError::Remote { code, .. } => code
+                .as_deref()
+                .and_then(crate::daemon::protocol::Code::parse)
+                .map_or(Kind::Internal, |c| c.kind()),
             SessionsError::Store(e) => e.kind(),
         }
     }
@@ -397,10 +400,7 @@ mod tests {
                 data: Default::default(),
             };
             assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
-            let wrapped = crate::sessions::SessionsError::Daemon {
-                key: "k".into(),
-                source: remote(),
-            };
+            let wrapped = crate::daemon::session_input::undelivered("k", remote());
             assert_eq!(Failure::from(wrapped).code, kind.exit_code(), "{code:?}");
         }
         assert_eq!(

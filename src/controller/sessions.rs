@@ -53,11 +53,15 @@ pub enum SessionsError {
     DaemonNeeded { key: String, socket: PathBuf },
     #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
     MultiLine,
-    #[error("the daemon did not send to session '{key}': {source}")]
-    Daemon {
+    /// Whoever holds the adapter's stdin (the daemon) did not deliver the line: `code` is the wire
+    /// code it refused with (none when it could not be asked or its answer did not read), and
+    /// `message` says why. The front door's [`SessionInput`] fills it in from its client's error,
+    /// so the controller never names the client.
+    #[error("the daemon did not send to session '{key}': {message}")]
+    Remote {
         key: String,
-        #[source]
-        source: crate::daemon::client::ClientError,
+        code: Option<String>,
+        message: String,
     },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -150,10 +154,6 @@ pub struct SessionStatus {
     #[serde(default)]
     pub usage: Option<crate::ps::SessionUsage>,
 }
-
-/// The sessions operations are the controller's: one [`Controller`] per state root runs every
-/// verb, these queries included.
-pub type Sessions<'t> = Controller<'t>;
 
 impl Controller<'_> {
     /// The one gate of the single-session operations: the row exists (else `NotFound`) and the
