@@ -1,12 +1,20 @@
 //! The controller: one `Controller` per state root that every verb runs on, with one file per
-//! verb: [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close)
-//! (`close.rs`), [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`),
-//! legacy records' cleanup (`legacy.rs`), and the TERM → grace → KILL engine they share
-//! (`terminate.rs`). This file holds what every verb needs: opening the store and the machine
-//! (process table, signaller, clock, containment), naming leases ([`LeaseRef`]), folding the
-//! wrappers' reports in ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases
-//! for closing, exclusively across processes (the store) and across the threads of one
-//! (`HeldClaims`).
+//! verb: [`exec`] (`exec.rs`, the one verb that runs without a controller: see there),
+//! [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close) (`close.rs`),
+//! [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`), legacy
+//! records' cleanup (`legacy.rs`), [`leases`](Controller::leases) (`leases.rs`), the state root's
+//! [`status`](Controller::root_status) (`status.rs`), [`events`](Controller::events) and
+//! [`history`](Controller::history) (`events.rs`), the sessions queries and `send`
+//! (`sessions.rs`), and the TERM → grace → KILL engine they share (`terminate.rs`). This file
+//! holds what every verb needs: opening the store and the machine (process table, signaller,
+//! clock, containment), naming leases ([`LeaseRef`]), folding the wrappers' reports in
+//! ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases for closing,
+//! exclusively across processes (the store) and across the threads of one (`HeldClaims`).
+//!
+//! One controller serves many threads: every verb takes `&self`, and the store connection sits
+//! behind a mutex taken for one database step at a time — never across a grace, a signal or a
+//! wait. The daemon holds one for its whole life (every request, settle and reconcile pass calls
+//! the same functions the CLI calls); the CLI opens one per process.
 //!
 //! The three intents stay distinct:
 //!

@@ -8,7 +8,7 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
-/// `history` is the events verb's ([`super::events`]); its reply keeps this address too.
+/// `history` is the events verb's (`controller/events.rs`); its reply keeps this address too.
 pub use super::events::History;
 use super::Controller;
 use crate::lease::{Lease, LeaseState, ProcessId};
