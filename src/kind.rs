@@ -169,9 +169,9 @@ impl HasKind for crate::lifecycle::LifecycleError {
     }
 }
 
-impl HasKind for crate::ownership::VerifyError {
+impl HasKind for crate::controller::verify::VerifyError {
     fn kind(&self) -> Kind {
-        use crate::ownership::VerifyError;
+        use crate::controller::verify::VerifyError;
         match self {
             VerifyError::Store(e) => e.kind(),
             VerifyError::NoLease(_) | VerifyError::NoSession(_) => Kind::NotFound,

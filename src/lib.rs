@@ -56,7 +56,8 @@ pub mod lifecycle;
 pub use controller::exec;
 pub mod limits;
 pub mod mcp;
-pub mod ownership;
+/// `leash verify`'s old address: it is the controller's verb now ([`controller::verify`]).
+pub use controller::verify as ownership;
 pub mod plan;
 pub mod proc;
 pub mod ps;

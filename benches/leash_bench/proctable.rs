@@ -139,13 +139,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             Ok(())
         })?);
         verify_cmd.push(time(reps_fast, &mut || {
-            let r = leash::ownership::verify(
-                &root,
-                &LiveTable,
-                &leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()),
-            )
-            .map_err(|e| e.to_string())?;
-            if r.answer != leash::ownership::Answer::Owned {
+            // As `leash verify` runs it: one controller for the process, then the verb.
+            let r = Controller::open(root.clone(), &LiveTable)
+                .map_err(|e| e.to_string())?
+                .verify(&leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()))
+                .map_err(|e| e.to_string())?;
+            if r.answer != leash::controller::verify::Answer::Owned {
                 return Err(format!("leash verify answered {}", r.answer.as_str()));
             }
             Ok(())

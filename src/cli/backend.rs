@@ -9,12 +9,12 @@
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
 use super::Failure;
+use crate::controller::verify::VerifyReport;
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, ReapReport};
-use crate::ownership::VerifyReport;
 use crate::plan::{ReapOptions, ReapPlan};
 use crate::proc::LiveTable;
 use crate::sessions::{History, Listing, SessionStatus, View};
@@ -184,7 +184,7 @@ impl Backend for Direct {
     }
 
     fn verify(&mut self, target: &LeaseRef) -> Result<VerifyReport, Failure> {
-        Ok(crate::ownership::verify(&self.root, &LiveTable, target)?)
+        Ok(self.controller()?.verify(target)?)
     }
 
     fn sessions_list(&mut self, view: &View) -> Result<Listing, Failure> {

@@ -60,6 +60,7 @@ mod reap;
 pub mod sessions;
 mod status;
 pub mod terminate;
+pub mod verify;
 
 pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};

@@ -21,7 +21,6 @@ use crate::kind::HasKind;
 use crate::lease::LeaseState;
 use crate::lifecycle::{LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
-use crate::proc::LiveTable;
 use crate::store::{SessionRow, StoreError};
 use crate::visibility::{visible_rows, Grant};
 use serde::Serialize;
@@ -307,10 +306,9 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
 }
 
 /// `leash verify` in the daemon: reads only, never signals.
-fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::ownership::VerifyReport> {
-    use crate::ownership::VerifyError;
-    let table = LiveTable;
-    match crate::ownership::verify(&d.root, &table, t) {
+fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::controller::verify::VerifyReport> {
+    use crate::controller::verify::VerifyError;
+    match d.ctl.verify(t) {
         Ok(r) => Ok(r),
         Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
             Err(fail(Code::NotFound, e.to_string()))
