@@ -5,7 +5,8 @@
 //! records' cleanup (`legacy.rs`), [`leases`](Controller::leases) (`leases.rs`), the state root's
 //! [`status`](Controller::root_status) (`status.rs`), [`events`](Controller::events) and
 //! [`history`](Controller::history) (`events.rs`), the sessions queries and `send`
-//! (`sessions.rs`), and the TERM → grace → KILL engine they share (`terminate.rs`). This file
+//! (`sessions.rs`), [`verify`](Controller::verify) (`verify.rs`), and the TERM → grace → KILL
+//! engine they share (`terminate.rs`). This file
 //! holds what every verb needs: opening the store and the machine (process table, signaller,
 //! clock, containment), naming leases ([`LeaseRef`]), folding the wrappers' reports in
 //! ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases for closing,
