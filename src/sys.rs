@@ -114,6 +114,21 @@ pub fn pidfs_ino(pid: i32) -> Option<u64> {
     }
 }
 
+/// The calling thread's nice value.
+pub fn thread_nice() -> io::Result<i32> {
+    // SAFETY: as for `set_thread_nice`; errno is cleared first because -1 is a valid result.
+    let (rc, errno) = unsafe {
+        *libc::__errno_location() = 0;
+        let tid = libc::gettid();
+        let rc = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        (rc, *libc::__errno_location())
+    };
+    if rc == -1 && errno != 0 {
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(rc)
+}
+
 /// Sets the calling *thread's* nice value (Linux: `setpriority(PRIO_PROCESS, tid)` applies to
 /// that thread alone). Raising one's own nice value (a lower priority) needs no privilege;
 /// threads and processes this thread starts afterwards inherit it.

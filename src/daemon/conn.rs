@@ -182,6 +182,8 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
         ));
         return;
     }
+    // Above the adapters for the connection's life (see `priority`).
+    super::priority::raise();
     let mut reader = LineReader::new(stream, protocol::MAX_LINE);
     loop {
         match reader.next_frame() {

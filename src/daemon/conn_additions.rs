@@ -106,9 +106,9 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), 
     }
     let stored = if e.persist_spec {
         spec::protect(&d.root);
-        spec::save(&mut d.store(), &e.session, &spec::Spec::of(e))
+        spec::save(&mut d.writer(), &e.session, &spec::Spec::of(e))
     } else {
-        spec::forget(&mut d.store(), &e.session)
+        spec::forget(&mut d.writer(), &e.session)
     };
     if let Err(err) = stored {
         tracing::warn!(session_key = %e.session, error = %err, "cannot store the session's spec");

@@ -413,7 +413,7 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 /// Refreshes the gauges that describe the present, then encodes everything.
 pub(super) fn render(d: &super::Daemon) -> String {
     let m = &d.metrics;
-    match d.store().counts() {
+    match d.health_store().counts() {
         Ok(c) => {
             for (state, n) in [
                 ("open", c.open),

@@ -18,6 +18,7 @@
 pub mod client;
 mod conn;
 pub mod metrics;
+pub(crate) mod priority;
 pub mod protocol;
 mod push;
 mod reconcile;
@@ -161,12 +162,20 @@ pub(crate) struct Daemon {
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
     /// The one controller every verb of the daemon runs on: the `close`, `cancel`, `reap`,
-    /// `leases`, `events` and sessions ops, idle close, shutdown, the settle of a wrapper that
-    /// exited, and the reconcile passes. Its store connection is taken per database step, never
-    /// across a grace, so closes of different leases still run their graces together.
+    /// `leases`, `events`, `verify` and sessions query ops, idle close, shutdown, the settle of a
+    /// wrapper that exited, and the reconcile passes. Its store connection (a writer, as each
+    /// request's controller was) is taken per database step, never across a grace, so closes of
+    /// different leases still run their graces together.
     ctl: Arc<Controller<'static>>,
-    /// For the daemon's own reads (status, the sessions rows).
+    /// The daemon's own reads (the sessions rows, the lease watch). Never held across a
+    /// write: the daemon's writes go through `session_store` ([`Daemon::writer`]) or its
+    /// controller. In WAL mode a read does not wait for the writer either, and sees everything
+    /// committed before it began.
     store: Mutex<Store>,
+    /// The health checks' own read connection (`status`, the metrics' lease counts): no other
+    /// thread holds it, so a health check never waits behind a request or the housekeeping
+    /// thread's reads (which run at the daemon's priority, below the connection threads).
+    health_store: Mutex<Store>,
     /// The one connection all sessions write their seqs and events through (a connection per
     /// session leaked two descriptors per session that ever ran).
     session_store: session::SharedStore,
@@ -204,8 +213,19 @@ impl Daemon {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The read connection (see the field): for reads only.
     fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The health checks' read connection (see the field).
+    fn health_store(&self) -> MutexGuard<'_, Store> {
+        self.health_store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The write connection the sessions share, for the daemon's own writes.
+    fn writer(&self) -> MutexGuard<'_, Store> {
+        self.session_store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn session(&self, key: &str) -> Option<Arc<Supervised>> {
@@ -347,7 +367,7 @@ impl Daemon {
         // Read before the store lock is taken: file reads have no business under it.
         let containment = self.containment.clone().with_controllers();
         let (root, contained) = {
-            let mut store = self.store();
+            let mut store = self.health_store();
             // The state root's part, as `leash status` builds it (the controller's one builder).
             let root = crate::controller::store_status_with(&self.root, &mut store, containment)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
@@ -563,6 +583,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         starting: Mutex::new(HashSet::new()),
         ctl,
         store: Mutex::new(store),
+        health_store: Mutex::new(Store::open(&root_db)?),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
@@ -772,7 +793,7 @@ fn announce_resumable(d: &Daemon, list: Vec<Value>) {
             .map(str::to_owned);
         let detail = serde_json::to_value(&entry).expect("entries serialise");
         let seq = d
-            .store()
+            .writer()
             .record_event(&key, lease.as_deref(), "resumable", Some(detail));
         match seq {
             Ok(seq) => {
@@ -1017,7 +1038,7 @@ fn shutdown(d: &Daemon) {
     }
     if !interrupted.is_empty() {
         let text = serde_json::to_string(&interrupted).expect("serialisable");
-        if let Err(e) = d.store().set_meta(META_INTERRUPTED, Some(&text)) {
+        if let Err(e) = d.writer().set_meta(META_INTERRUPTED, Some(&text)) {
             tracing::error!(error = %e, "cannot persist the interrupted sessions");
         }
     }

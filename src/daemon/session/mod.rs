@@ -20,8 +20,9 @@
 //!
 //! **Locks.** The store connection is shared by every session of the daemon (one connection, not
 //! one per session) behind its own mutex, taken before a session's `inner` lock and never while
-//! holding it. `inner` is only ever held for in-memory work, so `status` never waits on a
-//! database write.
+//! holding it. `inner` is only ever held for in-memory work, and `status` does not take it at
+//! all: every writer of `inner` publishes what `status` shows as it lets go (`shown.rs`), so a
+//! niced output reader preempted while holding `inner` delays no health check.
 //!
 //! **Busy.** A `session/prompt` JSON-RPC request written to the adapter's stdin marks the session
 //! busy until a response with the same id appears on its stdout. The classification is pure
@@ -32,6 +33,7 @@ mod phase;
 mod replay;
 mod seq;
 mod settle;
+mod shown;
 mod spawn;
 mod stdio;
 
@@ -134,6 +136,8 @@ pub struct Supervised {
     /// cancel), so requests about one session apply in order across connections.
     ops: Mutex<()>,
     inner: Mutex<Inner>,
+    /// What `status` shows, published by every writer of `inner` as it lets go (`shown.rs`).
+    shown: Mutex<Arc<shown::Shown>>,
     changed: Condvar,
     /// Set while requests await responses (`pending` or `opening` is not empty), so the output
     /// reader classifies lines only then. Set under `inner` before the request is written;
@@ -172,10 +176,10 @@ impl Supervised {
         lock_store(&self.store)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> shown::Locked<'_> {
         // A panic while holding the lock leaves consistent-enough data (plain counters and
         // buffers); serving the other clients matters more than poisoning.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        shown::Locked::new(self, self.inner.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn lease(&self) -> Option<&LeaseInfo> {
@@ -228,29 +232,5 @@ impl Supervised {
     pub fn attached(&self, delta: isize) {
         let mut g = self.lock();
         g.attached = g.attached.saturating_add_signed(delta);
-    }
-
-    pub fn status(&self) -> LiveSession {
-        let g = self.lock();
-        LiveSession {
-            session_key: self.key.clone(),
-            lease_id: self.lease_id().map(str::to_owned),
-            root_pid: self.lease.get().map(|l| l.root.pid),
-            phase: g.life.phase(),
-            busy: !g.pending.is_empty(),
-            pending_prompts: g.pending.values().cloned().collect(),
-            acp_session_ids: g.acp_sessions.iter().cloned().collect(),
-            created_at: self.created_at,
-            idle_ms: g.last_traffic.elapsed().as_millis() as u64,
-            output_lines: g.output_lines,
-            oldest_seq: g.replay.oldest_seq(),
-            last_seq: g.replay.last_seq(),
-            buffered_lines: g.replay.len(),
-            buffered_bytes: g.replay.bytes(),
-            attached: g.attached,
-            exit_status: g.life.exit_status(),
-            output_held: g.held.clone(),
-            output_dropped: g.output_dropped,
-        }
     }
 }

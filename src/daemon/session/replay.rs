@@ -165,11 +165,7 @@ impl Supervised {
             if now >= deadline {
                 return Batch::Idle;
             }
-            g = self
-                .changed
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            g = g.wait_timeout(deadline - now);
         }
     }
 }

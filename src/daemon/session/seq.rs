@@ -124,7 +124,7 @@ impl Supervised {
     /// event slips in between): one from a reserved block, never one the store has not
     /// reserved. Waits (holding the line) while the store cannot be written; `None` when the
     /// session ended meanwhile and the line must be dropped.
-    pub(super) fn output_seq(&self) -> Option<(MutexGuard<'_, Inner>, i64)> {
+    pub(super) fn output_seq(&self) -> Option<(shown::Locked<'_>, i64)> {
         let mut pause = HOLD_RETRY_MIN;
         loop {
             {

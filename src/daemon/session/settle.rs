@@ -83,11 +83,7 @@ impl Supervised {
             let mut g = self.lock();
             let deadline = Instant::now() + Duration::from_secs(120);
             while g.life.close_in_flight() && Instant::now() < deadline {
-                g = self
-                    .changed
-                    .wait_timeout(g, Duration::from_millis(200))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                g = g.wait_timeout(Duration::from_millis(200));
             }
         }
         if let Some(info) = self.lease.get().cloned() {

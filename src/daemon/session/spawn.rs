@@ -58,6 +58,9 @@ pub struct SpawnSpec<'a> {
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
 /// in [`Phase::Starting`]; [`Supervised::await_started`] confirms the lease and the adapter.
 pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, SpawnError> {
+    // The process and the session's threads start at the daemon's priority, never at a
+    // connection thread's raised one (see `daemon::priority`).
+    let _lowered = crate::daemon::priority::lowered();
     let last = lock_store(spec.store).last_seq(&req.session)?;
     let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
     let mut cmd = Command::new(spec.exe);
@@ -118,6 +121,21 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let child_pid = child.id() as i32;
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
+    let inner = Inner {
+        replay: Replay::new(spec.limits, last),
+        seqs: Seqs::new(last),
+        life: Life::Starting,
+        pending: BTreeMap::new(),
+        opening: HashMap::new(),
+        acp_sessions: BTreeSet::new(),
+        last_traffic: Instant::now(),
+        output_lines: 0,
+        attached: 0,
+        stderr_tail: VecDeque::new(),
+        held: None,
+        output_dropped: 0,
+    };
+    let shown = Arc::new(super::shown::Shown::of(&inner));
     let session = Arc::new(Supervised {
         key: req.session.clone(),
         argv: req.argv.clone(),
@@ -134,20 +152,8 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         store: spec.store.clone(),
         stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
         ops: Mutex::new(()),
-        inner: Mutex::new(Inner {
-            replay: Replay::new(spec.limits, last),
-            seqs: Seqs::new(last),
-            life: Life::Starting,
-            pending: BTreeMap::new(),
-            opening: HashMap::new(),
-            acp_sessions: BTreeSet::new(),
-            last_traffic: Instant::now(),
-            output_lines: 0,
-            attached: 0,
-            stderr_tail: VecDeque::new(),
-            held: None,
-            output_dropped: 0,
-        }),
+        inner: Mutex::new(inner),
+        shown: Mutex::new(shown),
         changed: Condvar::new(),
         tracking: AtomicBool::new(false),
     });
@@ -263,11 +269,7 @@ impl Supervised {
             if g.output_lines > 0 || now >= deadline {
                 return Ok(());
             }
-            g = self
-                .changed
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            g = g.wait_timeout(deadline - now);
         }
     }
 

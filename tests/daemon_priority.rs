@@ -1,0 +1,65 @@
+//! The daemon's connection threads run above the adapters, and nothing the daemon starts runs
+//! raised: the wrapper and the adapter of a session ensured over a raised connection have the
+//! daemon's own nice value (see `src/daemon/priority.rs`). Without `CAP_SYS_NICE` nothing is
+//! raised, and the adapters' priority is checked all the same.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::json;
+
+/// The nice value of a task (`/proc/<pid>/task/<tid>/stat`, field 19).
+fn nice_of(stat_path: &str) -> Option<i32> {
+    let text = std::fs::read_to_string(stat_path).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    rest.split_whitespace().nth(16)?.parse().ok()
+}
+
+fn thread_nices(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let tid = e.file_name().to_string_lossy().into_owned();
+        if let Some(n) = nice_of(&format!("/proc/{pid}/task/{tid}/stat")) {
+            out.push(n);
+        }
+    }
+    out
+}
+
+#[test]
+fn connections_run_raised_and_sessions_start_at_the_daemons_priority() {
+    let tmp = TempDir::new("d-priority");
+    let state = tmp.join("state");
+    let daemon = Daemon::start(&state, &[]);
+    let own = nice_of(&format!("/proc/{0}/task/{0}/stat", daemon.pid.pid)).unwrap();
+    let mut c = daemon.connect();
+    let st = ensure(&mut c, "s", &["sleep", "600"]);
+    let wrapper = Pid::of(st["rootPid"].as_i64().unwrap() as i32).unwrap();
+    let adapter = adapter_of(wrapper);
+    for (what, pid) in [("wrapper", wrapper.pid), ("adapter", adapter.pid)] {
+        assert_eq!(
+            nice_of(&format!("/proc/{pid}/task/{pid}/stat")),
+            Some(own),
+            "the {what} must run at the daemon's priority, not a connection's"
+        );
+    }
+    let raised = (own - 10).max(-20);
+    if is_root() {
+        // The connection stays open: its thread is raised (a `ping` makes sure it is serving).
+        c.call("ping", json!({}));
+        let nices = thread_nices(daemon.pid.pid);
+        assert!(
+            nices.contains(&raised),
+            "no connection thread runs raised: {nices:?}"
+        );
+        // The output readers run below the daemon (`LEASH_OUTPUT_NICE`, 10 by default).
+        assert!(nices.iter().any(|&n| n > own), "{nices:?}");
+    } else {
+        eprintln!("skipped the raised-thread check: not root (no CAP_SYS_NICE)");
+    }
+    c.call("close", json!({"session": "s"}));
+}
