@@ -1,7 +1,7 @@
-//! Legacy records' cleanup, as part of `reap`: each record the plan verified (argv, wrapper path,
-//! start time before the import) is terminated through the engine and closed; the others are
-//! marked lost (nothing running) or left open with the reason. Nothing here trusts a record's
-//! pid alone.
+//! Legacy records: `leash legacy import` and `list`, and their cleanup as part of `reap`: each
+//! record the plan verified (argv, wrapper path, start time before the import) is terminated
+//! through the engine and closed; the others are marked lost (nothing running) or left open with
+//! the reason. Nothing here trusts a record's pid alone.
 
 use super::*;
 
@@ -18,6 +18,20 @@ pub struct LegacyOutcome {
 }
 
 impl<'t> Controller<'t> {
+    /// Imports legacy records from a JSON file, in one transaction (all or nothing); how many.
+    pub fn legacy_import(
+        &self,
+        file: &std::path::Path,
+        wrapper_root: Option<&std::path::Path>,
+    ) -> Result<usize, crate::legacy::LegacyError> {
+        crate::legacy::import(&mut self.store(), file, wrapper_root)
+    }
+
+    /// The legacy records (only the open ones when `only_open`).
+    pub fn legacy_records(&self, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
+        crate::legacy::records(&mut self.store(), only_open)
+    }
+
     pub(super) fn reap_legacy(
         &self,
         plan: &ReapPlan,

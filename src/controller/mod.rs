@@ -5,7 +5,9 @@
 //! records' cleanup (`legacy.rs`), [`leases`](Controller::leases) (`leases.rs`), the state root's
 //! [`status`](Controller::root_status) (`status.rs`), [`events`](Controller::events) and
 //! [`history`](Controller::history) (`events.rs`), the sessions queries and `send`
-//! (`sessions.rs`), [`verify`](Controller::verify) (`verify.rs`), and the TERM → grace → KILL
+//! (`sessions.rs`), [`verify`](Controller::verify) (`verify.rs`), [`ps`](Controller::ps)
+//! (`ps.rs`), legacy records' [`import`](Controller::legacy_import) and
+//! [`list`](Controller::legacy_records) (`legacy.rs`), and the TERM → grace → KILL
 //! engine they share (`terminate.rs`). This file
 //! holds what every verb needs: opening the store and the machine (process table, signaller,
 //! clock, containment), naming leases ([`LeaseRef`]), folding the wrappers' reports in
@@ -57,6 +59,7 @@ mod events;
 pub mod exec;
 mod leases;
 mod legacy;
+mod ps;
 mod reap;
 pub mod sessions;
 mod status;
