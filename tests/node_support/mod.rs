@@ -6,7 +6,8 @@
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -90,9 +91,7 @@ pub fn npm_install(dir: &str, packages: &[&str]) -> PathBuf {
 
 /// Runs a command; on failure panics with what it printed.
 pub fn run_ok(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let out = run_within(what, cmd, RUN_LIMIT);
     if !out.status.success() {
         panic!(
             "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
@@ -102,6 +101,60 @@ pub fn run_ok(what: &str, cmd: &mut Command) -> Output {
         );
     }
     out
+}
+
+/// How long a Node run may take before it counts as hung (the client suite takes ~1 min on a
+/// loaded 2-core machine).
+pub const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs `cmd` in a process group of its own with its output collected; past `limit` the whole
+/// group (the command, the test files it runs, the daemons they started) is SIGKILLed and the
+/// run fails with what it printed. A hung test file (a cleanup hook that threw and left a
+/// daemon referenced) once held CI until its hard limit.
+pub fn run_within(what: &str, cmd: &mut Command, limit: Duration) -> Output {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out_t = drain(Box::new(child.stdout.take().unwrap()));
+    let err_t = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // The group is the one this call created for the command (its pgid is its pid), and
+            // its leader is not reaped yet, so the id cannot have been reused.
+            // SAFETY: kill takes plain integers.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            let (o, e) = (out_t.join().unwrap(), err_t.join().unwrap());
+            panic!(
+                "{what} hung: killed after {limit:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                String::from_utf8_lossy(&o),
+                String::from_utf8_lossy(&e)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    }
 }
 
 /// The client's test files (`clients/node/test/*.test.mjs`), sorted.

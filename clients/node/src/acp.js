@@ -93,9 +93,10 @@ export class AcpChannel extends EventEmitter {
       return;
     }
     if ('id' in msg && ('result' in msg || 'error' in msg)) {
-      const p = this.#pending.get(JSON.stringify(msg.id));
+      const key = JSON.stringify(msg.id);
+      const p = this.#pending.get(key);
       if (!p) return this.emit('stray', msg, item);
-      this.#pending.delete(JSON.stringify(msg.id));
+      this.#pending.delete(key);
       p.cleanup();
       if ('error' in msg && msg.error) {
         const e = msg.error;

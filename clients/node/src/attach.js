@@ -18,7 +18,11 @@ export class AttachStream {
   #opts;
   #cursor;
   #now;
+  /** Items waiting for the consumer: `#queue[#head..]` (a head index: `shift()` on a long array
+   * copies it). */
   #queue = [];
+  #head = 0;
+  /** The pending `next()` call's resolve, while the consumer waits for an item. */
   #waiter = null;
   #done = false;
   #error = null;
@@ -74,27 +78,51 @@ export class AttachStream {
     return new Promise((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
   }
 
-  async next() {
+  /** Items waiting for the consumer. */
+  get #queued() {
+    return this.#queue.length - this.#head;
+  }
+
+  next() {
     this.#start();
-    for (;;) {
-      if (this.#queue.length > 0) {
-        const value = this.#queue.shift();
-        if (this.#paused && this.#queue.length <= this.#low) {
-          this.#paused = false;
-          this.#subscribe();
-        }
-        return { value, done: false };
-      }
-      if (this.#done) {
-        if (this.#error) {
-          const e = this.#error;
-          this.#error = null;
-          throw e;
-        }
-        return { value: undefined, done: true };
-      }
-      await new Promise((r) => (this.#waiter = r));
+    if (this.#queued > 0) return Promise.resolve(this.#take());
+    if (this.#done) return this.#end();
+    // One promise per wait, not per item: items that arrive while the consumer is busy are
+    // taken straight from the queue by the calls that follow.
+    return new Promise((resolve, reject) => {
+      this.#waiter = () => {
+        if (this.#queued > 0) resolve(this.#take());
+        else if (this.#done) this.#end().then(resolve, reject);
+        else return false;
+        return true;
+      };
+    });
+  }
+
+  #take() {
+    const value = this.#queue[this.#head];
+    this.#queue[this.#head++] = undefined;
+    if (this.#head === this.#queue.length) {
+      this.#queue = [];
+      this.#head = 0;
+    } else if (this.#head >= 1024 && this.#head * 2 >= this.#queue.length) {
+      this.#queue = this.#queue.slice(this.#head);
+      this.#head = 0;
     }
+    if (this.#paused && this.#queued <= this.#low) {
+      this.#paused = false;
+      this.#subscribe();
+    }
+    return { value, done: false };
+  }
+
+  #end() {
+    if (this.#error) {
+      const e = this.#error;
+      this.#error = null;
+      return Promise.reject(e);
+    }
+    return Promise.resolve({ value: undefined, done: true });
   }
 
   async return() {
@@ -111,8 +139,7 @@ export class AttachStream {
 
   #wake() {
     const w = this.#waiter;
-    this.#waiter = null;
-    w?.();
+    if (w !== null && w()) this.#waiter = null;
   }
 
   #push(item) {
@@ -282,7 +309,7 @@ export class AttachStream {
       this.#cursor = rest.seq;
     }
     this.#push(rest);
-    if (this.#queue.length >= this.#high && this.#client.supports('detach')) {
+    if (this.#queued >= this.#high && this.#client.supports('detach')) {
       // Stop listening at once (what is still in flight is dropped: the seq cursor did not move
       // past it) and let the daemon end the stream; next() reattaches once drained.
       const id = this.#id;

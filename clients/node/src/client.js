@@ -24,6 +24,7 @@ import {
 import { findSocket, resolveStateDir } from './locate.js';
 import { AttachStream } from './attach.js';
 import { AcpChannel } from './acp.js';
+import { LineDecoder } from './wire.js';
 
 const DEFAULT_TIMEOUT_MS = 60_000;
 /** Timeouts at least this long are checked by the sweeping timer, every SWEEP_EVERY_MS. */
@@ -45,7 +46,11 @@ export async function connect(opts = {}) {
 export class LeashClient extends EventEmitter {
   #opts;
   #socket = null;
-  #buf = '';
+  /** Frames and decodes what the daemon sends (see wire.js). */
+  #lines = new LineDecoder(
+    (msg) => this.#route(msg),
+    (text, e) => this.emit('protocolError', new ProtocolError(`the daemon sent a line that is not JSON: ${text.slice(0, 200)}`, { cause: e })),
+  );
   #nextId = 1;
   /** id (string form) -> { resolve, reject, cleanup } */
   #pending = new Map();
@@ -145,9 +150,8 @@ export class LeashClient extends EventEmitter {
   #attachSocket(sock) {
     this.#socket = sock;
     this.#connected = true;
-    this.#buf = '';
-    sock.setEncoding('utf8');
-    sock.on('data', (chunk) => this.#onData(chunk));
+    this.#lines.reset();
+    sock.on('data', (chunk) => this.#lines.push(chunk));
     sock.on('error', () => {});
     sock.on('close', () => this.#onClose(sock));
   }
@@ -167,28 +171,6 @@ export class LeashClient extends EventEmitter {
     if (rest.type === 'resumed') this.resumable.delete(rest.sessionKey);
     this.emit('lifecycle', rest);
     if (typeof rest.type === 'string') this.emit(rest.type, rest);
-  }
-
-  #onData(chunk) {
-    // One scan per chunk with a moving start: slicing the buffer after every line would copy
-    // the rest of a large chunk once per line.
-    const buf = this.#buf.length ? this.#buf + chunk : chunk;
-    let start = 0;
-    let nl;
-    while ((nl = buf.indexOf('\n', start)) >= 0) {
-      const line = buf.slice(start, nl);
-      start = nl + 1;
-      if (line.length === 0 || line.trim() === '') continue;
-      let msg;
-      try {
-        msg = JSON.parse(line);
-      } catch (e) {
-        this.emit('protocolError', new ProtocolError(`the daemon sent a line that is not JSON: ${line.slice(0, 200)}`, { cause: e }));
-        continue;
-      }
-      this.#route(msg);
-    }
-    this.#buf = start < buf.length ? buf.slice(start) : '';
   }
 
   #route(msg) {
@@ -288,7 +270,15 @@ export class LeashClient extends EventEmitter {
 
   /** The line to write for a request (exposed for the raw-socket benchmark and tests). */
   static requestLine(id, op, fields) {
-    return JSON.stringify({ ...fields, id, op }) + '\n';
+    // Written as text around the fields' own JSON: spreading the fields into a new object
+    // first cost more than the rest of the request's JSON (a few µs a request).
+    // Anything but a plain object without `id`, `op` or `toJSON` of its own takes the spread.
+    if (fields === null || typeof fields !== 'object' || Object.getPrototypeOf(fields) !== Object.prototype || 'id' in fields || 'op' in fields || 'toJSON' in fields) {
+      return JSON.stringify({ ...fields, id, op }) + '\n';
+    }
+    const head = `{"id":${JSON.stringify(id)},"op":${JSON.stringify(op)}`;
+    const body = JSON.stringify(fields);
+    return body.length === 2 ? `${head}}\n` : `${head},${body.slice(1)}\n`;
   }
 
   /**

@@ -19,9 +19,19 @@ if (!existsSync(LEASH_BIN)) {
   throw new Error(`${LEASH_BIN} is missing: build it with \`cargo build --workspace\` or set LEASH_BIN`);
 }
 
+/** The daemons started and not yet stopped, so that a scratch directory's cleanup stops its own first. */
+const running = new Set();
+
 export function scratch(t, tag) {
   const dir = mkdtempSync(join(tmpdir(), `leash-node-${tag}-`));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // `after` hooks run in the order they were added, and one that throws skips the rest: the
+  // directory's removal (added first) stops the daemons inside it first, or a daemon writing
+  // into it makes the removal fail (ENOTEMPTY) and, never stopped, keeps the test file's
+  // process alive for ever.
+  t.after(async () => {
+    for (const d of [...running]) if (d.stateDir.startsWith(dir)) await d.kill9();
+    rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+  });
   return dir;
 }
 
@@ -66,7 +76,13 @@ export class Daemon {
     delete env.LEASH_STATE_DIR;
     this.child = spawn(LEASH_BIN, ['--state-dir', this.stateDir, 'serve', ...this.args], { stdio: ['ignore', 'ignore', fd], env });
     closeSync(fd);
-    this.exited = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+    running.add(this);
+    this.exited = new Promise((r) =>
+      this.child.once('exit', (code, signal) => {
+        running.delete(this);
+        r({ code, signal });
+      }),
+    );
     this.pid = this.child.pid;
     await waitFor(async () => {
       if (this.child.exitCode !== null) throw new Error(`leash serve exited early:\n${this.log()}`);
