@@ -169,12 +169,22 @@ impl HasKind for crate::lifecycle::LifecycleError {
     }
 }
 
-impl HasKind for crate::ownership::VerifyError {
+impl HasKind for crate::controller::verify::VerifyError {
     fn kind(&self) -> Kind {
-        use crate::ownership::VerifyError;
+        use crate::controller::verify::VerifyError;
         match self {
             VerifyError::Store(e) => e.kind(),
             VerifyError::NoLease(_) | VerifyError::NoSession(_) => Kind::NotFound,
+        }
+    }
+}
+
+impl HasKind for crate::controller::EventsError {
+    fn kind(&self) -> Kind {
+        use crate::controller::EventsError;
+        match self {
+            EventsError::NoSession(_) => Kind::NotFound,
+            EventsError::Store(e) => e.kind(),
         }
     }
 }
@@ -187,7 +197,10 @@ impl HasKind for crate::sessions::SessionsError {
             SessionsError::NotVisible { .. } => Kind::NotVisible,
             SessionsError::DaemonNeeded { .. } => Kind::DaemonNeeded,
             SessionsError::MultiLine => Kind::Usage,
-            SessionsError::Daemon { source, .. } => source.kind(),
+            SessionsError::Remote { code, .. } => code
+                .as_deref()
+                .and_then(crate::daemon::protocol::Code::parse)
+                .map_or(Kind::Internal, |c| c.kind()),
             SessionsError::Store(e) => e.kind(),
         }
     }
@@ -225,10 +238,10 @@ impl HasKind for crate::daemon::session::SpawnError {
     }
 }
 
-impl HasKind for crate::exec::ExecError {
+impl HasKind for crate::controller::exec::ExecError {
     /// The cause of a failed `leash exec` (it exits 125 whatever the kind).
     fn kind(&self) -> Kind {
-        use crate::exec::ExecError;
+        use crate::controller::exec::ExecError;
         use crate::store::StoreError;
         match self {
             ExecError::SessionLive { .. } => Kind::Conflict,
@@ -387,10 +400,7 @@ mod tests {
                 data: Default::default(),
             };
             assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
-            let wrapped = crate::sessions::SessionsError::Daemon {
-                key: "k".into(),
-                source: remote(),
-            };
+            let wrapped = crate::daemon::session_input::undelivered("k", remote());
             assert_eq!(Failure::from(wrapped).code, kind.exit_code(), "{code:?}");
         }
         assert_eq!(

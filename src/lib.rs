@@ -46,16 +46,18 @@ pub mod cgroup;
 pub mod cli;
 pub mod controller;
 pub mod daemon;
-pub mod exec;
 pub mod exitcode;
 pub mod install;
 pub mod kind;
 pub mod lease;
 pub mod legacy;
 pub mod lifecycle;
+/// `leash exec`'s old address: it is the controller's verb now ([`controller::exec`]).
+pub use controller::exec;
 pub mod limits;
 pub mod mcp;
-pub mod ownership;
+/// `leash verify`'s old address: it is the controller's verb now ([`controller::verify`]).
+pub use controller::verify as ownership;
 pub mod plan;
 pub mod proc;
 pub mod ps;

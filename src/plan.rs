@@ -43,7 +43,7 @@ pub struct PlannedSignal {
 /// A process the plan will not signal, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Refused {
+pub struct RefusedSignal {
     pub pid: i32,
     pub reason: String,
 }
@@ -60,7 +60,7 @@ pub struct LeasePlan {
     pub decision: Decision,
     /// Children first, root last.
     pub signals: Vec<PlannedSignal>,
-    pub refused: Vec<Refused>,
+    pub refused: Vec<RefusedSignal>,
     pub evidence: Vec<String>,
     /// The lease's cgroup and what happens to it (containment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,7 +111,7 @@ pub struct LegacyPlan {
     pub verdict: String,
     pub decision: Decision,
     pub signals: Vec<PlannedSignal>,
-    pub refused: Vec<Refused>,
+    pub refused: Vec<RefusedSignal>,
     pub reason: String,
 }
 
@@ -256,12 +256,12 @@ pub fn signals_for(
     tree: &OwnedTree,
     snap: &Snapshot,
     caller: &Caller,
-) -> (Vec<PlannedSignal>, Vec<Refused>) {
+) -> (Vec<PlannedSignal>, Vec<RefusedSignal>) {
     let mut signals = Vec::new();
-    let mut refused: Vec<Refused> = tree
+    let mut refused: Vec<RefusedSignal> = tree
         .excluded
         .iter()
-        .map(|e| Refused {
+        .map(|e| RefusedSignal {
             pid: e.pid,
             reason: e.reason.clone(),
         })
@@ -273,7 +273,7 @@ pub fn signals_for(
         };
         match guard {
             Ok(()) => signals.push(planned(m)),
-            Err(r) => refused.push(Refused {
+            Err(r) => refused.push(RefusedSignal {
                 pid: m.pid,
                 reason: r.to_string(),
             }),

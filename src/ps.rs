@@ -1,15 +1,14 @@
-//! `leash ps`: what each open session costs the machine, so an operator can find the one that
-//! is eating it. For each open or closing lease: its members (pid, command, RSS, CPU time) and
-//! the session's totals. Read from the lease's verified cgroup where there is one
-//! (`cgroup.procs`, `cpu.stat`, `memory.current` where the memory controller is enabled: the
-//! cgroup's CPU time includes members that already exited), else from the verified process
-//! tree. Reads only; the cost follows the sessions, never the host.
+//! The reading behind `leash ps` (the verb itself is `controller/ps.rs`): what each open session
+//! costs the machine, so an operator can find the one that is eating it. For each open or closing
+//! lease: its members (pid, command, RSS, CPU time) and the session's totals. Read from the
+//! lease's verified cgroup where there is one (`cgroup.procs`, `cpu.stat`, `memory.current`
+//! where the memory controller is enabled: the cgroup's CPU time includes members that already
+//! exited), else from the verified process tree. Reads only; the cost follows the sessions,
+//! never the host. The daemon's `status` samples the same [`usage_of`].
 
-use crate::cgroup::{Containment, Verified};
+use crate::cgroup::Verified;
 use crate::lease::{Lease, LeaseState};
 use crate::proc::ProcessTable;
-use crate::state::StateRoot;
-use crate::store::{Store, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Verdict};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -55,33 +54,6 @@ pub struct SessionUsage {
 #[serde(rename_all = "camelCase")]
 pub struct PsReport {
     pub sessions: Vec<SessionUsage>,
-}
-
-/// The usage of every open or closing lease of this state root.
-pub fn ps(
-    root: &StateRoot,
-    store: &Store,
-    table: &dyn ProcessTable,
-    containment: &Containment,
-) -> Result<PsReport, StoreError> {
-    let leases: Vec<Lease> = store
-        .leases(&[LeaseState::Open, LeaseState::Closing])?
-        .into_iter()
-        .filter_map(Result::ok)
-        .collect();
-    let gateway = store.gateway_instance_id().to_string();
-    let wrapper_root = root.wrapper_root();
-    let expect = Expect {
-        gateway_instance_id: &gateway,
-        wrapper_root: &wrapper_root,
-        cgroup_root: containment.gateway_root.as_deref(),
-    };
-    let reader = Reader::new();
-    let sessions = leases
-        .iter()
-        .map(|l| usage_of(l, &expect, table, &reader))
-        .collect();
-    Ok(PsReport { sessions })
 }
 
 /// One lease's usage (also what `leash sessions status` and the daemon's status carry).

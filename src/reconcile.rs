@@ -20,7 +20,6 @@ use crate::lease::{now_ms, Lease, LeaseState, ProcessId};
 use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
 use crate::proc::ProcessTable;
-use crate::state::StateRoot;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -130,21 +129,21 @@ fn alive(table: &dyn ProcessTable, id: ProcessId) -> Option<bool> {
     table.alive(id).ok()
 }
 
-/// One reconcile pass over `root`.
+/// One reconcile pass over the controller's state root (the daemon passes the one controller it
+/// holds: the pass's closes and reaps are the same calls as its requests').
 pub fn pass(
-    root: &StateRoot,
-    table: &dyn ProcessTable,
+    ctl: &Controller<'_>,
     me: ProcessId,
     retention: Duration,
 ) -> Result<PassReport, LifecycleError> {
     let started = Instant::now();
     let mut report = PassReport::default();
-    let mut ctl = Controller::open(root.clone(), table)?;
+    let table = ctl.table();
     // Wrappers that exited on their own leave a report: fold those in first (cheap, and it
     // settles most ended sessions without looking at any process).
     ctl.ingest_reports_marking_ended_lost()?;
     let now = now_ms();
-    let gateway = ctl.store().gateway_instance_id().to_string();
+    let gateway = ctl.gateway_instance_id().to_string();
     let who = Decider {
         me,
         gateway_instance_id: &gateway,

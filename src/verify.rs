@@ -153,7 +153,7 @@ pub struct CgroupCheck {
 }
 
 /// Why a lease's cgroup is not checked where no cgroup root is given (containment off or
-/// unavailable; `leash verify` words it its own way, see `ownership::verify`).
+/// unavailable; `leash verify` words it its own way, see `Controller::verify`).
 pub const NO_CGROUP_ROOT: &str =
     "containment is off or unavailable here, so no cgroup root to check it against";
 /// Checks the lease's recorded cgroup against this gateway's root and what the snapshot observed

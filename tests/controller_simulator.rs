@@ -113,7 +113,7 @@ fn escapee_ignoring_term_is_killed_when_the_grace_ends() {
     );
     let sim = RecordingSignaller::new(table, script);
     let lease = leases(&doc).remove(0);
-    let mut ctl = simulated(root, &sim, &doc);
+    let ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
     let out = ctl
         .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
@@ -171,7 +171,7 @@ fn reused_root_pid_and_unverifiable_table_signal_nobody() {
         let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
         let sim = RecordingSignaller::new(table, HashMap::new());
         let lease = leases(&doc).remove(0);
-        let mut ctl = simulated(root, &sim, &doc);
+        let ctl = simulated(root, &sim, &doc);
         ctl.store().insert_lease(&lease, None, |_| None).unwrap();
         let out = ctl
             .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
@@ -474,7 +474,7 @@ fn escapee_outside_a_live_wrappers_tree_is_taken_by_the_next_reap() {
     let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
     let sim = RecordingSignaller::new(table, HashMap::new());
     let lease = leases(&doc).remove(0);
-    let mut ctl = simulated(root, &sim, &doc);
+    let ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
     let opts = ReapOptions {
         include_live: false,

@@ -94,7 +94,7 @@ fn a_marker_carrying_escapee_is_reaped_while_exec_and_close_scan_nothing() {
 
     // Closing the new session reads its tree only, and leaves the old lease's escapee alone.
     let t = Counting::default();
-    let mut c = Controller::open(StateRoot::open(&state).unwrap(), &t)
+    let c = Controller::open(StateRoot::open(&state).unwrap(), &t)
         .unwrap()
         .with_containment(&leash::cgroup::Settings::default_off());
     let out = c
@@ -109,7 +109,7 @@ fn a_marker_carrying_escapee_is_reaped_while_exec_and_close_scan_nothing() {
 
     // Reap: one pass over the host finds it by its markers and terminates it.
     let t = Counting::default();
-    let mut c = Controller::open(StateRoot::open(&state).unwrap(), &t)
+    let c = Controller::open(StateRoot::open(&state).unwrap(), &t)
         .unwrap()
         .with_containment(&leash::cgroup::Settings::default_off());
     let report = c

@@ -17,6 +17,12 @@ fn me() -> ProcessId {
     leash::proc::self_id()
 }
 
+/// One pass over `root` through a controller reading `t` (the daemon passes its own).
+fn pass(root: &StateRoot, t: &Counting, retention: Duration) -> leash::reconcile::PassReport {
+    let ctl = leash::lifecycle::Controller::open(root.clone(), t).unwrap();
+    leash::reconcile::pass(&ctl, me(), retention).unwrap()
+}
+
 #[test]
 fn an_idle_pass_reads_only_the_leases_and_an_orphan_pass_scans_once() {
     let tmp = TempDir::new("reconcile-cost");
@@ -33,7 +39,7 @@ fn an_idle_pass_reads_only_the_leases_and_an_orphan_pass_scans_once() {
     let retention = Duration::from_secs(86_400);
 
     let t = Counting::default();
-    let r = leash::reconcile::pass(&root, &t, me(), retention).unwrap();
+    let r = pass(&root, &t, retention);
     assert_eq!(r.active, 3, "{r:?}");
     assert!(!r.acted(), "a live session was acted on: {r:?}");
     assert_eq!(t.scans(), 0, "an idle pass read the host's process table");
@@ -54,7 +60,7 @@ fn an_idle_pass_reads_only_the_leases_and_an_orphan_pass_scans_once() {
     assert!(wait_for(|| !owner.alive()), "the owner did not exit");
     assert!(escapee.pid.alive(), "an escapee expected");
     let t = Counting::default();
-    let r = leash::reconcile::pass(&root, &t, me(), retention).unwrap();
+    let r = pass(&root, &t, retention);
     assert!(r.acted(), "{r:?}");
     assert_eq!(r.closed, 1, "{r:?}");
     // One host-wide pass finds the escapees by their markers; without a cgroup, a second one

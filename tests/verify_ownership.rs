@@ -2,7 +2,7 @@
 //! never signals: on a live session (directly and through the daemon's `verify` op), on a dead one,
 //! on a root pid handed to a decoy (the decoy survives, unsignalled), and with an unreadable
 //! process table (a private mount namespace whose /proc is an empty tmpfs; the pure answer on a
-//! fixture table is in `src/ownership.rs`).
+//! fixture table is in `src/controller/verify.rs`).
 mod common;
 mod daemon_support;
 use common::*;

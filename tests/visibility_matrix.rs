@@ -1,11 +1,12 @@
 //! The session visibility matrix. visibility {self, tree, agent, all} × a2a {off, on, on for one
 //! agent pair} × row kind × {sandboxed, not} × operation {list, history, send, status}, with every
 //! expected answer written out below (not computed). Each operation runs the code the command line
-//! runs ([`Sessions`] over a real SQLite store), so the matrix checks that all four ask the same
+//! runs ([`Controller`] over a real SQLite store), so the matrix checks that all four ask the same
 //! question and get the same answer.
 
+use leash::lifecycle::Controller;
 use leash::proc::FixtureTable;
-use leash::sessions::{Sessions, SessionsError, View};
+use leash::sessions::{SessionsError, View};
 use leash::state::StateRoot;
 use leash::visibility::{A2aPolicy, Grant, Scope, Visibility};
 
@@ -149,8 +150,8 @@ fn fixture() -> Fixture {
     ));
     let root = StateRoot::open(&dir).unwrap();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(root.clone(), &table).unwrap();
-    let store = s.store();
+    let s = Controller::open(root.clone(), &table).unwrap();
+    let mut store = s.store();
     let gateway = store.gateway_instance_id().to_string();
     // Written with SQL of its own, the way an older leash left the rows.
     let raw = rusqlite::Connection::open(root.db_path()).unwrap();
@@ -174,7 +175,7 @@ fn fixture() -> Fixture {
 
 /// Runs `op` on `key` as the requester and says whether the session was visible, checking that
 /// a visible session gets the operation's real answer and a hidden one gets `NotVisible`.
-fn visible_through(s: &mut Sessions<'_>, op: Op, view: &View, key: &str) -> bool {
+fn visible_through(s: &Controller<'_>, op: Op, view: &View, key: &str) -> bool {
     match op {
         Op::List => s
             .list(view)
@@ -217,7 +218,7 @@ fn visible_through(s: &mut Sessions<'_>, op: Op, view: &View, key: &str) -> bool
 fn matrix() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Controller::open(f.root.clone(), &table).unwrap();
     let mut cells = 0;
     let mut failures = Vec::new();
     for (vis, a2a_name, sandboxed, expected) in EXPECTED {
@@ -239,7 +240,7 @@ fn matrix() {
             };
             for op in OPS {
                 cells += 1;
-                let got = visible_through(&mut s, op, &view, key);
+                let got = visible_through(&s, op, &view, key);
                 if got != want {
                     failures.push(format!(
                         "visibility {vis}, a2a {a2a_name}, sandboxed {sandboxed}, {kind} ({key}), \
@@ -262,7 +263,7 @@ fn matrix() {
 fn all_grants_the_owned_child_as_owned_not_through_a2a() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Controller::open(f.root.clone(), &table).unwrap();
     let view = View::new(
         REQ,
         Scope::new(Visibility::All, A2aPolicy::all_pairs(), false),
@@ -290,7 +291,7 @@ fn all_grants_the_owned_child_as_owned_not_through_a2a() {
 fn unknown_sessions_are_not_found_whatever_the_visibility() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Controller::open(f.root.clone(), &table).unwrap();
     for v in Visibility::ALL {
         let view = View::new(REQ, Scope::new(v, A2aPolicy::all_pairs(), false));
         assert!(matches!(
@@ -312,7 +313,7 @@ fn unknown_sessions_are_not_found_whatever_the_visibility() {
 fn a_requester_without_a_row_sees_its_agent_and_its_tree() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Controller::open(f.root.clone(), &table).unwrap();
     // The gateway's main chat session: leash never spawned it, so it has no row.
     let view = View::new(
         "agent:main:main",
@@ -350,7 +351,7 @@ fn a_requester_without_a_row_sees_its_agent_and_its_tree() {
 fn send_refuses_multi_line_input_after_the_check() {
     let f = fixture();
     let table = FixtureTable::default();
-    let mut s = Sessions::open(f.root.clone(), &table).unwrap();
+    let s = Controller::open(f.root.clone(), &table).unwrap();
     let view = View::new(REQ, Scope::new(Visibility::Tree, A2aPolicy::Off, false));
     assert!(matches!(
         s.send(&view, "acp:child", "a\nb"),

@@ -9,8 +9,9 @@
 mod common;
 mod mcp_support;
 
+use leash::lifecycle::Controller;
 use leash::proc::FixtureTable;
-use leash::sessions::{Sessions, View};
+use leash::sessions::View;
 use leash::state::StateRoot;
 use leash::store::SessionRow;
 use leash::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};
@@ -142,10 +143,14 @@ fn closure(rows: &[SessionRow], requester: &str) -> BTreeSet<String> {
 }
 
 /// A state root at `dir` whose sessions table holds `rows`.
-fn stage<'t>(dir: &std::path::Path, rows: &[SessionRow], table: &'t FixtureTable) -> Sessions<'t> {
+fn stage<'t>(
+    dir: &std::path::Path,
+    rows: &[SessionRow],
+    table: &'t FixtureTable,
+) -> Controller<'t> {
     let root = StateRoot::open(dir).unwrap();
     let raw = rusqlite::Connection::open(root.db_path()).unwrap();
-    let s = Sessions::open(root, table).unwrap();
+    let s = Controller::open(root, table).unwrap();
     for r in rows {
         raw.execute(
             "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
@@ -201,9 +206,9 @@ proptest! {
     fn list_through_the_store_keeps_tree_within_all(rows in gen_rows(), a2a in gen_a2a()) {
         let dir = common::TempDir::new("props");
         let table = FixtureTable::default();
-        let mut s = stage(dir.path(), &rows, &table);
+        let s = stage(dir.path(), &rows, &table);
         for req in requesters(&rows) {
-            let listed = |s: &mut Sessions<'_>, v| -> BTreeSet<String> {
+            let listed = |s: &Controller<'_>, v| -> BTreeSet<String> {
                 s.list(&View::new(&req, Scope::new(v, a2a.clone(), false)))
                     .unwrap()
                     .sessions
@@ -211,8 +216,8 @@ proptest! {
                     .map(|l| l.session.session_key)
                     .collect()
             };
-            let tree = listed(&mut s, Visibility::Tree);
-            let all = listed(&mut s, Visibility::All);
+            let tree = listed(&s, Visibility::Tree);
+            let all = listed(&s, Visibility::All);
             prop_assert!(tree.is_subset(&all), "tree ⊄ all for {req}: {tree:?} {all:?}");
             prop_assert_eq!(&tree, &closure(&rows, &req));
         }

@@ -51,7 +51,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     }
     tracked.add_tree(root_pid);
 
-    let mut ctl = Controller::open(root.clone(), &LiveTable).map_err(|e| e.to_string())?;
+    let ctl = Controller::open(root.clone(), &LiveTable).map_err(|e| e.to_string())?;
     ctl.ingest_reports_marking_ended_lost()
         .map_err(|e| e.to_string())?;
     let lease = ctl
@@ -127,8 +127,11 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             }
             Ok(())
         })?);
+        // The daemon holds one controller for its life: a pass does not open the store.
+        let ctl = leash::lifecycle::Controller::open(root.clone(), &LiveTable)
+            .map_err(|e| e.to_string())?;
         reconcile.push(time(reps_fast, &mut || {
-            let r = leash::reconcile::pass(&root, &LiveTable, me, Duration::from_secs(86_400))
+            let r = leash::reconcile::pass(&ctl, me, Duration::from_secs(86_400))
                 .map_err(|e| e.to_string())?;
             if r.active != 1 || r.acted() {
                 return Err(format!("the idle pass saw {} leases or acted", r.active));
@@ -136,13 +139,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             Ok(())
         })?);
         verify_cmd.push(time(reps_fast, &mut || {
-            let r = leash::ownership::verify(
-                &root,
-                &LiveTable,
-                &leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()),
-            )
-            .map_err(|e| e.to_string())?;
-            if r.answer != leash::ownership::Answer::Owned {
+            // As `leash verify` runs it: one controller for the process, then the verb.
+            let r = Controller::open(root.clone(), &LiveTable)
+                .map_err(|e| e.to_string())?
+                .verify(&leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()))
+                .map_err(|e| e.to_string())?;
+            if r.answer != leash::controller::verify::Answer::Owned {
                 return Err(format!("leash verify answered {}", r.answer.as_str()));
             }
             Ok(())

@@ -182,7 +182,7 @@ pub fn close_many(
         tracked.add_tree(r);
     }
 
-    let mut ctl = Controller::open(root, &LiveTable)
+    let ctl = Controller::open(root, &LiveTable)
         .map_err(|e| e.to_string())?
         .with_containment(&settings);
     let refs: Vec<LeaseRef> = (0..cfg.close_leases)
@@ -312,7 +312,7 @@ fn reap_stale(cfg: &Config) -> Result<ReapRun, String> {
     let copy = scratch.path().join("what-if.db");
     std::fs::copy(root.db_path(), &copy).map_err(|e| format!("cannot copy the database: {e}"))?;
 
-    let mut ctl = Controller::open(root, &LiveTable).map_err(|e| e.to_string())?;
+    let ctl = Controller::open(root, &LiveTable).map_err(|e| e.to_string())?;
     let opts = ReapOptions {
         include_live: false,
         retention_ms: 7 * 24 * 3_600_000,

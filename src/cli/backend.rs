@@ -9,15 +9,15 @@
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
 use super::Failure;
+use crate::controller::verify::VerifyReport;
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, ReapReport};
-use crate::ownership::VerifyReport;
 use crate::plan::{ReapOptions, ReapPlan};
 use crate::proc::LiveTable;
-use crate::sessions::{History, Listing, SessionStatus, Sessions, View};
+use crate::sessions::{History, Listing, SessionStatus, View};
 use crate::state::StateRoot;
 use std::path::{Path, PathBuf};
 
@@ -143,11 +143,6 @@ impl Direct {
         static TABLE: LiveTable = LiveTable;
         Ok(Controller::open(self.root.clone(), &TABLE)?)
     }
-
-    fn sessions(&self) -> Result<Sessions<'static>, Failure> {
-        static TABLE: LiveTable = LiveTable;
-        Ok(Sessions::open(self.root.clone(), &TABLE)?)
-    }
 }
 
 impl Backend for Direct {
@@ -189,19 +184,19 @@ impl Backend for Direct {
     }
 
     fn verify(&mut self, target: &LeaseRef) -> Result<VerifyReport, Failure> {
-        Ok(crate::ownership::verify(&self.root, &LiveTable, target)?)
+        Ok(self.controller()?.verify(target)?)
     }
 
     fn sessions_list(&mut self, view: &View) -> Result<Listing, Failure> {
-        Ok(self.sessions()?.list(view)?)
+        Ok(self.controller()?.list(view)?)
     }
 
     fn sessions_history(&mut self, view: &View, key: &str) -> Result<History, Failure> {
-        Ok(self.sessions()?.history(view, key)?)
+        Ok(self.controller()?.history(view, key)?)
     }
 
     fn sessions_status(&mut self, view: &View, key: &str) -> Result<SessionStatus, Failure> {
-        Ok(self.sessions()?.status(view, key)?)
+        Ok(self.controller()?.status(view, key)?)
     }
 
     fn sessions_send(&mut self, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
@@ -277,7 +272,7 @@ impl Backend for ThroughDaemon {
 /// reply is read as its type.
 fn send(root: &StateRoot, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
     static TABLE: LiveTable = LiveTable;
-    let v = Sessions::open(root.clone(), &TABLE)?
+    let v = Controller::open(root.clone(), &TABLE)?
         .with_session_input(crate::daemon::session_input::ThroughDaemon)
         .send(view, key, line)?;
     serde_json::from_value(v).map_err(|e| {

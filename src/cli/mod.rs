@@ -11,7 +11,8 @@ mod serve;
 pub mod sessions;
 mod verify;
 
-use crate::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
+use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
+use crate::controller::Controller;
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
@@ -19,7 +20,6 @@ use crate::lifecycle::{CloseResult, LeaseRef};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
-use crate::store::Store;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -673,7 +673,7 @@ fn run_exec(
         owner_pid: a.owner_pid,
         command: a.command,
     };
-    match crate::exec::exec(&root, req) {
+    match crate::controller::exec::exec(&root, req) {
         Ok(never) => match never {},
         Err(e) => {
             let kind = e.kind();
@@ -703,14 +703,7 @@ fn run_status(b: &mut dyn backend::Backend, a: JsonArg) -> Result<u8, Failure> {
 }
 
 fn run_ps(root: &StateRoot, a: JsonArg) -> Result<u8, Failure> {
-    let table = LiveTable;
-    let mut store = Store::open(&root.db_path())?;
-    crate::report::ingest_reports(root, &mut store, &table)?;
-    let containment = crate::cgroup::Containment::resolve(
-        &crate::cgroup::Settings::from_env().unwrap_or_default(),
-        store.gateway_instance_id(),
-    );
-    let mut report = crate::ps::ps(root, &store, &table, &containment)?;
+    let mut report = Controller::open(root.clone(), &LiveTable)?.ps()?;
     report
         .sessions
         .sort_by_key(|s| std::cmp::Reverse(s.totals.rss_bytes));
@@ -768,16 +761,17 @@ pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
 }
 
 fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
-    let mut store = Store::open(&root.db_path())?;
+    let ctl = Controller::open(root, &LiveTable)?;
     match c {
         LegacyCommand::Import { file, wrapper_root } => {
-            let n = crate::legacy::import(&mut store, &file, wrapper_root.as_deref())
+            let n = ctl
+                .legacy_import(&file, wrapper_root.as_deref())
                 .map_err(Failure::from)?;
             eprintln!("leash: imported {n} legacy record(s)");
             Ok(exitcode::OK)
         }
         LegacyCommand::List(j) => {
-            let recs = crate::legacy::records(&mut store, false)?;
+            let recs = ctl.legacy_records(false)?;
             output::legacy(&recs, j.json);
             Ok(exitcode::OK)
         }

@@ -388,7 +388,7 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         );
         println!(
             "  → {}",
-            decision_line(&lg.decision, crate::exec::DEFAULT_GRACE_MS)
+            decision_line(&lg.decision, crate::controller::exec::DEFAULT_GRACE_MS)
         );
         for s in &lg.signals {
             println!(

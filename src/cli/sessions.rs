@@ -1,7 +1,7 @@
 //! `leash sessions list | history KEY | send KEY LINE | status KEY`, each run as a requester
 //! (`--as KEY --visibility V [--a2a on|off] [--a2a-allow FROM:TO]… [--sandboxed]`): the flags,
 //! the daemon route, the exit codes (not visible 5, unknown 4) and the rendering. The operations
-//! themselves are [`crate::sessions::Sessions`], shared with the daemon.
+//! themselves are [`crate::controller::Controller`], shared with the daemon.
 
 use super::Failure;
 use crate::exitcode;
@@ -125,7 +125,7 @@ impl ViewArgs {
 
 /// Runs a `leash sessions` command on the backend of this invocation: through the daemon when
 /// one serves the state root, else on the database directly (`send` needs a daemon either way).
-/// Either way the answer comes from the same [`crate::sessions::Sessions`] operations and is
+/// Either way the answer comes from the same [`crate::controller::Controller`] operations and is
 /// rendered here once.
 pub(super) fn run(
     b: &mut dyn super::backend::Backend,

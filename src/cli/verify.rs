@@ -2,11 +2,11 @@
 //! stored session. It answers `owned`, `dead` or `unavailable` with the evidence, exits with the
 //! answer's code, and never signals. Through the daemon when one serves the state root (the
 //! `verify` op), else on the database and `/proc` directly; the answer is the same
-//! ([`crate::ownership`]).
+//! ([`crate::controller::verify`]).
 
 use super::Failure;
+use crate::controller::verify::{Answer, VerifyReport};
 use crate::lifecycle::LeaseRef;
-use crate::ownership::{Answer, VerifyReport};
 use clap::Args;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \

@@ -15,7 +15,7 @@ pub struct CancelOutcome {
 impl<'t> Controller<'t> {
     /// Records the intent to cancel the active turn. Sends no signal; the lease stays open.
     pub fn cancel(
-        &mut self,
+        &self,
         r: &LeaseRef,
         detail: Option<serde_json::Value>,
     ) -> Result<CancelOutcome, LifecycleError> {
@@ -26,9 +26,12 @@ impl<'t> Controller<'t> {
                 state: lease.state,
             });
         }
-        let seq =
-            self.store
-                .record_event(&lease.session_key, Some(&lease.lease_id), "cancel", detail)?;
+        let seq = self.store().record_event(
+            &lease.session_key,
+            Some(&lease.lease_id),
+            "cancel",
+            detail,
+        )?;
         tracing::info!(lease_id = %lease.lease_id, session = %lease.session_key, "cancel recorded; nothing signalled");
         Ok(CancelOutcome {
             lease_id: lease.lease_id,

@@ -109,7 +109,7 @@ fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
 impl<'t> Controller<'t> {
     /// Closes the named leases, their grace periods running concurrently.
     pub fn close(
-        &mut self,
+        &self,
         refs: &[LeaseRef],
         grace_override: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
@@ -218,7 +218,7 @@ impl<'t> Controller<'t> {
     /// Verifies and terminates claimed (`closing`) leases; every lease ends closed, lost, or
     /// open again with the reason.
     fn terminate_leases(
-        &mut self,
+        &self,
         claimed: Vec<Lease>,
         grace_override: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, StoreError> {
@@ -228,7 +228,7 @@ impl<'t> Controller<'t> {
     /// [`Controller::terminate_leases`], given a whole-host snapshot just taken (reap's one
     /// pass) to use where a lease needs one.
     pub(super) fn terminate_leases_with(
-        &mut self,
+        &self,
         claimed: Vec<Lease>,
         grace_override: Option<u64>,
         scan: Option<&Snapshot>,
@@ -330,13 +330,15 @@ impl<'t> Controller<'t> {
 
     /// Records how each claimed lease ended (one transaction for all of them), folding in the
     /// wrapper's report where there is one.
-    fn finish_all(&mut self, finishes: Vec<Finish>) -> Result<Vec<CloseOutcome>, StoreError> {
+    fn finish_all(&self, finishes: Vec<Finish>) -> Result<Vec<CloseOutcome>, StoreError> {
+        // One database step: the reports and the transitions under one hold of the store.
+        let mut store = self.store();
         let mut reports = Vec::with_capacity(finishes.len());
         for f in &finishes {
             let lease = &f.lease;
             let report = WrapperReport::read_for(&self.root, lease);
             if let Some(r) = &report {
-                r.apply(&mut self.store, &lease.lease_id)?;
+                r.apply(&mut store, &lease.lease_id)?;
             }
             reports.push(report);
         }
@@ -349,7 +351,8 @@ impl<'t> Controller<'t> {
                 reason: &f.reason,
             })
             .collect();
-        let changed = self.store.transition_many(&transitions, Some(self.me))?;
+        let changed = store.transition_many(&transitions, Some(self.me))?;
+        drop(store);
         let mut outcomes = Vec::with_capacity(finishes.len());
         for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
             let signalled = f.signals.iter().any(|s| s.delivery == Delivery::Delivered);

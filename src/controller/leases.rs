@@ -7,10 +7,10 @@ use super::*;
 impl Controller<'_> {
     /// The leases in `states` (all when empty), oldest first.
     pub fn leases(
-        &mut self,
+        &self,
         states: &[LeaseState],
     ) -> Result<Vec<Result<Lease, StoreError>>, StoreError> {
         self.ingest_reports_marking_ended_lost()?;
-        self.store.leases(states)
+        self.store().leases(states)
     }
 }

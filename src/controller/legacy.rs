@@ -1,7 +1,7 @@
-//! Legacy records' cleanup, as part of `reap`: each record the plan verified (argv, wrapper path,
-//! start time before the import) is terminated through the engine and closed; the others are
-//! marked lost (nothing running) or left open with the reason. Nothing here trusts a record's
-//! pid alone.
+//! Legacy records: `leash legacy import` and `list`, and their cleanup as part of `reap`: each
+//! record the plan verified (argv, wrapper path, start time before the import) is terminated
+//! through the engine and closed; the others are marked lost (nothing running) or left open with
+//! the reason. Nothing here trusts a record's pid alone.
 
 use super::*;
 
@@ -18,12 +18,26 @@ pub struct LegacyOutcome {
 }
 
 impl<'t> Controller<'t> {
+    /// Imports legacy records from a JSON file, in one transaction (all or nothing); how many.
+    pub fn legacy_import(
+        &self,
+        file: &std::path::Path,
+        wrapper_root: Option<&std::path::Path>,
+    ) -> Result<usize, crate::legacy::LegacyError> {
+        crate::legacy::import(&mut self.store(), file, wrapper_root)
+    }
+
+    /// The legacy records (only the open ones when `only_open`).
+    pub fn legacy_records(&self, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
+        crate::legacy::records(&mut self.store(), only_open)
+    }
+
     pub(super) fn reap_legacy(
-        &mut self,
+        &self,
         plan: &ReapPlan,
         grace_override: Option<u64>,
     ) -> Result<Vec<LegacyOutcome>, StoreError> {
-        let records = crate::legacy::records(&mut self.store, true)?;
+        let records = crate::legacy::records(&mut self.store(), true)?;
         let mut out = Vec::new();
         let mut jobs = Vec::new();
         for lp in &plan.legacy {
@@ -34,13 +48,13 @@ impl<'t> Controller<'t> {
                 Decision::Terminate => jobs.push(Job::new(
                     JobKind::Legacy(rec.clone()),
                     rec.session_key.clone(),
-                    grace_override.unwrap_or(crate::exec::DEFAULT_GRACE_MS),
+                    grace_override.unwrap_or(crate::controller::exec::DEFAULT_GRACE_MS),
                     lp.signals.clone(),
                     lp.refused.clone(),
                     self.clock.now(),
                 )),
                 Decision::MarkLost { reason } => {
-                    crate::legacy::finish(&mut self.store, rec.id, "lost", reason)?;
+                    crate::legacy::finish(&mut self.store(), rec.id, "lost", reason)?;
                     out.push(LegacyOutcome {
                         id: rec.id,
                         session_key: rec.session_key.clone(),
@@ -52,7 +66,7 @@ impl<'t> Controller<'t> {
                     });
                 }
                 Decision::Leave { reason } | Decision::Skip { reason } => {
-                    crate::legacy::note(&mut self.store, rec.id, reason)?;
+                    crate::legacy::note(&mut self.store(), rec.id, reason)?;
                     out.push(LegacyOutcome {
                         id: rec.id,
                         session_key: rec.session_key.clone(),
@@ -74,7 +88,7 @@ impl<'t> Controller<'t> {
                 "legacy record verified; terminated {} process(es)",
                 j.pins.len()
             );
-            crate::legacy::finish(&mut self.store, rec.id, "closed", &reason)?;
+            crate::legacy::finish(&mut self.store(), rec.id, "closed", &reason)?;
             out.push(LegacyOutcome {
                 id: rec.id,
                 session_key: j.session_key,

@@ -1,12 +1,23 @@
 //! The controller: one `Controller` per state root that every verb runs on, with one file per
-//! verb: [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close)
-//! (`close.rs`), [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`),
-//! legacy records' cleanup (`legacy.rs`), and the TERM → grace → KILL engine they share
-//! (`terminate.rs`). This file holds what every verb needs: opening the store and the machine
-//! (process table, signaller, clock, containment), naming leases ([`LeaseRef`]), folding the
-//! wrappers' reports in ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases
-//! for closing, exclusively across processes (the store) and across the threads of one
-//! (`HeldClaims`).
+//! verb: [`exec`] (`exec.rs`, the one verb that runs without a controller: see there),
+//! [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close) (`close.rs`),
+//! [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`), legacy
+//! records' cleanup (`legacy.rs`), [`leases`](Controller::leases) (`leases.rs`), the state root's
+//! [`status`](Controller::root_status) (`status.rs`), [`events`](Controller::events) and
+//! [`history`](Controller::history) (`events.rs`), the sessions queries and `send`
+//! (`sessions.rs`), [`verify`](Controller::verify) (`verify.rs`), [`ps`](Controller::ps)
+//! (`ps.rs`), legacy records' [`import`](Controller::legacy_import) and
+//! [`list`](Controller::legacy_records) (`legacy.rs`), and the TERM → grace → KILL
+//! engine they share (`terminate.rs`). This file
+//! holds what every verb needs: opening the store and the machine (process table, signaller,
+//! clock, containment), naming leases ([`LeaseRef`]), folding the wrappers' reports in
+//! ([`Controller::ingest_reports_marking_ended_lost`]), and claiming leases for closing,
+//! exclusively across processes (the store) and across the threads of one (`HeldClaims`).
+//!
+//! One controller serves many threads: every verb takes `&self`, and the store connection sits
+//! behind a mutex taken for one database step at a time — never across a grace, a signal or a
+//! wait. The daemon holds one for its whole life (every request, settle and reconcile pass calls
+//! the same functions the CLI calls); the CLI opens one per process.
 //!
 //! The three intents stay distinct:
 //!
@@ -39,19 +50,25 @@ use crate::store::{Store, StoreError, Transition};
 use crate::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 mod cancel;
 mod close;
+mod events;
+pub mod exec;
 mod leases;
 mod legacy;
+mod ps;
 mod reap;
 pub mod sessions;
 mod status;
 pub mod terminate;
+pub mod verify;
 
 pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};
+pub use events::{EventsError, History};
 pub use legacy::LegacyOutcome;
 pub use reap::{ReapReport, SweptCgroup};
 pub use status::{store_status, store_status_with, StoreStatus};
@@ -76,21 +93,28 @@ pub enum LeaseRef {
     Session(String),
 }
 
+/// The verbs of one state root. Every verb takes `&self`, so one controller serves many threads
+/// at once (the daemon holds one for its whole life and shares it among its connections, its
+/// settles and its reconcile passes; the CLI makes one per process). Its one database
+/// connection sits behind a mutex that each verb takes for one database step at a time (a read,
+/// a claim, a batch of transitions) and never across a grace period, a signal or a wait: two
+/// closes of different leases run their graces together, as they did with a connection each.
 pub struct Controller<'t> {
     root: StateRoot,
-    store: Store,
-    table: &'t dyn ProcessTable,
+    store: Mutex<Store>,
+    /// The store's gateway instance id, read once (it never changes), so naming the database
+    /// takes no lock.
+    gateway: String,
+    table: &'t (dyn ProcessTable + Sync),
     caller: Caller,
     me: ProcessId,
     /// Resolved on first use ([`Controller::containment`]).
-    containment: std::cell::OnceCell<Containment>,
-    /// The host-wide pass `plan_reap` took, for `reap` to reuse (one pass per reap).
-    last_scan: Option<Result<Snapshot, TableError>>,
+    containment: OnceLock<Containment>,
     /// Who signals, and the clock the graces run on (pidfds and the system's, live).
-    signaller: &'t dyn Signaller,
-    clock: &'t dyn Clock,
+    signaller: &'t (dyn Signaller + Sync),
+    clock: &'t (dyn Clock + Sync),
     /// Whoever holds the adapters' stdin, for `sessions send` (a front door sets it).
-    input: Box<dyn sessions::SessionInput>,
+    input: Box<dyn sessions::SessionInput + Send + Sync>,
 }
 
 /// Leases claimed, and (lease id, why not) for the others.
@@ -198,17 +222,17 @@ impl<'t> Controller<'t> {
     /// Opens the state root's store. Containment is resolved from the environment when a verb
     /// first needs it (the sessions queries never do), unless [`Controller::with_containment`]
     /// set it.
-    pub fn open(root: StateRoot, table: &'t dyn ProcessTable) -> Result<Self, StoreError> {
+    pub fn open(root: StateRoot, table: &'t (dyn ProcessTable + Sync)) -> Result<Self, StoreError> {
         let store = Store::open(&root.db_path())?;
         crate::sys::raise_nofile_limit();
         Ok(Controller {
             root,
-            store,
+            gateway: store.gateway_instance_id().to_string(),
+            store: Mutex::new(store),
             table,
             caller: Caller::current(),
             me: proc::self_id(),
-            containment: std::cell::OnceCell::new(),
-            last_scan: None,
+            containment: OnceLock::new(),
             signaller: &PidfdSignaller,
             clock: &SystemClock,
             input: Box::new(sessions::NoSessionInput),
@@ -219,8 +243,8 @@ impl<'t> Controller<'t> {
     /// recording signaller over a fixture host; live, pidfds and the system clock as leash).
     pub fn with_signaller(
         mut self,
-        signaller: &'t dyn Signaller,
-        clock: &'t dyn Clock,
+        signaller: &'t (dyn Signaller + Sync),
+        clock: &'t (dyn Clock + Sync),
         caller: Caller,
     ) -> Self {
         self.signaller = signaller;
@@ -241,10 +265,14 @@ impl<'t> Controller<'t> {
 
     /// Uses these containment settings instead of the environment's.
     pub fn with_containment(mut self, settings: &cgroup::Settings) -> Self {
-        self.containment = std::cell::OnceCell::from(Containment::resolve_lean(
-            settings,
-            self.store.gateway_instance_id(),
-        ));
+        self.containment = OnceLock::from(Containment::resolve_lean(settings, &self.gateway));
+        self
+    }
+
+    /// Uses this containment, resolved by the caller (the daemon resolves it once, in its leaf
+    /// cgroup, and its controller uses the same value).
+    pub fn with_resolved_containment(mut self, containment: Containment) -> Self {
+        self.containment = OnceLock::from(containment);
         self
     }
 
@@ -255,7 +283,7 @@ impl<'t> Controller<'t> {
                 tracing::warn!(error = %e, "containment setting unreadable; using on");
                 cgroup::Settings::default()
             });
-            Containment::resolve_lean(&settings, self.store.gateway_instance_id())
+            Containment::resolve_lean(&settings, &self.gateway)
         })
     }
 
@@ -302,8 +330,20 @@ impl<'t> Controller<'t> {
         snap
     }
 
-    pub fn store(&mut self) -> &mut Store {
-        &mut self.store
+    /// The store, for one database step. Hold the guard only as long as that step: every other
+    /// thread using this controller waits for it.
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The database's gateway instance id.
+    pub fn gateway_instance_id(&self) -> &str {
+        &self.gateway
+    }
+
+    /// The process table the verbs read.
+    pub fn table(&self) -> &'t (dyn ProcessTable + Sync) {
+        self.table
     }
 
     pub fn root(&self) -> &StateRoot {
@@ -317,18 +357,18 @@ impl<'t> Controller<'t> {
     /// Folds the wrappers' reports into the leases (see [`report::ingest_reports`]): a lease
     /// whose wrapper reported its end and is gone moves to `lost`, with the reported exit status.
     /// Returns how many leases changed state.
-    pub fn ingest_reports_marking_ended_lost(&mut self) -> Result<usize, StoreError> {
-        report::ingest_reports(&self.root, &mut self.store, self.table)
+    pub fn ingest_reports_marking_ended_lost(&self) -> Result<usize, StoreError> {
+        report::ingest_reports(&self.root, &mut self.store(), self.table)
     }
 
     pub fn resolve(&self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
         match r {
             LeaseRef::Id(id) => self
-                .store
+                .store()
                 .lease(id)?
                 .ok_or_else(|| LifecycleError::NoLease(id.clone())),
             LeaseRef::Session(key) => self
-                .store
+                .store()
                 .active_lease_for_session(key)?
                 .ok_or_else(|| LifecycleError::NoActiveLease(key.clone())),
         }
@@ -339,10 +379,11 @@ impl<'t> Controller<'t> {
     /// `repaired` event), then closed like any other, verification included. An invalid row
     /// never makes a live tree unkillable; a row whose evidence does not read is refused (it
     /// cannot be verified, so nothing is signalled).
-    fn resolve_or_repair(&mut self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
+    fn resolve_or_repair(&self, r: &LeaseRef) -> Result<Lease, LifecycleError> {
         match self.resolve(r) {
             Err(LifecycleError::Store(StoreError::BadRow { lease_id, detail })) => {
-                match self.store.repair_lease(&lease_id)? {
+                let repaired = self.store().repair_lease(&lease_id)?;
+                match repaired {
                     Some((lease, _)) => Ok(lease),
                     None => Err(StoreError::BadRow { lease_id, detail }.into()),
                 }
@@ -360,9 +401,9 @@ impl<'t> Controller<'t> {
     /// one pid, so the store alone would let concurrent closes and reaps of one lease all go
     /// ahead; the process-wide [`HeldClaims`] set refuses a lease another thread of this process
     /// is closing right now, before the store is asked.
-    fn claim_all(&mut self, ids: &[&str]) -> Result<(Claimed, HeldClaims), StoreError> {
+    fn claim_all(&self, ids: &[&str]) -> Result<(Claimed, HeldClaims), StoreError> {
         let mut refused = Vec::new();
-        let mut held = HeldClaims::new(self.store.gateway_instance_id());
+        let mut held = HeldClaims::new(&self.gateway);
         let mut mine: Vec<&str> = Vec::with_capacity(ids.len());
         for id in ids {
             if held.take(id) {
@@ -379,14 +420,15 @@ impl<'t> Controller<'t> {
         }
         let table = self.table;
         let stale = |c: ProcessId| !matches!(table.alive(c), Ok(true));
-        let results = self.store.claim_many(&mine, self.me, stale)?;
+        let mut store = self.store();
+        let results = store.claim_many(&mine, self.me, stale)?;
         let mut claimed = Vec::new();
         for (id, r) in mine.iter().zip(results) {
             match r {
                 Some(l) => claimed.push(l),
                 None => {
                     held.release(id);
-                    let why = match self.store.lease(id)? {
+                    let why = match store.lease(id)? {
                         Some(l) if l.state == LeaseState::Closing => {
                             format!("being closed by pid {}", l.claimed_by.map_or(0, |c| c.pid))
                         }
@@ -402,7 +444,7 @@ impl<'t> Controller<'t> {
 
     fn expect_parts(&self) -> (String, PathBuf, Option<PathBuf>) {
         (
-            self.store.gateway_instance_id().to_string(),
+            self.gateway.clone(),
             self.wrapper_root(),
             self.cgroup_root(),
         )

@@ -65,9 +65,9 @@ fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
 impl<'t> Controller<'t> {
     /// Repairs the active rows that do not read (see [`Controller::resolve_or_repair`]) before
     /// a reap plans; those whose evidence does not read stay in the plan's bad rows.
-    fn repair_active_rows(&mut self) -> Result<(), StoreError> {
+    fn repair_active_rows(&self) -> Result<(), StoreError> {
         let bad: Vec<String> = self
-            .store
+            .store()
             .leases(&[LeaseState::Open, LeaseState::Closing])?
             .into_iter()
             .filter_map(|r| match r {
@@ -76,7 +76,7 @@ impl<'t> Controller<'t> {
             })
             .collect();
         for id in bad {
-            if let Err(e) = self.store.repair_lease(&id) {
+            if let Err(e) = self.store().repair_lease(&id) {
                 tracing::warn!(lease_id = %id, error = %e, "unreadable lease row left alone");
             }
         }
@@ -84,14 +84,25 @@ impl<'t> Controller<'t> {
     }
 
     /// The reap plan, computed from one snapshot. Changes nothing, signals nothing.
-    pub fn plan_reap(&mut self, opts: &ReapOptions) -> Result<ReapPlan, StoreError> {
-        let leases: Vec<Result<Lease, String>> = self
-            .store
-            .leases(&[])?
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
-        let legacy = crate::legacy::records(&mut self.store, true)?;
+    pub fn plan_reap(&self, opts: &ReapOptions) -> Result<ReapPlan, StoreError> {
+        Ok(self.plan_reap_with_scan(opts)?.0)
+    }
+
+    /// [`Controller::plan_reap`], and the host-wide pass it took, for `reap` to reuse (one pass
+    /// per reap; handed back, not kept, so concurrent reaps on one controller never share it).
+    fn plan_reap_with_scan(
+        &self,
+        opts: &ReapOptions,
+    ) -> Result<(ReapPlan, Result<Snapshot, TableError>), StoreError> {
+        let (leases, legacy) = {
+            let mut store = self.store();
+            let leases: Vec<Result<Lease, String>> = store
+                .leases(&[])?
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect();
+            (leases, crate::legacy::records(&mut store, true)?)
+        };
         let active: Vec<&Lease> = leases
             .iter()
             .filter_map(|l| l.as_ref().ok())
@@ -102,8 +113,7 @@ impl<'t> Controller<'t> {
             .reap_scan(&leases, &legacy)
             .map(|s| self.with_cgroups(s, obs));
         let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
-        self.last_scan = Some(snap);
-        Ok(plan)
+        Ok((plan, snap))
     }
 
     /// Reap's one pass over the host, shared by every lease (issue 16): `stat` and uid of every
@@ -133,7 +143,7 @@ impl<'t> Controller<'t> {
         snap: Result<&Snapshot, &TableError>,
         opts: &ReapOptions,
     ) -> ReapPlan {
-        let gateway = self.store.gateway_instance_id().to_string();
+        let gateway = self.gateway.clone();
         let wrapper_root = self.wrapper_root();
         let cgroup_root = self.cgroup_root();
         let expect = Expect {
@@ -158,12 +168,12 @@ impl<'t> Controller<'t> {
     /// expired leases, or of none (a crash between mkdir and commit). Each is verified (a
     /// directory directly under this gateway's root, named for a lease id, with the id seen when
     /// it was listed), killed, and removed. Nothing happens when containment is not on.
-    pub fn sweep_stray_cgroups(&mut self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
+    pub fn sweep_stray_cgroups(&self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
         if self.cgroup_root().is_none() {
             return Ok(Vec::new());
         }
         let leases: Vec<Result<Lease, String>> = self
-            .store
+            .store()
             .leases(&[])?
             .into_iter()
             .map(|r| r.map_err(|e| e.to_string()))
@@ -192,10 +202,10 @@ impl<'t> Controller<'t> {
 
     /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,
     /// legacy records handled fail-safe, old closed/lost leases expired.
-    pub fn reap(&mut self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
+    pub fn reap(&self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
         self.ingest_reports_marking_ended_lost()?;
         self.repair_active_rows()?;
-        let plan = self.plan_reap(opts)?;
+        let (plan, scan) = self.plan_reap_with_scan(opts)?;
         let mut report = ReapReport {
             leases: Vec::new(),
             legacy: Vec::new(),
@@ -220,11 +230,11 @@ impl<'t> Controller<'t> {
         // from each lease down (live roots, cgroups), so what is signalled is judged by what is
         // alive once the leases are ours; only where that needs the whole host does it reuse the
         // plan's one pass instead of a second one (every signal re-checks its process anyway).
-        let scan = self.last_scan.take().and_then(Result::ok);
+        let scan = scan.ok();
         report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
         report.escapees = self.reap_escapees(&plan)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
-        report.expired = self.store.expire(opts.now_ms - opts.retention_ms)?;
+        report.expired = self.store().expire(opts.now_ms - opts.retention_ms)?;
         for id in &plan.expire {
             report::remove_report(&self.root, id);
         }
@@ -236,10 +246,10 @@ impl<'t> Controller<'t> {
 
     /// Terminates the verified escapees of closed and lost leases the reap plan found (their
     /// markers in the one pass), without reopening the leases; each gets an `escapees` event.
-    fn reap_escapees(&mut self, plan: &ReapPlan) -> Result<Vec<CloseOutcome>, StoreError> {
+    fn reap_escapees(&self, plan: &ReapPlan) -> Result<Vec<CloseOutcome>, StoreError> {
         let mut jobs = Vec::new();
         for lp in &plan.escapees {
-            let Some(lease) = self.store.lease(&lp.lease_id)? else {
+            let Some(lease) = self.store().lease(&lp.lease_id)? else {
                 continue;
             };
             jobs.push(Job::new(
@@ -266,7 +276,7 @@ impl<'t> Controller<'t> {
                 lease.state
             );
             let detail = serde_json::json!({"reason": reason, "pids": j.pins.iter().map(|(p, _)| p.id.pid).collect::<Vec<_>>()});
-            self.store.record_event(
+            self.store().record_event(
                 &lease.session_key,
                 Some(&lease.lease_id),
                 "escapees",

@@ -1,5 +1,6 @@
-//! The `leash sessions` operations — list, history, status and send — over one state root, each
-//! run as a requester, as methods of the one [`Controller`]. Every operation goes through
+//! The `leash sessions` operations — list, status and send (history is the events verb's,
+//! `events.rs`) — over one state root, each run as a requester, as methods of the one
+//! [`Controller`]. Every operation goes through
 //! [`Controller::authorize`] or, for `list`,
 //! through [`crate::visibility::visible_rows`], and both ask the one pure check
 //! ([`crate::visibility::grant`]) over the rows loaded once from the store. A session the
@@ -7,10 +8,12 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
+/// `history` is the events verb's (`controller/events.rs`); its reply keeps this address too.
+pub use super::events::History;
 use super::Controller;
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
-use crate::store::{Event, SessionRow, StoreError};
+use crate::store::{SessionRow, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use crate::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
@@ -50,11 +53,15 @@ pub enum SessionsError {
     DaemonNeeded { key: String, socket: PathBuf },
     #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
     MultiLine,
-    #[error("the daemon did not send to session '{key}': {source}")]
-    Daemon {
+    /// Whoever holds the adapter's stdin (the daemon) did not deliver the line: `code` is the wire
+    /// code it refused with (none when it could not be asked or its answer did not read), and
+    /// `message` says why. The front door's [`SessionInput`] fills it in from its client's error,
+    /// so the controller never names the client.
+    #[error("the daemon did not send to session '{key}': {message}")]
+    Remote {
         key: String,
-        #[source]
-        source: crate::daemon::client::ClientError,
+        code: Option<String>,
+        message: String,
     },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -106,14 +113,6 @@ pub struct Listing {
     pub sessions: Vec<Listed>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct History {
-    pub session_key: String,
-    pub visible_as: Grant,
-    pub events: Vec<Event>,
-}
-
 /// A recorded process and whether that instance is alive now (`None`: the table is unreadable).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,15 +155,11 @@ pub struct SessionStatus {
     pub usage: Option<crate::ps::SessionUsage>,
 }
 
-/// The sessions operations are the controller's: one [`Controller`] per state root runs every
-/// verb, these queries included.
-pub type Sessions<'t> = Controller<'t>;
-
 impl Controller<'_> {
     /// The one gate of the single-session operations: the row exists (else `NotFound`) and the
     /// requester may see it (else `NotVisible`), judged from all rows loaded once.
     pub fn authorize(&self, view: &View, key: &str) -> Result<(SessionRow, Grant), SessionsError> {
-        let rows = self.store.sessions()?;
+        let rows = self.store().sessions()?;
         let index = SessionIndex::from_rows(&rows);
         let Some(row) = rows.iter().find(|r| r.session_key == key) else {
             return Err(SessionsError::NotFound(key.to_string()));
@@ -182,13 +177,13 @@ impl Controller<'_> {
         }
     }
 
-    pub fn list(&mut self, view: &View) -> Result<Listing, SessionsError> {
+    pub fn list(&self, view: &View) -> Result<Listing, SessionsError> {
         // Lease states and adapter pids current: the wrappers' reports folded in first.
         self.ingest_reports_marking_ended_lost()?;
-        let rows = self.store.sessions()?;
+        let rows = self.store().sessions()?;
         let mut lease_state: HashMap<String, LeaseState> = HashMap::new();
         // Oldest first, so the newest lease of a session is the one left in the map.
-        for lease in self.store.leases(&[])?.into_iter().flatten() {
+        for lease in self.store().leases(&[])?.into_iter().flatten() {
             lease_state.insert(lease.session_key, lease.state);
         }
         let requester_agent = SessionIndex::from_rows(&rows)
@@ -214,22 +209,11 @@ impl Controller<'_> {
         })
     }
 
-    pub fn history(&mut self, view: &View, key: &str) -> Result<History, SessionsError> {
-        let (_, visible_as) = self.authorize(view, key)?;
-        // Lease states and adapter pids current: the wrappers' reports folded in first.
-        self.ingest_reports_marking_ended_lost()?;
-        Ok(History {
-            session_key: key.to_string(),
-            visible_as,
-            events: self.store.events(key)?,
-        })
-    }
-
-    pub fn status(&mut self, view: &View, key: &str) -> Result<SessionStatus, SessionsError> {
+    pub fn status(&self, view: &View, key: &str) -> Result<SessionStatus, SessionsError> {
         let (session, visible_as) = self.authorize(view, key)?;
         // Lease states and adapter pids current: the wrappers' reports folded in first.
         self.ingest_reports_marking_ended_lost()?;
-        let lease = self.store.latest_lease_for_session(key)?;
+        let lease = self.store().latest_lease_for_session(key)?;
         let state = |id: ProcessId| ProcState {
             pid: id.pid,
             start_time: id.start_time,
@@ -244,11 +228,11 @@ impl Controller<'_> {
         let usage = lease.as_ref().filter(|l| l.state.is_active()).map(|l| {
             let containment = crate::cgroup::Containment::resolve(
                 &crate::cgroup::Settings::from_env().unwrap_or_default(),
-                self.store.gateway_instance_id(),
+                &self.gateway,
             );
             let wrapper_root = self.root.wrapper_root();
             let expect = Expect {
-                gateway_instance_id: self.store.gateway_instance_id(),
+                gateway_instance_id: &self.gateway,
                 wrapper_root: &wrapper_root,
                 cgroup_root: containment.gateway_root.as_deref(),
             };
@@ -278,7 +262,7 @@ impl Controller<'_> {
         };
         let wrapper_root = self.root.wrapper_root();
         let expect = Expect {
-            gateway_instance_id: self.store.gateway_instance_id(),
+            gateway_instance_id: &self.gateway,
             wrapper_root: &wrapper_root,
             cgroup_root: None,
         };
@@ -319,7 +303,7 @@ impl Controller<'_> {
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
     pub fn send(
-        &mut self,
+        &self,
         view: &View,
         key: &str,
         line: &str,
@@ -332,7 +316,7 @@ impl Controller<'_> {
     }
 
     /// Delivers what [`Controller::send`] allows through `input`.
-    pub fn with_session_input(mut self, input: impl SessionInput + 'static) -> Self {
+    pub fn with_session_input(mut self, input: impl SessionInput + Send + Sync + 'static) -> Self {
         self.input = Box::new(input);
         self
     }
@@ -343,7 +327,7 @@ impl Controller<'_> {
 pub trait SessionInput {
     /// Sends one line (no newline in it) to the session's adapter; the daemon's reply.
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         line: &str,
@@ -356,7 +340,7 @@ pub struct NoSessionInput;
 
 impl SessionInput for NoSessionInput {
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         _line: &str,

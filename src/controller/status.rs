@@ -51,8 +51,8 @@ pub fn store_status_with(
 
 impl Controller<'_> {
     /// The state root's status, with the wrappers' reports folded in first.
-    pub fn root_status(&mut self) -> Result<StoreStatus, StoreError> {
+    pub fn root_status(&self) -> Result<StoreStatus, StoreError> {
         self.ingest_reports_marking_ended_lost()?;
-        store_status(&self.root, &mut self.store)
+        store_status(&self.root, &mut self.store())
     }
 }

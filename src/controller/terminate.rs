@@ -43,8 +43,8 @@ pub struct SignalRecord {
     pub delivery: Delivery,
 }
 
-/// A process not signalled, and why (the same record a plan carries).
-pub use crate::plan::Refused as RefusedSignal;
+/// A process not signalled, and why (the record a plan carries, passed on as it is).
+pub use crate::plan::RefusedSignal;
 
 /// One batch member being terminated; `K` is what the caller terminates (a lease, a legacy
 /// record) and gets back.

@@ -285,7 +285,7 @@ impl Client {
     pub fn verify(
         &mut self,
         target: &LeaseRef,
-    ) -> Result<crate::ownership::VerifyReport, ClientError> {
+    ) -> Result<crate::controller::verify::VerifyReport, ClientError> {
         self.request("verify", target_fields(target))
     }
 

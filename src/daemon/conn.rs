@@ -19,9 +19,8 @@ use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
 use crate::kind::HasKind;
 use crate::lease::LeaseState;
-use crate::lifecycle::{Controller, LeaseRef, LifecycleError};
+use crate::lifecycle::{LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
-use crate::proc::LiveTable;
 use crate::store::{SessionRow, StoreError};
 use crate::visibility::{visible_rows, Grant};
 use serde::Serialize;
@@ -315,10 +314,9 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
 }
 
 /// `leash verify` in the daemon: reads only, never signals.
-fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::ownership::VerifyReport> {
-    use crate::ownership::VerifyError;
-    let table = LiveTable;
-    match crate::ownership::verify(&d.root, &table, t) {
+fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::controller::verify::VerifyReport> {
+    use crate::controller::verify::VerifyError;
+    match d.ctl.verify(t) {
         Ok(r) => Ok(r),
         Err(e @ (VerifyError::NoLease(_) | VerifyError::NoSession(_))) => {
             Err(fail(Code::NotFound, e.to_string()))
@@ -380,22 +378,10 @@ fn not_supervised(d: &Daemon, key: &str) -> OpError {
     }
 }
 
-/// `events`: a session's persisted events above `since`; `not_found` for a key that has no
-/// events, no lease and no session row (as `attach` and `send` answer).
+/// `events`: a session's persisted events above `since` (the controller's `events`);
+/// `not_found` for a key that names nothing (as `attach` and `send` answer).
 fn events(d: &Daemon, e: &protocol::Events) -> Reply<Vec<crate::store::Event>> {
-    let store = d.store();
-    let ev = store.events_since(&e.session, e.since)?;
-    if ev.is_empty()
-        && store.session(&e.session)?.is_none()
-        && store.latest_lease_for_session(&e.session)?.is_none()
-        && store.last_seq(&e.session)? == 0
-    {
-        return Err(fail(
-            Code::NotFound,
-            format!("no session {} in this state root", e.session),
-        ));
-    }
-    Ok(ev)
+    d.ctl.events(&e.session, e.since).map_err(|e| kind_fail(&e))
 }
 
 fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensured {
@@ -479,6 +465,7 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
     let spec = SpawnSpec {
         root: &d.root,
         store: &d.session_store,
+        ctl: &d.ctl,
         exe: &d.exe,
         daemon_pid: d.me.pid,
         default_grace_ms: d.cfg.default_grace_ms,
@@ -698,7 +685,6 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
         LeaseRef::Session(k) => d.session(k),
         LeaseRef::Id(id) => d.session_by_lease(id),
     };
-    let table = LiveTable;
     let cancelled = |outcome, acp_session_id, notified, supervised, reason| Cancelled {
         outcome,
         notice: Some(CancelNotice {
@@ -711,7 +697,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
     let Some(s) = supervised.filter(|s| s.phase() != Phase::Ended) else {
         // Not one of ours: record the intent only, as `leash cancel` does without a daemon.
         let detail = json!({"acpSessionId": acp, "notified": false});
-        let out = Controller::open(d.root.clone(), &table)?.cancel(target, Some(detail))?;
+        let out = d.ctl.cancel(target, Some(detail))?;
         return Ok(cancelled(out, acp, false, Some(false), None));
     };
     // A send blocked on an adapter that does not read holds the order lock for up to its
@@ -734,8 +720,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
         // No single ACP session to notify: the intent is recorded all the same, as without a
         // daemon (`leash cancel` answers the same either way); `notified: false` says why not.
         let detail = json!({"acpSessionId": null, "notified": false});
-        let out =
-            Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
+        let out = d.ctl.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
         return Ok(cancelled(out?, None, false, Some(true), None));
     };
@@ -749,15 +734,13 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
     };
     if let Some(why) = not_written {
         let detail = json!({"acpSessionId": acp, "notified": false, "reason": why});
-        let outcome =
-            Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
+        let outcome = d.ctl.cancel(&LeaseRef::Id(lease_id), Some(detail));
         s.sync_events();
         let reason = format!("the cancel was recorded but not written to the adapter: {why}");
         return Ok(cancelled(outcome?, Some(acp), false, None, Some(reason)));
     }
     let detail = json!({"acpSessionId": acp, "notified": true});
-    let outcome =
-        Controller::open(d.root.clone(), &table)?.cancel(&LeaseRef::Id(lease_id), Some(detail));
+    let outcome = d.ctl.cancel(&LeaseRef::Id(lease_id), Some(detail));
     s.sync_events();
     Ok(cancelled(outcome?, Some(acp), true, Some(true), None))
 }
@@ -771,8 +754,7 @@ enum Reaped {
 }
 
 fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(d.root.clone(), &table)?;
+    let ctl = &d.ctl;
     let opts = ReapOptions {
         include_live: r.include_live,
         retention_ms: r
@@ -786,7 +768,6 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
         return Ok(Reaped::Plan(ctl.plan_reap(&opts)?));
     }
     let report = ctl.reap(&opts)?;
-    drop(ctl);
     d.metrics.record_outcomes(&report.leases, true);
     for s in d.all_sessions() {
         s.sync_events();
@@ -796,7 +777,8 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
 
 fn leases(d: &Daemon, state: Option<&str>) -> Reply<Vec<LeaseRow>> {
     let states: Vec<LeaseState> = state.and_then(|s| s.parse().ok()).into_iter().collect();
-    let rows = d.store().leases(&states)?;
+    // As `leash leases` runs it: the wrappers' reports folded in first.
+    let rows = d.ctl.leases(&states)?;
     Ok(rows.into_iter().map(LeaseRow::from).collect())
 }
 
@@ -848,10 +830,9 @@ fn session_query(
     requester: &str,
     scope: &crate::visibility::Scope,
 ) -> Reply<SessionsAnswer> {
-    use crate::sessions::{Sessions, View};
+    use crate::sessions::View;
     use protocol::SessionQuery;
-    let table = crate::proc::LiveTable;
-    let mut s = Sessions::open(d.root.clone(), &table)?;
+    let s = &d.ctl;
     let view = View::new(requester, scope.clone());
     let answer = match query {
         SessionQuery::List => s.list(&view).map(SessionsAnswer::List),

@@ -161,10 +161,16 @@ pub(crate) struct Daemon {
     sessions: Mutex<HashMap<String, Arc<Supervised>>>,
     /// Keys whose `ensure` is spawning right now.
     starting: Mutex<HashSet<String>>,
-    /// The daemon's own reads (leases, sessions, events, the lease watch). Never held across a
-    /// write: the daemon's writes go through `session_store` ([`Daemon::writer`]). In WAL mode
-    /// a read does not wait for the writer either, and sees everything committed before it
-    /// began.
+    /// The one controller every verb of the daemon runs on: the `close`, `cancel`, `reap`,
+    /// `leases`, `events`, `verify` and sessions query ops, idle close, shutdown, the settle of a
+    /// wrapper that exited, and the reconcile passes. Its store connection (a writer, as each
+    /// request's controller was) is taken per database step, never across a grace, so closes of
+    /// different leases still run their graces together.
+    ctl: Arc<Controller<'static>>,
+    /// The daemon's own reads (the sessions rows, the lease watch). Never held across a
+    /// write: the daemon's writes go through `session_store` ([`Daemon::writer`]) or its
+    /// controller. In WAL mode a read does not wait for the writer either, and sees everything
+    /// committed before it began.
     store: Mutex<Store>,
     /// The health checks' own read connection (`status`, the metrics' lease counts): no other
     /// thread holds it, so a health check never waits behind a request or the housekeeping
@@ -276,10 +282,7 @@ impl Daemon {
         refs: &[LeaseRef],
         grace_ms: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
-        let table = LiveTable;
-        let result = Controller::open(self.root.clone(), &table)
-            .map_err(LifecycleError::from)
-            .and_then(|mut ctl| ctl.close(refs, grace_ms));
+        let result = self.ctl.close(refs, grace_ms);
         if let Ok(out) = &result {
             self.metrics.record_outcomes(out, false);
         }
@@ -522,8 +525,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         None => None,
     };
     let metrics = metrics::Metrics::new();
+    // The daemon's one controller, from the start-up reap to the shutdown.
+    let ctl = Controller::open(root.clone(), &LiveTable)?;
     let reap_started = Instant::now();
-    let startup_reap = startup_reap(&root, &cfg, &metrics)?;
+    let startup_reap = startup_reap(&ctl, &cfg, &metrics)?;
     metrics
         .startup_reap_seconds
         .set(reap_started.elapsed().as_secs_f64());
@@ -533,6 +538,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         &crate::cgroup::Settings::from_env().unwrap_or_default(),
         store.gateway_instance_id(),
     );
+    // Every verb from here on sees the containment the daemon resolved in its leaf.
+    let ctl = Arc::new(ctl.with_resolved_containment(containment.clone()));
     let resumable = take_interrupted(&mut store)?;
     let is_activated = activated.is_some();
     let listener_pid = activated
@@ -574,6 +581,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         socket: socket.clone(),
         sessions: Mutex::new(HashMap::new()),
         starting: Mutex::new(HashSet::new()),
+        ctl,
         store: Mutex::new(store),
         health_store: Mutex::new(Store::open(&root_db)?),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
@@ -724,12 +732,10 @@ fn write_lock_info(lock: &Flock<File>, info: &LockInfo) {
 /// Leases of a previous daemon (owner gone) are verified and terminated or marked lost; leases
 /// with a live owner (another process's sessions) are left alone.
 fn startup_reap(
-    root: &StateRoot,
+    ctl: &Controller<'_>,
     cfg: &ServeConfig,
     metrics: &metrics::Metrics,
 ) -> Result<protocol::StartupReap, ServeError> {
-    let table = LiveTable;
-    let mut ctl = Controller::open(root.clone(), &table)?;
     let report = ctl.reap(&ReapOptions {
         include_live: false,
         retention_ms: cfg.retention.as_millis() as i64,

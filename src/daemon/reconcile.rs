@@ -6,7 +6,6 @@
 
 use super::metrics::ResultLabel;
 use super::Daemon;
-use crate::proc::LiveTable;
 use crate::reconcile::PassReport;
 use serde_json::{json, Value};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -18,8 +17,7 @@ pub(super) fn run(d: &Daemon, interval: Duration, stop: &Receiver<()>) {
         if d.is_shutting_down() {
             return;
         }
-        let table = LiveTable;
-        let result = crate::reconcile::pass(&d.root, &table, d.me, d.cfg.retention);
+        let result = crate::reconcile::pass(&d.ctl, d.me, d.cfg.retention);
         record(d, result);
     }
 }

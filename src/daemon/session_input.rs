@@ -1,20 +1,20 @@
 //! The front doors' way to a session's stdin: [`ThroughDaemon`] hands a line the controller has
-//! allowed ([`crate::sessions::Sessions::send`]) to the daemon serving the state root, the only
+//! allowed ([`crate::controller::Controller::send`]) to the daemon serving the state root, the only
 //! process that holds the adapters' stdin. It lives here, beside the client, so the controller
 //! never calls the daemon: `leash sessions send` and the MCP server's `sessions_send` pass it in.
 
-use crate::daemon::client::{socket_for, Client};
+use crate::daemon::client::{socket_for, Client, ClientError};
 use crate::sessions::{SessionInput, SessionsError};
 use crate::state::StateRoot;
 
 /// Sends through the daemon serving the state root; [`SessionsError::DaemonNeeded`] when none
-/// runs, [`SessionsError::Daemon`] when it refuses.
+/// runs, [`SessionsError::Remote`] when it refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ThroughDaemon;
 
 impl SessionInput for ThroughDaemon {
     fn send_line(
-        &mut self,
+        &self,
         root: &StateRoot,
         key: &str,
         line: &str,
@@ -25,10 +25,21 @@ impl SessionInput for ThroughDaemon {
                 socket: socket_for(root),
             });
         };
-        let sent = daemon.send(key, line).map_err(|e| SessionsError::Daemon {
-            key: key.to_string(),
-            source: e,
-        })?;
+        let sent = daemon.send(key, line).map_err(|e| undelivered(key, e))?;
         Ok(serde_json::to_value(sent).expect("replies serialise"))
+    }
+}
+
+/// The controller's [`SessionsError::Remote`] for a client's error: the daemon's wire code when
+/// it answered with one (its kind is the code's), else none (internal).
+pub fn undelivered(key: &str, e: ClientError) -> SessionsError {
+    let code = match &e {
+        ClientError::Remote { code, .. } => Some(code.clone()),
+        _ => None,
+    };
+    SessionsError::Remote {
+        key: key.to_string(),
+        code,
+        message: e.to_string(),
     }
 }

@@ -1,5 +1,5 @@
 //! The effects behind the MCP tools, for one requester fixed at start: every tool first runs the
-//! matching [`Sessions`] operation — the same functions `leash sessions` runs, with the same
+//! matching [`Controller`] operation — the same functions `leash sessions` runs, with the same
 //! [`View`], so the one visibility check decides — and only then asks the running daemon for
 //! what only it holds (output lines, phase, busy), about the one session already authorised.
 //!
@@ -12,8 +12,9 @@ use super::tools::{
 };
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Code, StatusSession, StreamItem};
+use crate::lifecycle::Controller;
 use crate::proc::LiveTable;
-use crate::sessions::{describe, Listing, SessionStatus, Sessions, SessionsError, View};
+use crate::sessions::{describe, Listing, SessionStatus, SessionsError, View};
 use crate::state::StateRoot;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -30,7 +31,7 @@ static TABLE: LiveTable = LiveTable;
 pub struct SessionTools {
     root: StateRoot,
     view: View,
-    sessions: Option<Sessions<'static>>,
+    sessions: Option<Controller<'static>>,
 }
 
 impl SessionTools {
@@ -42,9 +43,9 @@ impl SessionTools {
         }
     }
 
-    fn sessions(&mut self) -> Result<&mut Sessions<'static>, ToolError> {
+    fn sessions(&mut self) -> Result<&Controller<'static>, ToolError> {
         if self.sessions.is_none() {
-            let s = Sessions::open(self.root.clone(), &TABLE).map_err(|e| {
+            let s = Controller::open(self.root.clone(), &TABLE).map_err(|e| {
                 ToolError(format!(
                     "leash cannot open its state database ({e}); this is a problem of the host, \
                      not of your request: report it to the operator"
@@ -52,7 +53,7 @@ impl SessionTools {
             })?;
             self.sessions = Some(s.with_session_input(crate::daemon::session_input::ThroughDaemon));
         }
-        Ok(self.sessions.as_mut().expect("just opened"))
+        Ok(self.sessions.as_ref().expect("just opened"))
     }
 
     fn daemon(&self) -> Option<Client> {
@@ -60,7 +61,7 @@ impl SessionTools {
     }
 }
 
-/// The tool error for a `Sessions` error. Not found and not visible read the same.
+/// The tool error for a [`SessionsError`]. Not found and not visible read the same.
 fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     let hidden = || {
         ToolError(format!(
@@ -72,7 +73,7 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     };
     match e {
         SessionsError::NotFound(_) | SessionsError::NotVisible { .. } => hidden(),
-        SessionsError::Daemon { ref source, .. } => match source.code() {
+        SessionsError::Remote { ref code, .. } => match code.as_deref().and_then(Code::parse) {
             Some(Code::NotFound) => ToolError(format!(
                 "session '{key}' is not supervised by the running leash daemon (it was started \
                      by another process), so leash cannot write to its stdin; nothing was sent"

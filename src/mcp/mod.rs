@@ -3,7 +3,7 @@
 //! A gateway starts one server per agent session: `leash mcp --as KEY [--visibility …] [--a2a …]
 //! [--sandboxed]`. The requester and its scope are fixed here, at start, and no message can
 //! change them. The agent gets four tools — `sessions_list`, `sessions_history`,
-//! `sessions_send`, `session_status` — which run the same [`crate::sessions::Sessions`]
+//! `sessions_send`, `session_status` — which run the same [`crate::controller::Controller`]
 //! operations as `leash sessions`, through the same pure visibility check.
 //!
 //! Layers: [`jsonrpc`] frames and classifies lines (pure), [`server`] answers MCP methods

@@ -1,7 +1,7 @@
 //! The four session tools as MCP describes them: names, descriptions written for a model, JSON
 //! Schema inputs, argument parsing, the typed results, and how a result becomes a
 //! `tools/call` answer. Pure: the effects (the store, the daemon) are behind [`Tools`], which
-//! `effects.rs` implements over [`crate::sessions::Sessions`] — the same operations `leash
+//! `effects.rs` implements over [`crate::controller::Controller`] — the same operations `leash
 //! sessions` runs, so both answer alike.
 //!
 //! A tool argument can never change who asks or how far it may see: the requester, the

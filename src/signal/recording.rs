@@ -14,22 +14,28 @@ use crate::lease::ProcessId;
 use crate::proc::{FixtureTable, ProcessInfo, ProcessTable, Snapshot, TableError};
 use leash_core::guard::check_pid;
 use serde::{Deserialize, Serialize};
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// The state of the scripted host is behind mutexes only so a controller (which may serve many
+/// threads) can hold it; a simulation runs on one thread, and a poisoned lock is read as it is.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A clock that moves only when told to (or when the recording signaller waits).
 #[derive(Debug)]
 pub struct ScriptedClock {
     base: Instant,
-    elapsed: Cell<Duration>,
+    elapsed: Mutex<Duration>,
 }
 
 impl Default for ScriptedClock {
     fn default() -> Self {
         ScriptedClock {
             base: Instant::now(),
-            elapsed: Cell::new(Duration::ZERO),
+            elapsed: Mutex::new(Duration::ZERO),
         }
     }
 }
@@ -37,7 +43,7 @@ impl Default for ScriptedClock {
 impl ScriptedClock {
     /// Milliseconds since the script began.
     pub fn ms(&self) -> u64 {
-        self.elapsed.get().as_millis() as u64
+        lock(&self.elapsed).as_millis() as u64
     }
 
     fn ms_of(&self, t: Instant) -> u64 {
@@ -47,18 +53,19 @@ impl ScriptedClock {
     /// Moves the clock to `t` (never backwards).
     fn advance_to(&self, t: Instant) {
         let d = t.saturating_duration_since(self.base);
-        if d > self.elapsed.get() {
-            self.elapsed.set(d);
+        let mut elapsed = lock(&self.elapsed);
+        if d > *elapsed {
+            *elapsed = d;
         }
     }
 }
 
 impl Clock for ScriptedClock {
     fn now(&self) -> Instant {
-        self.base + self.elapsed.get()
+        self.base + *lock(&self.elapsed)
     }
     fn sleep(&self, d: Duration) {
-        self.elapsed.set(self.elapsed.get() + d);
+        *lock(&self.elapsed) += d;
     }
 }
 
@@ -137,8 +144,8 @@ pub struct RecordingSignaller {
     table: FixtureTable,
     script: HashMap<i32, Exit>,
     clock: ScriptedClock,
-    received: RefCell<HashMap<ProcessId, Received>>,
-    log: RefCell<Vec<SimEvent>>,
+    received: Mutex<HashMap<ProcessId, Received>>,
+    log: Mutex<Vec<SimEvent>>,
 }
 
 impl RecordingSignaller {
@@ -148,8 +155,8 @@ impl RecordingSignaller {
             table,
             script,
             clock: ScriptedClock::default(),
-            received: RefCell::new(HashMap::new()),
-            log: RefCell::new(Vec::new()),
+            received: Mutex::new(HashMap::new()),
+            log: Mutex::new(Vec::new()),
         }
     }
 
@@ -159,7 +166,7 @@ impl RecordingSignaller {
 
     /// The timeline so far: every signal and refusal, in order.
     pub fn timeline(&self) -> Vec<SimEvent> {
-        self.log.borrow().clone()
+        lock(&self.log).clone()
     }
 
     /// When the process exited (scripted ms), if it has by now.
@@ -177,7 +184,7 @@ impl RecordingSignaller {
     /// links form a cycle ends, like every walk).
     fn exit_time_within(&self, id: ProcessId, depth: usize) -> Option<u64> {
         let exit = self.script.get(&id.pid).cloned().unwrap_or_default();
-        let got = self.received.borrow().get(&id).copied().unwrap_or_default();
+        let got = lock(&self.received).get(&id).copied().unwrap_or_default();
         let on_term = got.term.zip(exit.on_term).map(|(t, d)| t + d);
         let on_kill = got.kill.zip(exit.on_kill).map(|(t, d)| t + d);
         // The last of them to exit, once all of them have an exit time (a pid the table does
@@ -235,7 +242,7 @@ impl RecordingSignaller {
     }
 
     fn record(&self, pid: i32, what: SimWhat) {
-        self.log.borrow_mut().push(SimEvent {
+        lock(&self.log).push(SimEvent {
             at: self.clock.ms(),
             pid,
             what,
@@ -245,7 +252,7 @@ impl RecordingSignaller {
     /// Delivers `sig` to one instance: the first SIGTERM and the first SIGKILL start its script.
     fn deliver(&self, id: ProcessId, sig: Sig) {
         let now = self.clock.ms();
-        let mut received = self.received.borrow_mut();
+        let mut received = lock(&self.received);
         let r = received.entry(id).or_default();
         let slot = match sig {
             Sig::Term => &mut r.term,

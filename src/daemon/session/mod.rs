@@ -52,7 +52,6 @@ pub use crate::daemon::stdin_pipe::PipeError;
 use crate::daemon::stdin_pipe::StdinPipe;
 use crate::lease::{now_ms, LeaseState, ProcessId};
 use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
-use crate::proc::LiveTable;
 use crate::report::WrapperReport;
 use crate::state::StateRoot;
 use crate::store::{Event, Store, StoreError};

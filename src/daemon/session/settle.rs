@@ -58,7 +58,12 @@ impl Supervised {
     }
 
     /// Waits for the wrapper to exit, then settles the lease and ends the stream.
-    pub(super) fn supervise(self: Arc<Self>, mut child: Child, stdout_done: mpsc::Receiver<()>) {
+    pub(super) fn supervise(
+        self: Arc<Self>,
+        mut child: Child,
+        stdout_done: mpsc::Receiver<()>,
+        ctl: &Controller<'_>,
+    ) {
         let status = child.wait();
         let code = match &status {
             Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
@@ -82,7 +87,7 @@ impl Supervised {
             }
         }
         if let Some(info) = self.lease.get().cloned() {
-            self.settle_lease(&info);
+            self.settle_lease(&info, ctl);
         }
         if !drained {
             let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
@@ -103,16 +108,8 @@ impl Supervised {
     /// The wrapper is gone (we reaped it). Its report turns an open lease `lost` with the exit
     /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
     /// whatever may remain of its tree is verified and terminated like any close.
-    pub(super) fn settle_lease(&self, info: &LeaseInfo) {
+    pub(super) fn settle_lease(&self, info: &LeaseInfo, ctl: &Controller<'_>) {
         let slot = SETTLES.enter();
-        let table = LiveTable;
-        let mut ctl = match Controller::open(self.root.clone(), &table) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(session = %self.key, error = %e, "cannot settle the lease");
-                return;
-            }
-        };
         if let Err(e) = ctl.ingest_reports_marking_ended_lost() {
             tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }
@@ -132,7 +129,6 @@ impl Supervised {
                 }
             }
         }
-        drop(ctl);
         drop(slot);
         self.sync_events();
     }
@@ -142,15 +138,12 @@ impl Supervised {
 const MAX_CONCURRENT_SETTLES: usize = 4;
 
 /// The daemon's settles of leases whose wrapper exited, at most [`MAX_CONCURRENT_SETTLES`] at a
-/// time. Each settle opens its own store connection (a `Controller`) and may run a whole close
-/// (verification, signals, the grace period; a wrapper that died with its tree still around
-/// makes it read the whole process table). When many wrappers die at once — or a loaded host
-/// makes each settle slow — their waiters would otherwise all hold a connection and a close's
-/// buffers together: the daemon's descriptors and memory would follow that peak and keep it,
-/// because SQLite keeps a closed connection's descriptor open for reuse while any other
-/// connection of the process holds a lock on the file (the daemon's own connections always do
-/// in WAL mode), and freed heap stays with the allocator (so the last settle out trims it). The
-/// others wait their turn, holding no connection.
+/// time. Each settle runs through the daemon's one controller (no connection of its own) and may
+/// run a whole close (verification, signals, the grace period; a wrapper that died with its tree
+/// still around makes it read the whole process table). When many wrappers die at once — or a
+/// loaded host makes each settle slow — their waiters would otherwise all hold a close's buffers
+/// together, and the daemon's memory would follow that peak and keep it, because freed heap stays
+/// with the allocator (so the last settle out trims it). The others wait their turn.
 struct SettleGate {
     running: Mutex<usize>,
     freed: Condvar,
@@ -166,7 +159,7 @@ pub(crate) struct SettleSlot(&'static SettleGate);
 
 /// Waits for a place among the daemon's settles (see [`SettleGate`]): for the daemon's own
 /// closes of sessions it did not start closing on a client's request (a lease taken over after it
-/// changed underneath), which would otherwise fan out one connection each in the same bursts.
+/// changed underneath), which would otherwise fan out in the same bursts.
 pub(crate) fn settle_slot() -> SettleSlot {
     SETTLES.enter()
 }

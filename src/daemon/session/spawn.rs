@@ -46,6 +46,8 @@ pub struct SpawnSpec<'a> {
     pub root: &'a StateRoot,
     /// The connection every session of the daemon writes its seqs and events through.
     pub store: &'a SharedStore,
+    /// The daemon's one controller: the waiter settles the lease through it.
+    pub ctl: &'a Arc<crate::controller::Controller<'static>>,
     /// The `leash` binary to run `exec` with.
     pub exe: &'a Path,
     pub daemon_pid: i32,
@@ -178,10 +180,11 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         })
         .expect("spawn thread");
     let s = session.clone();
+    let ctl = spec.ctl.clone();
     std::thread::Builder::new()
         .name(format!("wait:{}", req.session))
         .stack_size(WAIT_STACK)
-        .spawn(move || s.supervise(child, done_rx))
+        .spawn(move || s.supervise(child, done_rx, &ctl))
         .expect("spawn thread");
     Ok(session)
 }

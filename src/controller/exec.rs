@@ -1,5 +1,11 @@
 //! `leash exec`: commit the lease, then become the wrapper.
 //!
+//! The one verb that runs without a [`Controller`](super::Controller): it runs once per session
+//! start, on the hot path, in the process that becomes the lease's root, and needs none of what
+//! a controller sets up (the signaller, the caller, the descriptor limit): it opens the store,
+//! decides (the supersede check), commits and execs. The daemon runs it as its child (`ensure`
+//! spawns `leash exec`), so both front doors reach this one function.
+//!
 //! The process that runs `leash exec` is the lease's root: its pid and start time are recorded,
 //! the lease is committed, and then the process execs the installed wrapper in place, keeping its
 //! pid and start time. So the lease is in the database before the wrapper's first instruction,

@@ -4,7 +4,8 @@
 //! be read)?
 //!
 //! [`judge`] is pure: a lease, what the state root expects of it, and a process snapshot (or the
-//! reason there is none) in; a [`VerifyReport`] with its evidence out. [`verify`] does the reads:
+//! reason there is none) in; a [`VerifyReport`] with its evidence out. [`Controller::verify`]
+//! (the CLI's direct path and the daemon's `verify` op) does the reads:
 //! the lease row, then only the root's subtree (a live wrapper is a subreaper, so its whole tree
 //! hangs below it; when the root is gone or recycled the answer is `dead` whatever else is
 //! alive), so the cost is that of one tree, never a scan of the host. Nothing here signals.
@@ -14,12 +15,11 @@
 //! `reap` or the daemon's reconcile takes the escapees), and `not-owned` is `dead` too (the
 //! evidence disproves ownership, so resuming would talk to a stranger).
 
+use super::{Controller, LeaseRef};
 use crate::exitcode;
 use crate::lease::{Lease, LeaseState};
-use crate::lifecycle::LeaseRef;
-use crate::proc::{ProcessTable, Snapshot, TableError};
-use crate::state::StateRoot;
-use crate::store::{Store, StoreError};
+use crate::proc::{Snapshot, TableError};
+use crate::store::StoreError;
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -173,54 +173,53 @@ pub fn judge(
     report
 }
 
-/// Reads the lease and its root's tree and judges it. Never signals. A session key names its
-/// active lease, else its latest one (a gateway asking about a stored session whose lease has
-/// ended gets `dead`, not "not found").
-pub fn verify(
-    root: &StateRoot,
-    table: &dyn ProcessTable,
-    target: &LeaseRef,
-) -> Result<VerifyReport, VerifyError> {
-    let store = Store::open(&root.db_path())?;
-    let lease = match target {
-        LeaseRef::Id(id) => store
-            .lease(id)?
-            .ok_or_else(|| VerifyError::NoLease(id.clone()))?,
-        LeaseRef::Session(key) => match store.active_lease_for_session(key)? {
-            Some(l) => l,
-            None => store
-                .latest_lease_for_session(key)?
-                .ok_or_else(|| VerifyError::NoSession(key.clone()))?,
-        },
-    };
-    let gateway = store.gateway_instance_id().to_string();
-    let wrapper_root = root.wrapper_root();
-    let expect = Expect {
-        gateway_instance_id: &gateway,
-        wrapper_root: &wrapper_root,
-        // The answer rests on the root process (pid, start time, pidfs inode, markers); cgroup
-        // membership is not read here, so a populated cgroup of a dead root answers `dead`.
-        cgroup_root: None,
-    };
-    let snap = table.subtree(lease.root_pid);
-    let mut report = judge(&lease, &expect, snap.as_ref());
-    // With no cgroup root given, the tree check says containment is off; here it is only not
-    // consulted (it may well be on), so say that instead of misleading the operator.
-    if let Some(path) = &lease.cgroup_path {
-        let said = format!("cgroup {path} not used: {}", crate::verify::NO_CGROUP_ROOT);
-        let meant = format!("cgroup {path} not read: verify rests on the root process");
-        for e in &mut report.evidence {
-            *e = e.replace(&said, &meant);
+impl Controller<'_> {
+    /// Reads the lease and its root's tree and judges it. Never signals. A session key names its
+    /// active lease, else its latest one (a gateway asking about a stored session whose lease has
+    /// ended gets `dead`, not "not found").
+    pub fn verify(&self, target: &LeaseRef) -> Result<VerifyReport, VerifyError> {
+        let lease = {
+            let store = self.store();
+            match target {
+                LeaseRef::Id(id) => store
+                    .lease(id)?
+                    .ok_or_else(|| VerifyError::NoLease(id.clone()))?,
+                LeaseRef::Session(key) => match store.active_lease_for_session(key)? {
+                    Some(l) => l,
+                    None => store
+                        .latest_lease_for_session(key)?
+                        .ok_or_else(|| VerifyError::NoSession(key.clone()))?,
+                },
+            }
+        };
+        let wrapper_root = self.wrapper_root();
+        let expect = Expect {
+            gateway_instance_id: &self.gateway,
+            wrapper_root: &wrapper_root,
+            // The answer rests on the root process (pid, start time, pidfs inode, markers); cgroup
+            // membership is not read here, so a populated cgroup of a dead root answers `dead`.
+            cgroup_root: None,
+        };
+        let snap = self.table.subtree(lease.root_pid);
+        let mut report = judge(&lease, &expect, snap.as_ref());
+        // With no cgroup root given, the tree check says containment is off; here it is only not
+        // consulted (it may well be on), so say that instead of misleading the operator.
+        if let Some(path) = &lease.cgroup_path {
+            let said = format!("cgroup {path} not used: {}", crate::verify::NO_CGROUP_ROOT);
+            let meant = format!("cgroup {path} not read: verify rests on the root process");
+            for e in &mut report.evidence {
+                *e = e.replace(&said, &meant);
+            }
         }
+        tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
+        Ok(report)
     }
-    tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
-    Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proc::{FixtureTable, LeaseEnv, ProcessInfo};
+    use crate::proc::{FixtureTable, LeaseEnv, ProcessInfo, ProcessTable};
     use std::path::Path;
 
     fn lease() -> Lease {
