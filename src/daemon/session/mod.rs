@@ -166,6 +166,26 @@ struct Inner {
     output_dropped: u64,
 }
 
+impl Inner {
+    /// A session that has not started yet, whose store holds seqs up to `last`.
+    fn new(limits: Limits, last: i64) -> Inner {
+        Inner {
+            replay: Replay::new(limits, last),
+            seqs: Seqs::new(last),
+            life: Life::Starting,
+            pending: BTreeMap::new(),
+            opening: HashMap::new(),
+            acp_sessions: BTreeSet::new(),
+            last_traffic: Instant::now(),
+            output_lines: 0,
+            attached: 0,
+            stderr_tail: VecDeque::new(),
+            held: None,
+            output_dropped: 0,
+        }
+    }
+}
+
 fn lock_store(store: &SharedStore) -> MutexGuard<'_, Store> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -158,20 +158,7 @@ mod tests {
             lines: 100,
             bytes: 1 << 20,
         };
-        let inner = Inner {
-            replay: Replay::new(limits, 0),
-            seqs: Seqs::new(0),
-            life: Life::Starting,
-            pending: BTreeMap::new(),
-            opening: HashMap::new(),
-            acp_sessions: BTreeSet::new(),
-            last_traffic: Instant::now(),
-            output_lines: 0,
-            attached: 0,
-            stderr_tail: VecDeque::new(),
-            held: None,
-            output_dropped: 0,
-        };
+        let inner = Inner::new(limits, 0);
         Supervised {
             key: "k".into(),
             argv: vec![],

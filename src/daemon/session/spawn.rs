@@ -121,20 +121,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let child_pid = child.id() as i32;
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
-    let inner = Inner {
-        replay: Replay::new(spec.limits, last),
-        seqs: Seqs::new(last),
-        life: Life::Starting,
-        pending: BTreeMap::new(),
-        opening: HashMap::new(),
-        acp_sessions: BTreeSet::new(),
-        last_traffic: Instant::now(),
-        output_lines: 0,
-        attached: 0,
-        stderr_tail: VecDeque::new(),
-        held: None,
-        output_dropped: 0,
-    };
+    let inner = Inner::new(spec.limits, last);
     let shown = Arc::new(super::shown::Shown::of(&inner));
     let session = Arc::new(Supervised {
         key: req.session.clone(),
