@@ -10,11 +10,12 @@
 
 /// `history` is the events verb's (`controller/events.rs`); its reply keeps this address too.
 pub use super::events::History;
+use super::verify::LiveMember;
 use super::Controller;
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
 use crate::store::{SessionRow, StoreError};
-use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
+use crate::verify::{verify_owned_tree, Expect, Verdict};
 use crate::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -122,22 +123,13 @@ pub struct ProcState {
     pub alive: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LiveProc {
-    pub pid: i32,
-    pub start_time: u64,
-    pub role: Role,
-    pub argv0: Option<String>,
-}
-
 /// The live tree of an active lease, as verification proves it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveTree {
     pub verdict: String,
     pub reason: Option<String>,
-    pub processes: Vec<LiveProc>,
+    pub processes: Vec<LiveMember>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,15 +262,8 @@ impl Controller<'_> {
         let name = verdict.name().to_string();
         match verdict {
             Verdict::Owned(tree) => {
-                let mut processes: Vec<LiveProc> = tree
-                    .children_first()
-                    .map(|m| LiveProc {
-                        pid: m.pid,
-                        start_time: m.start_time,
-                        role: m.role,
-                        argv0: m.argv0.clone(),
-                    })
-                    .collect();
+                let mut processes: Vec<LiveMember> =
+                    tree.children_first().map(LiveMember::from).collect();
                 // Root first for reading; the signalling order is not this command's business.
                 processes.reverse();
                 LiveTree {

@@ -64,6 +64,17 @@ pub struct LiveMember {
     pub argv0: Option<String>,
 }
 
+impl From<&crate::verify::Member> for LiveMember {
+    fn from(m: &crate::verify::Member) -> LiveMember {
+        LiveMember {
+            pid: m.pid,
+            start_time: m.start_time,
+            role: m.role,
+            argv0: m.argv0.clone(),
+        }
+    }
+}
+
 /// The reply of `leash verify` and of the daemon's `verify` op.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,12 +144,7 @@ pub fn judge(
                         "pid {} ({:?}, start time {}): {}",
                         m.pid, m.role, m.start_time, m.evidence
                     ));
-                    report.members.push(LiveMember {
-                        pid: m.pid,
-                        start_time: m.start_time,
-                        role: m.role,
-                        argv0: m.argv0.clone(),
-                    });
+                    report.members.push(LiveMember::from(m));
                 }
             }
             None => {
