@@ -39,12 +39,7 @@ fn fd_targets(pid: i32) -> Vec<String> {
 
 fn footprint(pid: i32) -> Footprint {
     let count = |dir: String| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
+    let rss_kib = vm_rss_kib(pid).unwrap();
     Footprint {
         fds: count(format!("/proc/{pid}/fd")),
         threads: count(format!("/proc/{pid}/task")),

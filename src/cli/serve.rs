@@ -43,8 +43,10 @@ pub struct ServeArgs {
     /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse_duration)]
     pub reconcile_interval: Duration,
-    /// Serve Prometheus/OpenMetrics metrics over HTTP on ADDR (e.g. 127.0.0.1:9464, or a port on
-    /// loopback); off by default. The `metrics` op serves the same text over the socket
+    /// Serve Prometheus/OpenMetrics metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464, or a
+    /// port on loopback); off by default. They carry session keys and have no authentication:
+    /// keep ADDR on loopback (another address is logged as a warning). The `metrics` op serves
+    /// the same text over the socket
     #[arg(long, value_name = "ADDR", value_parser = crate::daemon::metrics::parse_addr)]
     pub metrics: Option<std::net::SocketAddr>,
     /// Log format on stderr: text (the default) or json (one object per line, with lease_id,

@@ -1,7 +1,9 @@
-//! What the daemon knows, for Prometheus: `leash serve --metrics ADDR` serves it over HTTP
-//! (OpenMetrics text), and the `metrics` op returns the same text over the socket, for hosts
-//! without TCP. The exposition is encoded by `prometheus-client` (the Prometheus project's own
-//! Rust client), never by hand.
+//! What the daemon knows, for Prometheus: `leash serve --metrics ADDR` serves it at
+//! `GET /metrics` (OpenMetrics text), and the `metrics` op returns the same text over the
+//! socket, for hosts without TCP. The exposition is encoded by `prometheus-client` (the
+//! Prometheus project's own Rust client), never by hand; HTTP is hyper's, bounded so that no
+//! local client can stall a scrape or grow the daemon (`serve_http`). Every counter exists from
+//! the start, at 0 for each fixed label value.
 //!
 //! Counters are bumped where the work happens (close, reap, reconcile, ensure, each request);
 //! gauges that describe the present (leases by state, sessions by phase, replay bytes, RSS and
@@ -18,8 +20,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -82,8 +83,24 @@ pub struct Metrics {
     pub requests: Family<OpLabel, Histogram, fn() -> Histogram>,
     pub replay_bytes: Family<SessionLabel, Gauge>,
     pub session_rss: Family<SessionLabel, Gauge>,
-    pub session_cpu: Family<SessionLabel, Gauge<f64, AtomicU64>>,
+    pub session_cpu: Family<SessionLabel, Counter<f64, AtomicU64>>,
 }
+
+/// The results of a close or a reap (`result_name`), the labels of `closes`, `reaps` and
+/// `reconcile_settled` (which also counts `expired`).
+const RESULTS: [&str; 4] = ["closed", "lost", "left_open", "conflict"];
+/// The labels of `reconcile_passes`.
+const PASS_RESULTS: [&str; 3] = ["idle", "acted", "failed"];
+/// Every value `refusal_kind` returns, the labels of `signals_refused`.
+const REFUSAL_KINDS: [&str; 7] = [
+    "unavailable",
+    "already_dead",
+    "pid_reused",
+    "permission",
+    "not_ours",
+    "guard",
+    "other",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -195,10 +212,29 @@ impl Metrics {
         );
         registry.register_with_unit(
             "session_cpu",
-            "CPU time (user + system) used by each session's live process tree",
+            "CPU time (user + system) used by each session's process tree: its live processes \
+             and the ended ones they waited for",
             Unit::Seconds,
             m.session_cpu.clone(),
         );
+        // Counters are exported from the start, at 0, for each fixed label value: a series that
+        // appears only at its first event makes `rate()` and `increase()` miss that event and
+        // an alert on "absent" indistinguishable from "never happened".
+        let result = |r: &str| ResultLabel { result: r.into() };
+        for r in RESULTS {
+            let _ = m.closes.get_or_create(&result(r));
+            let _ = m.reaps.get_or_create(&result(r));
+            let _ = m.reconcile_settled.get_or_create(&result(r));
+        }
+        let _ = m.reconcile_settled.get_or_create(&result("expired"));
+        for r in PASS_RESULTS {
+            let _ = m.reconcile_passes.get_or_create(&result(r));
+        }
+        for reason in REFUSAL_KINDS {
+            let _ = m.signals_refused.get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            });
+        }
         Metrics { registry, ..m }
     }
 
@@ -298,78 +334,182 @@ pub fn refusal_kind(reason: &str) -> &'static str {
     }
 }
 
-/// Serves `GET /metrics` (any path) on `listener` until the process exits: one short-lived
-/// connection at a time is plenty for a scraper.
-pub fn serve_http(listener: TcpListener, render: impl Fn() -> String + Send + 'static) {
+/// The bounds of the HTTP listener, so that no client can stall a scrape or grow the daemon.
+/// A scraper opens one connection per scrape, sends a head of a few hundred bytes at once and
+/// reads a reply of a few KiB; anything slower, bigger or more numerous is not a scraper.
+/// Connections served at once; at the cap, the oldest one still sending its request head is
+/// closed to make room (an idler cannot lock scrapers out), and when every one is being answered
+/// the new one is closed.
+pub const MAX_CONNECTIONS: usize = 16;
+/// The request head (request line and headers) is read into at most this many bytes: hyper's
+/// read buffer bound (its minimum is 8 KiB). A longer head is answered 431 and closed.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// The whole request head must arrive within this (hyper's `header_read_timeout`: a whole-head
+/// deadline, not one per read, so a trickler of one header a second is cut off too).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection, from accept to the last byte of its reply, lasts at most this (covers a client
+/// that never reads the reply).
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
+
+type Render = std::sync::Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Serves `GET /metrics` on `listener` until the process exits, on a thread of its own that
+/// runs hyper's HTTP/1 server on a single-threaded tokio runtime (a kept HTTP implementation,
+/// not a hand-written parser), within the bounds above. Logs where it serves, and warns when
+/// that is not a loopback address: the metrics carry session keys and have no authentication.
+pub fn serve_http(listener: TcpListener, render: impl Fn() -> String + Send + Sync + 'static) {
+    let addr = listener.local_addr().ok();
+    let render: Render = std::sync::Arc::new(render);
     let spawned = std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(s) => {
-                        if let Err(e) = answer(s, &render) {
-                            tracing::debug!(error = %e, "metrics request failed");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics accept failed");
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
+            if let Err(e) = run_http(listener, render) {
+                tracing::error!(error = %e, "the metrics listener stopped; metrics are served only by the metrics op now");
             }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the metrics thread");
+        return;
+    }
+    let Some(addr) = addr else { return };
+    tracing::info!(addr = %addr, "serving metrics over HTTP");
+    if !addr.ip().to_canonical().is_loopback() {
+        tracing::warn!(
+            addr = %addr,
+            "metrics are served on a non-loopback address without authentication: anyone who \
+             can reach it reads the session keys and their memory and CPU use (bind 127.0.0.1 \
+             or [::1], or put an authenticating proxy in front)"
+        );
     }
 }
 
-fn answer(s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(s.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Headers up to the blank line; a scraper sends a few. Prometheus asks for OpenMetrics in
-    // Accept; anything else (curl, promtool, older scrapers) gets the classic text format.
-    let mut openmetrics = false;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
+/// A connection being served: its task, and whether its request head has arrived.
+struct Open {
+    task: tokio::task::JoinHandle<()>,
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn run_http(listener: TcpListener, render: Render) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut open: std::collections::VecDeque<Open> = Default::default();
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and the like: wait rather than spin.
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            open.retain(|c| !c.task.is_finished());
+            if open.len() >= MAX_CONNECTIONS {
+                match open
+                    .iter()
+                    .position(|c| !c.answering.load(Ordering::Relaxed))
+                {
+                    Some(i) => {
+                        tracing::debug!("metrics: connection cap reached; closing the oldest one still sending its request");
+                        if let Some(c) = open.remove(i) {
+                            c.task.abort();
+                        }
+                    }
+                    None => {
+                        tracing::debug!("metrics: connection cap reached, every connection is being answered; closing the new one");
+                        drop(stream);
+                        continue;
+                    }
+                }
+            }
+            let answering = std::sync::Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(connection(stream, render.clone(), answering.clone()));
+            open.push_back(Open { task, answering });
         }
-        let lower = h.to_ascii_lowercase();
-        if lower.starts_with("accept:") && lower.contains("application/openmetrics-text") {
-            openmetrics = true;
-        }
+    })
+}
+
+/// One connection: one request, answered and closed (no keep-alive, so the deadline bounds the
+/// whole exchange).
+async fn connection(
+    stream: tokio::net::TcpStream,
+    render: Render,
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        answering.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Rendered on the runtime's one thread: a count query and a /proc read per supervised
+        // process, and every other connection waits for the same text anyway.
+        let reply = respond(&req, &*render);
+        async move { Ok::<_, std::convert::Infallible>(reply) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_DEADLINE, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "metrics request failed"),
+        Err(_) => tracing::debug!("metrics connection outlived its deadline; closed"),
     }
-    let mut s = s;
-    let (status, body, ctype) = if request_line.starts_with("GET ") {
-        if openmetrics {
-            (
-                "200 OK",
-                render(),
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )
-        } else {
-            (
-                "200 OK",
-                to_prometheus_text(&render()),
-                "text/plain; version=0.0.4; charset=utf-8",
-            )
-        }
+}
+
+/// The reply to one request: the metrics at `GET /metrics` (OpenMetrics when the Accept header
+/// asks for it, as Prometheus does; else the classic text format, for curl, promtool and older
+/// scrapers), 404 at any other path, 405 for another method.
+fn respond<B>(req: &hyper::Request<B>, render: &dyn Fn() -> String) -> hyper::Response<String> {
+    use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
+    use hyper::{Method, StatusCode};
+    let plain = |status: StatusCode, body: &str| {
+        let mut r = hyper::Response::new(body.to_string());
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    if req.uri().path() != "/metrics" {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n",
+        );
+    }
+    if req.method() != Method::GET {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET"));
+        return r;
+    }
+    let openmetrics = req.headers().get_all(ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.to_ascii_lowercase()
+                .contains("application/openmetrics-text")
+        })
+    });
+    let (body, ctype) = if openmetrics {
+        (
+            render(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
     } else {
         (
-            "405 Method Not Allowed",
-            "only GET\n".into(),
-            "text/plain; charset=utf-8",
+            to_prometheus_text(&render()),
+            "text/plain; version=0.0.4; charset=utf-8",
         )
     };
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    s.flush()
+    let mut r = hyper::Response::new(body);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
 }
 
 /// The OpenMetrics exposition in the classic Prometheus text format (0.0.4), for clients that
@@ -430,7 +570,10 @@ pub(super) fn render(d: &super::Daemon) -> String {
         }
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count the leases"),
     }
-    // Gauges of sessions that ended are dropped, so a scrape shows only what exists.
+    // Series of sessions that ended are dropped, so a scrape shows only what exists. The CPU
+    // counter is rebuilt from /proc the same way: a new counter incremented once by the tree's
+    // cumulative total is that total (prometheus-client has no settable counter, and the value
+    // is read here, at scrape time, not counted as it happens).
     m.sessions.clear();
     m.replay_bytes.clear();
     m.session_rss.clear();
@@ -452,6 +595,9 @@ pub(super) fn render(d: &super::Daemon) -> String {
                 busy: st.busy.to_string(),
             })
             .inc();
+        if st.phase == session::Phase::Ended {
+            continue;
+        }
         let label = SessionLabel {
             session: st.session_key.clone(),
         };
@@ -463,7 +609,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
         {
             if let Some((rss, cpu)) = tree_usage(root) {
                 m.session_rss.get_or_create(&label).set(rss as i64);
-                m.session_cpu.get_or_create(&label).set(cpu);
+                m.session_cpu.get_or_create(&label).inc_by(cpu);
             }
         }
     }
@@ -471,6 +617,9 @@ pub(super) fn render(d: &super::Daemon) -> String {
 }
 
 /// Resident bytes and CPU seconds of `root` and its descendants (`None` when the root is gone).
+/// The CPU includes each process's waited-for children (`cutime`, `cstime`), so a child that
+/// ends and is reaped inside the tree moves its time to its parent instead of taking it away:
+/// the total only grows while the root lives, as a counter must.
 fn tree_usage(root: i32) -> Option<(u64, f64)> {
     use crate::proc::ProcessTable;
     let tree = crate::proc::LiveTable.subtree(root).ok()?;
@@ -488,6 +637,7 @@ fn tree_usage(root: i32) -> Option<(u64, f64)> {
         any = true;
         rss += stat.rss * page;
         cpu += (stat.utime + stat.stime) as f64 / ticks;
+        cpu += (stat.cutime + stat.cstime).max(0) as f64 / ticks;
     }
     any.then_some((rss, cpu))
 }

@@ -596,10 +596,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     });
     announce_resumable(&daemon, resumable);
     if let Some(l) = metrics_listener {
-        let addr = l.local_addr().ok();
         let md = daemon.clone();
         metrics::serve_http(l, move || metrics::render(&md));
-        tracing::info!(addr = ?addr, "serving metrics over HTTP");
     }
     let (stop_reconcile, reconcile_stopped) = std::sync::mpsc::channel::<()>();
     let reconciler = daemon.cfg.reconcile_interval.map(|interval| {

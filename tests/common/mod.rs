@@ -343,6 +343,15 @@ pub fn wait_for_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool 
     }
 }
 
+/// The resident set of a process in KiB (`VmRSS` of `/proc/PID/status`), `None` once it is gone.
+pub fn vm_rss_kib(pid: i32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
 /// Reads a pid the test's processes wrote to a file, once it is there.
 pub fn read_pid_file(path: &Path) -> Pid {
     let mut found = None;
