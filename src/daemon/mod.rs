@@ -599,7 +599,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         let addr = l.local_addr().ok();
         let md = daemon.clone();
         metrics::serve_http(l, move || metrics::render(&md));
-        tracing::info!(addr = ?addr, "serving metrics over HTTP");
+        tracing::info!(
+            addr = addr.map(|a| a.to_string()),
+            "serving metrics over HTTP"
+        );
     }
     let (stop_reconcile, reconcile_stopped) = std::sync::mpsc::channel::<()>();
     let reconciler = daemon.cfg.reconcile_interval.map(|interval| {
@@ -756,8 +759,10 @@ fn startup_reap(
         lost: count(R::Lost),
         skipped: report.skipped.len(),
     };
-    let shown = serde_json::to_string(&summary).unwrap_or_default();
-    tracing::info!(summary = %shown, "startup reap done");
+    tracing::info!(
+        summary = crate::cli::logging::json(&summary),
+        "startup reap done"
+    );
     Ok(summary)
 }
 
@@ -965,7 +970,7 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
             continue;
         }
         tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,
-            claimed_by = ?lease.claimed_by.map(|c| c.pid),
+            claimed_by = lease.claimed_by.map(|c| c.pid),
             "the lease changed underneath the daemon; the session takes no more input and the daemon finishes the close");
         let (d, s) = (d.clone(), s.clone());
         let spawned = std::thread::Builder::new()
@@ -1072,7 +1077,7 @@ fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
-                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = ?o.result, "closed at shutdown");
+                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = crate::cli::logging::json(&o.result), "closed at shutdown");
                 }
             }
             Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),
