@@ -4,7 +4,7 @@
 
 mod backend;
 mod docs;
-mod logging;
+pub mod logging;
 mod mcp;
 mod output;
 mod serve;

@@ -161,7 +161,13 @@ impl Engine<'_> {
                 };
                 match result {
                     Ok(delivery) => {
-                        tracing::info!(pid = s.pid, role = ?s.role, signal = sig.name(), ?delivery, "signalled");
+                        tracing::info!(
+                            pid = s.pid,
+                            role = crate::cli::logging::json(&s.role),
+                            signal = sig.name(),
+                            delivery = crate::cli::logging::json(&delivery),
+                            "signalled"
+                        );
                         signals.push(SignalRecord {
                             pid: s.pid,
                             start_time: s.start_time,

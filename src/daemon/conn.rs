@@ -254,7 +254,11 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     // thread: see off_thread) names its op; the JSON log lifts it to the top level.
     let span = tracing::info_span!("request", op = op_name);
     let _in = span.enter();
-    tracing::debug!(id = %id, request = %String::from_utf8_lossy(line), "request");
+    tracing::debug!(
+        id = crate::cli::logging::json(&id),
+        request = crate::cli::logging::json_line(line),
+        "request"
+    );
     match req.op {
         Op::Status => {
             out.reply(&id, d.status().map_err(OpError::from));
@@ -409,7 +413,7 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
             Phase::Starting | Phase::Running => {
                 let matches = e.wants_stored_spec() || s.argv == e.argv;
                 if !matches {
-                    tracing::warn!(session_key = %e.session, running = ?s.argv, asked = ?e.argv, "ensure found the session running another argv");
+                    tracing::warn!(session_key = %e.session, running = crate::cli::logging::json(&s.argv), asked = crate::cli::logging::json(&e.argv), "ensure found the session running another argv");
                 }
                 return Ok(describe(&s, false, matches));
             }

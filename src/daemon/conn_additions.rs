@@ -38,7 +38,12 @@ pub(super) fn ping() -> Pong {
 }
 
 pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
-    tracing::debug!(client = ?h.client, protocol = ?h.protocol, events = h.events, "hello");
+    tracing::debug!(
+        client = h.client.as_deref(),
+        protocol = h.protocol,
+        events = h.events,
+        "hello"
+    );
     let result = Welcome {
         daemon_pid: d.me.pid,
         events: h.events,

@@ -754,8 +754,10 @@ fn startup_reap(
         lost: count(R::Lost),
         skipped: report.skipped.len(),
     };
-    let shown = serde_json::to_string(&summary).unwrap_or_default();
-    tracing::info!(summary = %shown, "startup reap done");
+    tracing::info!(
+        summary = crate::cli::logging::json(&summary),
+        "startup reap done"
+    );
     Ok(summary)
 }
 
@@ -963,7 +965,7 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
             continue;
         }
         tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,
-            claimed_by = ?lease.claimed_by.map(|c| c.pid),
+            claimed_by = lease.claimed_by.map(|c| c.pid),
             "the lease changed underneath the daemon; the session takes no more input and the daemon finishes the close");
         let (d, s) = (d.clone(), s.clone());
         let spawned = std::thread::Builder::new()
@@ -1070,7 +1072,7 @@ fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
-                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = ?o.result, "closed at shutdown");
+                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = crate::cli::logging::json(&o.result), "closed at shutdown");
                 }
             }
             Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),

@@ -171,7 +171,11 @@ impl<'t> Server<'t> {
             ),
             Some(Err(e)) => jsonrpc::result(id, tools::failure(&e)),
             Some(Ok(call)) => {
-                tracing::info!(tool = name, ?call, "tool call");
+                tracing::info!(
+                    tool = name,
+                    arguments = crate::cli::logging::json(&arguments),
+                    "tool call"
+                );
                 jsonrpc::result(id, tools::call(self.tools, &call))
             }
         }

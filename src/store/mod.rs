@@ -175,7 +175,12 @@ impl Store {
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                     r.get::<_, i64>(0)
                 });
-            tracing::debug!(frames, busy = ?busy, "wal checkpoint (truncate) on close");
+            tracing::debug!(
+                frames,
+                busy = busy.as_ref().ok(),
+                error = busy.as_ref().err().map(tracing::field::display),
+                "wal checkpoint (truncate) on close"
+            );
         }
     }
 

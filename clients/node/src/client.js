@@ -4,6 +4,11 @@
 // closes (a request may or may not have been applied: it is never re-sent); attach streams and
 // the lifecycle subscription are re-established on the new connection.
 //
+// An idle client does not keep Node's event loop alive: the socket is referenced only while a
+// call waits for its reply, an attach (or an ACP channel) is open, or the connection is
+// subscribed to lifecycle pushes, so a script that forgets `disconnect()` still exits when its
+// work is done (like a timer with `unref()`).
+//
 // The client reads the socket eagerly and never stops reading (the daemon drops a client that
 // does not read for 30 s); an attach whose consumer falls behind detaches itself and reattaches
 // from its last seq once drained (see attach.js), so memory stays bounded without stalling the
@@ -147,8 +152,27 @@ export class LeashClient extends EventEmitter {
     return this.info;
   }
 
+  /**
+   * References the socket (and so keeps the event loop alive) only while something waits on
+   * it: a pending call, an open attach, a lifecycle subscription. Called whenever one of them
+   * changes; a no-op unless the answer changes.
+   */
+  #refresh() {
+    const sock = this.#socket;
+    if (!sock) return;
+    const hold = this.#pending.size > 0 || this.#attaches.size > 0 || this.#subscribed;
+    if (hold === this.#held) return;
+    this.#held = hold;
+    if (hold) sock.ref();
+    else sock.unref();
+  }
+
+  /** Whether the current socket is referenced (sockets start referenced). */
+  #held = true;
+
   #attachSocket(sock) {
     this.#socket = sock;
+    this.#held = true;
     this.#connected = true;
     this.#lines.reset();
     sock.on('data', (chunk) => this.#lines.push(chunk));
@@ -190,6 +214,7 @@ export class LeashClient extends EventEmitter {
       }
       this.#pending.delete(key);
       p.cleanup();
+      this.#refresh();
       if (msg.ok === true) p.resolve(msg.result);
       else p.reject(errorFromWire(msg.error));
       return;
@@ -251,7 +276,11 @@ export class LeashClient extends EventEmitter {
           this.#giveUp(err);
           throw err;
         }
-        await new Promise((r) => setTimeout(r, delay));
+        await new Promise((r) => {
+          const t = setTimeout(r, delay);
+          // An idle client retries in the background without keeping the process alive.
+          if (this.#pending.size === 0 && this.#attaches.size === 0 && !this.#subscribed) t.unref();
+        });
         delay = Math.min(delay * 2, 1000);
       }
     }
@@ -317,6 +346,7 @@ export class LeashClient extends EventEmitter {
       const onAbort = () => {
         this.#pending.delete(key);
         cleanup();
+        this.#refresh();
         reject(abortError(signal, `${op} aborted`));
       };
       const cleanup = () => {
@@ -330,6 +360,7 @@ export class LeashClient extends EventEmitter {
       const expire = () => {
         this.#pending.delete(key);
         cleanup();
+        this.#refresh();
         reject(new LeashTimeoutError(`${op}: no reply from leash serve within ${timeoutMs} ms (it may still take effect)`));
       };
       let deadline = 0;
@@ -346,6 +377,7 @@ export class LeashClient extends EventEmitter {
       }
       if (signal) signal.addEventListener('abort', onAbort, { once: true });
       this.#pending.set(key, { resolve, reject, cleanup, deadline, expire });
+      this.#refresh();
       sock.write(LeashClient.requestLine(id, op, fields));
     });
   }
@@ -395,10 +427,12 @@ export class LeashClient extends EventEmitter {
 
   _track(a) {
     this.#attaches.add(a);
+    this.#refresh();
   }
 
   _untrack(a) {
     this.#attaches.delete(a);
+    this.#refresh();
   }
 
   /** Writes bytes as they are (diagnostics and tests: malformed lines get null-id errors). */
@@ -505,6 +539,7 @@ export class LeashClient extends EventEmitter {
   async subscribe(opts = {}) {
     if (this.#subscribed) return;
     this.#subscribed = true;
+    this.#refresh();
     await this.#whenReady(opts);
     const { id } = await this._stream('hello', { client: CLIENT_NAME, protocol: 1, events: true }, (item) => this.#onLifecycle(item), opts);
     this.#helloId = id;

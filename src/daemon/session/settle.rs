@@ -92,7 +92,7 @@ impl Supervised {
         if !drained {
             let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
         }
-        tracing::info!(session = %self.key, status = ?code, "session ended");
+        tracing::info!(session = %self.key, lease_id = self.lease.get().map(|i| i.lease_id.as_str()), status = code, "session ended");
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
         if let Err(e) = self.record_event("exit", Some(detail)) {
             tracing::error!(session = %self.key, error = %e, "cannot record the exit");
@@ -121,7 +121,7 @@ impl Supervised {
             match ctl.close(&[LeaseRef::Id(info.lease_id.clone())], None) {
                 Ok(out) => {
                     for o in out {
-                        tracing::info!(lease_id = %o.lease_id, result = ?o.result, reason = %o.reason, "lease settled after the wrapper exited");
+                        tracing::info!(lease_id = %o.lease_id, result = crate::cli::logging::json(&o.result), reason = %o.reason, "lease settled after the wrapper exited");
                     }
                 }
                 Err(e) => {

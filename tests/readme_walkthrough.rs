@@ -1,0 +1,353 @@
+//! README.md's walk-through is run as written, so it cannot drift from what leash does: its `sh`
+//! blocks in one bash (the exec part, then the daemon started in the background, then the
+//! one-off `socat` request and the `kill $daemon` that ends it), with the binaries under test
+//! first on PATH and the demo's `/tmp/leash-demo` swapped for a scratch directory. What the
+//! commands print is compared with the README's "What it prints" after ids, pids, ages and the
+//! cgroup paths are normalised, and the interactive `socat` session is replayed request by
+//! request: every reply and stream item the README shows comes, with the same fields.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+}
+
+/// The fenced blocks of a Markdown text: (language, body).
+fn blocks(doc: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(l) = lines.next() {
+        let Some(lang) = l.strip_prefix("```") else {
+            continue;
+        };
+        let mut body = String::new();
+        for b in lines.by_ref() {
+            if b.starts_with("```") {
+                break;
+            }
+            body.push_str(b);
+            body.push('\n');
+        }
+        out.push((lang.to_string(), body));
+    }
+    out
+}
+
+/// The first block of `lang` after `heading` whose body contains `needle`.
+fn block(doc: &str, heading: &str, lang: &str, needle: &str) -> String {
+    let at = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
+    blocks(&doc[at..])
+        .into_iter()
+        .find(|(l, b)| l == lang && b.contains(needle))
+        .unwrap_or_else(|| {
+            panic!("README.md has no {lang} block with {needle:?} after {heading:?}")
+        })
+        .1
+}
+
+/// Output with what differs from run to run replaced: the state and cgroup paths, UUIDs, ages,
+/// numbers, runs of blanks.
+fn normalise(text: &str, state: &str, cgroot: &str) -> Vec<String> {
+    let uuid = uuid_replacer();
+    text.lines()
+        .filter(|l| !l.starts_with("containment") && !l.trim_start().starts_with("controllers"))
+        .map(|l| {
+            let mut l = l.replace(state, "/tmp/leash-demo");
+            if !cgroot.is_empty() {
+                l = l.replace(cgroot, "CGROOT");
+            }
+            l = l.replace("/sys/fs/cgroup/unified/leash", "CGROOT");
+            l = uuid(&l, "ID");
+            // The cgroup clause of a contained session's close reason (absent without cgroups).
+            if let Some(i) = l.find("; cgroup CGROOT/") {
+                if let Some(j) = l[i..].find(" already removed") {
+                    l.replace_range(i..i + j + " already removed".len(), "");
+                }
+            }
+            let mut out = String::new();
+            let mut chars = l.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c.is_ascii_digit() {
+                    while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+                        chars.next();
+                    }
+                    // An age: 987ms, 1s, 2m.
+                    if chars.peek() == Some(&'m') || chars.peek() == Some(&'s') {
+                        while chars.peek().is_some_and(|d| d.is_ascii_alphabetic()) {
+                            chars.next();
+                        }
+                        out.push_str("AGE");
+                    } else {
+                        out.push('N');
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+/// Replaces each UUID (lowercase hex groups of 8-4-4-4-12 joined by `-`) in a text; the test needs
+/// no regex crate for that.
+fn uuid_replacer() -> impl Fn(&str, &str) -> String {
+    |s: &str, with: &str| {
+        let groups = [8usize, 4, 4, 4, 12];
+        let total: usize = groups.iter().sum::<usize>() + 4;
+        let b = s.as_bytes();
+        let mut out = String::new();
+        let mut i = 0;
+        while i < b.len() {
+            let is_uuid = i + total <= b.len() && {
+                let mut k = i;
+                groups.iter().enumerate().all(|(g, n)| {
+                    let ok = b[k..k + n]
+                        .iter()
+                        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+                    k += n;
+                    let dash = g == groups.len() - 1 || b.get(k) == Some(&b'-');
+                    k += 1;
+                    ok && dash
+                })
+            };
+            if is_uuid {
+                out.push_str(with);
+                i += total;
+            } else {
+                let c = s[i..].chars().next().unwrap();
+                out.push(c);
+                i += c.len_utf8();
+            }
+        }
+        out
+    }
+}
+
+/// The sample's JSON line with its elisions made parseable.
+fn sample_json(line: &str) -> Value {
+    serde_json::from_str(&line.replace("[…]", "[]"))
+        .unwrap_or_else(|e| panic!("README sample line is not JSON ({e}): {line}"))
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Lines of a child's stdout, as they come.
+fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads lines into `seen` until one satisfies `done`, within the patience of the tests.
+fn read_until(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>, done: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                let hit = done(&l);
+                seen.push(l);
+                if hit {
+                    return;
+                }
+            }
+            Err(_) => panic!("timed out; so far:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+#[test]
+fn the_walk_through_runs_as_written() {
+    let socat = match apt::tool("socat", "socat") {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: the walk-through's socat session needs socat: {why}");
+            return;
+        }
+    };
+    let doc = readme();
+    let walk = block(&doc, "## Walk-through", "sh", "leash exec --session chat-1");
+    let shown = block(&doc, "## Walk-through", "console", "$ leash status");
+    let start = block(&doc, "## The supervisor daemon", "sh", "daemon=$!");
+    let session = block(
+        &doc,
+        "## The supervisor daemon",
+        "console",
+        "$ socat - UNIX-CONNECT:$LEASH_STATE_DIR/leash.sock",
+    );
+    let end = block(&doc, "## The supervisor daemon", "sh", "kill $daemon");
+
+    let tmp = TempDir::new("readme");
+    let demo = tmp.join("leash-demo");
+    let demo_s = demo.to_str().unwrap().to_string();
+    // `$ cmd` before each command of the walk-through, as its "What it prints" shows them.
+    let mut walk_script = String::new();
+    for line in walk.lines() {
+        let cmd = line.split(" #").next().unwrap().trim_end();
+        if cmd.starts_with("leash ") && !cmd.starts_with("leash exec") {
+            walk_script.push_str(&format!("echo '$ {cmd}'\n"));
+        }
+        walk_script.push_str(line);
+        walk_script.push('\n');
+    }
+    let script = format!(
+        "set -e\n{walk_script}wait\necho '--- daemon'\n{start}echo READY\nread _\n{end}wait $daemon\necho \"daemon exited $?\"\n"
+    )
+    .replace("/tmp/leash-demo", &demo_s);
+    let bin_dir = leash_bin().parent().unwrap().to_path_buf();
+    let _ = wrap_bin(); // leash-wrap next to leash, as the install puts it
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut guard = Guard::new();
+    let bash = guard.child(
+        Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env("PATH", &path)
+            .env_remove("LEASH_STATE_DIR")
+            .current_dir(tmp.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run bash"),
+    );
+    let mut bash_in = bash.stdin.take().unwrap();
+    let out = lines_of(bash.stdout.take().unwrap());
+    let mut printed = Vec::new();
+    read_until(&out, &mut printed, |l| l == "READY");
+    // The daemon the script started in the background: killed by the guard if the test fails.
+    let mut daemon = Guard::new();
+    let lock: Value =
+        serde_json::from_str(&std::fs::read_to_string(demo.join("daemon.lock")).unwrap()).unwrap();
+    daemon.add(Pid::of(lock["pid"].as_i64().unwrap() as i32).expect("the daemon runs"));
+
+    // The exec part printed what the README says it prints.
+    let cgroot = std::env::var("LEASH_CGROUP_ROOT").unwrap_or_default();
+    let cut = printed.iter().position(|l| l == "--- daemon").unwrap();
+    let got = normalise(&printed[..cut].join("\n"), &demo_s, &cgroot);
+    let want = normalise(&shown, &demo_s, &cgroot);
+    assert_eq!(
+        got,
+        want,
+        "README.md's \"What it prints\" differs from the walk-through's output:\n{}",
+        printed[..cut].join("\n")
+    );
+    // The daemon answers `leash status` now.
+    assert!(
+        printed[cut..].iter().any(|l| l.starts_with("daemon ")),
+        "{printed:?}"
+    );
+
+    // The socat session, request by request, on the socket the README names.
+    let sock = demo.join("leash.sock");
+    let mut socat_guard = Guard::new();
+    let sc = socat_guard.child(
+        Command::new(&socat)
+            .arg("-")
+            .arg(format!("UNIX-CONNECT:{}", sock.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run socat"),
+    );
+    let mut sc_in = sc.stdin.take().unwrap();
+    let replies = lines_of(sc.stdout.take().unwrap());
+    let sample: Vec<&str> = session.lines().skip(1).collect();
+    let mut seen = Vec::new();
+    let mut expected: Vec<Value> = Vec::new();
+    for (i, line) in sample.iter().enumerate() {
+        let v = sample_json(line);
+        if v.get("op").is_none() {
+            expected.push(v);
+            continue;
+        }
+        writeln!(sc_in, "{line}").unwrap();
+        // Wait for what the sample shows before the next request (its reply and items).
+        let until: Vec<Value> = sample[i + 1..]
+            .iter()
+            .map(|l| sample_json(l))
+            .take_while(|v| v.get("op").is_none())
+            .collect();
+        for want in until {
+            let matches = |l: &str| {
+                let Ok(got) = serde_json::from_str::<Value>(l) else {
+                    return false;
+                };
+                got["id"] == want["id"]
+                    && got.get("ok") == want.get("ok")
+                    && got.get("type") == want.get("type")
+                    && got.get("kind") == want.get("kind")
+            };
+            if !seen.iter().any(|l: &String| matches(l)) {
+                read_until(&replies, &mut seen, matches);
+            }
+        }
+    }
+    drop(sc_in);
+    let _ = sc.wait();
+    // Every line the sample shows came, with the same fields (and the same output line).
+    for want in &expected {
+        let got = seen
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|g| {
+                g["id"] == want["id"]
+                    && g.get("ok") == want.get("ok")
+                    && g.get("type") == want.get("type")
+                    && g.get("kind") == want.get("kind")
+            })
+            .unwrap_or_else(|| panic!("no reply like {want}:\n{}", seen.join("\n")));
+        assert_eq!(keys(&got), keys(want), "{got} vs README {want}");
+        let (g, w) = (&got["result"], &want["result"]);
+        let (g, w) = match (g, w) {
+            (Value::Array(g), Value::Array(w)) => (&g[0], &w[0]),
+            _ => (g, w),
+        };
+        assert_eq!(keys(g), keys(w), "{got} vs README {want}");
+        if want["type"] == "output" {
+            assert_eq!(got["line"], want["line"]);
+        }
+        if want.get("ok").is_some() && want["result"].get("result").is_some() {
+            assert_eq!(g["result"], w["result"], "{got}");
+        }
+    }
+
+    // The end: the one-off request and `kill $daemon`.
+    writeln!(bash_in, "go").unwrap();
+    drop(bash_in);
+    read_until(&out, &mut printed, |l| l.starts_with("daemon exited"));
+    assert_eq!(printed.last().unwrap(), "daemon exited 0", "{printed:?}");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with(r#"{"id":1,"ok":true,"result":{"gatewayInstanceId""#)),
+        "{printed:?}"
+    );
+    let status = bash.wait().unwrap();
+    assert!(status.success(), "{status}: {printed:?}");
+    assert!(!sock.exists(), "the daemon left its socket");
+}
