@@ -74,13 +74,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The tests' executables, built as root (the wrapper beside leash, as `cargo test --workspace`
-# builds it).
-cargo build -p leash-wrap --bin leash-wrap
-test_args=()
-for t in "${tests[@]}"; do test_args+=(--test "$t"); done
-executables=$(cargo test --no-run --message-format=json "${test_args[@]}" |
-  jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null)
+# The tests' executables, built as root by the README's test command (after it in .ci/run this
+# only checks that everything is fresh): the same build of leash and of the wrapper beside it.
+executables=$(cargo test --workspace --no-run --message-format=json |
+  jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null
+                and .target.kind == ["test"])
          | "\(.target.name)\t\(.executable)"')
 target_dir=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
@@ -96,9 +94,14 @@ gid=$(id -g "$user")
 mkdir -m 0755 "$work" "$work/bin"
 touch "$work/.leash-rootless"
 cp "$target_dir/debug/leash" "$target_dir/debug/leash-wrap" "$work/bin/"
-while IFS=$'\t' read -r name exe; do
-  cp "$exe" "$work/bin/test-$name"
-done <<<"$executables"
+for t in "${tests[@]}"; do
+  exe=$(printf '%s\n' "$executables" | awk -F '\t' -v t="$t" '$1 == t { print $2; exit }')
+  if [ -z "$exe" ]; then
+    echo "rootless: cargo built no test binary named $t" >&2
+    exit 1
+  fi
+  cp "$exe" "$work/bin/test-$t"
+done
 install -d -m 0700 -o "$uid" -g "$gid" "$work/t" "$work/skips"
 
 # The delegation, as systemd does it for a unit with Delegate=yes.
