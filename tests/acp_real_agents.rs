@@ -15,13 +15,13 @@ const PACKAGES: &[&str] = &["acpx@0.19.1", "@zed-industries/codex-acp@0.16.0"];
 /// The installed packages' bin directory, or why the test is skipped.
 fn bins() -> Option<PathBuf> {
     if let Err(why) = node() {
-        eprintln!("skipped: {why}");
+        common::skip(why);
         return None;
     }
     if !(cfg!(target_os = "linux")
         && (cfg!(target_arch = "x86_64") || cfg!(target_arch = "aarch64")))
     {
-        eprintln!("skipped: codex-acp ships binaries for linux x64/arm64 only here");
+        common::skip("codex-acp ships binaries for linux x64/arm64 only here");
         return None;
     }
     Some(npm_install("node-deps-acpx", PACKAGES).join("node_modules/.bin"))

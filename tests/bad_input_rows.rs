@@ -373,7 +373,7 @@ fn uid_of(pid: i32) -> u32 {
 #[test]
 fn a_row_naming_another_uids_process_is_refused() {
     if !is_root() {
-        eprintln!("skipped: starting a process as another uid needs root");
+        common::skip("starting a process as another uid needs root");
         return;
     }
     let tmp = TempDir::new("row-foreign");
@@ -429,7 +429,7 @@ fn unreadable_proc_entries_leave_the_lease_unverified() {
     // leash running as an unprivileged user cannot read a root process's exe or environment:
     // the lease naming that process is unverifiable, and nothing is signalled.
     if !is_root() {
-        eprintln!("skipped: needs root to run leash as another user against a root process");
+        common::skip("needs root to run leash as another user against a root process");
         return;
     }
     let tmp = TempDir::new("unreadable");

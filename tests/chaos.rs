@@ -1179,6 +1179,10 @@ impl<'a> Worker<'a> {
     /// lease is then closed. Root only (ns_last_pid), one at a time.
     fn pid_reuse(&mut self) {
         if !is_root() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                skip("the pid-reuse action: forcing pids needs root (an early-kill exec runs instead)")
+            });
             return self.exec_early_kill();
         }
         let _one = self

@@ -16,7 +16,9 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
     if std::env::var("LEASH_CONTAINMENT").as_deref() == Ok("off")
         || std::env::var_os("LEASH_CGROUP_ROOT").is_none()
     {
-        eprintln!("skipped: containment is off for this run (not root, no cgroup2, or LEASH_TEST_CONTAINMENT=off)");
+        common::skip(
+            "containment is off for this run (no cgroup2, neither root nor a delegated subtree, or LEASH_TEST_CONTAINMENT=off)",
+        );
         return;
     }
     let state = tmp.join("state");

@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     if !is_root() {
-        eprintln!("skipped: needs root to connect as another user");
+        common::skip("needs root to connect as another user");
         return;
     }
     let tmp = TempDir::new("d-peer");

@@ -59,7 +59,7 @@ fn connections_run_raised_and_sessions_start_at_the_daemons_priority() {
         // The output readers run below the daemon (`LEASH_OUTPUT_NICE`, 10 by default).
         assert!(nices.iter().any(|&n| n > own), "{nices:?}");
     } else {
-        eprintln!("skipped the raised-thread check: not root (no CAP_SYS_NICE)");
+        common::skip("the raised-thread check: not root (no CAP_SYS_NICE)");
     }
     c.call("close", json!({"session": "s"}));
 }

@@ -70,12 +70,12 @@ fn fill(dir: &Path) -> PathBuf {
 #[test]
 fn seqs_never_repeat_or_go_back_when_the_disk_is_full() {
     if !is_root() {
-        eprintln!("skipped: mounting a tmpfs needs root");
+        common::skip("mounting a tmpfs needs root");
         return;
     }
     let tmp = TempDir::new("d-fulldisk");
     let Some(mnt) = Tmpfs::mount(&tmp.join("state"), "24m") else {
-        eprintln!("skipped: cannot mount a tmpfs here");
+        common::skip("cannot mount a tmpfs here");
         return;
     };
     let state = mnt.0.clone();

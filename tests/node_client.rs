@@ -12,7 +12,7 @@ const DEV_DEPS: &[&str] = &["typescript@5.6.3", "@types/node@20.17.6"];
 #[test]
 fn node_client_type_checks() {
     if let Err(why) = node() {
-        eprintln!("skipped: {why}");
+        common::skip(why);
         return;
     }
     let deps = npm_install("node-deps", DEV_DEPS);
@@ -33,7 +33,7 @@ fn node_client_suite_passes_against_a_real_daemon() {
     let node = match node() {
         Ok(n) => n,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip(why);
             return;
         }
     };

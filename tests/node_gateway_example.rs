@@ -11,7 +11,7 @@ fn the_gateway_example_runs_against_the_fake_agent() {
     let node = match node() {
         Ok(n) => n,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip(why);
             return;
         }
     };

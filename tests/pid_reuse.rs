@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 fn skip_unless_root() -> bool {
     if !is_root() {
-        eprintln!("skipped: forcing pids through ns_last_pid needs root");
+        common::skip("forcing pids through ns_last_pid needs root");
         return true;
     }
     false

@@ -7,7 +7,7 @@ use common::*;
 #[test]
 fn an_unreadable_proc_leads_to_no_signal() {
     if !is_root() || !std::path::Path::new("/usr/bin/unshare").exists() {
-        eprintln!("skipped: needs root and unshare(1) to hide /proc");
+        common::skip("needs root and unshare(1) to hide /proc");
         return;
     }
     let tmp = TempDir::new("noproc");

@@ -66,9 +66,8 @@ fn an_idle_pass_reads_only_the_leases_and_an_orphan_pass_scans_once() {
     // One host-wide pass finds the escapees by their markers; without a cgroup, a second one
     // follows only when something outlived its grace (this escapee traps SIGTERM), to SIGKILL
     // whatever it forked meanwhile. Under containment the lease's cgroup replaces both.
-    let contained = std::env::var("LEASH_TEST_CONTAINMENT").as_deref() != Ok("off")
-        && cgroup2_mount().is_some()
-        && is_root();
+    let contained =
+        std::env::var("LEASH_TEST_CONTAINMENT").as_deref() != Ok("off") && containment_available();
     assert!(
         (1..=if contained { 1 } else { 2 }).contains(&t.scans()),
         "a pass that settles an orphan read the process table {} times (contained: {contained})",

@@ -41,7 +41,7 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     let activate = match apt::tool("systemd-socket-activate", "systemd") {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip(why);
             return;
         }
     };

@@ -20,7 +20,7 @@ fn verify(args: &[&str], dir: &Path, tmp: &TempDir) {
     let analyze = match apt::tool("systemd-analyze", "systemd") {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip(why);
             return;
         }
     };

@@ -112,7 +112,7 @@ fn the_daemon_answers_the_verify_op() {
 #[test]
 fn a_decoy_on_the_reused_root_pid_is_dead_and_survives() {
     if !is_root() {
-        eprintln!("skipped: forcing pids through ns_last_pid needs root");
+        common::skip("forcing pids through ns_last_pid needs root");
         return;
     }
     let _serial = FORCING_PIDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,7 +145,7 @@ fn a_decoy_on_the_reused_root_pid_is_dead_and_survives() {
 #[test]
 fn an_unreadable_process_table_is_unavailable() {
     if !is_root() || !std::path::Path::new("/usr/bin/unshare").exists() {
-        eprintln!("skipped: needs root and unshare(1) to hide /proc");
+        common::skip("needs root and unshare(1) to hide /proc");
         return;
     }
     let tmp = TempDir::new("verify-noproc");

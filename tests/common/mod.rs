@@ -1,6 +1,7 @@
 //! Shared helpers for the live tests: temporary state roots, process guards that kill only what
-//! the test itself started (by pid *and* start time), and polling with deadlines instead of
-//! sleeps.
+//! the test itself started (by pid *and* start time), polling with deadlines instead of sleeps,
+//! the cgroup roots tests contain their leases in (as root, or as a user in a delegated subtree),
+//! and `skip`, which records every skipped test for CI's summary.
 #![allow(dead_code)]
 
 pub mod apt;
@@ -14,17 +15,80 @@ use std::time::{Duration, Instant};
 /// Generous: the machine is a noisy 2-core box.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// The `leash` binary cargo built for this run, or `$LEASH_TEST_BIN_DIR/leash` where a pass that
+/// runs the tests as another user copied the binaries somewhere that user can reach
+/// (`.ci/rootless.sh`): the path cargo bakes in may sit under a directory only root can enter.
 pub fn leash_bin() -> PathBuf {
     init_containment();
-    PathBuf::from(env!("CARGO_BIN_EXE_leash"))
+    match std::env::var_os("LEASH_TEST_BIN_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("leash"),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_leash")),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Containment in tests. leash contains each lease in a cgroup by default when it can (as root
-// here), under the caller's own cgroup. Tests must create cgroups only under a root they made,
-// so before the first leash command of a test binary this points LEASH_CGROUP_ROOT at
-// `<cgroup2 mount>/leash-test-<pid>-bin`, made here and removed at exit (cgroup.kill, wait,
-// rmdir, bottom-up), and left-overs of test binaries that died are removed first.
+// Skips. A test that cannot run here says why through `skip`, which also appends a line
+// `<test binary>::<test>\t<reason>` to `<target>/test-skips/<binary>-<pid>.txt` (or under
+// `$LEASH_TEST_SKIPS_DIR`), so that CI can print how many tests skipped and why after each pass
+// (`.ci/skips.sh`): a green run cannot hide a suite that skipped itself.
+
+/// Where skip records go: `$LEASH_TEST_SKIPS_DIR`, else `test-skips/` in the target directory.
+pub fn skips_dir() -> PathBuf {
+    match std::env::var_os("LEASH_TEST_SKIPS_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => {
+            let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+            tmp.parent().unwrap_or(tmp).join("test-skips")
+        }
+    }
+}
+
+/// Says that (part of) the current test is skipped and why, and records it for CI's summary.
+/// The caller then returns. A record that cannot be written is printed, never a failure.
+pub fn skip(reason: impl std::fmt::Display) {
+    let test = std::thread::current()
+        .name()
+        .filter(|n| *n != "main")
+        .unwrap_or("?")
+        .to_string();
+    record_skip(&test, &reason.to_string());
+}
+
+fn record_skip(test: &str, reason: &str) {
+    use std::io::Write;
+    eprintln!("skipped: {reason}");
+    let dir = skips_dir();
+    let file = dir.join(format!(
+        "{}-{}.txt",
+        env!("CARGO_CRATE_NAME"),
+        std::process::id()
+    ));
+    // One line, one write(2) with O_APPEND: threads of this binary never interleave within it.
+    let line = format!(
+        "{}::{test}\t{}\n",
+        env!("CARGO_CRATE_NAME"),
+        reason.replace(['\n', '\t'], " ")
+    );
+    let written = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)?
+            .write_all(line.as_bytes())
+    });
+    if let Err(e) = written {
+        eprintln!("cannot record the skip in {}: {e}", file.display());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containment in tests. leash contains each lease in a cgroup by default when it can (as root,
+// or as a user in a delegated subtree), under the caller's own cgroup. Tests must create cgroups
+// only under a root they made, so before the first leash command of a test binary this points
+// LEASH_CGROUP_ROOT at `<parent>/leash-test-<pid>-bin`, where the parent is the cgroup2 mount
+// (root) or the process's own delegated cgroup (`.ci/rootless.sh`), made here and removed at exit
+// (cgroup.kill, wait, rmdir, bottom-up), and left-overs of test binaries that died are removed
+// first. Where neither is writable, the binary runs uncontained and records that as a skip.
 // `LEASH_TEST_CONTAINMENT=off` runs the same tests with containment off (CI runs the lifecycle
 // tests both ways).
 
@@ -40,6 +104,47 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// Where this process may create the cgroups of its tests: the cgroup2 mount itself when it can
+/// write there (root), else its own cgroup when that was delegated to it (an ordinary user in a
+/// subtree whose directory and `cgroup.procs` it owns, as systemd's `Delegate=yes` leaves them;
+/// `.ci/rootless.sh` runs the lifecycle tests so). `Err` says why neither.
+pub fn cgroup_parent() -> Result<PathBuf, String> {
+    static PARENT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let mount = cgroup2_mount()
+                .ok_or("no cgroup2 hierarchy mounted (see /proc/self/mountinfo)".to_string())?;
+            let writable = |p: &Path| nix::unistd::access(p, nix::unistd::AccessFlags::W_OK);
+            if writable(&mount).is_ok() {
+                return Ok(mount);
+            }
+            let own = std::fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+                })
+                .ok_or("this process has no cgroup v2 membership".to_string())?;
+            let own = mount.join(own.trim_start_matches('/'));
+            match writable(&own).and_then(|()| writable(&own.join("cgroup.procs"))) {
+                Ok(()) if own != mount => Ok(own),
+                _ => Err(format!(
+                    "creating cgroups needs root or a delegated subtree: neither {} nor this \
+                     process's cgroup {} is writable by uid {}",
+                    mount.display(),
+                    own.display(),
+                    nix::unistd::geteuid()
+                )),
+            }
+        })
+        .clone()
+}
+
+/// Whether this process can contain leases in cgroups it makes (see [`cgroup_parent`]).
+pub fn containment_available() -> bool {
+    cgroup_parent().is_ok()
+}
+
 fn init_containment() {
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| {
@@ -48,24 +153,30 @@ fn init_containment() {
             std::env::set_var("LEASH_CONTAINMENT", "off");
             return;
         }
-        let Some(mount) = cgroup2_mount() else {
-            eprintln!("containment: no cgroup2 mount; leash runs uncontained");
-            return;
+        let parent = match cgroup_parent() {
+            Ok(p) => p,
+            Err(why) => {
+                // Every test of this binary then runs uncontained: recorded as a skip of the
+                // containment, so a pass that meant to contain cannot go green without it.
+                record_skip("(containment)", &format!("containment off: {why}"));
+                std::env::set_var("LEASH_CONTAINMENT", "off");
+                return;
+            }
         };
-        sweep_dead_test_roots(&mount);
-        let root = mount.join(format!("leash-test-{}-bin", std::process::id()));
+        sweep_dead_test_roots(&parent);
+        let root = parent.join(format!("leash-test-{}-bin", std::process::id()));
         if let Err(e) = std::fs::create_dir(&root) {
-            eprintln!(
-                "containment: cannot create {} ({e}); leash runs with containment off",
-                root.display()
+            record_skip(
+                "(containment)",
+                &format!("containment off: cannot create {} ({e})", root.display()),
             );
             std::env::set_var("LEASH_CONTAINMENT", "off");
             return;
         }
         std::env::set_var("LEASH_CGROUP_ROOT", &root);
         extern "C" fn cleanup() {
-            if let Some(m) = cgroup2_mount() {
-                remove_cgroup_tree(&m.join(format!("leash-test-{}-bin", std::process::id())));
+            if let Ok(parent) = cgroup_parent() {
+                remove_cgroup_tree(&parent.join(format!("leash-test-{}-bin", std::process::id())));
             }
         }
         // SAFETY: registers a plain extern "C" fn; the test harness exits through exit(3).
@@ -74,8 +185,8 @@ fn init_containment() {
 }
 
 /// Removes `leash-test-<pid>-*` roots whose test process is gone (killed before its clean-up).
-fn sweep_dead_test_roots(mount: &Path) {
-    let Ok(rd) = std::fs::read_dir(mount) else {
+fn sweep_dead_test_roots(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
         return;
     };
     for e in rd.flatten() {
@@ -132,25 +243,26 @@ pub fn cgroup_procs(dir: &Path) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// A cgroup root made by one test, `<mount>/leash-test-<pid>-<tag>-<n>`, removed on drop with
+/// A cgroup root made by one test, `<parent>/leash-test-<pid>-<tag>-<n>` (the parent from
+/// [`cgroup_parent`]), removed on drop with
 /// everything in it (also when the test fails).
 pub struct CgroupRoot(pub PathBuf);
 
 impl CgroupRoot {
-    /// `None`, with the reason printed, where cgroup2 or root is missing.
+    /// `None`, with the skip recorded, where this process cannot create cgroups (no cgroup2,
+    /// or neither root nor a delegated subtree: see [`cgroup_parent`]).
     pub fn new(tag: &str) -> Option<CgroupRoot> {
         init_containment();
-        if !is_root() {
-            eprintln!("skipped: containment tests need root (uid 0) to create cgroups");
-            return None;
-        }
-        let Some(mount) = cgroup2_mount() else {
-            eprintln!("skipped: no cgroup2 hierarchy mounted (see /proc/self/mountinfo)");
-            return None;
+        let parent = match cgroup_parent() {
+            Ok(p) => p,
+            Err(why) => {
+                skip(format!("containment test: {why}"));
+                return None;
+            }
         };
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = mount.join(format!("leash-test-{}-{tag}-{n}", std::process::id()));
+        let p = parent.join(format!("leash-test-{}-{tag}-{n}", std::process::id()));
         std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
         Some(CgroupRoot(p))
     }
