@@ -352,7 +352,7 @@ pub struct ReapArgs {
     /// Treat leases whose owner is alive as orphans too
     #[arg(long)]
     pub include_live: bool,
-    /// Delete closed and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
+    /// Delete closed, ended and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_retention)]
     pub retention: Duration,
     /// [default: each lease's own]
