@@ -24,3 +24,10 @@ pub const DEAD: u8 = 8;
 /// `leash exec` could not start the wrapper (the reason is on stderr). Any other status of
 /// `leash exec` is the adapter's, as the wrapper reports it.
 pub const EXEC_FAILED: u8 = 125;
+/// `leash exec`: the adapter command exists but could not be executed (not executable, a bad
+/// interpreter, permission denied). The lease is recorded `ended` with the reason. As env(1),
+/// timeout(1) and tini.
+pub const ADAPTER_NOT_EXECUTABLE: u8 = 126;
+/// `leash exec`: the adapter command was not found (not on PATH, no such file). The lease is
+/// recorded `ended` with the reason.
+pub const ADAPTER_NOT_FOUND: u8 = 127;

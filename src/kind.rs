@@ -30,6 +30,10 @@ pub enum Kind {
     Dead,
     /// `leash exec` (or the daemon's `ensure`) could not start the adapter.
     SpawnFailed,
+    /// `leash exec`: the wrapper ran, but the adapter command could not be executed (126).
+    AdapterNotExecutable,
+    /// `leash exec`: the wrapper ran, but the adapter command was not found (127).
+    AdapterNotFound,
 }
 
 /// One row of the exit-code table: a kind, the `leash` exit code it leaves with, the cause word
@@ -47,7 +51,7 @@ pub struct ExitRow {
 pub const SUCCESS_MEANING: &str = "success";
 
 /// The exit-code table: the only place a kind becomes an exit code.
-pub const KINDS: [ExitRow; 9] = [
+pub const KINDS: [ExitRow; 11] = [
     ExitRow {
         kind: Kind::Internal,
         code: exitcode::FAILURE,
@@ -100,7 +104,19 @@ pub const KINDS: [ExitRow; 9] = [
         kind: Kind::SpawnFailed,
         code: exitcode::EXEC_FAILED,
         cause: "spawn_failed",
-        meaning: "`leash exec` itself failed, nothing started: bad usage, the session already has a live lease, the database, the wrapper (any other status of `leash exec` is the adapter's)",
+        meaning: "`leash exec` itself failed, nothing started: bad usage, the session already has a live lease, the database, the wrapper",
+    },
+    ExitRow {
+        kind: Kind::AdapterNotExecutable,
+        code: exitcode::ADAPTER_NOT_EXECUTABLE,
+        cause: "adapter_not_executable",
+        meaning: "`leash exec`: the adapter could not be executed (not executable, permission denied); the lease is `ended` with the reason",
+    },
+    ExitRow {
+        kind: Kind::AdapterNotFound,
+        code: exitcode::ADAPTER_NOT_FOUND,
+        cause: "adapter_not_found",
+        meaning: "`leash exec`: the adapter was not found (not on PATH, no such file); the lease is `ended` with the reason",
     },
 ];
 
@@ -351,6 +367,8 @@ mod tests {
             Kind::DaemonNeeded,
             Kind::Dead,
             Kind::SpawnFailed,
+            Kind::AdapterNotExecutable,
+            Kind::AdapterNotFound,
         ];
         for k in all {
             match k {
@@ -362,7 +380,9 @@ mod tests {
                 | Kind::Unverified
                 | Kind::DaemonNeeded
                 | Kind::Dead
-                | Kind::SpawnFailed => {}
+                | Kind::SpawnFailed
+                | Kind::AdapterNotExecutable
+                | Kind::AdapterNotFound => {}
             }
         }
         all.to_vec()

@@ -13,9 +13,16 @@ pub const ENV_LEASE_ID: &str = "OPENCLAW_ACPX_LEASE_ID";
 /// Name of the environment variable that carries the gateway instance id.
 pub const ENV_GATEWAY_ID: &str = "OPENCLAW_GATEWAY_INSTANCE_ID";
 
-/// `open → closing → closed | lost`, plus the two ways back that keep a lease from getting stuck:
-/// `closing → open` when the live tree could not be verified (nothing was signalled), and
-/// `open → lost` when its processes are found gone without any close (or never started).
+/// `open → closing → closed | lost`, `open → ended`, plus the two ways back that keep a lease
+/// from getting stuck: `closing → open` when the live tree could not be verified (nothing was
+/// signalled), and `open → lost` when its processes are found gone without any close and without
+/// a word from the wrapper.
+///
+/// `ended` and `lost` differ in what leash saw: `ended` is an end leash observed (the wrapper
+/// reported the adapter's exit status, or that the adapter could not be started, and its tree was
+/// then found gone); `lost` is a tree leash lost sight of without seeing it end (a wrapper
+/// SIGKILLed or vanished without a report, a superseded lease whose processes were found gone).
+/// README.md ("Lease states") defines every state for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LeaseState {
@@ -23,14 +30,17 @@ pub enum LeaseState {
     Closing,
     Closed,
     Lost,
+    /// The adapter's end was observed: it exited (status recorded) or could not be started.
+    Ended,
 }
 
 impl LeaseState {
-    pub const ALL: [LeaseState; 4] = [
+    pub const ALL: [LeaseState; 5] = [
         LeaseState::Open,
         LeaseState::Closing,
         LeaseState::Closed,
         LeaseState::Lost,
+        LeaseState::Ended,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +49,7 @@ impl LeaseState {
             LeaseState::Closing => "closing",
             LeaseState::Closed => "closed",
             LeaseState::Lost => "lost",
+            LeaseState::Ended => "ended",
         }
     }
 
@@ -47,7 +58,12 @@ impl LeaseState {
         use LeaseState::*;
         matches!(
             (self, to),
-            (Open, Closing) | (Closing, Closed) | (Closing, Lost) | (Closing, Open) | (Open, Lost)
+            (Open, Closing)
+                | (Closing, Closed)
+                | (Closing, Lost)
+                | (Closing, Open)
+                | (Open, Lost)
+                | (Open, Ended)
         )
     }
 
@@ -68,7 +84,7 @@ impl fmt::Display for LeaseState {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown lease state '{0}' (expected open, closing, closed or lost)")]
+#[error("unknown lease state '{0}' (expected open, closing, closed, lost or ended)")]
 pub struct BadState(pub String);
 
 impl FromStr for LeaseState {
@@ -79,6 +95,7 @@ impl FromStr for LeaseState {
             "closing" => Ok(LeaseState::Closing),
             "closed" => Ok(LeaseState::Closed),
             "lost" => Ok(LeaseState::Lost),
+            "ended" => Ok(LeaseState::Ended),
             other => Err(BadState(other.to_string())),
         }
     }
@@ -210,10 +227,17 @@ mod tests {
         assert!(Closing.can_become(Lost));
         assert!(Closing.can_become(Open));
         assert!(Open.can_become(Lost));
+        assert!(Open.can_become(Ended));
+        assert!(
+            !Closing.can_become(Ended),
+            "a close in progress ends closed or lost"
+        );
         for to in LeaseState::ALL {
             assert!(!Closed.can_become(to), "closed -> {to}");
             assert!(!Lost.can_become(to), "lost -> {to}");
+            assert!(!Ended.can_become(to), "ended -> {to}");
         }
+        assert!(Ended.is_terminal());
         assert!(!Open.can_become(Closed), "closing must come first");
         assert!(!Open.can_become(Open));
     }

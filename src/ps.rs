@@ -175,9 +175,7 @@ impl Reader {
         let command = if cmdline.is_empty() {
             format!("[{comm}]")
         } else {
-            String::from_utf8_lossy(&cmdline)
-                .trim_end_matches('\0')
-                .replace('\0', " ")
+            shell_words(&String::from_utf8_lossy(&cmdline))
         };
         Some(MemberUsage {
             pid,
@@ -186,6 +184,13 @@ impl Reader {
             cpu_ms: ((num(14) + num(15)) as f64 * self.tick_ms) as u64,
         })
     }
+}
+
+/// A NUL-separated argv (`/proc/<pid>/cmdline`) as a shell would read it back:
+/// `sh -c 'sleep 900 & sleep 901'`, not `sh -c sleep 900 & sleep 901`.
+pub fn shell_words(cmdline: &str) -> String {
+    let words: Vec<&str> = cmdline.trim_end_matches('\0').split('\0').collect();
+    shlex::try_join(words.iter().copied()).unwrap_or_else(|_| words.join(" "))
 }
 
 impl Default for Reader {

@@ -19,6 +19,10 @@ pub struct WrapperReport {
     pub process_group_id: Option<i32>,
     pub exit_status: Option<i32>,
     pub end_reason: Option<String>,
+    /// Why the adapter could not be started (`end_reason` `cannot-start`, exit status 127 or
+    /// 126), in words: "the adapter could not be started: nosuchcmd: not found on PATH".
+    #[serde(default)]
+    pub start_error: Option<String>,
 }
 
 impl WrapperReport {
@@ -67,8 +71,9 @@ impl WrapperReport {
 }
 
 /// Folds every active lease's report into its row. A lease whose wrapper reported its end and is
-/// no longer alive becomes `lost` (its processes ended without a close), with the reported exit
-/// status. Returns how many leases changed state.
+/// no longer alive becomes `ended` (leash saw the adapter end: its exit status, or why it could
+/// not be started, is recorded); a lease whose wrapper vanished without that report is left for
+/// the close or reap that finds it gone (`lost`). Returns how many leases changed state.
 pub fn ingest_reports(
     root: &StateRoot,
     store: &mut Store,
@@ -87,14 +92,11 @@ pub fn ingest_reports(
         if let (Some(code), LeaseState::Open) = (report.exit_status, lease.state) {
             // The wrapper exits only after its whole tree is gone; confirm it is gone too.
             if matches!(table.alive(lease.root()), Ok(false)) {
-                let reason = format!(
-                    "wrapper exited on its own ({}), adapter exit status {code}",
-                    report.end_reason.as_deref().unwrap_or("unknown reason")
-                );
+                let reason = report.end_words(code);
                 if store.transition(
                     &lease.lease_id,
                     LeaseState::Open,
-                    LeaseState::Lost,
+                    LeaseState::Ended,
                     None,
                     &reason,
                 )? {
@@ -105,6 +107,31 @@ pub fn ingest_reports(
         }
     }
     Ok(ended)
+}
+
+impl WrapperReport {
+    /// The lease's state reason for a reported end, in words.
+    pub fn end_words(&self, code: i32) -> String {
+        if let Some(why) = &self.start_error {
+            return format!("{why}; nothing ran (exit status {code})");
+        }
+        match self.end_reason.as_deref() {
+            Some("adapter-exited") => format!("the adapter exited with status {code}"),
+            Some("parent-died") => format!(
+                "the owner exited; the wrapper took the tree down (adapter exit status {code})"
+            ),
+            Some("owner-gone") => {
+                format!("the owner was gone before the adapter could start; nothing ran (exit status {code})")
+            }
+            Some("cannot-start") => {
+                format!("the wrapper could not start the adapter; nothing ran (exit status {code})")
+            }
+            other => format!(
+                "the wrapper ended ({}), adapter exit status {code}",
+                other.unwrap_or("unknown reason")
+            ),
+        }
+    }
 }
 
 /// The report of a lease that reached a terminal state is no longer needed.

@@ -1552,11 +1552,11 @@ fn chaos_leaves_no_leak_no_wrong_signal_and_no_stuck_lease() {
         );
     }
 
-    // Stuck: leases neither closed nor lost with a reason.
+    // Stuck: leases neither closed, ended nor lost with a reason.
     let mut stuck = 0;
     for r in &sh.roots {
         for (id, key, state, reason) in r.rows() {
-            let settled = (state == "closed" || state == "lost")
+            let settled = (state == "closed" || state == "ended" || state == "lost")
                 && reason.as_deref().is_some_and(|s| !s.is_empty());
             if !settled {
                 stuck += 1;

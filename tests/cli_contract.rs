@@ -246,6 +246,9 @@ fn human_output_uses_the_words_of_the_json() {
             .unwrap(),
     );
     assert!(wait_for(|| lease_of_opt(&state, "w")));
+    // The adapter is named as such once the wrapper reported it: wait for that, or a close that
+    // comes first calls it a descendant (a race of the test, not of leash).
+    assert!(wait_for(|| lease_of(&state, "w")["adapterPid"].is_i64()));
     let out = run(&state, &["close", "--session", "w", "--grace", "1s"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     for debug in ["Closed", "Adapter", "Root", "Delivered", "start "] {

@@ -1,8 +1,8 @@
 //! Containment through the daemon: sessions it spawns are contained in the daemon's cgroup root
 //! (whatever a client's `env` says), its status carries the containment and each contained
 //! session's totals, `ensure` with a limit the controllers cannot enforce is refused, and a close
-//! through the daemon takes an env-less escapee; a daemon that stops removes its gateway's
-//! empty cgroup directory. The test binary's own cgroup root (see
+//! through the daemon takes an env-less escapee; the gateway's cgroup directory goes with its
+//! last session and comes back with the next; a daemon that stops leaves none behind. The test binary's own cgroup root (see
 //! `tests/common`) is where the daemon puts them.
 mod common;
 mod daemon_support;
@@ -85,7 +85,21 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
         "close through the daemon left the escapee"
     );
     assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
+    // The gateway's directory went with its last session (issue 25); the next session the daemon
+    // starts makes it again, contained as before.
     let gateway_dir = cgroup.parent().unwrap().to_path_buf();
+    assert!(
+        wait_for(|| !gateway_dir.exists()),
+        "{} is left after its last session was closed",
+        gateway_dir.display()
+    );
+    let next = c.call(
+        "ensure",
+        json!({"session": "t", "argv": ["sleep", "100000"], "graceMs": 200}),
+    );
+    let next = lease_row(&mut c, next["leaseId"].as_str().unwrap());
+    let next_cg = std::path::PathBuf::from(next["cgroupPath"].as_str().expect("contained"));
+    assert_eq!(next_cg.parent(), Some(gateway_dir.as_path()), "{next}");
     assert!(
         gateway_dir.is_dir(),
         "the gateway's directory holds the sessions' cgroups"

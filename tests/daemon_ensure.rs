@@ -118,7 +118,11 @@ fn ensure_reports_what_could_not_start_and_whose_lease_is_in_the_way() {
     );
     assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
     let msg = r["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("127") && msg.contains("No such file"), "{msg}");
+    assert!(
+        msg.contains("127")
+            && msg.contains("the adapter could not be started: /nonexistent/adapter: not found"),
+        "{msg}"
+    );
 
     // A session whose live lease another process holds (a gateway's own leash exec).
     let mut other = leash(&state)
@@ -181,7 +185,7 @@ fn an_adapter_that_exits_ends_its_stream_in_order() {
         .collect();
     assert_eq!(
         kinds,
-        vec!["spawned", "out:bye", "lost", "exit"],
+        vec!["spawned", "out:bye", "ended", "exit"],
         "{items:?}"
     );
     let exit = items.last().unwrap();
@@ -213,6 +217,7 @@ fn an_adapter_that_exits_ends_its_stream_in_order() {
         .collect();
     assert_eq!(stored, streamed);
     let lease = lease_row(&mut c, &lease_id);
-    assert_eq!(lease["state"], "lost", "{lease}");
+    // The adapter exited on its own and leash saw it: ended, not lost (issue 25).
+    assert_eq!(lease["state"], "ended", "{lease}");
     assert_eq!(lease["exitStatus"], 3, "{lease}");
 }

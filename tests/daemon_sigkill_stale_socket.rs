@@ -75,7 +75,7 @@ exec cat"#
     for id in &leases {
         let l = lease_row(&mut c, id);
         assert!(
-            l["state"] == "lost" || l["state"] == "closed",
+            l["state"] == "lost" || l["state"] == "closed" || l["state"] == "ended",
             "lease of the killed daemon not settled by the startup reap: {l}"
         );
     }

@@ -171,7 +171,7 @@ fn live_sessions_are_left_alone_and_gone_ones_are_marked_lost() {
 }
 
 #[test]
-fn closed_and_lost_leases_past_the_retention_are_expired() {
+fn ended_leases_past_the_retention_are_expired() {
     let tmp = TempDir::new("expire");
     let state = tmp.join("state");
     for i in 0..3 {
@@ -186,7 +186,7 @@ fn closed_and_lost_leases_past_the_retention_are_expired() {
     }
     assert!(wait_for(|| leases(&state)
         .iter()
-        .all(|l| l["state"] == "lost")));
+        .all(|l| l["state"] == "ended")));
     // Within the retention nothing is expired.
     let (_, report) = reap_json(&state, &["--retention", "1h"]);
     assert_eq!(report["expired"], 0, "{report}");

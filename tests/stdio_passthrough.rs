@@ -67,6 +67,11 @@ fn failing_exec_says_why_on_stderr_and_nothing_on_stdout() {
     assert_eq!(out.code, Some(127));
     assert!(out.stdout.is_empty(), "stdout: {}", out.stdout);
     assert!(out.stderr.contains("leash-wrap["), "{}", out.stderr);
-    assert!(out.stderr.contains("No such file"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the adapter could not be started: /nonexistent/adapter: not found"),
+        "{}",
+        out.stderr
+    );
     assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
 }

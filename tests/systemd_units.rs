@@ -94,3 +94,54 @@ fn a_misspelt_setting_fails_the_check() {
         assert!(verified.is_err(), "a bad KillMode= passed the check");
     }
 }
+
+/// The binary each unit's `ExecStart=` runs (the first non-empty one).
+fn exec_start_binary(unit: &str) -> String {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix("ExecStart="))
+        .find(|v| !v.is_empty())
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no ExecStart= in {unit}"))
+        .to_string()
+}
+
+#[test]
+fn the_readme_installs_what_the_units_run_and_their_man_pages() {
+    // A reader who follows README.md's systemd section gets the binary at the path the unit's
+    // ExecStart= names (leash-wrap beside it) and the man pages its Documentation= names.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let start = readme.find("### systemd").expect("a systemd section");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let system = std::fs::read_to_string(repo.join("contrib/systemd/leash.service")).unwrap();
+    let bin = exec_start_binary(&system);
+    let prefix = bin
+        .strip_suffix("/bin/leash")
+        .unwrap_or_else(|| panic!("{bin}: not <prefix>/bin/leash"));
+    for crate_path in [".", "wrapper"] {
+        let install = format!("cargo install --path {crate_path} --root {prefix}");
+        assert!(
+            section.contains(&install),
+            "README's systemd section lacks `{install}`"
+        );
+    }
+    let user = std::fs::read_to_string(repo.join("contrib/systemd/user/leash.service")).unwrap();
+    assert_eq!(exec_start_binary(&user), "%h/.cargo/bin/leash");
+    // The Setup installs with cargo's default root, ~/.cargo: the user unit's binary.
+    assert!(readme.contains("cargo install --path . && cargo install --path wrapper"));
+    // The man pages the units name, and where the README puts them.
+    for unit in [&system, &user] {
+        for page in unit
+            .lines()
+            .filter_map(|l| l.strip_prefix("Documentation="))
+            .flat_map(|v| v.split_whitespace())
+        {
+            assert!(page.starts_with("man:"), "{page}");
+        }
+    }
+    assert!(
+        section.contains(&format!("leash man --out-dir {prefix}/share/man/man1")),
+        "README's systemd section does not install the man pages"
+    );
+}

@@ -81,7 +81,7 @@ export interface StatusResult {
   stateDir: string;
   database: string;
   wrapperRoot: string;
-  leases: { open: number; closing: number; closed: number; lost: number };
+  leases: { open: number; closing: number; closed: number; lost: number; ended: number };
   legacyOpen: number;
   daemon: {
     pid: number;
@@ -323,7 +323,7 @@ export declare class LeashClient extends EventEmitter {
   cancel(target: string | (Target & { acpSessionId?: string }), opts?: CallOptions): Promise<CancelResult>;
   close(target: string | CloseTargets, opts?: CallOptions): Promise<CloseOutcome[]>;
   reap(options?: ReapOptions, opts?: CallOptions): Promise<any>;
-  leases(filter?: { state?: 'open' | 'closing' | 'closed' | 'lost' }, opts?: CallOptions): Promise<any[]>;
+  leases(filter?: { state?: LeaseState }, opts?: CallOptions): Promise<any[]>;
   sessions(query?: SessionsQuery, opts?: CallOptions): Promise<any>;
   events(session: string, since?: number, opts?: CallOptions): Promise<LeaseEvent[]>;
   verify(fields?: Record<string, unknown>, opts?: CallOptions): Promise<any>;
@@ -342,6 +342,10 @@ export declare class LeashClient extends EventEmitter {
 }
 
 // --- spawn and CLI fallbacks ----------------------------------------------------------------
+
+/** A lease's state (README.md, "Lease states"): `ended` is an end leash saw (the adapter exited,
+ * or could not be started), `lost` a tree it lost sight of without seeing it end. */
+export type LeaseState = 'open' | 'closing' | 'closed' | 'ended' | 'lost';
 
 export interface SpawnOptions {
   session?: string;
@@ -362,6 +366,12 @@ export interface SpawnOptions {
   leashBin?: string;
 }
 
+/**
+ * `child_process.spawn` through `leash exec`. When the adapter cannot be started, the child emits
+ * an `ExecFailedError` ('error' event) after its 'exit': exit 125 (leash itself failed), 127 (the
+ * adapter was not found) or 126 (not executable); `err.data.exitStatus` is the status,
+ * `err.data.cause` leash's cause word (`adapter_not_found`, …), `err.cause` its message.
+ */
 export declare function spawn(argv: string[], opts?: SpawnOptions): ChildProcess;
 export declare function execArgs(argv: string[], opts?: SpawnOptions): string[];
 
@@ -402,7 +412,9 @@ export declare class LeashAbortError extends LeashError {}
 export declare class ConnectionClosedError extends LeashError {}
 export declare class NoDaemonError extends LeashError {}
 export declare class ProtocolError extends LeashError {}
-export declare class ExecFailedError extends LeashError {}
+export declare class ExecFailedError extends LeashError {
+  data: { argv: string[]; exitStatus: 125 | 126 | 127; cause?: string; stderr: string };
+}
 export declare class AcpError extends LeashError {
   rpcCode: number | undefined;
 }

@@ -40,7 +40,7 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
     cmd.build();
     if let Some(dir) = &a.out_dir {
         std::fs::create_dir_all(dir).map_err(io)?;
-        clap_mangen::generate_to(cmd, dir).map_err(io)?;
+        write_pages(&cmd, dir).map_err(io)?;
         eprintln!("leash: man pages written to {}", dir.display());
         return Ok(exitcode::OK);
     }
@@ -59,8 +59,21 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
             })?
         }
     };
-    clap_mangen::Man::new(page)
-        .render(&mut std::io::stdout())
-        .map_err(io)?;
+    page_of(page).render(&mut std::io::stdout()).map_err(io)?;
     Ok(exitcode::OK)
+}
+
+/// One page. `.TH`'s source field is "leash VERSION" on every page: clap_mangen fills it from
+/// the command's own name and version, which for a subcommand is "serve " (no version).
+fn page_of(cmd: clap::Command) -> clap_mangen::Man {
+    clap_mangen::Man::new(cmd).source(format!("leash {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// Every page into `dir` (leash.1, leash-serve.1, …), as `clap_mangen::generate_to` does, with
+/// [`page_of`]'s source.
+fn write_pages(cmd: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        write_pages(sub, dir)?;
+    }
+    page_of(cmd.clone()).generate_to(dir).map(|_| ())
 }

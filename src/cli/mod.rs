@@ -38,7 +38,10 @@ Exit codes:
   7    the operation needs a running daemon (leash serve)
   8    leash verify: ownership disproven (dead)
   125  leash exec itself failed (bad usage, the session already has a live lease, the database,
-       the wrapper): nothing was started; any other status of leash exec is the adapter's
+       the wrapper): nothing was started
+  126  leash exec: the adapter could not be executed (not executable); the lease is ended
+  127  leash exec: the adapter was not found (not on PATH); the lease is ended
+       Any other status of leash exec is the adapter's (its code, or 128+N for signal N).
 
 Errors: one line on stderr, `leash: MESSAGE`. With --json or --error-format json, one JSON line
 instead: {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\"exitCode\":125}} (codes as in the
@@ -113,10 +116,11 @@ still active starts nothing and exits 125 with the reason, unless nothing of the
 alive any more (verified: wrapper, adapter, marked escapees): then the old lease is marked lost \
 and the new one proceeds.",
         after_help = "Exit status: the adapter's (its code, or 128+N if it died of signal N); 127 if \
-CMD was not found, 126 if it could not be executed; 125 if leash exec itself failed (bad usage, \
-a live lease for the session, the database, the wrapper), nothing started. With --error-format \
-json the cause is one JSON line on stderr: {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\
-\"exitCode\":125}}; codes: bad_request, conflict, spawn_failed, internal."
+CMD was not found, 126 if it could not be executed (the lease is then recorded ended, with the \
+reason); 125 if leash exec itself failed (bad usage, a live lease for the session, the database, \
+the wrapper), nothing started. With --error-format json the cause is one JSON line on stderr: \
+{\"error\":{\"code\":\"conflict\",\"message\":\"...\",\"exitCode\":125}}; codes: bad_request, \
+conflict, spawn_failed, internal, and adapter_not_found (127), adapter_not_executable (126)."
     )]
     Exec(ExecArgs),
     /// List leases.
@@ -125,7 +129,7 @@ json the cause is one JSON line on stderr: {\"error\":{\"code\":\"conflict\",\"m
     Status(JsonArg),
     /// Verify a lease's live tree, then terminate it children first (SIGTERM, grace, SIGKILL).
     Close(CloseArgs),
-    /// Record the intent to cancel the active turn of a lease (LEASE) or session (--session KEY).
+    /// Record the intent to cancel the active turn of a lease (LEASE or --lease ID) or session (--session KEY).
     #[command(
         long_about = "Record the intent to cancel the active turn of a lease, named by its id \
 (LEASE) or as the active lease of a session (--session KEY). Never signals; the lease stays open. \
@@ -286,15 +290,17 @@ pub struct LeasesArgs {
     pub json: JsonArg,
 }
 
+/// A lease is named the same way by every command: its id, as `LEASE` or `--lease ID`, or its
+/// session, `--session KEY`; a command given none says so and names all three.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["lease", "lease_flag", "session"])))]
 pub struct TargetArgs {
-    /// Lease id (or give --session)
-    #[arg(
-        value_name = "LEASE",
-        required_unless_present = "session",
-        conflicts_with = "session"
-    )]
+    /// Lease id (or give --lease ID, or --session)
+    #[arg(value_name = "LEASE")]
     pub lease: Option<String>,
+    /// Lease id (the same as LEASE)
+    #[arg(long = "lease", value_name = "ID")]
+    pub lease_flag: Option<String>,
     /// The active lease of this session
     #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub session: Option<String>,
@@ -308,7 +314,10 @@ pub struct TargetArgs {
 
 impl TargetArgs {
     fn target(&self) -> LeaseRef {
-        match (&self.lease, &self.session) {
+        match (
+            self.lease.as_ref().or(self.lease_flag.as_ref()),
+            &self.session,
+        ) {
             (Some(id), _) => LeaseRef::Id(id.clone()),
             (None, Some(k)) => LeaseRef::Session(k.clone()),
             (None, None) => unreachable!("clap requires one"),
@@ -317,10 +326,14 @@ impl TargetArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).multiple(true).args(["leases", "lease_flags", "session"])))]
 pub struct CloseArgs {
     /// Lease ids (several are closed together, their grace periods running concurrently)
-    #[arg(value_name = "LEASE", required_unless_present = "session")]
+    #[arg(value_name = "LEASE")]
     pub leases: Vec<String>,
+    /// Lease id, the same as LEASE (repeatable)
+    #[arg(long = "lease", value_name = "ID")]
+    pub lease_flags: Vec<String>,
     /// The active lease of this session (repeatable)
     #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub session: Vec<String>,
@@ -339,7 +352,7 @@ pub struct ReapArgs {
     /// Treat leases whose owner is alive as orphans too
     #[arg(long)]
     pub include_live: bool,
-    /// Delete closed and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
+    /// Delete closed, ended and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_retention)]
     pub retention: Duration,
     /// [default: each lease's own]
@@ -508,14 +521,22 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     } else {
         Kind::Usage.exit_code()
     };
+    // `leash exec sleep 1`: the adapter command goes after `--` (so its own flags are never
+    // taken for leash's); say so instead of clap's "unexpected argument".
+    let hint = (exec && !args.iter().any(|a| a == "--") && exec_missing_dashdash(&e)).then(|| {
+        "the adapter command goes after `--`: leash exec [OPTIONS] -- CMD [ARGS...]".to_string()
+    });
     if json {
         let rendered = e.render().to_string();
-        let message = rendered
+        let mut message = rendered
             .lines()
             .next()
             .unwrap_or("bad usage")
             .trim_start_matches("error: ")
             .to_string();
+        if let Some(h) = &hint {
+            message = format!("{message}; {h}");
+        }
         let f = Failure {
             code,
             message,
@@ -524,8 +545,25 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
         eprintln!("{}", f.to_json());
     } else {
         let _ = e.print();
+        if let Some(h) = &hint {
+            eprintln!("leash: {h}");
+        }
     }
     ExitCode::from(code)
+}
+
+/// Did clap refuse `leash exec` because the command was not after `--` (a word it took for an
+/// unexpected argument, or no command at all)?
+fn exec_missing_dashdash(e: &clap::Error) -> bool {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match e.kind() {
+        ErrorKind::MissingRequiredArgument => true,
+        ErrorKind::UnknownArgument => match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(a)) => !a.starts_with('-'),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// From a command line clap refused: is it `leash exec`, and were JSON errors asked for
@@ -619,7 +657,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. })
     );
     if let Command::Exec(a) = cli.command {
-        return run_exec(&dir, a, settings);
+        let json_errors = cli.error_format == Some(ErrorFormat::Json);
+        return run_exec(&dir, a, settings, json_errors);
     }
     let root = if creates {
         StateRoot::open(&dir)?
@@ -654,6 +693,7 @@ fn run_exec(
     dir: &std::path::Path,
     a: ExecArgs,
     containment: crate::cgroup::Settings,
+    json_errors: bool,
 ) -> Result<u8, Failure> {
     let root = StateRoot::open(dir)
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
@@ -671,6 +711,7 @@ fn run_exec(
         parent_session_key: a.parent,
         grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         owner_pid: a.owner_pid,
+        json_errors,
         command: a.command,
     };
     match crate::controller::exec::exec(&root, req) {
@@ -715,6 +756,7 @@ fn run_close(b: &mut dyn backend::Backend, a: CloseArgs) -> Result<u8, Failure> 
     let targets: Vec<LeaseRef> = a
         .leases
         .iter()
+        .chain(&a.lease_flags)
         .map(|l| LeaseRef::Id(l.clone()))
         .chain(a.session.iter().map(|s| LeaseRef::Session(s.clone())))
         .collect();

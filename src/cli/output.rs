@@ -69,8 +69,19 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
         println!("no leases");
         return;
     }
+    // Session keys are printed whole (they are pasted back into `--session`): the column is as
+    // wide as the longest one.
+    let width = rows
+        .iter()
+        .filter_map(|r| match r {
+            LeaseRow::Lease(l) => Some(l.session_key.chars().count()),
+            LeaseRow::Unreadable(_) => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .max("SESSION".len());
     println!(
-        "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  REASON",
+        "{:<36}  {:<7}  {:<width$}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  REASON",
         "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT", "AGE"
     );
     for r in rows {
@@ -78,16 +89,16 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
             LeaseRow::Lease(l) => {
                 let opt = |v: Option<i32>| v.map_or("-".to_string(), |v| v.to_string());
                 println!(
-                    "{:<36}  {:<7}  {:<24}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {}",
+                    "{:<36}  {:<7}  {:<width$}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {}",
                     l.lease_id,
                     l.state.as_str(),
-                    truncate(&l.session_key, 24),
+                    l.session_key,
                     l.root_pid,
                     opt(l.adapter_pid),
                     opt(l.process_group_id),
                     opt(l.exit_status),
                     age_since(l.started_at),
-                    l.state_reason.as_deref().unwrap_or("")
+                    short_reason(l)
                 );
             }
             LeaseRow::Unreadable(u) => println!("!! {}", u.error),
@@ -95,13 +106,32 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
+/// A lease's reason for the table: its own cgroup's path shortened to the last component (the
+/// whole path is in `--json` and `leash verify`).
+fn short_reason(l: &crate::lease::Lease) -> String {
+    let reason = l.state_reason.as_deref().unwrap_or("");
+    match l.cgroup_path.as_deref() {
+        Some(path) if !path.is_empty() => {
+            let last = path.rsplit('/').next().unwrap_or(path);
+            reason.replace(path, &format!("…/{last}"))
+        }
+        _ => reason.to_string(),
+    }
+}
+
+/// What reap does to a cgroup, in words (the JSON says `killAndRemove`, ...).
+fn cgroup_action_words(action: crate::plan::CgroupAction, members: Option<usize>) -> String {
+    use crate::plan::CgroupAction;
+    match action {
+        CgroupAction::KillAndRemove => format!(
+            "cgroup.kill {} once the grace is over, wait until it is empty, then remove it",
+            members.map_or("its members".to_string(), |n| format!("its {n} member(s)"))
+        ),
+        CgroupAction::Remove => "remove it (empty)".into(),
+        CgroupAction::None => "nothing to do (already gone)".into(),
+        CgroupAction::Leave => {
+            "leave it alone (not verified: never written to, never removed)".into()
+        }
     }
 }
 
@@ -117,8 +147,8 @@ pub fn status(st: &Status, json: bool) {
     println!("wrapper root      {}", r.wrapper_root.display());
     let l = &r.leases;
     println!(
-        "leases            {} open, {} closing, {} closed, {} lost",
-        l.open, l.closing, l.closed, l.lost
+        "leases            {} open, {} closing, {} closed, {} ended, {} lost",
+        l.open, l.closing, l.closed, l.ended, l.lost
     );
     println!("legacy records    {} open", r.legacy_open);
     let c = &r.containment;
@@ -370,15 +400,24 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         }
         if let Some(c) = &lp.cgroup {
             println!(
-                "    cgroup {} (id {}): {:?}, members {:?} — {}",
-                c.path, c.id, c.action, c.members, c.evidence
+                "    cgroup {} (id {}): {}",
+                c.path,
+                c.id,
+                cgroup_action_words(c.action, Some(c.members.len()))
             );
+            // Said once: the cgroup's evidence is usually one of the evidence lines above.
+            if !lp.evidence.iter().any(|e| e == &c.evidence) {
+                println!("      {}", c.evidence);
+            }
         }
     }
     for c in &plan.stray_cgroups {
         println!(
-            "stray cgroup {} (id {}): {:?} — {}",
-            c.path, c.id, c.action, c.reason
+            "stray cgroup {} (id {}): {} — {}",
+            c.path,
+            c.id,
+            cgroup_action_words(c.action, None),
+            c.reason
         );
     }
     for lg in &plan.legacy {

@@ -24,18 +24,17 @@ Exit codes:
   1    error (I/O, database)";
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["session", "lease", "lease_pos"])))]
 pub struct VerifyArgs {
     /// The session's active lease (else its most recent one)
-    #[arg(
-        long,
-        value_name = "KEY",
-        required_unless_present = "lease",
-        conflicts_with = "lease"
-    )]
+    #[arg(long, value_name = "KEY")]
     pub session: Option<String>,
-    /// Lease id
+    /// Lease id (the same as LEASE)
     #[arg(long, value_name = "ID")]
     pub lease: Option<String>,
+    /// Lease id (or give --lease ID, or --session)
+    #[arg(value_name = "LEASE")]
+    pub lease_pos: Option<String>,
     /// Print JSON
     #[arg(long)]
     pub json: bool,
@@ -43,7 +42,10 @@ pub struct VerifyArgs {
 
 impl VerifyArgs {
     fn target(&self) -> LeaseRef {
-        match (&self.lease, &self.session) {
+        match (
+            self.lease.as_ref().or(self.lease_pos.as_ref()),
+            &self.session,
+        ) {
             (Some(id), _) => LeaseRef::Id(id.clone()),
             (None, Some(k)) => LeaseRef::Session(k.clone()),
             (None, None) => unreachable!("clap requires one"),

@@ -244,6 +244,7 @@ impl<'t> Controller<'t> {
         };
         let refs: Vec<&Lease> = claimed.iter().collect();
         let snap = self.snapshot_for(&refs, scan);
+        let had_cgroups = claimed.iter().any(|l| l.cgroup_path.is_some());
         let mut finishes = Vec::new();
         let mut jobs = Vec::new();
         for lease in claimed {
@@ -324,6 +325,12 @@ impl<'t> Controller<'t> {
                 signals: j.signals,
                 refused: j.refused,
             });
+        }
+        // The gateway's directory goes with its last lease cgroup, as when a wrapper removes the
+        // last one itself: `rmdir` fails while another lease's cgroup is in it, and `leash exec`
+        // makes it again for the next lease.
+        if let (true, Some(gw)) = (had_cgroups, cgroup_root.as_deref()) {
+            cgroup::remove_gateway_dir_if_empty(gw);
         }
         self.finish_all(finishes)
     }

@@ -41,6 +41,9 @@ pub struct ExecRequest {
     pub containment: Settings,
     /// Resource limits for the session's cgroup; refused when they cannot be enforced.
     pub limits: Limits,
+    /// `--error-format json`: the wrapper tells a command it cannot start (exit 127 or 126) as
+    /// leash's JSON error line, like every other failure of `leash exec`.
+    pub json_errors: bool,
     pub command: Vec<OsString>,
 }
 
@@ -343,7 +346,14 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         .arg("--report")
         .arg(root.report_path(&lease_id));
     if let Some(h) = &made {
-        cmd.arg("--cgroup").arg(h.path());
+        // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
+        // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
+        cmd.arg("--cgroup")
+            .arg(h.path())
+            .arg("--remove-empty-parent");
+    }
+    if req.json_errors {
+        cmd.arg("--error-format").arg("json");
     }
     let err = cmd
         .arg("--")

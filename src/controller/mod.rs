@@ -355,7 +355,8 @@ impl<'t> Controller<'t> {
     }
 
     /// Folds the wrappers' reports into the leases (see [`report::ingest_reports`]): a lease
-    /// whose wrapper reported its end and is gone moves to `lost`, with the reported exit status.
+    /// whose wrapper reported its end and is gone moves to `ended`, with the reported exit status
+    /// (the name is older than the `ended` state: it marks ended leases, never `lost` ones).
     /// Returns how many leases changed state.
     pub fn ingest_reports_marking_ended_lost(&self) -> Result<usize, StoreError> {
         report::ingest_reports(&self.root, &mut self.store(), self.table)

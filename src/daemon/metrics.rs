@@ -555,17 +555,13 @@ pub(super) fn render(d: &super::Daemon) -> String {
     let m = &d.metrics;
     match d.health_store().counts() {
         Ok(c) => {
-            for (state, n) in [
-                ("open", c.open),
-                ("closing", c.closing),
-                ("closed", c.closed),
-                ("lost", c.lost),
-            ] {
+            // Every state, from the one list of them (a state added there is exported here).
+            for state in crate::lease::LeaseState::ALL {
                 m.leases
                     .get_or_create(&StateLabel {
-                        state: state.into(),
+                        state: state.as_str().into(),
                     })
-                    .set(n as i64);
+                    .set(c.get(state) as i64);
             }
         }
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count the leases"),

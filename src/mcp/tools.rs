@@ -181,7 +181,7 @@ pub struct StatusResult {
     pub session_key: String,
     pub visible_as: Grant,
     /// `starting`, `running`, `closing`, `ended` (the daemon's phase when it supervises the
-    /// session; else from the lease: open → running, closing → closing, closed/lost → ended;
+    /// session; else from the lease: open → running, closing → closing, closed/ended/lost → ended;
     /// `none` without a lease).
     pub phase: String,
     /// The newest lease's state (`open`, `closing`, `closed`, `lost`), or null.
@@ -214,7 +214,7 @@ pub fn definitions() -> Value {
                 spawned or own (also those of other agents, and their children), and — depending \
                 on how this server was started — other sessions of your agent or of agents you \
                 are allowed to see. Each entry has sessionKey, agentId, ownerSessionKey, \
-                spawnedBy, parentSessionKey, leaseState (open, closing, closed, lost or null) and \
+                spawnedBy, parentSessionKey, leaseState (open, closing, closed, ended, lost or null) and \
                 visibleAs (requester, owned, sameAgent, a2a: why you may see it). Use the \
                 sessionKey values with the other session tools. Takes no arguments.",
             "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
@@ -224,7 +224,7 @@ pub fn definitions() -> Value {
             "name": SESSIONS_HISTORY,
             "title": "Read a session's history",
             "description": "Read what happened in a session you may see: its lifecycle events \
-                (spawned, cancel, closing, closed, lost, exit, …) and the lines its adapter \
+                (spawned, cancel, closing, closed, ended, lost, exit, …) and the lines its adapter \
                 wrote to stdout that the supervisor still holds, in order, newest last. Each \
                 item has type (event or output), seq and either kind/detail/at or line. Returns \
                 at most `limit` items (default 100, at most 1000); `total` says how many there \

@@ -17,6 +17,22 @@ pub struct Counts {
     pub closing: u64,
     pub closed: u64,
     pub lost: u64,
+    /// Absent in the JSON of an older leash: 0.
+    #[serde(default)]
+    pub ended: u64,
+}
+
+impl Counts {
+    /// The count of one state (so lists of states derive from [`LeaseState::ALL`]).
+    pub fn get(&self, state: LeaseState) -> u64 {
+        match state {
+            LeaseState::Open => self.open,
+            LeaseState::Closing => self.closing,
+            LeaseState::Closed => self.closed,
+            LeaseState::Lost => self.lost,
+            LeaseState::Ended => self.ended,
+        }
+    }
 }
 
 /// What the wrapper reported about its lease (see `report.rs`).
@@ -255,6 +271,7 @@ impl Store {
                 "closing" => c.closing = n,
                 "closed" => c.closed = n,
                 "lost" => c.lost = n,
+                "ended" => c.ended = n,
                 _ => {} // a tampered state counts nowhere; `leases` shows it as an error
             }
         }
@@ -378,7 +395,7 @@ impl Store {
     pub fn expire(&mut self, before_ms: i64) -> Result<usize, StoreError> {
         self.conn
             .execute(
-                "DELETE FROM leases WHERE state IN ('closed','lost') AND closed_at IS NOT NULL \
+                "DELETE FROM leases WHERE state IN ('closed','lost','ended') AND closed_at IS NOT NULL \
                  AND closed_at < ?1",
                 [before_ms],
             )

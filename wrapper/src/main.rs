@@ -11,8 +11,10 @@
 //!
 //! Hard rules: nothing is ever written to stdout (it is the adapter's JSON-RPC stream); on the
 //! happy path nothing is written to stderr either; diagnostics are one line each, prefixed
-//! `leash-wrap[PID]:`. Exit status is the adapter's: its code, or 128+N for death by signal N;
-//! 127/126 when the command cannot be run; 125 when the wrapper itself could not do its job.
+//! `leash-wrap[PID]:` (or, with `--error-format json`, one JSON error line in leash's format).
+//! Exit status is the adapter's: its code, or 128+N for death by signal N; 127/126 when the
+//! command cannot be started (not found / not executable: the lease's report says so, with the
+//! reason); 125 when the wrapper itself could not do its job.
 
 // One wrapper starts per session, so its start-up is on every session's path: std's runtime
 // start-up is skipped and `sys::c_main` is the entry point (see there for what that saves).
@@ -50,7 +52,8 @@ const TRIM_AFTER_IDLE: Duration = Duration::from_millis(10);
 const PARENT_POLL_FALLBACK: Duration = Duration::from_millis(50);
 
 const USAGE: &str = "\
-usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--cgroup DIR] [--] CMD [ARGS...]
+usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--cgroup DIR]
+                  [--remove-empty-parent] [--error-format text|json] [--] CMD [ARGS...]
 
 Runs CMD in its own process group and keeps its whole tree from outliving this wrapper's parent.
 
@@ -59,9 +62,14 @@ Runs CMD in its own process group and keeps its whole tree from outliving this w
   --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
                     (default: the parent at start)
   --report PATH     write pids, start times, group id and the exit status to PATH (atomically)
+  --error-format F  text (default) or json: how a failure to start CMD is told on stderr
+                    (json: leash's error line, {\"error\":{\"code\",\"message\",\"exitCode\"}})
   --cgroup DIR      start CMD inside this cgroup v2 directory (clone3 CLONE_INTO_CGROUP, else
                     cgroup.procs before exec); the wrapper stays outside it, kills every member
                     with cgroup.kill when it drains the tree, and removes it before exiting
+  --remove-empty-parent
+                    after removing the --cgroup directory, remove its parent too if it is
+                    empty (leash's per-gateway directory, after the gateway's last session)
   -h, --help        this text
   -V, --version     print the version (to stderr: stdout belongs to CMD)
 
@@ -77,6 +85,10 @@ struct Args {
     owner_pid: Option<i32>,
     report: Option<PathBuf>,
     cgroup: Option<PathBuf>,
+    /// `--error-format json`: a failure to start the command is told as leash's JSON error line.
+    json_errors: bool,
+    /// `--remove-empty-parent`: after removing the cgroup, remove its parent if it is empty.
+    remove_empty_parent: bool,
     cmd: Vec<OsString>,
 }
 
@@ -105,14 +117,18 @@ fn run(args: Args) -> i32 {
     let parent = match watch_parent(args.owner_pid) {
         Ok(p) => p,
         Err(msg) => {
-            remove_cgroup(cgroup.as_ref());
+            remove_cgroup(cgroup.as_ref(), args.remove_empty_parent);
             return end_early(&report, fail(&msg), "owner-gone");
         }
     };
-    let mut child = match spawn_adapter(&args.cmd, cgroup.as_ref()) {
+    let mut child = match spawn_adapter(&args.cmd, cgroup.as_ref(), args.json_errors) {
         Ok(c) => c,
-        Err(code) => {
-            remove_cgroup(cgroup.as_ref());
+        Err((code, why)) => {
+            remove_cgroup(cgroup.as_ref(), args.remove_empty_parent);
+            if let (Some(r), Some(why)) = (&report, why) {
+                r.write_start_error(code, &why);
+                return code;
+            }
             return end_early(&report, code, "cannot-start");
         }
     };
@@ -121,7 +137,7 @@ fn run(args: Args) -> i32 {
         r.write(None, None);
     }
     let status = supervise(&mut child, &parent, sigfd, args.grace, cgroup.as_ref());
-    remove_cgroup(cgroup.as_ref());
+    remove_cgroup(cgroup.as_ref(), args.remove_empty_parent);
     if let Some(r) = &report {
         r.write(Some(status.code), Some(status.end));
     }
@@ -142,13 +158,26 @@ fn open_cgroup(path: &std::path::Path) -> Result<sys::Cgroup, String> {
 
 /// Removes the lease's cgroup once it is empty (the lease keeps its path and id, and `leash`
 /// finds it gone). A failure is told once and otherwise harmless: `leash reap` sweeps it.
-fn remove_cgroup(cgroup: Option<&sys::Cgroup>) {
+///
+/// With `--remove-empty-parent` the directory above it (leash's `<root>/<gateway id>`) goes too
+/// when this was its last lease: the last session of a gateway run without a daemon leaves
+/// nothing behind. `rmdir` of a cgroup fails while it has children or members (EBUSY,
+/// ENOTEMPTY), so a gateway with other sessions keeps it; and `leash exec` makes it again for the
+/// next lease (it retries when the directory vanishes between its two mkdirs).
+fn remove_cgroup(cgroup: Option<&sys::Cgroup>, remove_empty_parent: bool) {
     if let Some(cg) = cgroup {
         if let Err(e) = cg.remove() {
             diag(&format!(
                 "cannot remove cgroup {}: {e}",
                 cg.path().display()
             ));
+            return;
+        }
+        if remove_empty_parent {
+            if let Some(parent) = cg.path().parent() {
+                // Best effort, silent: busy or gone is the common, harmless answer.
+                let _ = std::fs::remove_dir(parent);
+            }
         }
     }
 }
@@ -169,6 +198,8 @@ fn parse_args() -> Args {
     let mut owner_pid = None;
     let mut report = None;
     let mut cgroup = None;
+    let mut json_errors = false;
+    let mut remove_empty_parent = false;
     let mut it = std::env::args_os().skip(1).peekable();
     let mut cmd = Vec::new();
     while let Some(arg) = it.next() {
@@ -201,6 +232,12 @@ fn parse_args() -> Args {
                 Some(p) => report = Some(PathBuf::from(p)),
                 None => usage_error("--report needs a path"),
             },
+            b"--error-format" => match it.next().as_ref().map(|v| v.as_bytes()) {
+                Some(b"json") => json_errors = true,
+                Some(b"text") => json_errors = false,
+                _ => usage_error("--error-format needs text or json"),
+            },
+            b"--remove-empty-parent" => remove_empty_parent = true,
             b"--cgroup" => match it.next() {
                 Some(p) if p.as_bytes().starts_with(b"/") => cgroup = Some(PathBuf::from(p)),
                 _ => usage_error("--cgroup needs an absolute path"),
@@ -223,6 +260,8 @@ fn parse_args() -> Args {
         owner_pid,
         report,
         cgroup,
+        json_errors,
+        remove_empty_parent,
         cmd,
     }
 }
@@ -317,7 +356,13 @@ struct Adapter {
     reaped: bool,
 }
 
-fn spawn_adapter(cmd: &[OsString], cgroup: Option<&sys::Cgroup>) -> Result<Adapter, i32> {
+/// Starts the adapter. On failure: the exit status, and for a command that could not be started
+/// (127 not found, 126 not executable) the reason in words, as the lease records it.
+fn spawn_adapter(
+    cmd: &[OsString],
+    cgroup: Option<&sys::Cgroup>,
+    json_errors: bool,
+) -> Result<Adapter, (i32, Option<String>)> {
     let wrapper_pid = std::process::id() as i32;
     // Like tini: if we own the terminal's foreground, hand it to the adapter's new group so an
     // interactive adapter is not stopped by SIGTTIN.
@@ -335,21 +380,70 @@ fn spawn_adapter(cmd: &[OsString], cgroup: Option<&sys::Cgroup>) -> Result<Adapt
         }
         Err(e) => {
             let name = cmd[0].to_string_lossy();
-            let code = match e.raw_os_error() {
-                Some(libc::ENOENT) => EXIT_NOT_FOUND,
-                Some(libc::ESRCH) => {
-                    // The child found the wrapper gone between clone and exec.
-                    diag(&format!(
-                        "not running '{name}': the wrapper's parent changed"
-                    ));
-                    return Err(EXIT_WRAPPER_FAILED);
-                }
-                _ => EXIT_CANNOT_EXECUTE,
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                // The child found the wrapper gone between clone and exec.
+                diag(&format!(
+                    "not running '{name}': the wrapper's parent changed"
+                ));
+                return Err((EXIT_WRAPPER_FAILED, None));
+            }
+            let (code, cause, what) = match e.raw_os_error() {
+                Some(libc::ENOENT) if !name.contains('/') => (
+                    EXIT_NOT_FOUND,
+                    CAUSE_NOT_FOUND,
+                    "not found on PATH".to_string(),
+                ),
+                Some(libc::ENOENT) => (EXIT_NOT_FOUND, CAUSE_NOT_FOUND, "not found".to_string()),
+                Some(libc::EACCES) => (
+                    EXIT_CANNOT_EXECUTE,
+                    CAUSE_NOT_EXECUTABLE,
+                    "not executable (permission denied)".to_string(),
+                ),
+                _ => (
+                    EXIT_CANNOT_EXECUTE,
+                    CAUSE_NOT_EXECUTABLE,
+                    format!("cannot be executed: {e}"),
+                ),
             };
-            diag(&format!("cannot run '{name}': {e}"));
-            Err(code)
+            let why = format!("the adapter could not be started: {name}: {what}");
+            if json_errors {
+                diag_raw(&json_error(cause, &why, code));
+            } else {
+                diag(&format!("{why} (exit {code})"));
+            }
+            Err((code, Some(why)))
         }
     }
+}
+
+/// The cause words of leash's JSON error line for a command that could not be started (leash's
+/// `Kind::AdapterNotFound` and `Kind::AdapterNotExecutable`; a test holds them equal).
+const CAUSE_NOT_FOUND: &str = "adapter_not_found";
+const CAUSE_NOT_EXECUTABLE: &str = "adapter_not_executable";
+
+/// leash's JSON error line: `{"error":{"code","message","exitCode"}}`.
+fn json_error(cause: &str, message: &str, code: i32) -> String {
+    format!(
+        "{{\"error\":{{\"code\":{},\"message\":{},\"exitCode\":{code}}}}}",
+        json_str(cause),
+        json_str(message)
+    )
+}
+
+/// A JSON string literal (no serde in the wrapper: it stays libc-only).
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,6 +478,16 @@ impl Report {
     /// version or this one. Failures are reported once on stderr and otherwise ignored: the
     /// lease already identifies the wrapper; the report only adds detail.
     fn write(&self, exit_status: Option<i32>, end: Option<&str>) {
+        self.write_with(exit_status, end, None)
+    }
+
+    /// The command could not be started: the status (127/126) and the reason, which the lease
+    /// records as why nothing ran.
+    fn write_start_error(&self, exit_status: i32, why: &str) {
+        self.write_with(Some(exit_status), Some("cannot-start"), Some(why))
+    }
+
+    fn write_with(&self, exit_status: Option<i32>, end: Option<&str>, start_error: Option<&str>) {
         let num = |v: Option<String>| v.unwrap_or_else(|| "null".to_string());
         let (apid, astart, pgid) = match self.adapter {
             Some((p, s, g)) => (
@@ -395,7 +499,7 @@ impl Report {
         };
         let body = format!(
             "{{\"wrapperPid\":{},\"wrapperStartTime\":{},\"adapterPid\":{},\"adapterStartTime\":{},\
-             \"processGroupId\":{},\"exitStatus\":{},\"endReason\":{}}}\n",
+             \"processGroupId\":{},\"exitStatus\":{},\"endReason\":{},\"startError\":{}}}\n",
             self.wrapper_pid,
             self.wrapper_start,
             num(apid),
@@ -403,6 +507,7 @@ impl Report {
             num(pgid),
             num(exit_status.map(|c| c.to_string())),
             num(end.map(|e| format!("\"{e}\""))),
+            num(start_error.map(json_str)),
         );
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");

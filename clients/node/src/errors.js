@@ -52,7 +52,10 @@ export class ConnectionClosedError extends wire('connection_closed') {}
 export class NoDaemonError extends wire('no_daemon') {}
 /** A line from the daemon that is not valid protocol. */
 export class ProtocolError extends wire('protocol') {}
-/** `leash exec` exited 125: leash itself could not start the adapter; `cause` says why. */
+/**
+ * `leash exec` could not start the adapter: exit 125 (leash itself failed), or 127/126 with leash's
+ * JSON error line (the adapter was not found / not executable); `cause` says why.
+ */
 export class ExecFailedError extends wire('exec_failed') {}
 /** A JSON-RPC error response from the agent (see `acp()`). */
 export class AcpError extends LeashError {

@@ -2,8 +2,11 @@
 // `child_process.spawn(argv[0], argv.slice(1), opts)`. It runs
 // `leash exec --owner-pid <this process> --session … -- argv…` with piped stdio, so the adapter's
 // tree is leased, owned by the gateway, and taken down when the gateway dies. Exit status 125
-// means leash itself could not start the adapter: the child then emits an ExecFailedError (an
-// 'error' event, as child_process does when a spawn fails) whose `cause` is leash's message.
+// means leash itself could not start the adapter, 127/126 that the adapter command was not found
+// or not executable (leash asks for JSON errors, so those come with leash's JSON error line, and
+// an adapter that itself exits 127 is not mistaken for one): the child then emits an
+// ExecFailedError (an 'error' event, as child_process does when a spawn fails) whose `cause` is
+// leash's message.
 //
 // `close`, `reap` and `verify` here go through the daemon when one answers, else through the
 // leash CLI on the state root.
@@ -25,7 +28,7 @@ export function execArgs(argv, opts = {}) {
   if (!Array.isArray(argv) || argv.length === 0 || typeof argv[0] !== 'string' || argv[0] === '') {
     throw new TypeError('spawn: argv must be a non-empty array of strings naming the adapter command');
   }
-  const args = [...stateArgs(opts), 'exec', '--owner-pid', String(opts.ownerPid ?? process.pid)];
+  const args = [...stateArgs(opts), '--error-format', 'json', 'exec', '--owner-pid', String(opts.ownerPid ?? process.pid)];
   const flags = [
     ['--session', opts.session],
     ['--agent', opts.agent],
@@ -58,15 +61,31 @@ export function spawn(argv, opts = {}) {
     while (tail.length > 16) tail.shift();
   });
   child.once('exit', (code) => {
-    if (code !== 125) return;
+    if (code !== 125 && code !== 126 && code !== 127) return;
     const text = tail.join('').trim().split('\n').slice(-5).join('\n');
-    const err = new ExecFailedError(`leash exec could not start ${argv[0]}: ${text || 'no message (stderr was not piped)'}`, {
-      cause: text || undefined,
-      data: { argv, exitStatus: 125, stderr: text },
+    const line = leashError(text, code);
+    // 126/127 are leash's only with its error line: without one, they are the adapter's own.
+    if (code !== 125 && !line) return;
+    const message = line?.message ?? text;
+    const err = new ExecFailedError(`leash exec could not start ${argv[0]}: ${message || 'no message (stderr was not piped)'}`, {
+      cause: message || undefined,
+      data: { argv, exitStatus: code, cause: line?.code, stderr: text },
     });
     child.emit('error', err);
   });
   return child;
+}
+
+/** leash's JSON error line (`{"error":{"code","message","exitCode"}}`) for this exit, if stderr ends in one. */
+function leashError(text, code) {
+  const last = text.split('\n').pop() ?? '';
+  try {
+    const e = JSON.parse(last)?.error;
+    if (e && typeof e.message === 'string' && e.exitCode === code) return e;
+  } catch {
+    // not leash's line
+  }
+  return null;
 }
 
 function runCli(opts, args) {

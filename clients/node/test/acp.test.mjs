@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { writeFileSync } from 'node:fs';
 import * as leash from '../src/index.js';
 import { Daemon, scratch, fakeAgent, waitFor, LEASH_BIN } from './helpers.mjs';
 
@@ -147,6 +148,35 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
   assert.equal(e.data.exitStatus, 125);
   assert.match(e.message, /not our parent/);
   assert.throws(() => leash.spawn([]), TypeError);
+});
+
+test('spawn(): an adapter not found (127) or not executable (126) is an ExecFailedError; an adapter that exits 127 itself is not', async (t) => {
+  const dir = scratch(t, 'spawn-missing');
+  const state = join(dir, 'state');
+  const opts = { stateDir: state, leashBin: LEASH_BIN };
+  const missing = leash.spawn(['leash-test-no-such-adapter'], { ...opts, session: 'missing' });
+  const e = await new Promise((resolve) => missing.once('error', resolve));
+  assert.ok(e instanceof leash.ExecFailedError, String(e));
+  assert.equal(e.data.exitStatus, 127);
+  assert.equal(e.data.cause, 'adapter_not_found');
+  assert.match(String(e.cause), /the adapter could not be started: leash-test-no-such-adapter: not found on PATH/);
+
+  const script = join(dir, 'not-executable.sh');
+  writeFileSync(script, '#!/bin/sh\n', { mode: 0o644 });
+  const noexec = leash.spawn([script], { ...opts, session: 'noexec' });
+  const e2 = await new Promise((resolve) => noexec.once('error', resolve));
+  assert.ok(e2 instanceof leash.ExecFailedError, String(e2));
+  assert.equal(e2.data.exitStatus, 126);
+  assert.equal(e2.data.cause, 'adapter_not_executable');
+
+  // The adapter's own 127 (its shell did not find a command) is its status, not leash's error.
+  const own = leash.spawn(['sh', '-c', 'exit 127'], { ...opts, session: 'own' });
+  let errored = null;
+  own.once('error', (err) => (errored = err));
+  const code = await new Promise((r) => own.once('exit', r));
+  assert.equal(code, 127);
+  await new Promise((r) => setImmediate(r));
+  assert.equal(errored, null, String(errored));
 });
 
 test('close and reap work through the CLI when no daemon runs', async (t) => {

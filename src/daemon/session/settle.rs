@@ -105,7 +105,7 @@ impl Supervised {
         self.changed.notify_all();
     }
 
-    /// The wrapper is gone (we reaped it). Its report turns an open lease `lost` with the exit
+    /// The wrapper is gone (we reaped it). Its report turns an open lease `ended` with the exit
     /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
     /// whatever may remain of its tree is verified and terminated like any close.
     pub(super) fn settle_lease(&self, info: &LeaseInfo, ctl: &Controller<'_>) {

@@ -1,0 +1,114 @@
+//! The gateway's cgroup directory (`<leash cgroup root>/<gateway id>`) goes with its last session
+//! (issue 25, item 10), with no daemon running: the wrapper that removes the last lease cgroup
+//! removes the empty gateway directory too, and so does a close that removes the last one; while
+//! another session's cgroup is in it, it stays; the next `leash exec` makes it again. Live, as
+//! root with cgroup2, under a cgroup root the test made (skipped, saying why, elsewhere).
+mod common;
+use common::*;
+use std::process::Stdio;
+
+fn gateway_dir(cg: &CgroupRoot, state: &std::path::Path) -> std::path::PathBuf {
+    let out = cg.leash(state).args(["status", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = v["gatewayInstanceId"]
+        .as_str()
+        .or_else(|| v["root"]["gatewayInstanceId"].as_str())
+        .unwrap_or_else(|| panic!("no gateway id in {v}"));
+    cg.path().join(id)
+}
+
+#[test]
+fn the_last_session_of_a_gateway_takes_its_cgroup_directory_along() {
+    let Some(cg) = CgroupRoot::new("gwdir") else {
+        return;
+    };
+    let tmp = TempDir::new("gwdir");
+    let state = tmp.join("state");
+    let mut guard = Guard::new();
+
+    // One session that ends on its own: the wrapper removes its lease cgroup and the gateway's.
+    let out = cg
+        .leash(&state)
+        .args(["exec", "--session", "short", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let gw = gateway_dir(&cg, &state);
+    let lease = lease_of(&state, "short");
+    let lease_cg = lease["cgroupPath"].as_str().expect("contained").to_string();
+    assert!(lease_cg.starts_with(gw.to_str().unwrap()), "{lease}");
+    assert!(!std::path::Path::new(&lease_cg).exists(), "{lease_cg}");
+    assert!(
+        !gw.exists(),
+        "empty gateway directory left behind: {}",
+        gw.display()
+    );
+
+    // A live session keeps the directory while a short one ends beside it.
+    let child = guard.child(
+        cg.leash(&state)
+            .args(["exec", "--session", "long", "--", "sleep", "1000"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let wrapper = Pid::of(child.id() as i32).unwrap();
+    guard.add(adapter_of(wrapper));
+    assert!(
+        gw.is_dir(),
+        "the next exec makes the gateway directory again"
+    );
+    let out = cg
+        .leash(&state)
+        .args(["exec", "--session", "beside", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let long_cg = lease_of(&state, "long")["cgroupPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(gw.is_dir() && std::path::Path::new(&long_cg).is_dir());
+    assert!(cgroup_procs(std::path::Path::new(&long_cg)).contains(&adapter_of(wrapper).pid));
+
+    // The close of the last one removes it (leash close, not the wrapper, may get there first).
+    let out = cg
+        .leash(&state)
+        .args(["close", "--session", "long", "--grace", "200ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        wait_for(|| !gw.exists()),
+        "{} left after the close",
+        gw.display()
+    );
+
+    // And a session after that is contained again, in a fresh gateway directory.
+    let out = cg
+        .leash(&state)
+        .args([
+            "exec",
+            "--session",
+            "again",
+            "--",
+            "cat",
+            "/proc/self/cgroup",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let again = lease_of(&state, "again");
+    let id = again["leaseId"].as_str().unwrap();
+    let gw_name = gw.file_name().unwrap().to_str().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("/{gw_name}/{id}")),
+        "the adapter ran outside its lease cgroup: {text}"
+    );
+    assert!(!gw.exists());
+}
