@@ -21,6 +21,11 @@ pub const MAX_RETENTION_MS: u64 = 100 * 365 * 86_400_000;
 /// The longest `--idle-close`: one year.
 pub const MAX_IDLE_CLOSE_MS: u64 = 365 * 86_400_000;
 
+/// The longest `ensure` watch for an adapter's first output line (`waitMs`): one minute. An
+/// ensure holds its key's admission slot while it waits, so a larger wait is refused rather than
+/// cut short silently.
+pub const MAX_ENSURE_WAIT_MS: u64 = 60_000;
+
 /// A value outside its range, or a duration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
@@ -33,6 +38,8 @@ pub enum ValueError {
     },
     #[error("'{0}' is not a duration: use a number with a unit, e.g. 500ms, 3s, 30m, 12h, 7d (a bare number is seconds)")]
     NotADuration(String),
+    #[error("{what} must be at least 1, got 0 (a limit of 0 would stop the adapter before it starts; leave the limit out for none)")]
+    Zero { what: &'static str },
     #[error("{what} must not be empty")]
     EmptyKey { what: &'static str },
     #[error("{what} must not contain control characters (newlines, tabs, NUL, ...): {shown}")]
@@ -47,6 +54,20 @@ pub fn check_grace_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
 /// Checks a retention in milliseconds: `0..=MAX_RETENTION_MS`.
 pub fn check_retention_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
     at_most(what, ms, MAX_RETENTION_MS)
+}
+
+/// Checks `waitMs` of an `ensure`: `0..=MAX_ENSURE_WAIT_MS`.
+pub fn check_ensure_wait_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
+    at_most(what, ms, MAX_ENSURE_WAIT_MS)
+}
+
+/// The one rule for a session cgroup's numeric limits (`memory.max` in bytes, `pids.max`), for
+/// `leash exec --memory-max/--pids-max` and the daemon's `memoryMax`/`pidsMax` alike: at least 1.
+pub fn check_cgroup_limit(what: &'static str, v: u64) -> Result<u64, ValueError> {
+    if v == 0 {
+        return Err(ValueError::Zero { what });
+    }
+    Ok(v)
 }
 
 fn at_most(what: &'static str, v: u64, max: u64) -> Result<u64, ValueError> {
@@ -114,6 +135,17 @@ mod tests {
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn cgroup_limits_and_the_ensure_wait_have_one_range() {
+        assert!(check_cgroup_limit("pidsMax", 0).is_err());
+        assert_eq!(check_cgroup_limit("pidsMax", 1), Ok(1));
+        assert_eq!(check_ensure_wait_ms("waitMs", 60_000), Ok(60_000));
+        let e = check_ensure_wait_ms("waitMs", 60_001)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("60000 ms"), "{e}");
     }
 
     #[test]

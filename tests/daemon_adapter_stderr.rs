@@ -1,8 +1,9 @@
 //! The adapter's stderr reaches clients. Attaches that ask for it (`stderr: true`) get `stderr`
 //! items in the session's seq space (older clients, which do not ask, see no new item type), the
-//! lines stay in the daemon's log, and an adapter that dies at once — bad config — fails its
-//! `ensure` with `spawn_failed`, its exit status and its last stderr lines instead of reporting
-//! `running` and then vanishing.
+//! lines stay in the daemon's log, and an adapter that dies at once — bad config — fails an
+//! `ensure` that waits for it (`waitMs`) with `start_failed`, its exit status and its last stderr
+//! lines instead of reporting `running` and then vanishing (without a wait the stream's end says
+//! the same: `tests/daemon_start_failed.rs`).
 mod common;
 mod daemon_support;
 use common::*;
@@ -68,11 +69,11 @@ fn an_adapter_that_dies_at_once_fails_the_ensure_with_its_status_and_stderr() {
     let mut c = daemon.connect();
     let r = c.request(
         "ensure",
-        json!({"session": "bad", "argv": ["sh", "-c", "echo 'bad config: no model' >&2; exit 2"]}),
+        json!({"session": "bad", "argv": ["sh", "-c", "echo 'bad config: no model' >&2; exit 2"], "waitMs": 10_000}),
     );
     assert_eq!(r["ok"], false, "{r}");
     let e = &r["error"];
-    assert_eq!(e["code"], "spawn_failed", "{r}");
+    assert_eq!(e["code"], "start_failed", "{r}");
     assert_eq!(e["exitStatus"], 2, "{r}");
     assert!(
         e["stderr"]
@@ -93,9 +94,9 @@ fn an_adapter_that_dies_at_once_fails_the_ensure_with_its_status_and_stderr() {
         let key = format!("bad-{i}");
         let r = c.request(
             "ensure",
-            json!({"session": key, "argv": ["sh", "-c", format!("echo 'died {i}' >&2; exit 3")]}),
+            json!({"session": key, "argv": ["sh", "-c", format!("echo 'died {i}' >&2; exit 3")], "waitMs": 10_000}),
         );
-        assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
+        assert_eq!(r["error"]["code"], "start_failed", "{r}");
         assert_eq!(r["error"]["exitStatus"], 3, "{r}");
         assert!(
             r["error"]["stderr"]
@@ -109,10 +110,11 @@ fn an_adapter_that_dies_at_once_fails_the_ensure_with_its_status_and_stderr() {
     // An adapter that talks first is running, even if it exits soon after.
     let r = c.call(
         "ensure",
-        json!({"session": "talker", "argv": ["sh", "-c", "echo hello; exec cat"]}),
+        json!({"session": "talker", "argv": ["sh", "-c", "echo hello; exec cat"], "waitMs": 10_000}),
     );
     assert_eq!(r["phase"], "running", "{r}");
-    // waitMs: 0 skips the watch: a dying adapter is reported running, as before.
+    // waitMs: 0 (the default) skips the watch: the adapter was started; its stream ends
+    // `start_failed`.
     let r = c.call(
         "ensure",
         json!({"session": "quick", "argv": ["sh", "-c", "sleep 0.3; exit 4"], "waitMs": 0}),

@@ -112,7 +112,11 @@ export interface EnsureSpec {
   graceMs?: number;
   /** Keep the spec in the state database for `ensure(session)` (default true). */
   persistSpec?: boolean;
-  /** How long to watch a new adapter for an early death (daemon default 200 ms). */
+  /**
+   * How long to wait for a new adapter's first line of output (daemon default 0: no wait; at most
+   * 60000). An exit before that line within the wait rejects with StartFailedError; after it, the
+   * attach stream ends with reason `start_failed`.
+   */
   waitMs?: number;
 }
 
@@ -208,7 +212,14 @@ export interface GapItem {
   leaseId?: string;
 }
 /** The last item: `ended` (everything delivered), `gone` (the daemon came back without the session), or another reason of a newer daemon. */
-export interface EndItem { type: 'end'; reason: 'ended' | 'gone' | string; lastSeq: number; message?: string }
+export interface EndItem {
+  type: 'end';
+  /** `start_failed`: the adapter exited before its first line of output (see `error`). */
+  reason: 'ended' | 'start_failed' | 'gone' | string;
+  lastSeq: number;
+  message?: string;
+  error?: { code: string; message: string; lastSeq: number; oldestSeq: number; exitStatus?: number | null; stderr?: string[] };
+}
 export type AttachItem = OutputItem | StderrItem | EventItem | GapItem | EndItem;
 
 export interface AttachOptions {
@@ -404,6 +415,10 @@ export declare class ConflictError extends LeashError {}
 export declare class NotRunningError extends LeashError {}
 export declare class SeqEvictedError extends LeashError {}
 export declare class SpawnFailedError extends LeashError {}
+/** The adapter exited before its first line of output (`data.exitStatus`, `data.stderr`). */
+export declare class StartFailedError extends SpawnFailedError {}
+/** `ensure`: a close of the key arrived while the ensure was in flight and closed what it started. */
+export declare class ClosedError extends LeashError {}
 export declare class ForbiddenError extends LeashError {}
 export declare class ShuttingDownError extends LeashError {}
 export declare class InternalError extends LeashError {}

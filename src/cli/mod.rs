@@ -252,7 +252,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_memory_max)]
     pub memory_max: Option<u64>,
     /// Process limit of the session's cgroup (pids.max)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_pids_max)]
     pub pids_max: Option<u64>,
     /// CPU limit of the session's cgroup (cpu.max): CPUs (e.g. 0.5), or "QUOTA PERIOD" in µs
     #[arg(long, value_name = "CPUS", value_parser = parse_cpu_max)]
@@ -267,7 +267,18 @@ fn parse_containment(s: &str) -> Result<crate::cgroup::Requested, String> {
 }
 
 fn parse_memory_max(s: &str) -> Result<u64, String> {
-    crate::cgroup::parse_size(s).map_err(|e| e.to_string())
+    let bytes = crate::cgroup::parse_size(s).map_err(|e| e.to_string())?;
+    // The daemon's `memoryMax` is checked by the same rule.
+    crate::limits::check_cgroup_limit("--memory-max", bytes).map_err(|e| e.to_string())
+}
+
+fn parse_pids_max(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of processes"))?;
+    // The daemon's `pidsMax` is checked by the same rule.
+    crate::limits::check_cgroup_limit("--pids-max", n).map_err(|e| e.to_string())
 }
 
 fn parse_cpu_max(s: &str) -> Result<String, String> {

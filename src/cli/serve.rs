@@ -58,12 +58,22 @@ pub struct ServeArgs {
         env = "LEASH_LOG_FORMAT"
     )]
     pub log_format: super::logging::LogFormat,
-    /// Milliseconds `ensure` watches a new adapter for an early death (it stops at the first
-    /// line of output); an adapter that dies within it fails the ensure with its exit status and
-    /// last stderr lines. 0 turns it off
+    /// Milliseconds `ensure` waits by default for a new adapter's first line of output (a
+    /// request's waitMs overrides it): an exit before that line within the wait fails the ensure
+    /// with start_failed; after it, the stream ends start_failed. 0 (the default) does not wait
     #[arg(long, value_name = "N",
-          default_value_t = crate::daemon::DEFAULT_ENSURE_WAIT.as_millis() as u64)]
+          default_value_t = crate::daemon::DEFAULT_ENSURE_WAIT.as_millis() as u64,
+          value_parser = parse_ensure_wait_ms)]
     pub ensure_wait_ms: u64,
+}
+
+fn parse_ensure_wait_ms(s: &str) -> Result<u64, String> {
+    let ms: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of milliseconds"))?;
+    // The same range as a request's waitMs.
+    crate::limits::check_ensure_wait_ms("--ensure-wait-ms", ms).map_err(|e| e.to_string())
 }
 
 pub(super) fn run_serve(

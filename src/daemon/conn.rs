@@ -26,7 +26,6 @@ use crate::visibility::{visible_rows, Grant};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,8 +38,29 @@ use std::time::Duration;
 mod additions;
 use additions::AttachRegistry;
 
-/// A client that does not read its replies for this long is dropped.
+/// A client that does not read its replies for this long is dropped: measured from the moment
+/// the connection's socket buffer was full (a write could make no progress), not per write
+/// call. A per-call timeout (`SO_SNDTIMEO`) restarted with every partial write: an attach's
+/// 64 KiB write that half fitted waited twice, and a client that never read was dropped after
+/// ~65 s where the protocol says 30 s. `LEASH_CLIENT_STALL_MS` overrides it (tests).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The environment variable that overrides [`WRITE_TIMEOUT`] (milliseconds, at least 1).
+pub const ENV_CLIENT_STALL_MS: &str = "LEASH_CLIENT_STALL_MS";
+
+/// [`WRITE_TIMEOUT`], or its override from the environment (read once).
+fn stall_deadline() -> Duration {
+    static STALL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *STALL.get_or_init(|| {
+        match std::env::var(ENV_CLIENT_STALL_MS)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            Some(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => WRITE_TIMEOUT,
+        }
+    })
+}
 /// How often an idle attach checks whether its client is still there.
 const ATTACH_TICK: Duration = Duration::from_millis(250);
 /// Stream items written per batch.
@@ -99,7 +119,7 @@ impl From<SpawnError> for OpError {
         // Whichever way the death was seen (the wrapper's report, the child's exit, or the watch
         // after the start), the client gets the same status and last words.
         let data = match &e {
-            SpawnError::Failed { status, stderr } | SpawnError::ExitedAtOnce { status, stderr } => {
+            SpawnError::Failed { status, stderr } | SpawnError::StartFailed { status, stderr } => {
                 ErrorData {
                     exit_status: Some(*status),
                     stderr: Some(stderr.clone()),
@@ -109,6 +129,13 @@ impl From<SpawnError> for OpError {
             _ => ErrorData::default(),
         };
         let data = Box::new(data);
+        // An exit before the first output line is a start failure, however it was seen: the
+        // same code as the stream's `start_failed` end.
+        let code = if matches!(e, SpawnError::StartFailed { .. }) {
+            Code::StartFailed
+        } else {
+            code
+        };
         OpError {
             code,
             message: e.to_string(),
@@ -119,22 +146,71 @@ impl From<SpawnError> for OpError {
 
 /// The write side of a connection, shared by the request loop and its stream threads.
 struct Out {
-    stream: Mutex<UnixStream>,
+    stream: Mutex<Outbound>,
     broken: AtomicBool,
     /// This connection's running attaches, for `detach`.
     attaches: AttachRegistry,
 }
 
+/// The socket a connection writes to, and since when its writes make no progress.
+struct Outbound {
+    stream: UnixStream,
+    /// Set when a write found the socket buffer full, cleared by the next byte accepted.
+    stalled_since: Option<std::time::Instant>,
+}
+
 impl Out {
-    /// Writes whole lines; false once the client is gone.
+    /// Writes whole lines; false once the client is gone, or once it has not read for the stall
+    /// deadline ([`stall_deadline`]), counted from when its socket buffer filled and across
+    /// writes: the client is then dropped (the socket is shut down, so its request loop ends too).
     fn send(&self, bytes: &[u8]) -> bool {
+        use nix::errno::Errno;
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use nix::sys::socket::{send, MsgFlags};
+        use std::os::fd::AsRawFd;
         if self.broken.load(Ordering::Relaxed) {
             return false;
         }
-        let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        if s.write_all(bytes).is_err() {
-            self.broken.store(true, Ordering::Relaxed);
-            return false;
+        let mut o = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = stall_deadline();
+        let mut off = 0;
+        while off < bytes.len() {
+            // MSG_DONTWAIT per call: the descriptor is shared with the blocking reader, so it
+            // cannot be made non-blocking itself.
+            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+            match send(o.stream.as_raw_fd(), &bytes[off..], flags) {
+                Ok(n) => {
+                    off += n;
+                    o.stalled_since = None;
+                }
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    let since = *o.stalled_since.get_or_insert_with(std::time::Instant::now);
+                    let left = deadline.saturating_sub(since.elapsed());
+                    if left.is_zero() {
+                        tracing::warn!(
+                            stalled_ms = since.elapsed().as_millis() as u64,
+                            "dropping a client that stopped reading what it is sent"
+                        );
+                        let _ = o.stream.shutdown(std::net::Shutdown::Both);
+                        self.broken.store(true, Ordering::Relaxed);
+                        return false;
+                    }
+                    let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+                    let mut fds = [PollFd::new(o.stream.as_fd(), PollFlags::POLLOUT)];
+                    match poll(&mut fds, PollTimeout::from(ms)) {
+                        Ok(_) | Err(Errno::EINTR) => {}
+                        Err(_) => {
+                            self.broken.store(true, Ordering::Relaxed);
+                            return false;
+                        }
+                    }
+                }
+                Err(_) => {
+                    self.broken.store(true, Ordering::Relaxed);
+                    return false;
+                }
+            }
         }
         true
     }
@@ -154,7 +230,7 @@ impl Out {
             return true;
         }
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        let mut fds = [PollFd::new(s.as_fd(), PollFlags::empty())];
+        let mut fds = [PollFd::new(s.stream.as_fd(), PollFlags::empty())];
         match poll(&mut fds, PollTimeout::ZERO) {
             Ok(_) => fds[0]
                 .revents()
@@ -172,9 +248,11 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
             return;
         }
     };
-    let _ = write.set_write_timeout(Some(WRITE_TIMEOUT));
     let out = Arc::new(Out {
-        stream: Mutex::new(write),
+        stream: Mutex::new(Outbound {
+            stream: write,
+            stalled_since: None,
+        }),
         broken: AtomicBool::new(false),
         attaches: AttachRegistry::default(),
     });
@@ -277,7 +355,14 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         Op::Close(c) => {
             let refs = c.targets;
             off_thread(d, out, id, "close", move |d| {
-                Ok(d.close(&refs, c.grace_ms, "requested")?)
+                // Ensures of these keys in flight are waited for, and what they start is
+                // closed with the rest (see `admission`).
+                let pending = meet_ensures(d, &refs);
+                let out = d.close(&refs, c.grace_ms, "requested");
+                for p in pending {
+                    p.done(out.as_deref().ok());
+                }
+                Ok(out?)
             });
         }
         Op::Reap(r) => off_thread(d, out, id, "reap", move |d| reap(d, &r)),
@@ -315,6 +400,24 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     if !matches!(op_name, "close" | "reap") {
         d.metrics.observe_request(op_name, started.elapsed());
     }
+}
+
+/// The ensures in flight of the keys a close names (a lease id by its row's session key): each
+/// is waited for until it has its session (see [`super::admission`]).
+fn meet_ensures(d: &Daemon, refs: &[LeaseRef]) -> Vec<super::admission::PendingClose> {
+    let mut keys: Vec<String> = Vec::new();
+    for r in refs {
+        let key = match r {
+            LeaseRef::Session(k) => Some(k.clone()),
+            LeaseRef::Id(id) => d.store().lease(id).ok().flatten().map(|l| l.session_key),
+        };
+        if let Some(k) = key.filter(|k| !keys.contains(k)) {
+            keys.push(k);
+        }
+    }
+    keys.iter()
+        .filter_map(|k| d.admission.close_arrives(k, CLOSE_MEETS_ENSURE))
+        .collect()
 }
 
 /// `leash verify` in the daemon: reads only, never signals.
@@ -429,35 +532,63 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
             Phase::Ended => {}
         }
     }
-    if !d
-        .starting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(e.session.clone())
-    {
+    // The key's admission slot (see `admission`): one ensure of a key at a time.
+    let Some(ticket) = d.admission.enter(&e.session) else {
         return Err(fail(
             Code::Conflict,
             format!("session {} is being started by another request", e.session),
         ));
-    }
-    // Checked again once registered: shutdown sets the flag, then waits for `starting` to drain,
-    // so a session is either refused here or seen (and closed) by the shutdown.
-    let result = if d.is_shutting_down() {
-        Err(fail(
+    };
+    // Checked again once admitted: shutdown sets the flag, then waits for the admissions to
+    // drain, so a session is either refused here or seen (and closed) by the shutdown.
+    if d.is_shutting_down() {
+        return Err(fail(
             Code::ShuttingDown,
             "the daemon is shutting down and starts no sessions",
-        ))
-    } else {
-        additions::with_spec(d, e).and_then(|e| start(d, &e))
-    };
-    d.starting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&e.session);
-    result
+        ));
+    }
+    let result = additions::with_spec(d, e).and_then(|e| start(d, &e, &ticket));
+    // A close that arrived while this ensure was in flight closed what it started: the ensure
+    // says so (after the close finished), whatever it saw of the adapter meanwhile.
+    match ticket.release(CLOSE_MEETS_ENSURE) {
+        super::admission::Release::Closed(outcome) => closed_in_flight(&e.session, outcome, result),
+        super::admission::Release::Alone => result,
+    }
 }
 
-fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
+/// How long a close waits for an ensure in flight to have its session, and how long that ensure
+/// then waits for the close: the start's own bound, and a close's longest grace with room.
+const CLOSE_MEETS_ENSURE: Duration = Duration::from_secs(3_600 + 60);
+
+/// The reply of an ensure whose session a close ended while the ensure was in flight: `closed`,
+/// unless the close terminated nothing (ownership unverified: the session runs on).
+fn closed_in_flight(
+    key: &str,
+    outcome: Option<crate::lifecycle::CloseOutcome>,
+    result: Reply<Ensured>,
+) -> Reply<Ensured> {
+    use crate::lifecycle::CloseResult;
+    match &outcome {
+        Some(o) if !matches!(o.result, CloseResult::Closed | CloseResult::Lost) => result,
+        _ => Err(OpError {
+            code: Code::Closed,
+            message: format!(
+                "session {key} was closed by a close request that arrived while this ensure was starting it ({}); nothing of it runs: ensure it again to start a new one",
+                outcome.as_ref().map_or("the close did not report on its lease".to_string(), |o| format!("lease {}: {:?}", o.lease_id, o.result).to_lowercase())
+            ),
+            data: Box::new(ErrorData {
+                lease_id: outcome.map(|o| o.lease_id),
+                ..ErrorData::default()
+            }),
+        }),
+    }
+}
+
+fn start(
+    d: &Arc<Daemon>,
+    e: &protocol::Ensure,
+    ticket: &super::admission::Ticket<'_>,
+) -> Reply<Ensured> {
     if let Some(cwd) = &e.cwd {
         if !std::path::Path::new(cwd).is_dir() {
             return Err(fail(
@@ -486,8 +617,20 @@ fn start(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
         }
         return Err(err.into());
     }
+    // Under a lease, adapter started: a close waiting for this ensure goes on now.
+    ticket.publish(&s);
+    if ticket.close_requested() {
+        // The reply is the close's (see `ensure`); the adapter is not watched any more.
+        return Ok(describe(&s, true, true));
+    }
     additions::after_start(d, e, &s)?;
-    Ok(describe(&s, true, true))
+    let mut r = describe(&s, true, true);
+    // The answer is the start's: the adapter was started. What it did after (an exit before
+    // its first line is the stream's `start_failed` end) is not raced into the reply.
+    if !matches!(r.phase, Phase::Closing) {
+        r.phase = Phase::Running;
+    }
+    Ok(r)
 }
 
 /// A write to the adapter's stdin that failed, as an error reply.
@@ -654,11 +797,29 @@ fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &Ato
                     return;
                 }
             }
-            Batch::Ended { last_seq } => {
-                let body = item_body(&StreamItem::End {
-                    error: None,
-                    last_seq,
-                    reason: EndReason::Ended,
+            Batch::Ended {
+                last_seq,
+                start_failed,
+            } => {
+                let body = item_body(&match start_failed {
+                    // The same words and fields as an ensure's `start_failed`.
+                    Some(f) => StreamItem::End {
+                        error: Some(EndError {
+                            code: Code::StartFailed.as_str().into(),
+                            last_seq,
+                            message: f.to_string(),
+                            oldest_seq: s.status().oldest_seq.unwrap_or(last_seq),
+                            exit_status: Some(f.status),
+                            stderr: Some(f.stderr.clone()),
+                        }),
+                        last_seq,
+                        reason: EndReason::StartFailed,
+                    },
+                    None => StreamItem::End {
+                        error: None,
+                        last_seq,
+                        reason: EndReason::Ended,
+                    },
                 });
                 out.send(&stream_line(id, &body));
                 return;
@@ -673,6 +834,8 @@ fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &Ato
                         last_seq,
                         message: format!("the client fell behind: seq {} fell out of the replay buffer; attach again", cursor + 1),
                         oldest_seq,
+                        exit_status: None,
+                        stderr: None,
                     }),
                     last_seq: cursor,
                     reason: EndReason::Evicted,

@@ -28,6 +28,10 @@ pub const FEATURES: &[&str] = &[
     "ensure.argvMatches",
     "ensure.storedSpec",
     "events.resumable",
+    // An exit before the adapter's first output line ends the stream `start_failed`.
+    "attach.startFailed",
+    // A close that meets an ensure in flight closes what it started; the ensure says `closed`.
+    "ensure.closedInFlight",
 ];
 
 pub(super) fn ping() -> Pong {
@@ -101,13 +105,15 @@ pub(super) fn with_spec(d: &Daemon, e: &Ensure) -> Result<Ensure, OpError> {
 /// After the wrapper reported the adapter's start: watch it for an early death, then store (or
 /// forget) its spec and take it off the resumable list.
 pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), OpError> {
-    let wait = e
-        .wait_ms
-        .map_or(d.cfg.ensure_wait, Duration::from_millis)
-        .min(Duration::from_secs(60));
-    if let Err(err) = s.await_early_exit(wait) {
-        tracing::warn!(session_key = %e.session, error = %err, "adapter died during ensure");
-        return Err(err.into());
+    // `waitMs` is checked at the edge (at most `limits::MAX_ENSURE_WAIT_MS`). Without a wait
+    // nothing is watched at all: the answer is the start's, never a race with the adapter's
+    // exit (that is the stream's `start_failed`).
+    let wait = e.wait_ms.map_or(d.cfg.ensure_wait, Duration::from_millis);
+    if !wait.is_zero() {
+        if let Err(err) = s.await_early_exit(wait) {
+            tracing::warn!(session_key = %e.session, error = %err, "adapter died during ensure");
+            return Err(err.into());
+        }
     }
     let stored = if e.persist_spec {
         spec::protect(&d.root);

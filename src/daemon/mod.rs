@@ -15,6 +15,7 @@
 //! replaced. If the daemon is SIGKILLed its wrappers see their parent die and take their
 //! adapters down; the next daemon's startup reap settles their leases.
 
+mod admission;
 pub mod client;
 mod conn;
 pub mod metrics;
@@ -39,7 +40,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use session::{Limits, Phase, Supervised};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::AsFd;
@@ -83,8 +84,10 @@ pub struct ServeConfig {
     pub ensure_wait: Duration,
 }
 
-/// `serve --ensure-wait-ms` by default.
-pub const DEFAULT_ENSURE_WAIT: Duration = Duration::from_millis(200);
+/// `serve --ensure-wait-ms` by default: no wait. An `ensure` answers once the adapter started;
+/// an exit before its first line of output is a start failure told by the stream, whenever it
+/// comes (a 200 ms watch made the answer depend on whether the crash fell inside it).
+pub const DEFAULT_ENSURE_WAIT: Duration = Duration::ZERO;
 /// How long shutdown lets attach streams write their last items (the `end`) before exiting.
 const ATTACH_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
@@ -116,6 +119,8 @@ pub enum ServeError {
     Signals(io::Error),
     #[error(transparent)]
     Activation(#[from] systemd::ActivationError),
+    #[error("the state directory {0} was removed or replaced while the daemon ran; it closed its sessions and stopped (start leash serve again to serve a new state root there)")]
+    StateRootGone(PathBuf),
     #[error("cannot serve metrics on {addr}: {source} (choose another --metrics address)")]
     Metrics {
         addr: std::net::SocketAddr,
@@ -159,8 +164,8 @@ pub(crate) struct Daemon {
     started_at: i64,
     socket: PathBuf,
     sessions: Mutex<HashMap<String, Arc<Supervised>>>,
-    /// Keys whose `ensure` is spawning right now.
-    starting: Mutex<HashSet<String>>,
+    /// Keys whose `ensure` is in flight, and the closes that meet them (`admission`).
+    admission: admission::Admission,
     /// The one controller every verb of the daemon runs on: the `close`, `cancel`, `reap`,
     /// `leases`, `events`, `verify` and sessions query ops, idle close, shutdown, the settle of a
     /// wrapper that exited, and the reconcile passes. Its store connection (a writer, as each
@@ -192,6 +197,14 @@ pub(crate) struct Daemon {
     push: push::Hub,
     /// The contained sessions' usage as `status` last sampled it (see [`Daemon::usage_for`]).
     usage: Mutex<UsageCache>,
+    /// The state directory and the socket as the daemon found them at start (device, inode):
+    /// see [`headless`]. No socket here under socket activation (the path is systemd's).
+    root_inode: Option<(u64, u64)>,
+    socket_inode: Option<(u64, u64)>,
+    /// Wakes the accept loop as a termination signal does (the shutdown of a headless daemon).
+    wake: UnixStream,
+    /// Set when the daemon stops because its state directory or socket went away.
+    headless: AtomicBool,
 }
 
 /// How old a usage sample may be before `status` has it sampled again. Sampling reads each
@@ -503,7 +516,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     // action would kill the daemon instead of shutting it down (seen: a test's SIGTERM right
     // after the socket appeared ended the daemon by the signal). A signal that arrives during
     // the start-up is kept in the pipe and honoured by the accept loop's first poll.
-    let signals = watch_signals()?;
+    let (signals, wake) = watch_signals()?;
     // A socket passed by systemd replaces --socket (the unit names the path once, in
     // leash.socket).
     let activated = systemd::activated_listener()?;
@@ -571,6 +584,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     })?;
 
     let root_db = root.db_path();
+    let root_inode = fs::metadata(root.dir()).map(|m| (m.dev(), m.ino())).ok();
     let daemon = Arc::new(Daemon {
         root,
         containment,
@@ -580,7 +594,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         started_at: info.started_at,
         socket: socket.clone(),
         sessions: Mutex::new(HashMap::new()),
-        starting: Mutex::new(HashSet::new()),
+        admission: admission::Admission::default(),
         ctl,
         store: Mutex::new(store),
         health_store: Mutex::new(Store::open(&root_db)?),
@@ -593,6 +607,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         activated: is_activated,
         push: push::Hub::default(),
         usage: Mutex::new(UsageCache::default()),
+        root_inode,
+        socket_inode: bound.filter(|_| !is_activated),
+        wake,
+        headless: AtomicBool::new(false),
     });
     announce_resumable(&daemon, resumable);
     if let Some(l) = metrics_listener {
@@ -643,6 +661,10 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         let _ = fs::remove_file(&socket);
     }
     let _ = lock.set_len(0);
+    if daemon.headless.load(Ordering::SeqCst) {
+        tracing::error!(state_dir = %daemon.root.dir().display(), "leash serve stopped: its state directory went away");
+        return Err(ServeError::StateRootGone(daemon.root.dir().to_path_buf()));
+    }
     tracing::info!("leash serve stopped");
     Ok(())
 }
@@ -842,10 +864,12 @@ fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
-/// A socket that becomes readable when SIGTERM, SIGINT or SIGHUP arrives.
-fn watch_signals() -> Result<UnixStream, ServeError> {
+/// A socket that becomes readable when SIGTERM, SIGINT or SIGHUP arrives, and a write end that
+/// makes it readable as they do (see [`headless`]).
+fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
     let (read, write) = UnixStream::pair().map_err(ServeError::Signals)?;
     write.set_nonblocking(true).map_err(ServeError::Signals)?;
+    let wake = write.try_clone().map_err(ServeError::Signals)?;
     for sig in [
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -854,7 +878,7 @@ fn watch_signals() -> Result<UnixStream, ServeError> {
         let w = write.try_clone().map_err(ServeError::Signals)?;
         signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?;
     }
-    Ok(read)
+    Ok((read, wake))
 }
 
 fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
@@ -874,7 +898,9 @@ fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
         }
         let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
         if ready(&fds[1]) {
-            tracing::info!("termination signal received; shutting down");
+            if !d.headless.load(Ordering::SeqCst) {
+                tracing::info!("termination signal received; shutting down");
+            }
             return;
         }
         if !ready(&fds[0]) {
@@ -912,6 +938,14 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
         .clamp(Duration::from_millis(50), Duration::from_secs(1));
     // The sender is dropped at shutdown: the wait ends at once.
     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(tick) {
+        if let Some(why) = headless(d) {
+            tracing::error!(state_dir = %d.root.dir().display(), socket = %d.socket.display(),
+                "{why}: no client can reach this daemon any more, and another leash serve could start on the path (two daemons for one root); closing every session as on SIGTERM and stopping");
+            d.headless.store(true, Ordering::SeqCst);
+            use std::io::Write;
+            let _ = (&d.wake).write(&[1]);
+            return;
+        }
         let sessions = d.all_sessions();
         for s in &sessions {
             if s.phase() != Phase::Ended {
@@ -942,6 +976,31 @@ fn housekeeping_loop(d: &Arc<Daemon>, stop: &std::sync::mpsc::Receiver<()>) {
         }
         prune_ended(d);
     }
+}
+
+/// Why the daemon lost its state root, if it did: the state directory (or, unless socket
+/// activation owns it, the socket) is gone or is another inode than the one it started with — an
+/// `rm -rf` of the root, a root moved away and recreated. Such a daemon runs its sessions
+/// headless (no socket a client can reach) while a second `leash serve` could take the path with
+/// a new database and gateway id, so it shuts down (checked every housekeeping round).
+fn headless(d: &Daemon) -> Option<String> {
+    let id = |p: &Path| fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let what = |name: &str, p: &Path, was: (u64, u64)| match id(p) {
+        None => Some(format!("the {name} {} was removed", p.display())),
+        Some(now) if now != was => Some(format!(
+            "the {name} {} was replaced (inode {} is now {})",
+            p.display(),
+            was.1,
+            now.1
+        )),
+        Some(_) => None,
+    };
+    d.root_inode
+        .and_then(|was| what("state directory", d.root.dir(), was))
+        .or_else(|| {
+            d.socket_inode
+                .and_then(|was| what("socket", &d.socket, was))
+        })
 }
 
 /// A lease of a live session that another process moved out of `open` (a `leash --no-daemon
@@ -1028,13 +1087,7 @@ fn shutdown(d: &Daemon) {
     // Ensures in flight finish first (they saw the flag too late to refuse), so their sessions
     // are closed below like the others.
     let deadline = Instant::now() + SHUTDOWN_REAP_WAIT;
-    while Instant::now() < deadline
-        && !d
-            .starting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-    {
+    while Instant::now() < deadline && !d.admission.is_empty() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let sessions = d.all_sessions();

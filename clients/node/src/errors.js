@@ -38,6 +38,19 @@ export class ConflictError extends wire('conflict') {}
 export class NotRunningError extends wire('not_running') {}
 export class SeqEvictedError extends wire('seq_evicted') {}
 export class SpawnFailedError extends wire('spawn_failed') {}
+/**
+ * The adapter started and exited before its first line of output (`ensure` with `waitMs`; the
+ * attach stream's `start_failed` end carries the same fields). A SpawnFailedError, so code that
+ * caught the old early-exit answer keeps working.
+ */
+export class StartFailedError extends SpawnFailedError {
+  constructor(message, opts = {}) {
+    super(message, opts);
+    this.code = 'start_failed';
+  }
+}
+/** `ensure`: a close of the key arrived while this ensure was starting it and closed what it started. */
+export class ClosedError extends wire('closed') {}
 export class ForbiddenError extends wire('forbidden') {}
 export class ShuttingDownError extends wire('shutting_down') {}
 export class InternalError extends wire('internal') {}
@@ -78,6 +91,8 @@ export const WIRE_ERRORS = {
   not_running: NotRunningError,
   seq_evicted: SeqEvictedError,
   spawn_failed: SpawnFailedError,
+  start_failed: StartFailedError,
+  closed: ClosedError,
   forbidden: ForbiddenError,
   shutting_down: ShuttingDownError,
   internal: InternalError,

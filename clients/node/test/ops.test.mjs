@@ -102,6 +102,9 @@ test('every reachable error code arrives as its LeashError subclass', async (t) 
   // spawn_failed with the adapter's exit status and last stderr lines.
   const err = await c.ensure('crash', { argv: fakeAgent(), env: { FAKE_AGENT: 'crash' }, waitMs: 10_000 }).catch((e) => e);
   assert.ok(err instanceof leash.SpawnFailedError, String(err));
+  // An exit before the first output line within waitMs: start_failed, still a SpawnFailedError.
+  assert.ok(err instanceof leash.StartFailedError, String(err));
+  assert.equal(err.code, 'start_failed');
   assert.equal(err.data.exitStatus, 2);
   assert.ok(err.data.stderr.some((l) => l.includes('bad config')), JSON.stringify(err.data));
   // conflict: a live lease of the session held by another process (a gateway's leash exec).
@@ -131,6 +134,7 @@ test('every reachable error code arrives as its LeashError subclass', async (t) 
   // forbidden and internal need another uid or a broken database: mapped like the others.
   assert.ok(leash.errorFromWire({ code: 'forbidden', message: 'm' }) instanceof leash.ForbiddenError);
   assert.ok(leash.errorFromWire({ code: 'internal', message: 'm' }) instanceof leash.InternalError);
+  assert.ok(leash.errorFromWire({ code: 'closed', message: 'm', leaseId: 'l' }) instanceof leash.ClosedError);
   const unknown = leash.errorFromWire({ code: 'brand_new', message: 'm', extra: 1 });
   assert.equal(unknown.constructor, leash.LeashError);
   assert.equal(unknown.code, 'brand_new');

@@ -47,6 +47,11 @@ pub enum Code {
     SeqEvicted,
     /// The adapter could not be started.
     SpawnFailed,
+    /// The adapter started but exited before its first line of output (whenever that was).
+    StartFailed,
+    /// `ensure`: a `close` of the key arrived while this ensure was starting it, and closed what
+    /// it started.
+    Closed,
     /// The peer runs as another user.
     Forbidden,
     /// The daemon is shutting down and takes no new sessions.
@@ -62,7 +67,7 @@ pub enum Code {
 
 /// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
 /// gives the CLI's exit code through [`crate::kind::KINDS`]). The only place a code is named.
-pub const CODES: [(Code, &str, Kind); 16] = [
+pub const CODES: [(Code, &str, Kind); 18] = [
     (Code::BadUtf8, "bad_utf8", Kind::Usage),
     (Code::BadJson, "bad_json", Kind::Usage),
     (Code::LineTooLong, "line_too_long", Kind::Usage),
@@ -74,6 +79,8 @@ pub const CODES: [(Code, &str, Kind); 16] = [
     (Code::NotRunning, "not_running", Kind::Conflict),
     (Code::SeqEvicted, "seq_evicted", Kind::Internal),
     (Code::SpawnFailed, "spawn_failed", Kind::SpawnFailed),
+    (Code::StartFailed, "start_failed", Kind::SpawnFailed),
+    (Code::Closed, "closed", Kind::Conflict),
     (Code::Forbidden, "forbidden", Kind::Internal),
     (Code::ShuttingDown, "shutting_down", Kind::Conflict),
     (Code::SendTimeout, "send_timeout", Kind::Internal),
@@ -255,8 +262,9 @@ pub struct Ensure {
     /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default true).
     #[serde(default = "yes")]
     pub persist_spec: bool,
-    /// How long `ensure` watches a new adapter for an early death (default `serve
-    /// --ensure-wait-ms`); it stops watching at the adapter's first line of output.
+    /// How long `ensure` waits for a new adapter's first line of output (default `serve
+    /// --ensure-wait-ms`, 0): an exit before it within the wait is the ensure's `start_failed`
+    /// (after it, the stream's `start_failed` end). At most [`crate::limits::MAX_ENSURE_WAIT_MS`].
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }
@@ -577,6 +585,20 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 }
             }
             check_ms(op, "graceMs", e.grace_ms, crate::limits::check_grace_ms)?;
+            check_ms(op, "waitMs", e.wait_ms, crate::limits::check_ensure_wait_ms)?;
+            // The limits by the CLI's own rules (`leash exec --memory-max/--pids-max/--cpu-max`),
+            // here at the edge: a bad one is a bad request, never a failed spawn.
+            check_ms(
+                op,
+                "memoryMax",
+                e.memory_max,
+                crate::limits::check_cgroup_limit,
+            )?;
+            check_ms(op, "pidsMax", e.pids_max, crate::limits::check_cgroup_limit)?;
+            if let Some(c) = &e.cpu_max {
+                crate::cgroup::parse_cpu_max(c)
+                    .map_err(|err| bad(format!("{op}: \"cpuMax\": {err}")))?;
+            }
             Op::Ensure(e)
         }
         "send" => {
@@ -599,9 +621,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "attach" => {
             let a: Attach = fields_of(op, fields)?;
             check_key("session", &a.session)?;
-            if a.since < 0 {
-                return Err(bad("attach: \"since\" must be 0 or a seq"));
-            }
+            check_since(op, a.since)?;
             Op::Attach(a)
         }
         "cancel" => {
@@ -709,6 +729,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "events" => {
             let e: Events = fields_of(op, fields)?;
             check_key("session", &e.session)?;
+            check_since(op, e.since)?;
             Op::Events(e)
         }
         "metrics" => {
@@ -799,6 +820,16 @@ fn check_ms(
             .map_err(|e| bad(format!("{op}: \"{name}\": {e}"))),
         None => Ok(()),
     }
+}
+
+/// The one rule for `since` (`attach`, `events`): 0 (from the start) or a seq, never negative.
+fn check_since(op: &str, since: i64) -> Result<(), (Code, String)> {
+    if since < 0 {
+        return Err(bad(format!(
+            "{op}: \"since\" must be 0 or a seq, got {since}"
+        )));
+    }
+    Ok(())
 }
 
 fn no_nul(name: &str, v: &str) -> Result<(), (Code, String)> {
@@ -1057,6 +1088,46 @@ mod tests {
     }
 
     #[test]
+    fn limits_waits_and_since_are_refused_at_the_edge_by_one_rule() {
+        for (line, says) in [
+            (
+                r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"pidsMax":0}"#,
+                "pidsMax",
+            ),
+            (
+                r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"memoryMax":0}"#,
+                "memoryMax",
+            ),
+            (
+                r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"cpuMax":"0"}"#,
+                "cpuMax",
+            ),
+            (
+                r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"waitMs":60001}"#,
+                "waitMs",
+            ),
+            (
+                r#"{"id":1,"op":"events","session":"s","since":-5}"#,
+                "since",
+            ),
+            (
+                r#"{"id":1,"op":"attach","session":"s","since":-5}"#,
+                "since",
+            ),
+        ] {
+            let e = parse_request(line.as_bytes()).unwrap_err();
+            assert_eq!(e.code, Code::BadRequest, "{line}");
+            assert!(e.message.contains(says), "{line}: {}", e.message);
+        }
+        for ok in [
+            r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"pidsMax":1,"memoryMax":1,"cpuMax":"0.5","waitMs":60000}"#,
+            r#"{"id":1,"op":"events","session":"s","since":0}"#,
+        ] {
+            assert!(parse_request(ok.as_bytes()).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn additions_parse_and_refuse_what_they_should() {
         // `ensure {session}`: the stored spec; other spec fields without argv are ambiguous.
         let r = parse_request(br#"{"id":1,"op":"ensure","session":"s"}"#).unwrap();
@@ -1102,6 +1173,8 @@ mod tests {
             Code::NotRunning,
             Code::SeqEvicted,
             Code::SpawnFailed,
+            Code::StartFailed,
+            Code::Closed,
             Code::Forbidden,
             Code::ShuttingDown,
             Code::SendTimeout,
@@ -1121,6 +1194,8 @@ mod tests {
                 | Code::NotRunning
                 | Code::SeqEvicted
                 | Code::SpawnFailed
+                | Code::StartFailed
+                | Code::Closed
                 | Code::Forbidden
                 | Code::ShuttingDown
                 | Code::SendTimeout

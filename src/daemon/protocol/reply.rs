@@ -477,9 +477,14 @@ pub enum EndReason {
     Evicted,
     /// The client ended the attach with `detach`.
     Detached,
+    /// The adapter exited before its first line of output (and no close ended it): its start
+    /// failed. The `error` has code `start_failed`, the exit status and the last stderr lines.
+    /// Named as its error code.
+    #[serde(rename = "start_failed")]
+    StartFailed,
 }
 
-/// The `error` of an `evicted` end (`seq_evicted`).
+/// The `error` of an `evicted` end (`seq_evicted`) or a `start_failed` one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EndError {
@@ -487,6 +492,12 @@ pub struct EndError {
     pub last_seq: i64,
     pub message: String,
     pub oldest_seq: i64,
+    /// `start_failed`: the adapter's exit status (`null` when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<Option<i32>>,
+    /// `start_failed`: the adapter's last stderr lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<Vec<String>>,
 }
 
 /// `cancel` through the daemon, and `leash cancel` (whose direct path has no notice).
@@ -801,6 +812,8 @@ mod tests {
                 last_seq: 9,
                 message: "m".into(),
                 oldest_seq: 4,
+                exit_status: None,
+                stderr: None,
             }),
             last_seq: 2,
             reason: EndReason::Evicted,

@@ -43,7 +43,7 @@ use replay::Replay;
 pub use replay::{Batch, Item};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
-pub use spawn::{spawn, SpawnError, SpawnSpec};
+pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
 use stdio::*;
 
 use crate::daemon::protocol::Ensure;
@@ -164,6 +164,11 @@ struct Inner {
     held: Option<String>,
     /// Lines that could never be given a seq (the session ended while the store was failing).
     output_dropped: u64,
+    /// A close of this daemon (requested, idle, shutdown, a takeover) began: an end that follows
+    /// is the close's, never a start failure.
+    close_begun: bool,
+    /// Set at the end: the adapter exited before its first line of output and no close ended it.
+    start_failure: Option<StartFailure>,
 }
 
 impl Inner {
@@ -182,6 +187,8 @@ impl Inner {
             stderr_tail: VecDeque::new(),
             held: None,
             output_dropped: 0,
+            close_begun: false,
+            start_failure: None,
         }
     }
 }

@@ -20,6 +20,8 @@ pub enum Batch {
     /// The session ended and every item up to `last_seq` was handed out.
     Ended {
         last_seq: i64,
+        /// The adapter exited before its first line of output (the stream ends `start_failed`).
+        start_failed: Option<super::StartFailure>,
     },
     /// Nothing new within the wait.
     Idle,
@@ -159,6 +161,7 @@ impl Supervised {
             if g.life.is_ended() {
                 return Batch::Ended {
                     last_seq: g.replay.last_seq(),
+                    start_failed: g.start_failure.clone(),
                 };
             }
             let now = Instant::now();

@@ -7,7 +7,10 @@ use super::*;
 impl Supervised {
     /// Marks the session as closing; false when it is not running (or already closing).
     pub fn begin_close(&self) -> bool {
-        self.lock().life.begin_close()
+        let mut g = self.lock();
+        let begun = g.life.begin_close();
+        g.close_begun |= begun;
+        begun
     }
 
     /// Marks the session closing if it is running, not busy, and quiet for at least `idle`;
@@ -21,13 +24,21 @@ impl Supervised {
         if g.is_busy() || quiet < idle || self.lease.get().is_none() {
             return None;
         }
-        g.life.begin_idle_close().then_some(quiet)
+        let begun = g.life.begin_idle_close();
+        g.close_begun |= begun;
+        begun.then_some(quiet)
     }
 
     /// Marks the session closing for a lease that changed underneath the daemon (see
     /// `notice_changed_leases` in the daemon); false when it ended or a close is in flight.
     pub fn begin_takeover(&self) -> bool {
-        self.lease.get().is_some() && self.lock().life.begin_takeover()
+        if self.lease.get().is_none() {
+            return false;
+        }
+        let mut g = self.lock();
+        let begun = g.life.begin_takeover();
+        g.close_begun |= begun;
+        begun
     }
 
     /// Whether the daemon should look at this session's lease row for changes made by others.
@@ -86,13 +97,26 @@ impl Supervised {
                 g = g.wait_timeout(Duration::from_millis(200));
             }
         }
-        if let Some(info) = self.lease.get().cloned() {
+        // An adapter that died at once may be gone before `ensure` read its lease: find it here,
+        // so that its lease is settled all the same.
+        if let Some(info) = self.find_lease().cloned() {
             self.settle_lease(&info, ctl);
         }
         if !drained {
             let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
         }
-        tracing::info!(session = %self.key, lease_id = self.lease.get().map(|i| i.lease_id.as_str()), status = code, "session ended");
+        // Every stdout line is read by now: an adapter that started and wrote none before it
+        // exited, with no close of ours ending it, failed to start, whenever that was.
+        let start_failure = self.start_failure(code);
+        if let Some(f) = &start_failure {
+            tracing::warn!(session = %self.key, status = code, "{f}");
+            let detail = json!({ "status": f.status, "stderr": f.stderr });
+            if let Err(e) = self.record_event("start_failed", Some(detail)) {
+                tracing::error!(session = %self.key, error = %e, "cannot record the start failure");
+            }
+        }
+        tracing::info!(session = %self.key, lease_id = self.find_lease().map(|i| i.lease_id.as_str()), status = code, "session ended");
+
         let detail = json!({ "status": code, "wrapperPid": self.child_pid });
         if let Err(e) = self.record_event("exit", Some(detail)) {
             tracing::error!(session = %self.key, error = %e, "cannot record the exit");
@@ -100,9 +124,29 @@ impl Supervised {
         self.close_stdin();
         let mut g = self.lock();
         g.life.end(code);
+        g.start_failure = start_failure;
         g.pending.clear();
         drop(g);
         self.changed.notify_all();
+    }
+
+    /// The start failure of a session whose wrapper exited with `code`: the adapter was started
+    /// (its lease row has its pid, from the wrapper's report), it wrote no line of output, and
+    /// no close of this daemon began. `None` otherwise.
+    fn start_failure(&self, code: Option<i32>) -> Option<StartFailure> {
+        {
+            let g = self.lock();
+            if g.close_begun || g.output_lines > 0 {
+                return None;
+            }
+        }
+        let info = self.find_lease()?;
+        let row = self.store().lease(&info.lease_id).ok().flatten()?;
+        row.adapter_pid?;
+        Some(StartFailure {
+            status: code,
+            stderr: self.stderr_tail_settled(),
+        })
     }
 
     /// The wrapper is gone (we reaped it). Its report turns an open lease `ended` with the exit

@@ -26,11 +26,33 @@ pub enum SpawnError {
     },
     #[error("the adapter did not start within {0:?}; the session is being closed")]
     Timeout(Duration),
-    #[error("the adapter exited at once (exit status {}){}", status.map_or("unknown".into(), |c| c.to_string()), last_words(stderr))]
-    ExitedAtOnce {
+    /// The adapter started and exited before its first line of output (within the ensure's
+    /// `waitMs`; after it, the same failure ends the stream: [`StartFailure`]).
+    #[error("{}", StartFailure { status: *status, stderr: stderr.clone() })]
+    StartFailed {
         status: Option<i32>,
         stderr: Vec<String>,
     },
+}
+
+/// An adapter that was started and exited before its first line of output, with no close of
+/// the daemon ending it: its start failed, whenever the exit came. Reported the same way by an
+/// `ensure` that was still waiting (`start_failed`) and by the stream's end (`start_failed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    pub status: Option<i32>,
+    pub stderr: Vec<String>,
+}
+
+impl std::fmt::Display for StartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the adapter exited before its first line of output (exit status {}){}",
+            self.status.map_or("unknown".into(), |c| c.to_string()),
+            last_words(&self.stderr)
+        )
+    }
 }
 
 pub(super) fn last_words(stderr: &[String]) -> String {
@@ -183,22 +205,7 @@ impl Supervised {
     pub fn await_started(&self) -> Result<(), SpawnError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if self.lease.get().is_none() {
-                let found = self.store().latest_lease_for_session(&self.key);
-                match found {
-                    Ok(Some(l)) if l.root_pid == self.child_pid => {
-                        let _ = self.lease.set(LeaseInfo {
-                            lease_id: l.lease_id.clone(),
-                            root: l.root(),
-                        });
-                        self.sync_events();
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(session = %self.key, error = %e, "cannot read the lease yet")
-                    }
-                }
-            }
+            self.find_lease();
             if let Some(info) = self.lease.get() {
                 if let Some(r) = WrapperReport::read(&self.root, &info.lease_id)
                     .filter(|r| r.wrapper_pid == self.child_pid)
@@ -217,6 +224,15 @@ impl Supervised {
                 (g.life.phase(), g.life.exit_status())
             };
             if phase == Phase::Ended {
+                // The report is removed once folded into the row: an adapter that started and
+                // died at once is known started by its row (its end is a start failure, told
+                // by the stream, not a failed spawn).
+                let started = self.find_lease().is_some_and(|info| {
+                    matches!(self.store().lease(&info.lease_id), Ok(Some(l)) if l.adapter_pid.is_some())
+                });
+                if started {
+                    return Ok(());
+                }
                 if self.lease.get().is_none() {
                     // leash exec refused before committing a lease of ours: a live lease of the
                     // session that is not ours is the usual reason.
@@ -237,23 +253,46 @@ impl Supervised {
         }
     }
 
-    /// After the adapter started: waits up to `wait` for its first line of output (it is alive
-    /// and talking) or for its end. An adapter that dies within the wait — bad config, a missing
-    /// dependency — is reported with its exit status and last stderr lines instead of `running`.
+    /// The session's lease, read from the store (and kept) once `leash exec` committed it.
+    pub(super) fn find_lease(&self) -> Option<&LeaseInfo> {
+        if self.lease.get().is_none() {
+            let found = self.store().latest_lease_for_session(&self.key);
+            match found {
+                Ok(Some(l)) if l.root_pid == self.child_pid => {
+                    let _ = self.lease.set(LeaseInfo {
+                        lease_id: l.lease_id.clone(),
+                        root: l.root(),
+                    });
+                    self.sync_events();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(session = %self.key, error = %e, "cannot read the lease yet")
+                }
+            }
+        }
+        self.lease.get()
+    }
+
+    /// After the adapter started: waits up to `wait` (the ensure's `waitMs`) for its first line
+    /// of output or for its end. An adapter that exits before its first line failed to start
+    /// ([`StartFailure`]): within the wait that is the ensure's answer; after it, the stream's.
+    /// A close of the daemon that begins meanwhile ends the wait (the close answers for it).
     pub fn await_early_exit(&self, wait: Duration) -> Result<(), SpawnError> {
         let deadline = Instant::now() + wait;
         let mut g = self.lock();
         loop {
             if g.life.is_ended() {
-                let status = g.life.exit_status();
-                drop(g);
-                return Err(SpawnError::ExitedAtOnce {
-                    status,
-                    stderr: self.stderr_tail_settled(),
-                });
+                return match g.start_failure.clone() {
+                    Some(f) => Err(SpawnError::StartFailed {
+                        status: f.status,
+                        stderr: f.stderr,
+                    }),
+                    None => Ok(()),
+                };
             }
             let now = Instant::now();
-            if g.output_lines > 0 || now >= deadline {
+            if g.output_lines > 0 || g.close_begun || now >= deadline {
                 return Ok(());
             }
             g = g.wait_timeout(deadline - now);

@@ -1,0 +1,263 @@
+//! Admission of `ensure`s, one per session key, and how a `close` of a key meets an ensure of it
+//! that is in flight.
+//!
+//! An ensure takes its key's **slot** before it spawns anything and gives it back when it
+//! replies; a second ensure of the key meanwhile is answered `conflict` (issue 23 queues them
+//! here: the slot is the place a FIFO of ensures, with closes ordered among them, would hang off).
+//!
+//! **A close that arrives while an ensure holds the slot** waits for it and closes what it
+//! started: it registers on the slot, waits until the ensure has its session under a lease (or
+//! ended without one), and then closes it through the normal close path. The ensure, seeing the
+//! close registered, stops watching its adapter, waits for the close to finish, and answers
+//! `closed` (not a spawn failure, not `running`): no session survives a close, and neither reply
+//! is false. Registering and the ensure's release take the slot's one lock, so a close is either
+//! seen by the ensure (it answers `closed`) or comes after its reply (an ordinary close).
+
+use super::session::Supervised;
+use crate::lifecycle::CloseOutcome;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The keys whose `ensure` is in flight.
+#[derive(Default)]
+pub(crate) struct Admission {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One key's ensure in flight.
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// The ensure's session, once its lease and the adapter's start are confirmed.
+    session: Option<Arc<Supervised>>,
+    /// The ensure replied (or gave up): a close arriving now is an ordinary close.
+    released: bool,
+    close: CloseState,
+}
+
+#[derive(Default, Clone)]
+enum CloseState {
+    #[default]
+    None,
+    /// A close waits for (or runs on) the ensure's session.
+    Requested,
+    /// The close finished; its outcome for the ensure's lease, if it had one.
+    Done(Option<CloseOutcome>),
+}
+
+/// What an ensure learns when it releases its slot.
+pub(crate) enum Release {
+    /// No close arrived: the ensure answers as it would alone.
+    Alone,
+    /// A close arrived while the ensure was in flight and finished with this outcome.
+    Closed(Option<CloseOutcome>),
+}
+
+impl Admission {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes `key`'s slot; `None` while another ensure of the key holds it.
+    pub(crate) fn enter(&self, key: &str) -> Option<Ticket<'_>> {
+        let mut m = self.map();
+        if m.contains_key(key) {
+            return None;
+        }
+        let slot = Arc::new(Slot::default());
+        m.insert(key.to_string(), slot.clone());
+        Some(Ticket {
+            admission: self,
+            key: key.to_string(),
+            slot,
+        })
+    }
+
+    /// No ensure is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map().is_empty()
+    }
+
+    /// A close of `key`: when an ensure of it is in flight, registers on its slot and waits (at
+    /// most `limit`) until the ensure has its session or ended without one. The returned
+    /// [`PendingClose`] tells the ensure how the close ended (on drop at the latest).
+    pub(crate) fn close_arrives(&self, key: &str, limit: Duration) -> Option<PendingClose> {
+        let slot = self.map().get(key).cloned()?;
+        let deadline = Instant::now() + limit;
+        let mut st = slot.lock();
+        if st.released {
+            return None;
+        }
+        st.close = CloseState::Requested;
+        slot.changed.notify_all();
+        while st.session.is_none() && !st.released {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = slot
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(st);
+        Some(PendingClose { slot, done: false })
+    }
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An ensure's hold on its key's slot; released on drop (or by [`Ticket::release`]).
+pub(crate) struct Ticket<'a> {
+    admission: &'a Admission,
+    key: String,
+    slot: Arc<Slot>,
+}
+
+impl Ticket<'_> {
+    /// The ensure's session is under a lease and its adapter started: a waiting close may go on.
+    pub(crate) fn publish(&self, s: &Arc<Supervised>) {
+        self.slot.lock().session = Some(s.clone());
+        self.slot.changed.notify_all();
+    }
+
+    /// A close of the key arrived while this ensure is in flight.
+    pub(crate) fn close_requested(&self) -> bool {
+        !matches!(self.slot.lock().close, CloseState::None)
+    }
+
+    /// Gives the slot back. When a close registered before that, waits (at most `limit`) for it
+    /// to finish and says so; a close registering later is an ordinary close.
+    pub(crate) fn release(self, limit: Duration) -> Release {
+        let deadline = Instant::now() + limit;
+        let mut st = self.slot.lock();
+        if st.session.is_none() {
+            // Nothing was started (the ensure failed): a waiting close goes on as an ordinary
+            // one and finds nothing of this ensure to close.
+            st.released = true;
+            drop(st);
+            self.slot.changed.notify_all();
+            return Release::Alone;
+        }
+        let release = loop {
+            match &st.close {
+                CloseState::None => break Release::Alone,
+                CloseState::Done(out) => break Release::Closed(out.clone()),
+                CloseState::Requested => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Release::Closed(None);
+            }
+            st = self
+                .slot
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        };
+        st.released = true;
+        drop(st);
+        release
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.slot.lock().released = true;
+        self.slot.changed.notify_all();
+        let mut m = self.admission.map();
+        if m.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) {
+            m.remove(&self.key);
+        }
+    }
+}
+
+/// A close registered on an ensure's slot; tells the ensure the outcome (on drop at the latest,
+/// so an ensure never waits for a close that failed).
+pub(crate) struct PendingClose {
+    slot: Arc<Slot>,
+    done: bool,
+}
+
+impl PendingClose {
+    /// The ensure's session, if it has one (the close names its lease).
+    pub(crate) fn session(&self) -> Option<Arc<Supervised>> {
+        self.slot.lock().session.clone()
+    }
+
+    /// The close finished with these outcomes: the ensure's lease's one is handed over.
+    pub(crate) fn done(mut self, outcomes: Option<&[CloseOutcome]>) {
+        let lease = self.session().and_then(|s| s.lease_id().map(str::to_owned));
+        let mine = outcomes.and_then(|out| {
+            out.iter()
+                .find(|o| Some(o.lease_id.as_str()) == lease.as_deref())
+                .cloned()
+        });
+        self.finish(mine);
+    }
+
+    fn finish(&mut self, outcome: Option<CloseOutcome>) {
+        self.done = true;
+        self.slot.lock().close = CloseState::Done(outcome);
+        self.slot.changed.notify_all();
+    }
+}
+
+impl Drop for PendingClose {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ensure_per_key_and_a_close_after_the_release_is_ordinary() {
+        let a = Admission::default();
+        let t = a.enter("k").expect("free");
+        assert!(a.enter("k").is_none(), "a second ensure of the key");
+        assert!(a.enter("other").is_some());
+        assert!(!t.close_requested());
+        assert!(matches!(t.release(Duration::from_secs(1)), Release::Alone));
+        assert!(a.is_empty());
+        assert!(a.close_arrives("k", Duration::from_secs(1)).is_none());
+    }
+
+    #[test]
+    fn a_close_waits_for_an_ensure_that_starts_nothing_and_goes_on() {
+        let a = Arc::new(Admission::default());
+        let t = a.enter("k").unwrap();
+        let a2 = a.clone();
+        // No session is ever published (the ensure failed): the close waits until the ensure
+        // gives up, then goes on as an ordinary close; the ensure keeps its own answer.
+        let closer = std::thread::spawn(move || {
+            let p = a2
+                .close_arrives("k", Duration::from_secs(10))
+                .expect("in flight");
+            assert!(p.session().is_none());
+            p.done(None);
+        });
+        while !t.close_requested() {
+            std::thread::yield_now();
+        }
+        assert!(matches!(t.release(Duration::from_secs(10)), Release::Alone));
+        closer.join().unwrap();
+        assert!(a.is_empty());
+    }
+}
