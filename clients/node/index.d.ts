@@ -104,7 +104,18 @@ export interface EnsureSpec {
   /** The adapter command. Omit it to re-spawn the session from its stored spec. */
   argv?: string[];
   cwd?: string;
+  /**
+   * Set in the adapter's environment, after the scrub (a name here passes whatever `unsetEnv`,
+   * `clearEnv` and the daemon's default scrub say). On a resume (`argv` omitted) it gives the
+   * values of a spec stored without them (see `persistEnv`).
+   */
   env?: Record<string, string>;
+  /** Variables removed from the daemon's environment, beside its default scrub of provider credentials. */
+  unsetEnv?: string[];
+  /** Start from an empty environment: only `keepEnv`, `env` and the lease markers pass. */
+  clearEnv?: boolean;
+  /** With `clearEnv`: the daemon's variables that pass; without it: names spared from the default scrub. */
+  keepEnv?: string[];
   agent?: string;
   owner?: string;
   spawnedBy?: string;
@@ -112,6 +123,11 @@ export interface EnsureSpec {
   graceMs?: number;
   /** Keep the spec in the state database for `ensure(session)` (default true). */
   persistSpec?: boolean;
+  /**
+   * Store the values of `env` with the spec (default false: only the names are stored, and a
+   * resume must give `env` again with a value for each).
+   */
+  persistEnv?: boolean;
   /** How long to watch a new adapter for an early death (daemon default 200 ms). */
   waitMs?: number;
 }
@@ -151,6 +167,8 @@ export interface CloseTargets {
   sessions?: string[];
   leases?: string[];
   graceMs?: number;
+  /** Also delete the daemon's stored specs and resumable entries of the sessions closed. */
+  discardPersistentState?: boolean;
 }
 
 export interface CloseOutcome {
@@ -352,6 +370,12 @@ export interface SpawnOptions {
   graceMs?: number;
   /** The whole environment of leash exec and the adapter, as child_process.spawn takes it. */
   env?: NodeJS.ProcessEnv;
+  /** Removed from the adapter's environment (`leash exec --unset-env`); the lease markers always survive. */
+  unsetEnv?: string[];
+  /** Start the adapter from an empty environment (`--clear-env`): only `keepEnv` and the lease markers pass. */
+  clearEnv?: boolean;
+  /** With `clearEnv`: the variables that pass (`--keep-env`), e.g. `['PATH', 'HOME']`. */
+  keepEnv?: string[];
   cwd?: string;
   stdio?: StdioOptions;
   signal?: AbortSignal;

@@ -253,6 +253,17 @@ pub struct ExecArgs {
     /// CPU limit of the session's cgroup (cpu.max): CPUs (e.g. 0.5), or "QUOTA PERIOD" in µs
     #[arg(long, value_name = "CPUS", value_parser = parse_cpu_max)]
     pub cpu_max: Option<String>,
+    /// Remove this variable from the adapter's environment (repeatable), e.g. a provider
+    /// credential the adapter must not inherit; the lease markers always survive
+    #[arg(long, value_name = "NAME", conflicts_with = "clear_env")]
+    pub unset_env: Vec<String>,
+    /// Start the adapter from an empty environment: only the --keep-env names and the lease
+    /// markers pass (keep PATH and HOME if the adapter needs them)
+    #[arg(long)]
+    pub clear_env: bool,
+    /// With --clear-env: let this variable through (repeatable)
+    #[arg(long, value_name = "NAME", requires = "clear_env")]
+    pub keep_env: Vec<String>,
     /// The adapter command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -671,6 +682,11 @@ fn run_exec(
         parent_session_key: a.parent,
         grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         owner_pid: a.owner_pid,
+        env: crate::envpolicy::EnvPolicy {
+            unset: a.unset_env,
+            clear: a.clear_env,
+            keep: a.keep_env,
+        },
         command: a.command,
     };
     match crate::controller::exec::exec(&root, req) {

@@ -273,7 +273,11 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         Op::Close(c) => {
             let refs = c.targets;
             off_thread(d, out, id, "close", move |d| {
-                Ok(d.close(&refs, c.grace_ms, "requested")?)
+                let closed = d.close(&refs, c.grace_ms, "requested");
+                if c.discard_persistent_state {
+                    additions::discard_persistent_state(d, &refs, closed.as_ref().ok());
+                }
+                Ok(closed?)
             });
         }
         Op::Reap(r) => off_thread(d, out, id, "reap", move |d| reap(d, &r)),
@@ -411,6 +415,7 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
                 if !matches {
                     tracing::warn!(session_key = %e.session, running = ?s.argv, asked = ?e.argv, "ensure found the session running another argv");
                 }
+                additions::on_running(d, e);
                 return Ok(describe(&s, false, matches));
             }
             Phase::Closing => {

@@ -22,6 +22,7 @@ mod sessions;
 pub use events::Event;
 pub use leases::{Counts, ReportUpdate, Transition};
 pub use legacy::NewLegacyRecord;
+pub use meta::SPEC_KEY_PREFIX;
 pub use sessions::SessionRow;
 
 use rusqlite::config::DbConfig;

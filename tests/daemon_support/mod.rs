@@ -30,8 +30,18 @@ impl Daemon {
 
     /// [`Daemon::start`] with another log filter (`debug` logs every request).
     pub fn start_logging(state: &Path, args: &[&str], filter: &str) -> Daemon {
+        Daemon::start_with_env(state, args, filter, &[])
+    }
+
+    /// [`Daemon::start_logging`] with these variables added to the daemon's environment.
+    pub fn start_with_env(
+        state: &Path,
+        args: &[&str],
+        filter: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let log = unique_log(state);
-        let child = spawn_serve(state, args, &log, filter);
+        let child = spawn_serve(state, args, &log, filter, env);
         let pid = Pid::of(child.id() as i32).expect("daemon started");
         let mut d = Daemon {
             state: state.to_path_buf(),
@@ -121,11 +131,18 @@ fn unique_log(state: &Path) -> PathBuf {
     unreachable!()
 }
 
-fn spawn_serve(state: &Path, args: &[&str], log: &Path, filter: &str) -> Child {
+fn spawn_serve(
+    state: &Path,
+    args: &[&str],
+    log: &Path,
+    filter: &str,
+    env: &[(&str, &str)],
+) -> Child {
     let log_file = std::fs::File::create(log).unwrap();
     leash(state)
         .arg("serve")
         .args(args)
+        .envs(env.iter().copied())
         .env("LEASH_LOG", filter)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
