@@ -148,7 +148,8 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     Status,
-    Ensure(Ensure),
+    // Boxed: the largest request by far, and every other op would pay its size.
+    Ensure(Box<Ensure>),
     Send(Send),
     Attach(Attach),
     Cancel(Cancel),
@@ -620,7 +621,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 }
             }
             check_ms(op, "graceMs", e.grace_ms, crate::limits::check_grace_ms)?;
-            Op::Ensure(e)
+            Op::Ensure(Box::new(e))
         }
         "send" => {
             let s: Send = fields_of(op, fields)?;
