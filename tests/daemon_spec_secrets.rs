@@ -180,3 +180,30 @@ fn a_spec_is_pruned_with_its_sessions_last_lease() {
     let left: Vec<String> = stored_specs(&state).into_iter().map(|(k, _)| k).collect();
     assert_eq!(left, ["live"]);
 }
+
+#[test]
+fn a_resumable_push_names_the_env_a_resume_must_give() {
+    let tmp = TempDir::new("spec-push");
+    let state = tmp.join("state");
+    let mut daemon = Daemon::start(&state, &[]);
+    let mut c = daemon.connect();
+    let (_, log, _) = ensure_recorder(
+        &mut c,
+        tmp.path(),
+        "busy",
+        "rec.log",
+        json!({"env": {"API_TOKEN": "sk-x", "OTHER": "y"}}),
+    );
+    c.call("send", json!({"session": "busy", "line": prompt("acp-1")}));
+    wait_lines(&log, 1);
+    assert_eq!(daemon.terminate().code(), Some(0));
+
+    let daemon = Daemon::start(&state, &[]);
+    let mut c = daemon.connect();
+    c.call("hello", json!({"events": true}));
+    let hello_id = json!(c.last_id());
+    let item = c.next_item(&hello_id);
+    assert_eq!(item["type"], "resumable", "{item}");
+    assert_eq!(item["hasSpec"], true, "{item}");
+    assert_eq!(item["needsEnv"], json!(["API_TOKEN", "OTHER"]), "{item}");
+}

@@ -74,6 +74,8 @@ export interface ResumableEntry {
   eventSeq?: number;
   /** In pushes: whether `ensure(session)` without argv can re-spawn it. */
   hasSpec?: boolean;
+  /** In pushes: env names the stored spec keeps without values; `resume(session, { env })` must give them. */
+  needsEnv?: string[];
 }
 
 export interface StatusResult {
@@ -297,6 +299,8 @@ export interface ResumeOptions extends CallOptions {
   acpSessionId?: string;
   cwd?: string;
   clientCapabilities?: Json;
+  /** The env values of a spec stored without them (`persistEnv` not set): one per stored name. */
+  env?: Record<string, string>;
 }
 
 export interface ResumeResult {

@@ -67,11 +67,12 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
 }
 
 /// A resumable entry as a push item, with whether `ensure {session}` can re-spawn it from a
-/// stored spec.
+/// stored spec, and the env names it must then give values for.
 fn resumable_item(d: &Daemon, entry: &Resumable) -> StreamItem {
-    let has_spec = matches!(spec::load(&d.store(), &entry.session_key), Ok(Some(_)));
+    let stored = spec::load(&d.store(), &entry.session_key).ok().flatten();
     StreamItem::Resumable {
-        has_spec,
+        has_spec: stored.is_some(),
+        needs_env: stored.map(|s| s.env_names).unwrap_or_default(),
         entry: entry.clone(),
     }
 }
