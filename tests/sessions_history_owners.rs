@@ -1,11 +1,14 @@
 //! History is scoped per lease, not per key (issue 21 item 7): a session key reused by a new owner
 //! shows the new owner only its own leases' events, and the previous owner still reads its own
 //! (argv included), through `leash sessions history` and through `leash mcp`'s
-//! `sessions_history` tool (the same controller function). Real `leash exec` leases, a real
-//! database.
+//! `sessions_history` tool (the same controller function), which merges a running daemon's live
+//! output only for the owner of the key's current lease. Real `leash exec` leases, a real
+//! database, a real daemon.
 mod common;
+mod daemon_support;
 mod mcp_support;
 use common::*;
+use daemon_support::{Conn, Daemon};
 use mcp_support::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -126,4 +129,45 @@ fn a_reused_key_shows_each_owner_only_its_own_leases() {
         assert_eq!(words, want, "{who}: {r}");
         p.close_and_wait();
     }
+}
+
+/// `leash mcp --as WHO`'s `sessions_history` of [`KEY`], as text.
+fn mcp_history(state: &Path, who: &str) -> Value {
+    let mut p = McpProc::start(state, &["--as", who]);
+    let r = p.request(&initialize(1, "2025-06-18"));
+    assert!(r.get("result").is_some(), "{r}");
+    p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let r = p.request(&tool_call(2, "sessions_history", json!({"sessionKey": KEY})));
+    p.close_and_wait();
+    r
+}
+
+#[test]
+fn the_daemons_live_output_goes_only_to_the_owner_of_the_current_lease() {
+    let tmp = TempDir::new("hist-live");
+    let state = tmp.join("state");
+    exec_as(&state, A, "alpha-secret-argv");
+    let daemon = Daemon::start(&state, &[]);
+    let mut c: Conn = daemon.connect();
+    c.call(
+        "ensure",
+        json!({"session": KEY, "owner": B, "graceMs": 300,
+               "argv": ["/bin/sh", "-c", "echo beta-live-output; exec /bin/cat"]}),
+    );
+    // The line is in the daemon's replay buffer once an attach from 0 shows it.
+    let (id, _) = c.attach(KEY, 0);
+    loop {
+        let item = c.next_item(&id);
+        if item["type"] == "output" && item["line"] == "beta-live-output" {
+            break;
+        }
+        assert_ne!(item["type"], "end", "{item}");
+    }
+    let b = mcp_history(&state, B).to_string();
+    assert!(b.contains("beta-live-output"), "{b}");
+    assert!(!b.contains("alpha"), "{b}");
+    let a = mcp_history(&state, A);
+    let text = a.to_string();
+    assert!(!text.contains("beta"), "A reads B's live output: {text}");
+    assert!(text.contains("alpha-secret-argv"), "{text}");
 }
