@@ -147,18 +147,23 @@ fn leash_exec_refuses_bad_names_and_starts_nothing() {
         assert!(!marker.exists(), "{flags:?} ran the command");
         assert_eq!(leases(&state).len(), 1, "{flags:?} recorded a lease");
     }
-    // The message names the problem.
+    // The message names the problem, and a bad name touches nothing: not even a state root.
+    let fresh = tmp.join("fresh");
     let out = captured(
-        leash(&state)
+        leash(&fresh)
             .args(["exec", "--unset-env", "A=B", "--", "/bin/true"])
             .output()
             .unwrap(),
     );
+    assert_eq!(out.code, Some(125), "{}", out.stderr);
     assert!(
-        out.stderr.contains("\"A=B\"") && out.stderr.contains("nothing started"),
+        out.stderr.contains("'A=B'")
+            && out.stderr.contains("--unset-env")
+            && out.stderr.contains("'=' or NUL"),
         "{}",
         out.stderr
     );
+    assert!(!fresh.exists(), "a refused exec created a state root");
 }
 
 /// The environment an adapter of the daemon printed into `<session>.env`, then it waits on stdin.

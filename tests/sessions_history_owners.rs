@@ -137,7 +137,11 @@ fn mcp_history(state: &Path, who: &str) -> Value {
     let r = p.request(&initialize(1, "2025-06-18"));
     assert!(r.get("result").is_some(), "{r}");
     p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let r = p.request(&tool_call(2, "sessions_history", json!({"sessionKey": KEY})));
+    let r = p.request(&tool_call(
+        2,
+        "sessions_history",
+        json!({"sessionKey": KEY}),
+    ));
     p.close_and_wait();
     r
 }

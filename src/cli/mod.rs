@@ -255,14 +255,14 @@ pub struct ExecArgs {
     pub cpu_max: Option<String>,
     /// Remove this variable from the adapter's environment (repeatable), e.g. a provider
     /// credential the adapter must not inherit; the lease markers always survive
-    #[arg(long, value_name = "NAME", conflicts_with = "clear_env")]
+    #[arg(long, value_name = "NAME", conflicts_with = "clear_env", value_parser = parse_env_name)]
     pub unset_env: Vec<String>,
     /// Start the adapter from an empty environment: only the --keep-env names and the lease
     /// markers pass (keep PATH and HOME if the adapter needs them)
     #[arg(long)]
     pub clear_env: bool,
     /// With --clear-env: let this variable through (repeatable)
-    #[arg(long, value_name = "NAME", requires = "clear_env")]
+    #[arg(long, value_name = "NAME", requires = "clear_env", value_parser = parse_env_name)]
     pub keep_env: Vec<String>,
     /// The adapter command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -271,6 +271,17 @@ pub struct ExecArgs {
 
 fn parse_containment(s: &str) -> Result<crate::cgroup::Requested, String> {
     s.parse()
+}
+
+/// An environment variable name, checked before anything (even the state root) is touched.
+fn parse_env_name(s: &str) -> Result<String, String> {
+    match crate::envpolicy::check_name("the name", s) {
+        Ok(()) => Ok(s.to_string()),
+        Err(crate::envpolicy::EnvNameError::Empty { .. }) => {
+            Err("an environment variable name must not be empty".into())
+        }
+        Err(_) => Err("an environment variable name must not contain '=' or NUL".into()),
+    }
 }
 
 fn parse_memory_max(s: &str) -> Result<u64, String> {
