@@ -104,7 +104,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
         parent_session_key  TEXT
     );
     CREATE INDEX lease_owners_by_session ON lease_owners(session_key);
-    INSERT INTO lease_owners (lease_id, session_key, agent_id, owner_session_key, spawned_by,
+    INSERT OR IGNORE INTO lease_owners (lease_id, session_key, agent_id, owner_session_key, spawned_by,
                               parent_session_key)
         SELECT lease_id, session_key, agent_id, owner_session_key, spawned_by, parent_session_key
         FROM sessions WHERE lease_id IS NOT NULL;
