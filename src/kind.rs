@@ -261,7 +261,7 @@ impl HasKind for crate::controller::exec::ExecError {
         use crate::store::StoreError;
         match self {
             ExecError::SessionLive { .. } => Kind::Conflict,
-            ExecError::BadInput(_) | ExecError::NoCommand => Kind::Usage,
+            ExecError::BadInput(_) | ExecError::BadEnv(_) | ExecError::NoCommand => Kind::Usage,
             ExecError::Store(StoreError::Unstorable { .. }) => Kind::Usage,
             ExecError::Store(_) | ExecError::State(_) => Kind::Internal,
             ExecError::Install(_)

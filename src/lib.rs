@@ -46,6 +46,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod controller;
 pub mod daemon;
+pub mod envpolicy;
 pub mod exitcode;
 pub mod install;
 pub mod kind;

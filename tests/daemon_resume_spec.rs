@@ -46,10 +46,10 @@ fn a_stored_spec_respawns_the_session_as_it_was_across_restarts() {
     let first = c.call(
         "ensure",
         json!({"session": "s", "argv": ["sh", "-c", script], "cwd": work,
-               "env": {"SECRET_TOKEN": "t0k"}, "agent": "codex", "graceMs": 400}),
+               "env": {"SECRET_TOKEN": "t0k"}, "persistEnv": true, "agent": "codex", "graceMs": 400}),
     );
     assert_eq!(wait_lines(&work.join("seen"), 1).len(), 1);
-    // The spec holds env values: the database is 0600 (inside the 0700 state root).
+    // The spec holds env values (persistEnv): the database is 0600 (inside the 0700 state root).
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(state.join("leash.db"))
         .unwrap()

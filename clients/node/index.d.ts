@@ -74,6 +74,8 @@ export interface ResumableEntry {
   eventSeq?: number;
   /** In pushes: whether `ensure(session)` without argv can re-spawn it. */
   hasSpec?: boolean;
+  /** In pushes: env names the stored spec keeps without values; `resume(session, { env })` must give them. */
+  needsEnv?: string[];
 }
 
 export interface StatusResult {
@@ -104,7 +106,18 @@ export interface EnsureSpec {
   /** The adapter command. Omit it to re-spawn the session from its stored spec. */
   argv?: string[];
   cwd?: string;
+  /**
+   * Set in the adapter's environment, after the scrub (a name here passes whatever `unsetEnv`,
+   * `clearEnv` and the daemon's default scrub say). On a resume (`argv` omitted) it gives the
+   * values of a spec stored without them (see `persistEnv`).
+   */
   env?: Record<string, string>;
+  /** Variables removed from the daemon's environment, beside its default scrub of provider credentials. */
+  unsetEnv?: string[];
+  /** Start from an empty environment: only `keepEnv`, `env` and the lease markers pass. */
+  clearEnv?: boolean;
+  /** With `clearEnv`: the daemon's variables that pass; without it: names spared from the default scrub. */
+  keepEnv?: string[];
   agent?: string;
   owner?: string;
   spawnedBy?: string;
@@ -113,10 +126,16 @@ export interface EnsureSpec {
   /** Keep the spec in the state database for `ensure(session)` (default true). */
   persistSpec?: boolean;
   /**
-   * How long to wait for a new adapter's first line of output (daemon default 0: no wait; at most
-   * 60000). An exit before that line within the wait rejects with StartFailedError; after it, the
-   * attach stream ends with reason `start_failed`.
-   */
+    /**
+     * Store the values of `env` with the spec (default false: only the names are stored, and a
+     * resume must give `env` again with a value for each).
+     */
+    persistEnv?: boolean;
+    /**
+     * How long to wait for a new adapter's first line of output (daemon default 0: no wait; at most
+     * 60000). An exit before that line within the wait rejects with StartFailedError; after it, the
+     * attach stream ends with reason `start_failed`.
+     */
   waitMs?: number;
 }
 
@@ -155,6 +174,8 @@ export interface CloseTargets {
   sessions?: string[];
   leases?: string[];
   graceMs?: number;
+  /** Also delete the daemon's stored specs and resumable entries of the sessions closed. */
+  discardPersistentState?: boolean;
 }
 
 export interface CloseOutcome {
@@ -290,6 +311,8 @@ export interface ResumeOptions extends CallOptions {
   acpSessionId?: string;
   cwd?: string;
   clientCapabilities?: Json;
+  /** The env values of a spec stored without them (`persistEnv` not set): one per stored name. */
+  env?: Record<string, string>;
 }
 
 export interface ResumeResult {
@@ -367,6 +390,12 @@ export interface SpawnOptions {
   graceMs?: number;
   /** The whole environment of leash exec and the adapter, as child_process.spawn takes it. */
   env?: NodeJS.ProcessEnv;
+  /** Removed from the adapter's environment (`leash exec --unset-env`); the lease markers always survive. */
+  unsetEnv?: string[];
+  /** Start the adapter from an empty environment (`--clear-env`): only `keepEnv` and the lease markers pass. */
+  clearEnv?: boolean;
+  /** With `clearEnv`: the variables that pass (`--keep-env`), e.g. `['PATH', 'HOME']`. */
+  keepEnv?: string[];
   cwd?: string;
   stdio?: StdioOptions;
   signal?: AbortSignal;

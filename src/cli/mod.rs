@@ -257,6 +257,17 @@ pub struct ExecArgs {
     /// CPU limit of the session's cgroup (cpu.max): CPUs (e.g. 0.5), or "QUOTA PERIOD" in µs
     #[arg(long, value_name = "CPUS", value_parser = parse_cpu_max)]
     pub cpu_max: Option<String>,
+    /// Remove this variable from the adapter's environment (repeatable), e.g. a provider
+    /// credential the adapter must not inherit; the lease markers always survive
+    #[arg(long, value_name = "NAME", conflicts_with = "clear_env", value_parser = parse_env_name)]
+    pub unset_env: Vec<String>,
+    /// Start the adapter from an empty environment: only the --keep-env names and the lease
+    /// markers pass (keep PATH and HOME if the adapter needs them)
+    #[arg(long)]
+    pub clear_env: bool,
+    /// With --clear-env: let this variable through (repeatable)
+    #[arg(long, value_name = "NAME", requires = "clear_env", value_parser = parse_env_name)]
+    pub keep_env: Vec<String>,
     /// The adapter command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -264,6 +275,17 @@ pub struct ExecArgs {
 
 fn parse_containment(s: &str) -> Result<crate::cgroup::Requested, String> {
     s.parse()
+}
+
+/// An environment variable name, checked before anything (even the state root) is touched.
+fn parse_env_name(s: &str) -> Result<String, String> {
+    match crate::envpolicy::check_name("the name", s) {
+        Ok(()) => Ok(s.to_string()),
+        Err(crate::envpolicy::EnvNameError::Empty { .. }) => {
+            Err("an environment variable name must not be empty".into())
+        }
+        Err(_) => Err("an environment variable name must not contain '=' or NUL".into()),
+    }
 }
 
 fn parse_memory_max(s: &str) -> Result<u64, String> {
@@ -723,6 +745,11 @@ fn run_exec(
         grace_ms: a.grace.ms().unwrap_or(DEFAULT_GRACE_MS),
         owner_pid: a.owner_pid,
         json_errors,
+        env: crate::envpolicy::EnvPolicy {
+            unset: a.unset_env,
+            clear: a.clear_env,
+            keep: a.keep_env,
+        },
         command: a.command,
     };
     match crate::controller::exec::exec(&root, req) {

@@ -44,6 +44,9 @@ pub struct ExecRequest {
     /// `--error-format json`: the wrapper tells a command it cannot start (exit 127 or 126) as
     /// leash's JSON error line, like every other failure of `leash exec`.
     pub json_errors: bool,
+    /// What the adapter's environment keeps of this process's (`--unset-env`, `--clear-env`,
+    /// `--keep-env`); the lease markers are set after it and always survive.
+    pub env: crate::envpolicy::EnvPolicy,
     pub command: Vec<OsString>,
 }
 
@@ -61,6 +64,8 @@ pub enum ExecError {
     NoCommand,
     #[error("{0}; nothing started")]
     BadInput(#[from] crate::limits::ValueError),
+    #[error("{0}; nothing started")]
+    BadEnv(#[from] crate::envpolicy::EnvNameError),
     #[error("leash exec has no visible parent process (parent pid {0}); cannot record an owner")]
     NoParent(i32),
     #[error("session {session_key} already has a live lease {lease_id}; nothing started (close it first: leash close --session {session_key})")]
@@ -173,6 +178,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             crate::limits::check_key(what, v)?;
         }
     }
+    req.env.validate(crate::envpolicy::CLI)?;
     let mut store = Store::open(&root.db_path())?;
     let wrapper_path = install_wrapper(root)?;
     let gateway = store.gateway_instance_id().to_string();
@@ -355,6 +361,9 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     if req.json_errors {
         cmd.arg("--error-format").arg("json");
     }
+    // The scrub, on the wrapper's own exec (no `env` process): the adapter inherits what the
+    // wrapper got. The markers come after it, so no policy can remove them.
+    req.env.apply(&mut cmd);
     let err = cmd
         .arg("--")
         .args(&req.command)

@@ -359,6 +359,9 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
                 // closed with the rest (see `admission`).
                 let pending = meet_ensures(d, &refs);
                 let out = d.close(&refs, c.grace_ms, "requested");
+                if c.discard_persistent_state {
+                    additions::discard_persistent_state(d, &refs, out.as_ref().ok());
+                }
                 for p in pending {
                     p.done(out.as_deref().ok());
                 }
@@ -518,6 +521,7 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
                 if !matches {
                     tracing::warn!(session_key = %e.session, running = crate::cli::logging::json(&s.argv), asked = crate::cli::logging::json(&e.argv), "ensure found the session running another argv");
                 }
+                additions::on_running(d, e);
                 return Ok(describe(&s, false, matches));
             }
             Phase::Closing => {

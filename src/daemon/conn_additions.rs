@@ -76,11 +76,12 @@ pub(super) fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
 }
 
 /// A resumable entry as a push item, with whether `ensure {session}` can re-spawn it from a
-/// stored spec.
+/// stored spec, and the env names it must then give values for.
 fn resumable_item(d: &Daemon, entry: &Resumable) -> StreamItem {
-    let has_spec = matches!(spec::load(&d.store(), &entry.session_key), Ok(Some(_)));
+    let stored = spec::load(&d.store(), &entry.session_key).ok().flatten();
     StreamItem::Resumable {
-        has_spec,
+        has_spec: stored.is_some(),
+        needs_env: stored.map(|s| s.env_names).unwrap_or_default(),
         entry: entry.clone(),
     }
 }
@@ -91,7 +92,16 @@ pub(super) fn with_spec(d: &Daemon, e: &Ensure) -> Result<Ensure, OpError> {
         return Ok(e.clone());
     }
     match spec::load(&d.store(), &e.session)? {
-        Some(s) => Ok(s.into_request(e)),
+        Some(s) => s.into_request(e).map_err(|missing| {
+            fail(
+                Code::BadRequest,
+                format!(
+                    "session {}'s stored spec keeps the names of its env but not their values (it was ensured without persistEnv); give \"env\" with {}, or ensure it with argv again",
+                    e.session,
+                    missing.join(", ")
+                ),
+            )
+        }),
         None => Err(fail(
             Code::NotFound,
             format!(
@@ -137,6 +147,45 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), 
         }));
     }
     Ok(())
+}
+
+/// An ensure that found its session running: `persistSpec: false` still means "keep no spec",
+/// so a spec stored by an earlier ensure is deleted now, not at the next start.
+pub(super) fn on_running(d: &Daemon, e: &Ensure) {
+    if !e.persist_spec {
+        if let Err(err) = spec::forget(&mut d.writer(), &e.session) {
+            tracing::warn!(session_key = %e.session, error = %err, "cannot delete the session's stored spec");
+        }
+    }
+}
+
+/// `close` with `discardPersistentState`: the stored specs and resumable entries of the sessions
+/// named (by key, or by a lease the close settled) are deleted, whatever the close answered:
+/// the caller wants nothing of them kept, and a session that is not running has only these left.
+pub(super) fn discard_persistent_state(
+    d: &Daemon,
+    refs: &[crate::lifecycle::LeaseRef],
+    closed: Option<&Vec<crate::lifecycle::CloseOutcome>>,
+) {
+    let mut keys: Vec<String> = refs
+        .iter()
+        .filter_map(|r| match r {
+            crate::lifecycle::LeaseRef::Session(k) => Some(k.clone()),
+            crate::lifecycle::LeaseRef::Id(_) => None,
+        })
+        .collect();
+    keys.extend(closed.into_iter().flatten().map(|o| o.session_key.clone()));
+    keys.sort();
+    keys.dedup();
+    for k in &keys {
+        if let Err(err) = spec::forget(&mut d.writer(), k) {
+            tracing::warn!(session_key = %k, error = %err, "cannot delete the session's stored spec");
+        }
+    }
+    d.resumable
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|r| !keys.contains(&r.session_key));
 }
 
 /// A connection's running attaches by request id, each with the flag that stops it.

@@ -57,6 +57,7 @@ mod tests {
     fn resumable(key: &str) -> String {
         item_body(&StreamItem::Resumable {
             has_spec: false,
+            needs_env: Vec::new(),
             entry: Resumable {
                 session_key: key.into(),
                 rest: serde_json::Map::new(),

@@ -3,16 +3,21 @@
 //! resumable session as it was, after a daemon restart, without the gateway sending it again.
 //!
 //! Kept in the store's `meta` table under `session.spec.<key>` (no schema change; the database is
-//! 0600 inside the 0700 state root, see docs/security.md: env values are stored as given).
-//! `persistSpec: false` on `ensure` deletes a stored spec and stores none. The conversion between
-//! a request and a spec is pure; only [`save`], [`load`] and [`forget`] touch the store.
+//! 0600 inside the 0700 state root). What a spec holds of `env` (docs/security.md): only the
+//! names, unless the ensure asked for the values too (`persistEnv: true`); a spec stored without
+//! them re-spawns only when `ensure {session}` gives `env` again, a value for each name
+//! ([`Spec::into_request`] says which are missing). A spec goes with its session: deleted by
+//! `persistSpec: false` (also on an ensure that finds the session running), by a close with
+//! `discardPersistentState`, and when the session's last lease expires past the retention
+//! ([`Store::expire`]). The conversion between a request and a spec is pure; only [`save`],
+//! [`load`] and [`forget`] touch the store.
 
 use super::protocol::Ensure;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-const PREFIX: &str = "session.spec.";
+const PREFIX: &str = crate::store::SPEC_KEY_PREFIX;
 
 /// A session's ensure request without its per-call fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,8 +26,18 @@ pub struct Spec {
     pub argv: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
+    /// The env values, only when the ensure asked for them to be stored (`persistEnv`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The names of an env whose values were not stored: a resume must give them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unset_env: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear_env: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_env: Vec<String>,
     #[serde(default)]
     pub agent: Option<String>,
     #[serde(default)]
@@ -42,11 +57,21 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The spec of a request that started a session: env values only with `persistEnv`.
     pub fn of(e: &Ensure) -> Spec {
+        let (env, env_names) = if e.persist_env {
+            (e.env.clone(), Vec::new())
+        } else {
+            (BTreeMap::new(), e.env.keys().cloned().collect())
+        };
         Spec {
             argv: e.argv.clone(),
             cwd: e.cwd.clone(),
-            env: e.env.clone(),
+            env,
+            env_names,
+            unset_env: e.unset_env.clone(),
+            clear_env: e.clear_env,
+            keep_env: e.keep_env.clone(),
             agent: e.agent.clone(),
             owner: e.owner.clone(),
             spawned_by: e.spawned_by.clone(),
@@ -58,13 +83,34 @@ impl Spec {
         }
     }
 
-    /// The request that re-spawns this spec (the caller's per-call fields kept).
-    pub fn into_request(self, asked: &Ensure) -> Ensure {
-        Ensure {
+    /// The request that re-spawns this spec (the caller's per-call fields kept). The env is the
+    /// stored one, or the one `asked` gives (which must name every stored name: `Err` lists
+    /// those it misses). A spec stored with its values keeps them unless `asked` gives `env`.
+    pub fn into_request(self, asked: &Ensure) -> Result<Ensure, Vec<String>> {
+        let missing: Vec<String> = self
+            .env_names
+            .iter()
+            .filter(|n| !asked.env.contains_key(*n))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        let env = if asked.env.is_empty() {
+            self.env
+        } else {
+            asked.env.clone()
+        };
+        // Stored again as it was: values only if they were stored before.
+        let persist_env = self.env_names.is_empty() && !env.is_empty();
+        Ok(Ensure {
             session: asked.session.clone(),
             argv: self.argv,
             cwd: self.cwd,
-            env: self.env,
+            env,
+            unset_env: self.unset_env,
+            clear_env: self.clear_env,
+            keep_env: self.keep_env,
             agent: self.agent,
             owner: self.owner,
             spawned_by: self.spawned_by,
@@ -74,8 +120,9 @@ impl Spec {
             pids_max: self.pids_max,
             cpu_max: self.cpu_max,
             persist_spec: asked.persist_spec,
+            persist_env,
             wait_ms: asked.wait_ms,
-        }
+        })
     }
 }
 
@@ -147,7 +194,23 @@ mod tests {
         let text = serde_json::to_string(&spec).unwrap();
         let back: Spec = serde_json::from_str(&text).unwrap();
         let resumed: Ensure = serde_json::from_str(r#"{"session":"s","waitMs":5}"#).unwrap();
-        let req = back.into_request(&resumed);
+        // Stored without the values: the names only, and a resume must give them.
+        assert!(spec.env.is_empty());
+        assert_eq!(spec.env_names, vec!["K".to_string()]);
+        assert!(!text.contains("\"v\""), "{text}");
+        assert_eq!(back.clone().into_request(&resumed).unwrap_err(), vec!["K"]);
+        let with_env: Ensure =
+            serde_json::from_str(r#"{"session":"s","waitMs":5,"env":{"K":"v2"}}"#).unwrap();
+        let req = back.into_request(&with_env).unwrap();
+        assert_eq!(req.env.get("K").map(String::as_str), Some("v2"));
+        assert!(!req.persist_env);
+        // Asked to keep the values: stored, and a resume needs none.
+        let asked_env: Ensure = serde_json::from_str(
+            r#"{"session":"s","argv":["a","b"],"cwd":"/","env":{"K":"v"},"agent":"ag","graceMs":7,"persistEnv":true}"#,
+        )
+        .unwrap();
+        let req = Spec::of(&asked_env).into_request(&resumed).unwrap();
+        assert!(req.persist_env);
         assert_eq!(req.argv, asked.argv);
         assert_eq!(req.env, asked.env);
         assert_eq!(req.cwd, asked.cwd);

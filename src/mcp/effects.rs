@@ -105,7 +105,13 @@ impl Tools for SessionTools {
             .sessions()?
             .history(&view, key)
             .map_err(|e| refusal(&view, key, e))?;
-        let replay = self.daemon().and_then(|c| replay(c, key, limit));
+        // The daemon's live output is the current lease's: merged only when that lease is one
+        // the requester may see (a reused key streams its new owner's output).
+        let replay = if h.current_lease_visible {
+            self.daemon().and_then(|c| replay(c, key, limit))
+        } else {
+            None
+        };
         let (supervised, oldest, output, dropped) = match replay {
             Some(r) => (true, r.oldest_seq, r.items, r.dropped),
             None => (false, None, Vec::new(), 0),

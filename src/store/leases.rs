@@ -157,6 +157,8 @@ impl Store {
         }
         if let Some(s) = session {
             super::sessions::upsert(tx, s).map_err(err)?;
+            super::sessions::record_lease_owner(tx, &lease.lease_id, &s.session_key)
+                .map_err(err)?;
         }
         let kind = if lease.state == LeaseState::Open {
             "spawned"
@@ -391,15 +393,21 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Deletes closed and lost leases that ended before `before_ms`. Returns how many.
+    /// Deletes closed, lost and ended leases that ended before `before_ms`, and with them the stored
+    /// ensure specs of the sessions left without a lease (a spec may hold env values: it must
+    /// not outlive its session's retention). Returns how many leases.
     pub fn expire(&mut self, before_ms: i64) -> Result<usize, StoreError> {
-        self.conn
-            .execute(
-                "DELETE FROM leases WHERE state IN ('closed','lost','ended') AND closed_at IS NOT NULL \
-                 AND closed_at < ?1",
-                [before_ms],
-            )
-            .map_err(|e| self.err(e))
+        self.write(|tx, ctx| {
+            let n = tx
+                .execute(
+                    "DELETE FROM leases WHERE state IN ('closed','lost','ended') AND closed_at IS NOT NULL \
+                     AND closed_at < ?1",
+                    [before_ms],
+                )
+                .map_err(|e| ctx.err(e))?;
+            super::meta::prune_specs(tx).map_err(|e| ctx.err(e))?;
+            Ok(n)
+        })
     }
     /// Repairs an active lease row that does not read, so that it can be closed: the fields that
     /// identify its processes (id, gateway, session, wrapper root and path, root pid, start time

@@ -4,6 +4,21 @@
 use super::{Store, StoreError};
 use rusqlite::{params, Connection, OptionalExtension};
 
+/// The `meta` keys of the daemon's stored ensure specs: `session.spec.<session key>`
+/// (`daemon/spec.rs`). The store knows the prefix so that a spec is pruned with its session.
+pub const SPEC_KEY_PREFIX: &str = "session.spec.";
+
+/// Deletes the stored specs of sessions that no lease names any more (their last lease expired,
+/// or they never had one). Inside a write.
+pub(super) fn prune_specs(tx: &Connection) -> rusqlite::Result<usize> {
+    // substr, not LIKE: a session key may contain '%' or '_'.
+    tx.execute(
+        "DELETE FROM meta WHERE substr(key, 1, ?1) = ?2 \
+         AND substr(key, ?1 + 1) NOT IN (SELECT session_key FROM leases)",
+        params![SPEC_KEY_PREFIX.len() as i64, SPEC_KEY_PREFIX],
+    )
+}
+
 /// Creates the gateway instance id unless the table has one. Inside the migration's write.
 pub(super) fn create_gateway_id(tx: &Connection) -> rusqlite::Result<()> {
     let fresh = uuid::Uuid::new_v4().to_string();

@@ -89,6 +89,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE leases ADD COLUMN cgroup_path TEXT;
     ALTER TABLE leases ADD COLUMN cgroup_id INTEGER;
     "#,
+    // 5: each lease's ownership as its session row said when the lease was committed. The
+    // `sessions` row holds only the newest owner of a key; history is scoped per lease, so a key
+    // reused by a new owner shows neither owner the other's events. Only the lease a row names
+    // is known to have had that row's ownership: older leases get no row here (their events are
+    // shown to the session's own key alone).
+    r#"
+    CREATE TABLE lease_owners (
+        lease_id            TEXT PRIMARY KEY,
+        session_key         TEXT NOT NULL,
+        agent_id            TEXT,
+        owner_session_key   TEXT,
+        spawned_by          TEXT,
+        parent_session_key  TEXT
+    );
+    CREATE INDEX lease_owners_by_session ON lease_owners(session_key);
+    INSERT OR IGNORE INTO lease_owners (lease_id, session_key, agent_id, owner_session_key, spawned_by,
+                              parent_session_key)
+        SELECT lease_id, session_key, agent_id, owner_session_key, spawned_by, parent_session_key
+        FROM sessions WHERE lease_id IS NOT NULL;
+    "#,
 ];
 
 impl Store {

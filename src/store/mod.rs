@@ -22,6 +22,7 @@ mod sessions;
 pub use events::Event;
 pub use leases::{Counts, ReportUpdate, Transition};
 pub use legacy::NewLegacyRecord;
+pub use meta::SPEC_KEY_PREFIX;
 pub use sessions::SessionRow;
 
 use rusqlite::config::DbConfig;
@@ -302,6 +303,38 @@ mod tests {
             cgroup_path: None,
             cgroup_id: None,
         }
+    }
+
+    #[test]
+    fn a_spec_goes_with_the_last_lease_of_its_key_and_no_other() {
+        let db = temp_db();
+        let mut store = Store::open(&db).unwrap();
+        // Keys a LIKE pattern would confuse: '%' and '_' match anything there.
+        let (gone, kept, live) = ("a%_", "a%x", "ab");
+        let mut old = lease(&store, gone);
+        old.state = LeaseState::Closed;
+        old.closed_at = Some(1);
+        store.insert_lease(&old, None, |_| None).unwrap();
+        let mut recent = lease(&store, kept);
+        recent.state = LeaseState::Closed;
+        recent.closed_at = Some(now_ms());
+        store.insert_lease(&recent, None, |_| None).unwrap();
+        store
+            .insert_lease(&lease(&store, live), None, |_| None)
+            .unwrap();
+        for k in [gone, kept, live, "never-leased"] {
+            store
+                .set_meta(&format!("{SPEC_KEY_PREFIX}{k}"), Some("{}"))
+                .unwrap();
+        }
+        store.set_meta("unrelated", Some("v")).unwrap();
+        assert_eq!(store.expire(1_000).unwrap(), 1);
+        let spec = |k: &str| store.meta(&format!("{SPEC_KEY_PREFIX}{k}")).unwrap();
+        assert_eq!(spec(gone), None);
+        assert_eq!(spec("never-leased"), None);
+        assert!(spec(kept).is_some());
+        assert!(spec(live).is_some());
+        assert_eq!(store.meta("unrelated").unwrap().as_deref(), Some("v"));
     }
 
     #[test]

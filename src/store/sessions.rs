@@ -4,6 +4,7 @@
 use super::{Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
 
+use leash_core::visibility::SessionMeta;
 /// A session row: the type lives with the visibility check that reads it (the pure core).
 pub use leash_core::visibility::SessionRow;
 
@@ -48,6 +49,55 @@ fn session_from_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
         created_at: r.get(7)?,
         lease_id: r.get(8)?,
     })
+}
+
+impl Store {
+    /// The ownership each lease of a session had when it was committed, by lease id (leases
+    /// committed before the store kept it are absent).
+    pub fn lease_owners(
+        &self,
+        session_key: &str,
+    ) -> Result<std::collections::HashMap<String, SessionMeta>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT lease_id, session_key, agent_id, owner_session_key, spawned_by, \
+                 parent_session_key FROM lease_owners WHERE session_key = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([session_key], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    SessionMeta {
+                        session_key: r.get(1)?,
+                        agent_id: r.get(2)?,
+                        owner_session_key: r.get(3)?,
+                        spawned_by: r.get(4)?,
+                        parent_session_key: r.get(5)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
+/// Records a new lease's ownership: the session row as the upsert just left it (the fields the
+/// new row leaves out are the earlier row's). Inside the lease's write, after [`upsert`].
+pub(super) fn record_lease_owner(
+    tx: &rusqlite::Connection,
+    lease_id: &str,
+    session_key: &str,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT OR REPLACE INTO lease_owners (lease_id, session_key, agent_id, \
+         owner_session_key, spawned_by, parent_session_key) \
+         SELECT ?1, session_key, agent_id, owner_session_key, spawned_by, parent_session_key \
+         FROM sessions WHERE session_key = ?2",
+        params![lease_id, session_key],
+    )
+    .map(|_| ())
 }
 
 /// Writes a session's row with its new lease, keeping the ownership fields an earlier row has

@@ -558,7 +558,8 @@ export class LeashClient extends EventEmitter {
   async resume(session, opts = {}) {
     const st = await this.status(opts);
     const entry = (st?.daemon?.resumable ?? []).find((r) => r.sessionKey === session) ?? null;
-    const ensured = await this.ensure(session, {}, opts);
+    // A spec stored without its env values (no persistEnv) needs them again.
+    const ensured = await this.ensure(session, opts.env ? { env: opts.env } : {}, opts);
     const acp = await this.acp(session, opts);
     try {
       const init = await acp.request('initialize', {

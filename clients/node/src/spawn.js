@@ -38,8 +38,29 @@ export function execArgs(argv, opts = {}) {
   ];
   for (const [flag, v] of flags) if (v !== undefined && v !== null) args.push(flag, String(v));
   if (opts.graceMs !== undefined) args.push('--grace-ms', String(opts.graceMs));
+  // The credential scrub (leash exec applies it to the wrapper's exec; the lease markers always
+  // survive). Names are checked here too, so a bad one throws before anything is spawned.
+  const unset = envNames('unsetEnv', opts.unsetEnv);
+  const keep = envNames('keepEnv', opts.keepEnv);
+  if (opts.clearEnv !== undefined && typeof opts.clearEnv !== 'boolean') throw new TypeError('spawn: clearEnv must be a boolean');
+  if (keep.length > 0 && !opts.clearEnv) throw new TypeError('spawn: keepEnv needs clearEnv: true (without it every variable already passes; use unsetEnv to remove some)');
+  if (unset.length > 0 && opts.clearEnv) throw new TypeError('spawn: unsetEnv has no effect with clearEnv (an empty start removes every variable); name the ones that pass in keepEnv');
+  for (const n of unset) args.push('--unset-env', n);
+  if (opts.clearEnv) args.push('--clear-env');
+  for (const n of keep) args.push('--keep-env', n);
   args.push('--', ...argv);
   return args;
+}
+
+function envNames(what, list) {
+  if (list === undefined || list === null) return [];
+  if (!Array.isArray(list)) throw new TypeError(`spawn: ${what} must be an array of variable names`);
+  for (const n of list) {
+    if (typeof n !== 'string' || n === '' || n.includes('=') || n.includes('\0')) {
+      throw new TypeError(`spawn: ${what}: ${JSON.stringify(n)} is not an environment variable name (non-empty, no '=' or NUL)`);
+    }
+  }
+  return list;
 }
 
 /**

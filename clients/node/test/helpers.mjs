@@ -55,16 +55,17 @@ function canConnect(path) {
 
 /** A `leash serve` the test owns; stopped (SIGKILL, by pid) when the test ends. */
 export class Daemon {
-  constructor(t, stateDir, args = []) {
+  constructor(t, stateDir, args = [], extraEnv = {}) {
     this.t = t;
     this.stateDir = stateDir;
     this.args = args;
+    this.extraEnv = extraEnv;
     this.n = 0;
     t.after(() => this.kill9());
   }
 
-  static async start(t, stateDir, args = []) {
-    const d = new Daemon(t, stateDir, args);
+  static async start(t, stateDir, args = [], extraEnv = {}) {
+    const d = new Daemon(t, stateDir, args, extraEnv);
     await d.start();
     return d;
   }
@@ -72,7 +73,7 @@ export class Daemon {
   async start() {
     this.logPath = join(dirname(this.stateDir), `serve-${this.n++}.log`);
     const fd = openSync(this.logPath, 'w');
-    const env = { ...process.env, LEASH_LOG: 'info' };
+    const env = { ...process.env, LEASH_LOG: 'info', ...this.extraEnv };
     delete env.LEASH_STATE_DIR;
     this.child = spawn(LEASH_BIN, ['--state-dir', this.stateDir, 'serve', ...this.args], { stdio: ['ignore', 'ignore', fd], env });
     closeSync(fd);

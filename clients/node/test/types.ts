@@ -53,7 +53,11 @@ export async function gateway(): Promise<void> {
   console.log(st.daemon.sessions.map((s) => s.phase));
   const r = await client.resume('s', { prompt: 'go on' });
   console.log(r.loaded, r.acpSessionId);
-  const child = spawn(['codex-acp'], { session: 's', agent: 'codex', graceMs: 500 });
+  const child = spawn(['codex-acp'], { session: 's', agent: 'codex', graceMs: 500, unsetEnv: ['OPENAI_API_KEY'] });
+  spawn(['codex-acp'], { clearEnv: true, keepEnv: ['PATH', 'HOME'] });
+  await client.ensure('t', { argv: ['claude-acp'], clearEnv: true, keepEnv: ['PATH'], unsetEnv: [], persistEnv: false });
+  await client.ensure('t', { env: { ANTHROPIC_API_KEY: 'k' } });
+  await client.close({ session: 't', discardPersistentState: true });
   child.stdout?.on('data', () => {});
   const outcomes = await close({ session: 's' });
   console.log(outcomes[0]?.result);

@@ -155,7 +155,8 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     Status,
-    Ensure(Ensure),
+    // Boxed: the largest request by far, and every other op would pay its size.
+    Ensure(Box<Ensure>),
     Send(Send),
     Attach(Attach),
     Cancel(Cancel),
@@ -238,9 +239,21 @@ pub struct Ensure {
     pub argv: Vec<String>,
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Added to (or overriding) the daemon's environment.
+    /// Added to (or overriding) the daemon's environment, after the scrub: a name set here
+    /// reaches the adapter whatever `unsetEnv`, `clearEnv` and the default scrub say.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Removed from the daemon's environment (beside the default scrub of provider credentials,
+    /// [`crate::envpolicy::PROVIDER_CREDENTIALS`]).
+    #[serde(default)]
+    pub unset_env: Vec<String>,
+    /// Start from an empty environment: only `keepEnv`, `env` and the lease markers pass.
+    #[serde(default)]
+    pub clear_env: bool,
+    /// With `clearEnv`: the daemon's variables that pass; without: names spared from the
+    /// default scrub (e.g. `["ANTHROPIC_API_KEY"]` for an adapter that needs the gateway's key).
+    #[serde(default)]
+    pub keep_env: Vec<String>,
     #[serde(default)]
     pub agent: Option<String>,
     #[serde(default)]
@@ -262,6 +275,10 @@ pub struct Ensure {
     /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default true).
     #[serde(default = "yes")]
     pub persist_spec: bool,
+    /// Store the values of `env` with the spec (default false: only their names are stored,
+    /// and `ensure {session}` must give `env` again with a value for each).
+    #[serde(default)]
+    pub persist_env: bool,
     /// How long `ensure` waits for a new adapter's first line of output (default `serve
     /// --ensure-wait-ms`, 0): an exit before it within the wait is the ensure's `start_failed`
     /// (after it, the stream's `start_failed` end). At most [`crate::limits::MAX_ENSURE_WAIT_MS`].
@@ -324,6 +341,9 @@ pub struct Cancel {
 pub struct Close {
     pub targets: Vec<LeaseRef>,
     pub grace_ms: Option<u64>,
+    /// Also delete what the daemon keeps to resume the sessions (their stored specs, their
+    /// resumable entries): the design's `closeSession({discardPersistentState})`.
+    pub discard_persistent_state: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -428,6 +448,8 @@ struct RawClose {
     leases: Vec<String>,
     #[serde(default)]
     grace_ms: Option<u64>,
+    #[serde(default)]
+    discard_persistent_state: bool,
 }
 
 #[derive(Deserialize)]
@@ -537,8 +559,12 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             check_key("session", &e.session)?;
             if !argv_given {
                 // `ensure {session}`: the stored spec says everything; mixing is ambiguous.
+                // `env` is the exception: it carries the values of a spec stored without them.
                 let spec_fields = e.cwd.is_some()
-                    || !e.env.is_empty()
+                    || !e.unset_env.is_empty()
+                    || e.clear_env
+                    || !e.keep_env.is_empty()
+                    || e.persist_env
                     || e.agent.is_some()
                     || e.owner.is_some()
                     || e.spawned_by.is_some()
@@ -546,7 +572,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                     || e.grace_ms.is_some();
                 if spec_fields {
                     return Err(bad(
-                        "ensure: without \"argv\" the session's stored spec is used; give argv too, or drop cwd/env/ownership/graceMs",
+                        "ensure: without \"argv\" the session's stored spec is used; give argv too, or drop cwd/unsetEnv/clearEnv/keepEnv/persistEnv/ownership/graceMs (only \"env\" may fill in the values of a spec stored without them)",
                     ));
                 }
             } else if e.argv.is_empty() || e.argv[0].is_empty() {
@@ -574,6 +600,24 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 }
                 no_nul("env", v)?;
             }
+            let policy = crate::envpolicy::EnvPolicy {
+                unset: e.unset_env.clone(),
+                clear: e.clear_env,
+                keep: e.keep_env.clone(),
+            };
+            policy
+                .validate(crate::envpolicy::ENSURE)
+                .map_err(|err| bad(format!("ensure: {err}")))?;
+            if let Some(k) = e.unset_env.iter().find(|k| e.env.contains_key(*k)) {
+                return Err(bad(format!(
+                    "ensure: {k} is both removed (unsetEnv) and set (env); name it in one of them"
+                )));
+            }
+            if e.persist_env && !e.persist_spec {
+                return Err(bad(
+                    "ensure: persistEnv stores env values with the spec, and persistSpec: false stores no spec; drop one",
+                ));
+            }
             for (name, v) in [
                 ("agent", &e.agent),
                 ("owner", &e.owner),
@@ -599,7 +643,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 crate::cgroup::parse_cpu_max(c)
                     .map_err(|err| bad(format!("{op}: \"cpuMax\": {err}")))?;
             }
-            Op::Ensure(e)
+            Op::Ensure(Box::new(e))
         }
         "send" => {
             let s: Send = fields_of(op, fields)?;
@@ -655,6 +699,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             Op::Close(Close {
                 targets,
                 grace_ms: raw.grace_ms,
+                discard_persistent_state: raw.discard_persistent_state,
             })
         }
         "reap" => {

@@ -442,6 +442,10 @@ pub enum StreamItem {
     #[serde(rename_all = "camelCase")]
     Resumable {
         has_spec: bool,
+        /// The env names the stored spec keeps without values (stored without `persistEnv`):
+        /// `ensure {session, env}` must give a value for each.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        needs_env: Vec<String>,
         #[serde(flatten)]
         entry: Resumable,
     },

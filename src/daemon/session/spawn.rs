@@ -114,6 +114,16 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     if let Some(c) = &req.cpu_max {
         cmd.arg("--cpu-max").arg(c);
     }
+    // The credential scrub (docs/security.md): `leash exec` applies it to the wrapper's exec, so
+    // what `leash exec` itself reads (its LEASH_* settings) is unaffected, and the names this
+    // ensure sets in `env` pass whatever the policy removes.
+    let policy = crate::envpolicy::EnvPolicy::for_ensure(
+        &req.unset_env,
+        req.clear_env,
+        &req.keep_env,
+        req.env.keys(),
+    );
+    cmd.args(policy.to_args());
     cmd.arg("--").args(&req.argv);
     if let Some(cwd) = &req.cwd {
         cmd.current_dir(cwd);
