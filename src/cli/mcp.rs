@@ -24,7 +24,7 @@ logs go to stderr. Exits 0 when stdin ends.";
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Session key of the requester: the agent session this server answers for
-    #[arg(long = "as", value_name = "KEY")]
+    #[arg(long = "as", value_name = "KEY", value_parser = super::parse_key)]
     pub requester: String,
     /// self, tree, agent or all
     #[arg(long, value_name = "V", default_value = "tree",
