@@ -55,6 +55,28 @@ fn a_reader_that_went_away_ends_every_command_quietly() {
         );
         assert!(stderr.is_empty(), "{args:?} said: {stderr}");
     }
+    // `leash mcp` whose client closed stdout: the client is gone, exit 0, nothing said.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let mut mcp = leash(&state)
+        .args(["mcp", "--as", "init"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        mcp.stdin.as_mut().unwrap(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n",
+    )
+    .unwrap();
+    let out = mcp.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", out.status);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The closes finished their work before they wrote (and died of the pipe).
     assert!(wait_for(|| !c1.alive() && !c2.alive()));
     assert_eq!(lease_of(&state, "c1")["state"], "closed");

@@ -724,9 +724,25 @@ fn first_missing(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 /// A `leash serve` that failed before it served (a busy `--metrics` port, a taken socket) in a
 /// state root it created leaves nothing behind: its lock file and the empty `wrappers/` and
 /// `run/` go, then the directories it made, up to `from`. Only what is empty is removed: a root
-/// that holds a database (the daemon got as far as opening it) is kept, whole.
+/// that holds a database (the daemon got as far as opening it, or another process made one
+/// meanwhile) is kept, whole.
 fn remove_unused_root(root: &StateRoot, from: &std::path::Path) {
-    let _ = std::fs::remove_file(crate::daemon::lock_path(root));
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::symlink_metadata(root.db_path()).is_ok() {
+        return;
+    }
+    // The lock file only while nobody holds it (another `leash serve` that started meanwhile
+    // would otherwise lose its lock, and a third could start beside it).
+    let lock = crate::daemon::lock_path(root);
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock)
+    {
+        if let Ok(_held) = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
     let _ = std::fs::remove_dir(root.wrapper_root());
     let _ = std::fs::remove_dir(root.run_dir());
     let mut d = Some(root.dir());
