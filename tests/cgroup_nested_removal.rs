@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// The adapter: makes `inner/deeper` inside its own cgroup, moves itself into `deeper`, writes
-/// the lease cgroup's path to the marker, then exits (`exit`) or runs on (`stay`).
+/// the lease cgroup's path and its pid to the marker, then exits (`exit`) or runs on (`stay`, as
+/// `sleep`: the same pid).
 fn nesting_adapter(dir: &Path) -> PathBuf {
     script(
         dir,
@@ -19,18 +20,22 @@ fn nesting_adapter(dir: &Path) -> PathBuf {
 cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
 mkdir "$m$cg/inner" "$m$cg/inner/deeper" || exit 3
 echo $$ > "$m$cg/inner/deeper/cgroup.procs" || exit 4
-echo "$m$cg" > "$marker.tmp" && mv "$marker.tmp" "$marker"
+printf '%s\n%s\n' "$m$cg" $$ > "$marker.tmp" && mv "$marker.tmp" "$marker"
 if [ "$mode" = stay ]; then exec sleep 100000; fi
 exit 0"#,
     )
 }
 
-fn read_marker(marker: &Path) -> PathBuf {
+/// The lease cgroup's path and the adapter's pid, from the marker.
+fn read_marker(marker: &Path) -> (PathBuf, i32) {
     assert!(
         wait_for(|| marker.exists()),
         "the adapter never nested its cgroup"
     );
-    PathBuf::from(std::fs::read_to_string(marker).unwrap().trim())
+    let text = std::fs::read_to_string(marker).unwrap();
+    let mut lines = text.lines();
+    let path = PathBuf::from(lines.next().unwrap());
+    (path, lines.next().unwrap().parse().unwrap())
 }
 
 #[test]
@@ -59,7 +64,7 @@ fn the_wrapper_removes_a_lease_cgroup_with_nested_cgroups() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lease_cg = read_marker(&marker);
+    let (lease_cg, _) = read_marker(&marker);
     assert!(
         lease_cg.starts_with(cg.path()),
         "{} is not under the test's cgroup root",
@@ -99,16 +104,17 @@ fn close_removes_a_lease_cgroup_with_nested_cgroups() {
             .unwrap(),
     );
     let wrapper = Pid::of(exec.id() as i32).unwrap();
-    let lease_cg = read_marker(&marker);
-    let deeper = lease_cg.join("inner/deeper");
-    assert!(wait_for(|| !cgroup_procs(&deeper).is_empty()));
+    let (lease_cg, pid) = read_marker(&marker);
+    assert!(cgroup_procs(&lease_cg.join("inner/deeper")).contains(&pid));
     // Not in the guard: the cgroup root's drop kills whatever is left in its tree.
-    let adapter = Pid::of(cgroup_procs(&deeper)[0]).unwrap();
+    let adapter = Pid::of(pid).unwrap();
     // The wrapper dies without a word (SIGKILL): its adapter runs on in the nested cgroup, and
     // only `close` (through the lease's verified cgroup) can end it and remove the cgroup.
     signal(wrapper, libc::SIGKILL);
     exec.wait().unwrap();
-    assert!(adapter.alive());
+    // (Whether the adapter outlived its wrapper or not, the nested cgroups are still there:
+    // only the lease's cgroup removal can take them away.)
+    assert!(lease_cg.join("inner/deeper").is_dir());
 
     let run_here = |args: &[&str]| {
         let out = cg
