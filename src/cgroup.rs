@@ -587,6 +587,12 @@ impl Verified {
                 ),
             });
         }
+        // An adapter may have made cgroups of its own inside its lease's (a nested service
+        // manager, a sandbox): the lease's cgroup cannot be removed while they exist (EBUSY, on
+        // every close, reap and reconcile, for ever). They are removed first, deepest first,
+        // through the directory this handle verified; rmdir removes only empty cgroups, so
+        // nothing that still runs is touched.
+        remove_nested(&self.dir, 0).map_err(io)?;
         match nix::unistd::unlinkat(
             Some(parent_dir.as_raw_fd()),
             name,
@@ -602,6 +608,44 @@ impl Verified {
     pub fn usage(&self) -> Usage {
         usage_of(&self.dir)
     }
+}
+
+/// How deep the cgroups an adapter made inside its lease's may nest before removal gives up
+/// (the kernel's own `cgroup.max.depth` is unlimited by default; a loop cannot occur in
+/// cgroupfs, this only bounds the recursion).
+const MAX_NESTED_DEPTH: usize = 64;
+
+/// Removes every cgroup below the directory `dir` holds, deepest first, each through its
+/// parent's descriptor (a name renamed meanwhile cannot redirect the removal outside `dir`).
+/// Only empty cgroups can be removed: a populated one fails with EBUSY, reported to the caller.
+fn remove_nested(dir: &File, depth: usize) -> io::Result<()> {
+    if depth >= MAX_NESTED_DEPTH {
+        return Err(io::Error::other(format!(
+            "cgroups nested more than {MAX_NESTED_DEPTH} deep"
+        )));
+    }
+    for entry in fs::read_dir(at(dir, ""))? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name();
+        let child = match open_dir(&at(dir, "").join(&name)) {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        remove_nested(&child, depth + 1)?;
+        match nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            name.as_os_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        ) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+    Ok(())
 }
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
@@ -725,7 +769,8 @@ impl Limits {
     }
 }
 
-/// Parses a size: bytes, or with a K/M/G/T suffix (powers of 1024), e.g. `512M`.
+/// Parses a size: bytes, or with a K/M/G/T suffix (powers of 1024), e.g. `512M`; with a unit
+/// the number may have a fraction (`1.5G` is 1536M; the bytes are rounded down).
 pub fn parse_size(s: &str) -> Result<u64, CgroupError> {
     let bad = |why| CgroupError::BadLimit {
         flag: "--memory-max",
@@ -733,11 +778,10 @@ pub fn parse_size(s: &str) -> Result<u64, CgroupError> {
         why,
     };
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| bad("expected a size such as 512M or 2G"))?;
     let mul: u64 = match unit
         .to_ascii_uppercase()
         .trim_end_matches('B')
@@ -750,12 +794,40 @@ pub fn parse_size(s: &str) -> Result<u64, CgroupError> {
         "T" => 1 << 40,
         _ => return Err(bad("unknown unit (use K, M, G or T)")),
     };
-    let v = n.checked_mul(mul).ok_or_else(|| bad("too large"))?;
+    let too_large = || bad("too large (at most 16383T)");
+    let v = if num.contains('.') {
+        if mul == 1 {
+            return Err(bad(
+                "a fraction of a byte: give whole bytes, or a unit (e.g. 1.5G)",
+            ));
+        }
+        let n: f64 = num
+            .parse()
+            .map_err(|_| bad("expected a size such as 512M, 1.5G or 2G"))?;
+        let bytes = n * mul as f64;
+        // 2^64 itself is not a u64; every f64 below it converts exactly (rounded down).
+        if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
+            return Err(too_large());
+        }
+        bytes as u64
+    } else {
+        let n: u64 = num.parse().map_err(|e: std::num::ParseIntError| {
+            if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) {
+                too_large()
+            } else {
+                bad("expected a size such as 512M, 1.5G or 2G")
+            }
+        })?;
+        n.checked_mul(mul).ok_or_else(too_large)?
+    };
     if v == 0 {
         return Err(bad("must be more than 0"));
     }
     Ok(v)
 }
+
+/// The most CPUs `--cpu-max` takes (a quota of 4096 CPUs per 100 ms period).
+const MAX_CPUS: f64 = 4096.0;
 
 /// Parses `--cpu-max`: a number of CPUs (`0.5`, `2`), written as quota and a 100 ms period, or
 /// the kernel's own form `QUOTA PERIOD` / `max PERIOD` in microseconds.
@@ -772,8 +844,11 @@ pub fn parse_cpu_max(s: &str) -> Result<String, CgroupError> {
             let c: f64 = cpus
                 .parse()
                 .map_err(|_| bad("expected CPUs (e.g. 0.5) or 'QUOTA PERIOD' in microseconds"))?;
-            if !(c.is_finite() && c > 0.0 && c <= 4096.0) {
+            if !(c.is_finite() && c > 0.0) {
                 return Err(bad("CPUs must be more than 0"));
+            }
+            if c > MAX_CPUS {
+                return Err(bad("at most 4096 CPUs"));
             }
             let quota = (c * 100_000.0).round().max(1_000.0) as u64;
             Ok(format!("{quota} 100000"))
@@ -894,6 +969,31 @@ mod tests {
         ] {
             assert!(parse_cpu_max(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Decimal sizes with a unit are sizes, and each refusal says what is wrong with the value:
+    /// `1.5G` once said "unknown unit", `--cpu-max 1000000000000` "CPUs must be more than 0".
+    #[test]
+    fn decimal_sizes_parse_and_refusals_name_the_real_problem() {
+        assert_eq!(parse_size("1.5G").unwrap(), 1536 << 20);
+        assert_eq!(parse_size("0.5M").unwrap(), 512 << 10);
+        assert_eq!(parse_size("2.25GiB").unwrap(), (9 << 30) / 4);
+        assert_eq!(parse_size("1.0001K").unwrap(), 1024);
+        let why = |s: &str| parse_size(s).unwrap_err().to_string();
+        assert!(why("1.5").contains("fraction of a byte"), "{}", why("1.5"));
+        assert!(why("99999999999999T").contains("too large"));
+        assert!(why("99999999999999999999999").contains("too large"));
+        assert!(why("99999999.5T").contains("too large"));
+        assert!(why("1.2.3G").contains("expected a size"));
+        assert!(why("12Q").contains("unknown unit"));
+        let cpu = |s: &str| parse_cpu_max(s).unwrap_err().to_string();
+        assert!(
+            cpu("1000000000000").contains("at most 4096 CPUs"),
+            "{}",
+            cpu("1000000000000")
+        );
+        assert!(cpu("0").contains("more than 0"));
+        assert_eq!(parse_cpu_max("4096").unwrap(), "409600000 100000");
     }
 
     #[test]

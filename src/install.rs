@@ -96,14 +96,31 @@ pub fn install_from(src: &Path, wrapper_root: &Path) -> Result<PathBuf, InstallE
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     ));
-    let res = fs::copy(src, &tmp)
-        .and_then(|_| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)))
+    // Created 0700 (never the source's mode, nor anything the umask lets through), filled, then
+    // made 0755 and renamed into place: inside the 0700 wrapper directory.
+    let res = copy_new(src, &tmp)
+        .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)))
         .and_then(|()| fs::rename(&tmp, &dest));
     if let Err(e) = res {
         let _ = fs::remove_file(&tmp);
         return Err(err(&dest, e));
     }
     Ok(dest)
+}
+
+/// Copies `src` into a new file `dest` created mode 0700 (`fs::copy` would create it with the
+/// source's mode, and a world-writable source would make a world-writable copy until chmod).
+fn copy_new(src: &Path, dest: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut from = fs::File::open(src)?;
+    let mut to = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dest)?;
+    io::copy(&mut from, &mut to)?;
+    Ok(())
 }
 
 #[cfg(test)]

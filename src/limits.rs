@@ -44,6 +44,12 @@ pub enum ValueError {
     EmptyKey { what: &'static str },
     #[error("{what} must not contain control characters (newlines, tabs, NUL, ...): {shown}")]
     ControlInKey { what: &'static str, shown: String },
+    #[error("{what} is {len} bytes, longer than the limit of {MAX_KEY_BYTES}: {shown}")]
+    KeyTooLong {
+        what: &'static str,
+        len: usize,
+        shown: String,
+    },
 }
 
 /// Checks a grace in milliseconds: `0..=MAX_GRACE_MS`.
@@ -102,20 +108,47 @@ pub fn parse_duration_ms(what: &'static str, s: &str, max_ms: u64) -> Result<u64
     at_most(what, ms, max_ms)
 }
 
-/// The one rule for session keys (and the other keys that name sessions, agents and ACP
-/// sessions): not empty, no control characters. A newline in a key would break every line-based
-/// listing (`leases`) and the daemon refuses it, so `leash exec` and every CLI flag refuse it too.
+/// The longest key, in bytes. Gateway session keys are short (`agent:main:subagent:<uuid>` is
+/// under 100 bytes); 1 KiB leaves room for any naming scheme while keeping every listing, log
+/// line and error message that carries a key small.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// How many characters of a key an error message or log line shows before it shortens it.
+pub const SHOWN_KEY_CHARS: usize = 64;
+
+/// The one rule for session keys (and the other keys that name sessions, requesters, agents,
+/// clients and ACP sessions): not empty, at most [`MAX_KEY_BYTES`], no control characters. A
+/// newline in a key would break every line-based listing (`leases`), and a 100 KB key would be
+/// copied into every row, event and message that names it; `leash exec`, `leash sessions`,
+/// `leash mcp`, the store and the daemon all check this one function.
 pub fn check_key(what: &'static str, v: &str) -> Result<(), ValueError> {
     if v.is_empty() {
         return Err(ValueError::EmptyKey { what });
     }
+    if v.len() > MAX_KEY_BYTES {
+        return Err(ValueError::KeyTooLong {
+            what,
+            len: v.len(),
+            shown: show_key(v),
+        });
+    }
     if v.chars().any(char::is_control) {
         return Err(ValueError::ControlInKey {
             what,
-            shown: format!("{v:?}"),
+            shown: show_key(v),
         });
     }
     Ok(())
+}
+
+/// A key as an error message shows it: quoted and escaped (a control character is visible, never
+/// printed raw), and, when longer than [`SHOWN_KEY_CHARS`] characters, cut there with a marker
+/// that says how long it was. A message never echoes a long key whole.
+pub fn show_key(v: &str) -> String {
+    match v.char_indices().nth(SHOWN_KEY_CHARS) {
+        None => format!("{v:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes, shortened)", &v[..cut], v.len()),
+    }
 }
 
 #[cfg(test)]
@@ -167,5 +200,17 @@ mod tests {
         assert!(check_key("session", "a\nb").is_err());
         assert!(check_key("session", "a\0b").is_err());
         assert!(check_key("session", "a\tb").is_err());
+        assert!(check_key("session", &"k".repeat(MAX_KEY_BYTES)).is_ok());
+        let long = format!("{}\n", "k".repeat(100_000));
+        let e = check_key("session", &long).unwrap_err().to_string();
+        assert!(e.contains("100001 bytes") && e.len() < 300, "{e}");
+    }
+
+    #[test]
+    fn a_shown_key_is_escaped_and_shortened() {
+        assert_eq!(show_key("a\nb"), "\"a\\nb\"");
+        let s = show_key(&"é".repeat(1000));
+        assert!(s.ends_with("… (2000 bytes, shortened)"), "{s}");
+        assert_eq!(s.matches('é').count(), SHOWN_KEY_CHARS);
     }
 }

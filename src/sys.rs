@@ -14,6 +14,20 @@ pub fn adopt_inherited_fd(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
+/// Ends the process as SIGPIPE's default action would: what a command does when its reader went
+/// away (`leash close … | head -2`), quietly, like every other tool in a pipeline. Only the CLI's
+/// stdout path calls it: the process keeps SIGPIPE ignored otherwise (the daemon and `leash exec`
+/// must never die of a peer that went away, and children get the default back at exec anyway).
+pub fn die_of_sigpipe() -> ! {
+    // SAFETY: resets one signal's disposition to its default and raises it in this process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    // Not reached unless the signal is blocked; exit with the status a shell would report.
+    std::process::exit(128 + libc::SIGPIPE)
+}
+
 /// `pidfd_open(2)` (Linux >= 5.3): a handle on one process instance. Signals sent through it
 /// reach that instance or nobody, even if its pid number is recycled meanwhile.
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {

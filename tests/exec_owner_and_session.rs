@@ -1,40 +1,72 @@
-//! `--owner-pid` closes the spawner-died-first race (nothing starts, the lease is lost with the
-//! reason), and a session has at most one active lease.
+//! `--owner-pid` closes the spawner-died-first race (nothing starts, nothing is recorded: the
+//! refusal comes before any row), and a session has at most one active lease.
 mod common;
 use common::*;
 
 #[test]
-fn wrong_owner_pid_starts_nothing_and_records_lost() {
+fn wrong_owner_pid_starts_nothing_and_records_nothing() {
     let tmp = TempDir::new("owner");
     let state = tmp.join("state");
     let marker = tmp.join("started");
-    // Our parent is this test process, not pid 1.
+    // Our parent is this test process, not pid 1; and no process has pid 99999999 (above the
+    // kernel's pid_max).
+    for (pid, why) in [
+        ("1", "it names another process"),
+        ("99999999", "no process has that pid"),
+    ] {
+        let out = run(
+            &state,
+            &[
+                "exec",
+                "--owner-pid",
+                pid,
+                "--session",
+                "o",
+                "--",
+                "touch",
+                marker.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(out.code, Some(125), "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("--owner-pid {pid} is not our parent")),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(why), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("nothing started, nothing recorded"),
+            "{}",
+            out.stderr
+        );
+        assert!(!marker.exists(), "the command must not have run");
+        // Refused before anything was made: no state root, so no lease row.
+        assert!(!state.exists(), "a refused exec made {}", state.display());
+    }
+    init_state_root(&state);
     let out = run(
         &state,
         &[
             "exec",
             "--owner-pid",
-            "1",
+            "99999999",
             "--session",
             "o",
             "--",
-            "touch",
-            marker.to_str().unwrap(),
+            "true",
         ],
     );
     assert_eq!(out.code, Some(125), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("owner pid 1 is not our parent"),
-        "{}",
-        out.stderr
-    );
-    assert!(!marker.exists(), "the command must not have run");
     let leases = run_json(&state, &["leases", "--json"]);
-    assert_eq!(leases[0]["state"], "lost");
-    assert!(leases[0]["stateReason"]
-        .as_str()
-        .unwrap()
-        .contains("nothing started"));
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["sessionKey"] != "o"),
+        "a refused exec recorded a lease: {leases}"
+    );
     // The right owner pid works.
     let me = std::process::id().to_string();
     let out = run(

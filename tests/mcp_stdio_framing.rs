@@ -160,3 +160,94 @@ fn bad_flags_are_refused_before_serving() {
     assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
     assert!(!missing.exists(), "leash mcp created a state root");
 }
+
+/// One rule for keys and one for JSON, at every edge: `--as` refuses what `sessions --as`
+/// refuses (control characters, keys over the length bound), a tool's over-long `sessionKey` is
+/// refused without being echoed whole, and an object with a key twice is a parse error (-32700,
+/// id null), never read last-wins: `{"method":"ping","method":"tools/call"}` runs nothing.
+#[test]
+fn keys_and_duplicate_json_keys_follow_the_daemon_rules() {
+    let tmp = TempDir::new("mcp-keys");
+    let state = tmp.join("state");
+    init_state_root(&state);
+    let long = "k".repeat(100_000);
+    for bad in ["a\nb", "a\u{1b}b", long.as_str()] {
+        for verb in [
+            &["mcp", "--as", bad][..],
+            &["sessions", "list", "--as", bad][..],
+        ] {
+            let out = run(&state, verb);
+            let said: String = out.stderr.chars().take(400).collect();
+            assert_eq!(out.code, Some(2), "{} {}: {said}", verb[0], bad.len());
+            assert!(out.stdout.is_empty(), "{} {}: {said}", verb[0], bad.len());
+            assert!(
+                out.stderr.len() < 2_000,
+                "{}: the refusal echoes the key whole ({} bytes): {said}",
+                verb[0],
+                out.stderr.len()
+            );
+        }
+    }
+
+    let mut p = McpProc::start(&state, &["--as", "agent:main:main"]);
+    let r = p.request(&initialize(1, "2025-06-18"));
+    assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+    p.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    // Last-wins would run the call; the message is malformed instead.
+    p.send_raw(
+        br#"{"jsonrpc":"2.0","id":2,"method":"ping","method":"tools/call","params":{"name":"sessions_list","arguments":{}}}"#,
+    );
+    p.send_raw(b"\n");
+    let r = p.next();
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert_eq!(r["id"], Value::Null, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("duplicate key \"method\""),
+        "{r}"
+    );
+    // At any depth: a tool argument given twice.
+    p.send_raw(
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"session_status","arguments":{"sessionKey":"a","sessionKey":"agent:main:main"}}}"#,
+    );
+    p.send_raw(b"\n");
+    let r = p.next();
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert!(r.get("result").is_none(), "{r}");
+
+    // An over-long key a tool is asked for: refused as not visible, shown shortened.
+    let r = p.request(&tool_call(
+        4,
+        "session_status",
+        json!({ "sessionKey": long }),
+    ));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("not visible"), "{text}");
+    assert!(text.contains("shortened"), "{text}");
+    assert!(
+        text.len() < 1_000,
+        "the refusal echoes the key ({} bytes)",
+        text.len()
+    );
+    // A duplicated long key is named shortened too.
+    let mut dup = br#"{"jsonrpc":"2.0","id":5,"method":"ping","params":{""#.to_vec();
+    dup.extend(long.as_bytes());
+    dup.extend(br#"":1,""#);
+    dup.extend(long.as_bytes());
+    dup.extend(b"\":2}}\n");
+    p.send_raw(&dup);
+    let r = p.next();
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().len() < 1_000,
+        "the parse error echoes the key whole"
+    );
+    let r = p.request(&ping(6));
+    assert_eq!(r["result"], json!({}), "{r}");
+    assert_eq!(p.close_and_wait(), Some(0));
+    p.assert_pure_jsonrpc();
+}

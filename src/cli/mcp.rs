@@ -24,7 +24,7 @@ logs go to stderr. Exits 0 when stdin ends.";
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Session key of the requester: the agent session this server answers for
-    #[arg(long = "as", value_name = "KEY")]
+    #[arg(long = "as", value_name = "KEY", value_parser = super::parse_key)]
     pub requester: String,
     /// self, tree, agent or all
     #[arg(long, value_name = "V", default_value = "tree",
@@ -56,12 +56,18 @@ pub(super) fn run(root: StateRoot, a: McpArgs) -> Result<u8, Failure> {
     tracing::info!(requester = %view.requester, scope = super::logging::json(&view.scope), "leash mcp serving on stdio");
     let requester = view.requester.clone();
     let mut tools = SessionTools::new(root, view);
-    crate::mcp::serve(
+    match crate::mcp::serve(
         &mut tools,
         &requester,
         std::io::stdin().lock(),
         std::io::stdout().lock(),
-    )
-    .map_err(Failure::from)?;
-    Ok(exitcode::OK)
+    ) {
+        // The client closed its end of stdout: it is gone, as when it closes stdin (exit 0).
+        Err(crate::mcp::McpError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            tracing::debug!("the client closed stdout; leash mcp ends");
+            Ok(exitcode::OK)
+        }
+        Err(e) => Err(Failure::from(e)),
+        Ok(()) => Ok(exitcode::OK),
+    }
 }

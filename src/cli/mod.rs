@@ -2,6 +2,17 @@
 //! Output is for operators by default and JSON with `--json`; exit codes are in
 //! [`crate::exitcode`].
 
+/// `println!` for the CLI's stdout ([`write_stdout`]): a reader that went away ends the command
+/// quietly instead of with a panic and a backtrace.
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))
+    };
+    ($($t:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
 mod backend;
 mod docs;
 pub mod logging;
@@ -501,6 +512,28 @@ pub(crate) fn close_exit_code(outcomes: &[crate::lifecycle::CloseOutcome]) -> u8
         .unwrap_or(exitcode::OK)
 }
 
+/// Writes to stdout. The one place the CLI's output goes through: when the reader went away
+/// (EPIPE: `leash close … | head -2`), the command ends as SIGPIPE ends other tools, quietly
+/// (`println!` would panic with "Broken pipe" and a backtrace); any other write error is said
+/// once on stderr, exit 1. Output is written only after a command's work is done, so nothing is
+/// left half-done.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        stdout_failed(&e)
+    }
+}
+
+/// See [`write_stdout`].
+pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
+    use std::io::Write;
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        crate::sys::die_of_sigpipe()
+    }
+    let _ = writeln!(std::io::stderr(), "leash: cannot write to stdout: {e}");
+    std::process::exit(i32::from(Kind::Internal.exit_code()))
+}
+
 pub fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
@@ -559,8 +592,9 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     let hint = (exec && !args.iter().any(|a| a == "--") && exec_missing_dashdash(&e)).then(|| {
         "the adapter command goes after `--`: leash exec [OPTIONS] -- CMD [ARGS...]".to_string()
     });
+    // clap quotes the refused value whole: a 100 KB key would come back whole.
+    let rendered = shorten_long_words(e.render().to_string(), args);
     if json {
-        let rendered = e.render().to_string();
         let mut message = rendered
             .lines()
             .next()
@@ -577,7 +611,7 @@ fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
         };
         eprintln!("{}", f.to_json());
     } else {
-        let _ = e.print();
+        eprint!("{rendered}");
         if let Some(h) = &hint {
             eprintln!("leash: {h}");
         }
@@ -597,6 +631,18 @@ fn exec_missing_dashdash(e: &clap::Error) -> bool {
         },
         _ => false,
     }
+}
+
+/// `text` with every command-line word longer than [`crate::limits::MAX_KEY_BYTES`] replaced by
+/// its shortened form ([`crate::limits::show_key`]).
+fn shorten_long_words(mut text: String, args: &[OsString]) -> String {
+    for a in args.iter().skip(1) {
+        let w = a.to_string_lossy();
+        if w.len() > crate::limits::MAX_KEY_BYTES && text.contains(w.as_ref()) {
+            text = text.replace(w.as_ref(), &crate::limits::show_key(&w));
+        }
+    }
+    text
 }
 
 /// From a command line clap refused: is it `leash exec`, and were JSON errors asked for
@@ -693,6 +739,12 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         let json_errors = cli.error_format == Some(ErrorFormat::Json);
         return run_exec(&dir, a, settings, json_errors);
     }
+    // The first directory of the state root's path that does not exist yet: what a failed
+    // `leash serve` removes again (see `remove_unused_root`).
+    let made_from = match cli.command {
+        Command::Serve(_) => first_missing(&dir),
+        _ => None,
+    };
     let root = if creates {
         StateRoot::open(&dir)?
     } else {
@@ -714,11 +766,63 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Reap(a) => run_reap(&mut *backend()?, a),
         Command::Legacy(c) => run_legacy(root, c),
         Command::Ps(a) => run_ps(&root, a),
-        Command::Serve(a) => serve::run_serve(root, socket, a),
+        Command::Serve(a) => serve::run_serve(root.clone(), socket, a).inspect_err(|_| {
+            if let Some(from) = &made_from {
+                remove_unused_root(&root, from);
+            }
+        }),
         Command::Sessions(c) => sessions::run(&mut *backend()?, c),
         Command::Verify(a) => verify::run(&mut *backend()?, &a),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
         Command::Mcp(a) => mcp::run(root, a),
+    }
+}
+
+/// The first of `dir` and its ancestors that does not exist (the top of what creating `dir`
+/// makes), or `None` when `dir` exists.
+fn first_missing(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut top = None;
+    let mut p = Some(dir);
+    while let Some(d) = p {
+        if std::fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        top = Some(d.to_path_buf());
+        p = d.parent();
+    }
+    top
+}
+
+/// A `leash serve` that failed before it served (a busy `--metrics` port, a taken socket) in a
+/// state root it created leaves nothing behind: its lock file and the empty `wrappers/` and
+/// `run/` go, then the directories it made, up to `from`. Only what is empty is removed: a root
+/// that holds a database (the daemon got as far as opening it, or another process made one
+/// meanwhile) is kept, whole.
+fn remove_unused_root(root: &StateRoot, from: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::symlink_metadata(root.db_path()).is_ok() {
+        return;
+    }
+    // The lock file only while nobody holds it (another `leash serve` that started meanwhile
+    // would otherwise lose its lock, and a third could start beside it).
+    let lock = crate::daemon::lock_path(root);
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock)
+    {
+        if let Ok(_held) = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
+    let _ = std::fs::remove_dir(root.wrapper_root());
+    let _ = std::fs::remove_dir(root.run_dir());
+    let mut d = Some(root.dir());
+    while let Some(dir) = d {
+        if std::fs::remove_dir(dir).is_err() || dir == from {
+            break;
+        }
+        d = dir.parent();
     }
 }
 
@@ -728,6 +832,11 @@ fn run_exec(
     containment: crate::cgroup::Settings,
     json_errors: bool,
 ) -> Result<u8, Failure> {
+    // Before the state root is made: a refused exec changes nothing.
+    crate::controller::exec::check_owner(a.owner_pid).map_err(|e| {
+        let kind = e.kind();
+        Failure::new(kind, e.to_string()).of_exec()
+    })?;
     let root = StateRoot::open(dir)
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
     let req = ExecRequest {
@@ -757,10 +866,13 @@ fn run_exec(
         Err(e) => {
             let kind = e.kind();
             let msg = match &e {
+                // Said once: some of these errors say it themselves ("…; nothing started").
                 ExecError::Store(_)
                 | ExecError::State(_)
                 | ExecError::Install(_)
-                | ExecError::Cgroup(_) => {
+                | ExecError::Cgroup(_)
+                    if !e.to_string().contains("nothing started") =>
+                {
                     format!("{e}; nothing started")
                 }
                 _ => e.to_string(),

@@ -57,7 +57,7 @@ fn age_since(ms: i64) -> String {
 }
 
 pub(super) fn print_json<T: Serialize + ?Sized>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+    outln!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
 pub fn leases(rows: &[LeaseRow], json: bool) {
@@ -66,7 +66,7 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
         return;
     }
     if rows.is_empty() {
-        println!("no leases");
+        outln!("no leases");
         return;
     }
     // Session keys are printed whole (they are pasted back into `--session`): the column is as
@@ -80,7 +80,7 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
         .max()
         .unwrap_or(0)
         .max("SESSION".len());
-    println!(
+    outln!(
         "{:<36}  {:<7}  {:<width$}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  REASON",
         "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT", "AGE"
     );
@@ -88,7 +88,7 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
         match r {
             LeaseRow::Lease(l) => {
                 let opt = |v: Option<i32>| v.map_or("-".to_string(), |v| v.to_string());
-                println!(
+                outln!(
                     "{:<36}  {:<7}  {:<width$}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {}",
                     l.lease_id,
                     l.state.as_str(),
@@ -101,7 +101,7 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
                     short_reason(l)
                 );
             }
-            LeaseRow::Unreadable(u) => println!("!! {}", u.error),
+            LeaseRow::Unreadable(u) => outln!("!! {}", u.error),
         }
     }
 }
@@ -141,21 +141,21 @@ pub fn status(st: &Status, json: bool) {
         return;
     }
     let r = &st.root;
-    println!("gateway instance  {}", r.gateway_instance_id);
-    println!("state directory   {}", r.state_dir.display());
-    println!("database          {}", r.database.display());
-    println!("wrapper root      {}", r.wrapper_root.display());
+    outln!("gateway instance  {}", r.gateway_instance_id);
+    outln!("state directory   {}", r.state_dir.display());
+    outln!("database          {}", r.database.display());
+    outln!("wrapper root      {}", r.wrapper_root.display());
     let l = &r.leases;
-    println!(
+    outln!(
         "leases            {} open, {} closing, {} closed, {} ended, {} lost",
         l.open, l.closing, l.closed, l.ended, l.lost
     );
-    println!("legacy records    {} open", r.legacy_open);
+    outln!("legacy records    {} open", r.legacy_open);
     let c = &r.containment;
     match &c.gateway_root {
         Some(root) if c.mode == "on" => {
-            println!("containment       on, cgroups under {}", root.display());
-            println!(
+            outln!("containment       on, cgroups under {}", root.display());
+            outln!(
                 "                  controllers for limits: {}",
                 if c.controllers.is_empty() {
                     "none".to_string()
@@ -164,7 +164,7 @@ pub fn status(st: &Status, json: bool) {
                 }
             );
         }
-        _ => println!(
+        _ => outln!(
             "containment       {}: {}",
             c.mode,
             c.reason.as_deref().unwrap_or("-")
@@ -177,15 +177,15 @@ pub fn status(st: &Status, json: bool) {
 
 /// The daemon's part of `leash status`, when a daemon answered it.
 fn daemon_status(d: &DaemonStatus) {
-    println!("daemon            pid {} on {}", d.pid, d.socket.display());
-    println!(
+    outln!("daemon            pid {} on {}", d.pid, d.socket.display());
+    outln!(
         "sessions          {} supervised, {} busy",
         d.sessions.len(),
         d.busy.len()
     );
     for s in &d.sessions {
         let s = &s.live;
-        println!(
+        outln!(
             "  {}  {}{}  lease {}  last seq {}",
             s.session_key,
             word(&s.phase),
@@ -214,15 +214,15 @@ fn daemon_status(d: &DaemonStatus) {
                     }
                 },
             };
-            println!("reconcile         every {} ms; {what}", ms);
+            outln!("reconcile         every {} ms; {what}", ms);
         }
-        None => println!("reconcile         off"),
+        None => outln!("reconcile         off"),
     }
     if let Some(m) = &d.metrics {
-        println!("metrics           http://{m}/metrics");
+        outln!("metrics           http://{m}/metrics");
     }
     for r in &d.resumable {
-        println!(
+        outln!(
             "resumable         {} (busy when the previous daemon stopped)",
             r.session_key
         );
@@ -241,13 +241,13 @@ pub fn cancelled(c: &Cancelled, json: bool) {
     };
     match (n.notified, &n.acp_session_id) {
         (true, Some(acp)) => {
-            println!("session/cancel written to the adapter for ACP session {acp}")
+            outln!("session/cancel written to the adapter for ACP session {acp}")
         }
-        (false, _) if n.supervised == Some(true) => println!(
+        (false, _) if n.supervised == Some(true) => outln!(
             "no notification written: the daemon knows no single ACP session of this session \
              (give --acp-session ID)"
         ),
-        _ => println!("no notification written: the daemon does not supervise this session"),
+        _ => outln!("no notification written: the daemon does not supervise this session"),
     }
 }
 
@@ -261,11 +261,11 @@ pub fn ps(report: &crate::ps::PsReport, json: bool) {
         return;
     }
     if report.sessions.is_empty() {
-        println!("no open sessions");
+        outln!("no open sessions");
     }
     for s in &report.sessions {
         let t = &s.totals;
-        println!(
+        outln!(
             "session {}  lease {}  [{}; from {}]  {} process(es), RSS {}, CPU {:.2} s{}",
             s.session_key,
             s.lease_id,
@@ -279,10 +279,10 @@ pub fn ps(report: &crate::ps::PsReport, json: bool) {
                 .unwrap_or_default()
         );
         if let Some(r) = &s.reason {
-            println!("  {r}");
+            outln!("  {r}");
         }
         for m in &s.members {
-            println!(
+            outln!(
                 "  {:>7}  {:>10}  {:>8.2} s  {}",
                 m.pid,
                 mib(m.rss_bytes),
@@ -299,7 +299,7 @@ pub fn close(outcomes: &[CloseOutcome], json: bool) {
         return;
     }
     for o in outcomes {
-        println!(
+        outln!(
             "lease {} (session {}): {} — {}",
             o.lease_id,
             o.session_key,
@@ -307,7 +307,7 @@ pub fn close(outcomes: &[CloseOutcome], json: bool) {
             o.reason
         );
         for s in &o.signals {
-            println!(
+            outln!(
                 "  {} → pid {} ({}, {}): {}",
                 s.signal.name(),
                 s.pid,
@@ -317,18 +317,20 @@ pub fn close(outcomes: &[CloseOutcome], json: bool) {
             );
         }
         for r in &o.refused {
-            println!("  refused pid {}: {}", r.pid, r.reason);
+            outln!("  refused pid {}: {}", r.pid, r.reason);
         }
         if let Some(code) = o.exit_status {
-            println!("  adapter exit status {code}");
+            outln!("  adapter exit status {code}");
         }
     }
 }
 
 fn cancel(o: &CancelOutcome) {
-    println!(
+    outln!(
         "cancel recorded for lease {} (session {}, event {}); nothing signalled",
-        o.lease_id, o.session_key, o.seq
+        o.lease_id,
+        o.session_key,
+        o.seq
     );
 }
 
@@ -348,21 +350,23 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         print_json(plan);
         return;
     }
-    println!(
+    outln!(
         "reap plan for gateway {} (dry run: nothing changed, nothing signalled)",
         plan.gateway_instance_id
     );
     if plan.leases.is_empty() && plan.legacy.is_empty() {
-        println!("  no open or closing leases");
+        outln!("  no open or closing leases");
     }
     for lp in &plan.escapees {
-        println!(
+        outln!(
             "lease {} session {} [{}]: escaped process(es) carry its markers",
-            lp.lease_id, lp.session_key, lp.state
+            lp.lease_id,
+            lp.session_key,
+            lp.state
         );
-        println!("  → {}", decision_line(&lp.decision, lp.grace_ms));
+        outln!("  → {}", decision_line(&lp.decision, lp.grace_ms));
         for s in &lp.signals {
-            println!("    pid {}: {}", s.pid, s.evidence);
+            outln!("    pid {}: {}", s.pid, s.evidence);
         }
     }
     for lp in &plan.leases {
@@ -371,7 +375,7 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             Some(false) => "owner gone",
             None => "owner unknown",
         };
-        println!(
+        outln!(
             "lease {} session {} [{}; {}; verdict {}]",
             lp.lease_id,
             lp.session_key,
@@ -379,13 +383,13 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             owner,
             lp.verdict.as_deref().unwrap_or("-")
         );
-        println!("  → {}", decision_line(&lp.decision, lp.grace_ms));
+        outln!("  → {}", decision_line(&lp.decision, lp.grace_ms));
         for e in &lp.evidence {
-            println!("    evidence: {e}");
+            outln!("    evidence: {e}");
         }
         for s in &lp.signals {
             let sigs: Vec<&str> = s.signals.iter().map(|s| s.name()).collect();
-            println!(
+            outln!(
                 "    pid {} ({}, {}, {}): {} — {}",
                 s.pid,
                 word(&s.role),
@@ -396,10 +400,10 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             );
         }
         for r in &lp.refused {
-            println!("    pid {}: not signalled — {}", r.pid, r.reason);
+            outln!("    pid {}: not signalled — {}", r.pid, r.reason);
         }
         if let Some(c) = &lp.cgroup {
-            println!(
+            outln!(
                 "    cgroup {} (id {}): {}",
                 c.path,
                 c.id,
@@ -407,12 +411,12 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             );
             // Said once: the cgroup's evidence is usually one of the evidence lines above.
             if !lp.evidence.iter().any(|e| e == &c.evidence) {
-                println!("      {}", c.evidence);
+                outln!("      {}", c.evidence);
             }
         }
     }
     for c in &plan.stray_cgroups {
-        println!(
+        outln!(
             "stray cgroup {} (id {}): {} — {}",
             c.path,
             c.id,
@@ -421,16 +425,19 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         );
     }
     for lg in &plan.legacy {
-        println!(
+        outln!(
             "legacy #{} session {} pid {} [verdict {}]",
-            lg.id, lg.session_key, lg.pid, lg.verdict
+            lg.id,
+            lg.session_key,
+            lg.pid,
+            lg.verdict
         );
-        println!(
+        outln!(
             "  → {}",
             decision_line(&lg.decision, crate::controller::exec::DEFAULT_GRACE_MS)
         );
         for s in &lg.signals {
-            println!(
+            outln!(
                 "    pid {} ({}): SIGTERM then SIGKILL — {}",
                 s.pid,
                 word(&s.role),
@@ -438,17 +445,17 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             );
         }
         for r in &lg.refused {
-            println!("    pid {}: not signalled — {}", r.pid, r.reason);
+            outln!("    pid {}: not signalled — {}", r.pid, r.reason);
         }
     }
     if !plan.expire.is_empty() {
-        println!(
+        outln!(
             "expire {} closed/lost lease(s) past the retention",
             plan.expire.len()
         );
     }
     for b in &plan.bad_rows {
-        println!("unreadable row, left alone: {b}");
+        outln!("unreadable row, left alone: {b}");
     }
 }
 
@@ -459,13 +466,15 @@ pub fn reap_report(r: &ReapReport, json: bool) {
     }
     close(&r.leases, false);
     for o in &r.escapees {
-        println!(
+        outln!(
             "lease {} session {} (closed or lost earlier): escapees — {}",
-            o.lease_id, o.session_key, o.reason
+            o.lease_id,
+            o.session_key,
+            o.reason
         );
     }
     for lg in &r.legacy {
-        println!(
+        outln!(
             "legacy #{} session {} pid {}: {} — {}",
             lg.id,
             lg.session_key,
@@ -475,22 +484,25 @@ pub fn reap_report(r: &ReapReport, json: bool) {
         );
     }
     for (id, why) in &r.skipped {
-        println!("lease {id}: skipped — {why}");
+        outln!("lease {id}: skipped — {why}");
     }
     if r.expired > 0 {
-        println!("expired {} old lease(s)", r.expired);
+        outln!("expired {} old lease(s)", r.expired);
     }
     for b in &r.bad_rows {
-        println!("unreadable row, left alone: {b}");
+        outln!("unreadable row, left alone: {b}");
     }
     for c in &r.cgroups {
-        println!(
+        outln!(
             "stray cgroup {} (id {}): {} — {}",
-            c.path, c.id, c.result, c.reason
+            c.path,
+            c.id,
+            c.result,
+            c.reason
         );
     }
     if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
-        println!("nothing to reap");
+        outln!("nothing to reap");
     }
 }
 
@@ -500,10 +512,10 @@ pub fn legacy(recs: &[LegacyRecord], json: bool) {
         return;
     }
     if recs.is_empty() {
-        println!("no legacy records");
+        outln!("no legacy records");
     }
     for r in recs {
-        println!(
+        outln!(
             "#{} session {} pid {} [{}] {} {}",
             r.id,
             r.session_key,

@@ -104,6 +104,9 @@ impl ViewArgs {
                 "--as needs the requester's session key",
             ));
         }
+        // The flag's parser checks it already; this keeps the rule for every caller of `view`.
+        crate::limits::check_key("--as", &self.requester)
+            .map_err(|e| Failure::new(Kind::Usage, e.to_string()))?;
         let a2a = match (self.a2a, self.a2a_allow.is_empty()) {
             (Some(OnOff::Off), false) => {
                 return Err(Failure::new(
@@ -161,7 +164,7 @@ pub(super) fn run(
             if view.json {
                 super::output::print_json(&out);
             } else {
-                println!("sent {} byte(s) to session {key}", out.bytes);
+                outln!("sent {} byte(s) to session {key}", out.bytes);
             }
         }
     }
@@ -174,7 +177,7 @@ fn or_dash(v: Option<&str>) -> &str {
 
 fn print_listing(l: &Listing) {
     let scope = Scope::new(l.visibility, l.a2a.clone(), l.sandboxed);
-    println!(
+    outln!(
         "sessions visible to {} (agent {}): visibility {}, a2a {}",
         l.requester,
         or_dash(l.requester_agent.as_deref()),
@@ -182,16 +185,20 @@ fn print_listing(l: &Listing) {
         l.a2a
     );
     if l.sessions.is_empty() {
-        println!("  none");
+        outln!("  none");
         return;
     }
-    println!(
+    outln!(
         "{:<28}  {:<10}  {:<24}  {:<24}  {:<7}  VISIBLE AS",
-        "SESSION", "AGENT", "OWNER", "SPAWNED BY", "LEASE"
+        "SESSION",
+        "AGENT",
+        "OWNER",
+        "SPAWNED BY",
+        "LEASE"
     );
     for s in &l.sessions {
         let r = &s.session;
-        println!(
+        outln!(
             "{:<28}  {:<10}  {:<24}  {:<24}  {:<7}  {}",
             r.session_key,
             or_dash(r.agent_id.as_deref()),
@@ -204,7 +211,7 @@ fn print_listing(l: &Listing) {
 }
 
 fn print_history(h: &History) {
-    println!(
+    outln!(
         "session {} ({} event{}; visible as {})",
         h.session_key,
         h.events.len(),
@@ -213,7 +220,7 @@ fn print_history(h: &History) {
     );
     for e in &h.events {
         let detail = e.detail.as_ref().map(|d| d.to_string()).unwrap_or_default();
-        println!(
+        outln!(
             "{:>4}  {}  {:<9}  {}  {}",
             e.seq,
             utc(e.at),
@@ -226,7 +233,7 @@ fn print_history(h: &History) {
 
 fn print_status(s: &SessionStatus) {
     let r = &s.session;
-    println!(
+    outln!(
         "session {} (agent {}, owner {}, spawned by {}, parent {}; visible as {})",
         r.session_key,
         or_dash(r.agent_id.as_deref()),
@@ -236,14 +243,14 @@ fn print_status(s: &SessionStatus) {
         s.visible_as.as_str()
     );
     let Some(l) = &s.lease else {
-        println!("lease    none (never leased, or expired)");
+        outln!("lease    none (never leased, or expired)");
         return;
     };
     let ended = l
         .closed_at
         .map(|t| format!(", ended {}", utc(t)))
         .unwrap_or_default();
-    println!(
+    outln!(
         "lease    {} {} (started {}{ended}){}",
         l.lease_id,
         l.state,
@@ -254,7 +261,7 @@ fn print_status(s: &SessionStatus) {
             .unwrap_or_default()
     );
     let proc_line = |name: &str, p: &Option<ProcState>| match p {
-        Some(p) => println!(
+        Some(p) => outln!(
             "{name:<8} pid {} ({}) {}",
             p.pid,
             super::output::started(p.start_time),
@@ -264,15 +271,15 @@ fn print_status(s: &SessionStatus) {
                 None => "unknown (process table unreadable)",
             }
         ),
-        None => println!("{name:<8} not reported"),
+        None => outln!("{name:<8} not reported"),
     };
     proc_line("root", &s.root);
     proc_line("adapter", &s.adapter);
     if let Some(code) = l.exit_status {
-        println!("exit     {code}");
+        outln!("exit     {code}");
     }
     if let Some(t) = &s.tree {
-        println!(
+        outln!(
             "tree     {}{}",
             t.verdict,
             t.reason
@@ -282,7 +289,7 @@ fn print_status(s: &SessionStatus) {
         );
         for p in &t.processes {
             let role = serde_json::to_value(p.role).expect("serialisable");
-            println!(
+            outln!(
                 "  pid {} ({}, {}) {}",
                 p.pid,
                 role.as_str().unwrap_or("?"),

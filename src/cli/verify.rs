@@ -69,12 +69,17 @@ fn print(r: &VerifyReport, json: bool) {
         Answer::Dead => "ownership disproven: do not resume",
         Answer::Unavailable => "cannot tell: the process table could not be read",
     };
-    println!("{}  ({meaning})", r.answer.as_str());
-    println!(
+    outln!("{}  ({meaning})", r.answer.as_str());
+    outln!(
         "lease {}  session {}  state {}  root pid {} (start time {})  owner pid {}",
-        r.lease_id, r.session_key, r.state, r.root_pid, r.root_start_time, r.owner_pid
+        r.lease_id,
+        r.session_key,
+        r.state,
+        r.root_pid,
+        r.root_start_time,
+        r.owner_pid
     );
     for e in &r.evidence {
-        println!("  - {e}");
+        outln!("  - {e}");
     }
 }

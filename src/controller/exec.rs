@@ -73,11 +73,11 @@ pub enum ExecError {
         session_key: String,
         lease_id: String,
     },
-    #[error("owner pid {expected} is not our parent (parent is {actual}): the spawner exited before leash exec ran; nothing started, lease {lease_id} recorded lost")]
+    #[error("--owner-pid {expected} is not our parent (parent is {actual}): {why}; nothing started, nothing recorded")]
     OwnerGone {
         expected: i32,
         actual: i32,
-        lease_id: String,
+        why: &'static str,
     },
     #[error("cannot exec the wrapper {path}: {source}; lease {lease_id} recorded lost")]
     Exec {
@@ -159,6 +159,31 @@ pub fn supersede_reason(
     }
 }
 
+/// `--owner-pid` must be our parent (the spawner that is waiting for us): when it is not, the
+/// spawner exited before `leash exec` ran (or the pid is wrong), and nothing may start, since
+/// its owner could never be watched. Refused before anything is stored: no lease row, no
+/// cgroup. Checked again by the wrapper (it watches the parent it was given).
+pub fn check_owner(owner_pid: Option<i32>) -> Result<(), ExecError> {
+    let Some(expected) = owner_pid else {
+        return Ok(());
+    };
+    let parent = nix::unistd::getppid().as_raw();
+    if expected == parent {
+        return Ok(());
+    }
+    let why = if proc::start_time_of(expected).is_none() {
+        "no process has that pid: the spawner exited before leash exec ran, or the pid is wrong"
+    } else {
+        "it names another process: the spawner exited before leash exec ran (and its pid was \
+         reused), or the pid is wrong"
+    };
+    Err(ExecError::OwnerGone {
+        expected,
+        actual: parent,
+        why,
+    })
+}
+
 /// Commits the lease and execs the wrapper. Returns only on failure.
 pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     if req.command.is_empty() {
@@ -178,6 +203,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             crate::limits::check_key(what, v)?;
         }
     }
+    check_owner(req.owner_pid)?;
     req.env.validate(crate::envpolicy::CLI)?;
     let mut store = Store::open(&root.db_path())?;
     let wrapper_path = install_wrapper(root)?;
@@ -215,7 +241,6 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         .session_key
         .clone()
         .unwrap_or_else(|| format!("lease:{lease_id}"));
-    let owner_mismatch = req.owner_pid.filter(|&p| p != parent);
     let mut new = Lease {
         lease_id: lease_id.clone(),
         gateway_instance_id: gateway.clone(),
@@ -243,15 +268,6 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         cgroup_path: None,
         cgroup_id: None,
     };
-    if let Some(expected) = owner_mismatch {
-        new.state = LeaseState::Lost;
-        new.owner_start_time = 0;
-        new.closed_at = Some(new.started_at);
-        new.state_reason = Some(format!(
-            "owner pid {expected} was not the parent of leash exec (parent was {parent}): the \
-             spawner exited first; nothing started"
-        ));
-    }
     let session = SessionRow {
         session_key: session_key.clone(),
         agent_id: req.agent_id.clone(),
@@ -311,13 +327,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     // lease is alive; the old lease is then marked lost. Decided from the old root's `stat`, its
     // cgroup and its group, never from a scan of the host (see `supersede_reason`).
     let supersede = |old: &Lease| supersede_reason(old, &expect, &table, root, &lease_id);
-    let insert = if new.state == LeaseState::Lost {
-        // A lost record never conflicts with the session's active lease.
-        store.insert_lease(&new, None, |_| None)
-    } else {
-        store.insert_lease(&new, Some(&session), supersede)
-    };
-    match insert {
+    match store.insert_lease(&new, Some(&session), supersede) {
         Ok(()) => {}
         Err(StoreError::SessionBusy {
             session_key,
@@ -333,13 +343,6 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             drop_cgroup(made);
             return Err(e.into());
         }
-    }
-    if let Some(expected) = owner_mismatch {
-        return Err(ExecError::OwnerGone {
-            expected,
-            actual: parent,
-            lease_id,
-        });
     }
     tracing::debug!(lease_id = %lease_id, session = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
     drop(store);

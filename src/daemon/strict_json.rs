@@ -82,8 +82,10 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
+                // Shown shortened: the key is the sender's and may be any length.
                 return Err(de::Error::custom(format!(
-                    "duplicate key {key:?}: send each field once"
+                    "duplicate key {}: send each field once",
+                    crate::limits::show_key(&key)
                 )));
             }
             let v = map.next_value_seed(StrictSeed)?;
@@ -105,6 +107,12 @@ mod tests {
         assert!(parse(r#"{"id":1,"id":2}"#).is_err());
         assert!(parse(r#"{"a":[{"b":1,"b":1}]}"#).is_err());
         assert!(parse(r#"{"env":{"X":"1","X":"2"}}"#).is_err());
+        let long = "k".repeat(100_000);
+        let e = parse(&format!(r#"{{"{long}":1,"{long}":2}}"#)).unwrap_err();
+        assert!(
+            e.to_string().len() < 300,
+            "the message echoes the key whole"
+        );
     }
 
     #[test]

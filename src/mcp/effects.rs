@@ -63,11 +63,13 @@ impl SessionTools {
 
 /// The tool error for a [`SessionsError`]. Not found and not visible read the same.
 fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
+    // The key comes from the agent: shown escaped and, when long, shortened (never echoed whole).
+    let key = &crate::limits::show_key(key);
     let hidden = || {
         ToolError(format!(
-            "session '{key}' is not visible to this session ('{}', visibility {}); call \
+            "session {key} is not visible to this session ({}, visibility {}); call \
                  sessions_list to see the sessions you may use. Nothing was read or sent.",
-            view.requester,
+            crate::limits::show_key(&view.requester),
             describe(&view.scope)
         ))
     };
@@ -75,11 +77,11 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
         SessionsError::NotFound(_) | SessionsError::NotVisible { .. } => hidden(),
         SessionsError::Remote { ref code, .. } => match code.as_deref().and_then(Code::parse) {
             Some(Code::NotFound) => ToolError(format!(
-                "session '{key}' is not supervised by the running leash daemon (it was started \
+                "session {key} is not supervised by the running leash daemon (it was started \
                      by another process), so leash cannot write to its stdin; nothing was sent"
             )),
             Some(Code::NotRunning) => ToolError(format!(
-                "session '{key}' is closing or has ended; nothing was sent (session_status \
+                "session {key} is closing or has ended; nothing was sent (session_status \
                      shows its phase)"
             )),
             _ => ToolError(e.to_string()),
@@ -92,6 +94,14 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     }
 }
 
+/// The one key rule ([`crate::limits::check_key`]) for a key an agent names: a key no session
+/// can have (empty, over-long, with control characters) is refused with the words of a key that
+/// is not visible, so the rule is no oracle; the key is shown shortened.
+fn key_rule(view: &View, key: &str) -> Result<(), ToolError> {
+    crate::limits::check_key("sessionKey", key)
+        .map_err(|_| refusal(view, key, SessionsError::NotFound(String::new())))
+}
+
 impl Tools for SessionTools {
     fn list(&mut self) -> Result<Listing, ToolError> {
         let view = self.view.clone();
@@ -101,6 +111,7 @@ impl Tools for SessionTools {
 
     fn history(&mut self, key: &str, limit: u64) -> Result<HistoryResult, ToolError> {
         let view = self.view.clone();
+        key_rule(&view, key)?;
         let h = self
             .sessions()?
             .history(&view, key)
@@ -129,6 +140,7 @@ impl Tools for SessionTools {
 
     fn send(&mut self, key: &str, message: &str) -> Result<SendResult, ToolError> {
         let view = self.view.clone();
+        key_rule(&view, key)?;
         let v = self
             .sessions()?
             .send(&view, key, message)
@@ -145,6 +157,7 @@ impl Tools for SessionTools {
 
     fn status(&mut self, key: &str) -> Result<StatusResult, ToolError> {
         let view = self.view.clone();
+        key_rule(&view, key)?;
         let s = self.sessions()?;
         let detail = s.status(&view, key).map_err(|e| refusal(&view, key, e))?;
         let live = self.daemon().and_then(|c| live_session(c, key));

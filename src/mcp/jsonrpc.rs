@@ -3,7 +3,8 @@
 //! without a process, and a fuzz target could call [`classify`] on arbitrary bytes.
 //!
 //! The rules (the whole contract of a stdio server, docs in README "leash mcp"):
-//! - A line that is not UTF-8 or not JSON gets `-32700` with `id: null`.
+//! - A line that is not UTF-8 or not JSON gets `-32700` with `id: null`; so does an object with
+//!   the same key twice at any depth (which of the two is meant is not ours to guess).
 //! - A JSON value that is not a message object (an array — MCP dropped batches in 2025-06-18 —,
 //!   a number, an object without `jsonrpc: "2.0"` or with an `id` that is neither a string nor
 //!   a number) gets `-32600`, with the `id` when one could be read, else `null`.
@@ -97,7 +98,10 @@ pub fn classify(line: &[u8]) -> Incoming {
     if text.trim().is_empty() {
         return Incoming::Blank;
     }
-    let value: Value = match serde_json::from_str(text) {
+    // Strict: an object with a key twice is refused, not read last-wins (`{"method":"ping",
+    // "method":"tools/call"}` would run the call a reader of the first key took for a ping),
+    // the same rule as the daemon's protocol.
+    let value: Value = match crate::daemon::strict_json::parse(text) {
         Ok(v) => v,
         Err(e) => {
             return Incoming::Invalid {

@@ -74,6 +74,12 @@ pub enum StoreError {
              file, or move it aside"
     )]
     Symlink { path: PathBuf },
+    #[error("cannot create the state database {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("state database {path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -98,12 +104,21 @@ impl Store {
     pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
         let err = |e| map_err(path, busy, e);
         refuse_symlinks(path)?;
+        create_private(path).map_err(|source| StoreError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(busy).map_err(err)?;
         // journal_mode returns a row; a corrupt file fails here first.
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(err)?;
+        let mode = switch_to_wal(&conn, busy).map_err(err)?;
+        // SQLite made `-wal` and `-shm` with the database's mode (0600); ones an older leash
+        // left looser are tightened.
+        for suffix in ["-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            tighten(Path::new(&p));
+        }
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Corrupt {
                 path: path.to_path_buf(),
@@ -206,6 +221,55 @@ const WAL_FRAME_BYTES: u64 = 24 + 4096;
 /// `leash exec`, 128 frames (≈ 0.5 MB) keeps the sum of the two near its minimum, ≈ 0.2 ms an
 /// exec (docs/benchmarks.md, Host scale).
 const WAL_FRAMES: u64 = 128;
+
+/// Creates the database file mode 0600 when it is missing (SQLite would create it 0644 less the
+/// umask: 0644 under umask 0 — and `-wal`/`-shm` copy the database's mode), and tightens one that
+/// is looser. Never through a symlink.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    tighten(path);
+    Ok(())
+}
+
+/// Makes an existing file 0600 when others (group, world) have any access to it.
+fn tighten(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.is_file() && m.permissions().mode() & 0o077 != 0 {
+            if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot make the database 0600");
+            }
+        }
+    }
+}
+
+/// `PRAGMA journal_mode=WAL`, waiting for a racing opener. On a fresh database (still in rollback
+/// mode) two processes that switch at once both hold a read lock and both want to write the
+/// header; SQLite answers the second `SQLITE_BUSY` at once, without calling the busy handler (it
+/// would deadlock), so a busy timeout alone does not help: two first `leash exec`s on a new state
+/// root, or one and a `leash leases` that opened the new file, failed in milliseconds with "locked
+/// (waited 5000 ms)". The failed statement holds no lock, so it is retried until the busy timeout.
+fn switch_to_wal(conn: &Connection, busy: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + busy;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// The database and its `-wal`/`-shm` companions must not be symlinks: SQLite would follow them
 /// and make the link's target (any file of ours) a leash database, or its journal.

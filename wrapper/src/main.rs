@@ -512,11 +512,32 @@ impl Report {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
-        let res = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, &self.path));
+        let res =
+            write_private(&tmp, body.as_bytes()).and_then(|()| std::fs::rename(&tmp, &self.path));
         if let Err(e) = res {
             diag(&format!("cannot write report {}: {e}", self.path.display()));
         }
     }
+}
+
+/// Writes `bytes` to `path` as a file of mode 0600 whatever the umask (`std::fs::write` makes it
+/// 0666 less the umask: world-writable under umask 0), never through a symlink. A left-over file
+/// (a previous report's temporary) is replaced, not reused with its mode.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
 }
 
 // ---------------------------------------------------------------------------------------------

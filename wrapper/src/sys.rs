@@ -3,7 +3,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
@@ -571,6 +571,9 @@ impl Cgroup {
             if st.st_ino != self.ino {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
+            // Cgroups the adapter made inside ours keep it from being removed (EBUSY): they go
+            // first, deepest first, through the directory we hold.
+            remove_nested(self.dir.as_raw_fd(), 0)?;
             if libc::rmdir(c.as_ptr()) == 0 {
                 return Ok(());
             }
@@ -582,6 +585,53 @@ impl Cgroup {
             }
         }
     }
+}
+
+/// How deep nested cgroups may be before removal gives up (bounds the recursion only).
+const MAX_NESTED_DEPTH: usize = 64;
+
+/// Removes every cgroup below the directory `dir` (an open descriptor), deepest first, each with
+/// `unlinkat(dir, name, AT_REMOVEDIR)`: only empty cgroups can be removed, and a name renamed
+/// meanwhile cannot redirect a removal outside `dir`.
+fn remove_nested(dir: RawFd, depth: usize) -> io::Result<()> {
+    if depth >= MAX_NESTED_DEPTH {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{dir}"))? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = CString::new(entry.file_name().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: openat with a directory fd we hold and a NUL-terminated name; the fd is ours.
+        let fd = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let e = last_err();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: the kernel just returned this fd; OwnedFd closes it.
+        let child = unsafe { OwnedFd::from_raw_fd(fd) };
+        remove_nested(child.as_raw_fd(), depth + 1)?;
+        drop(child);
+        // SAFETY: unlinkat with a directory fd we hold and a NUL-terminated name.
+        if unsafe { libc::unlinkat(dir, name.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
+            let e = last_err();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Unmaps, from this process only, the pages of its own executable that are read-only (code and
