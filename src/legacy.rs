@@ -364,8 +364,8 @@ fn member(p: &crate::proc::ProcessInfo, role: Role, depth: usize, evidence: Stri
 
 // ---- The acpx extension's own state (`leash legacy import --acpx DIR`) ----------------------
 //
-// The formats, as its source writes them (openclaw/openclaw `extensions/acpx`; docs/protocol.md
-// "The acpx extension's state on disk" lists them with file names). Parsing here is pure: the
+// The formats, as its source writes them (openclaw/openclaw `extensions/acpx`; docs/acpx-import.md
+// lists them with file names). Parsing here is pure: the
 // controller reads the files and the SQLite store and hands the text over.
 
 /// `legacy_records.source` of a lease imported from the acpx extension.
@@ -893,5 +893,74 @@ mod tests {
             shell_split("\"a\\\"").unwrap_err(),
             TokenError::Unterminated('"')
         );
+    }
+
+    /// The hash as the incumbent computes it: these vectors are the output of its own
+    /// `withAcpxLeaseEnvironment` + `hashAcpxProcessCommand`, run in node.
+    #[test]
+    fn acpx_command_hash_matches_the_incumbents() {
+        let cmd = r#""/usr/bin/node" "/s/acpx/codex-acp-wrapper.mjs""#;
+        assert_eq!(
+            acpx_command_hash(cmd, "lease-1", "gw-1"),
+            "234b4be1f871ea91ac9695223ad82005c8426c1388be3f85fc7616f7d0f3b446"
+        );
+        assert_eq!(
+            acpx_command_hash(cmd, "it's", "g 1"),
+            "92d1b1fc7e431c5dd87a766b066c9fb1687b57a5a1f8084a510e82e1fb6dcf84"
+        );
+        let parts = [
+            "/usr/bin/node".to_string(),
+            "/s/acpx/codex-acp-wrapper.mjs".into(),
+        ];
+        let json = &acpx_renderings(&parts)[0].1;
+        assert_eq!(json, cmd);
+        assert_eq!(acpx_renderings(&parts)[1].1, parts.join(" "));
+    }
+
+    #[test]
+    fn acpx_leases_parse_or_say_what_is_wrong() {
+        let lease = serde_json::json!({
+            "leaseId": "l", "gatewayInstanceId": "g", "sessionKey": "agent:codex:acp:x",
+            "wrapperRoot": "/s/acpx", "wrapperPath": "/s/acpx/codex-acp-wrapper.mjs",
+            "rootPid": 12.0, "processGroupId": 12, "commandHash": "AB".repeat(32),
+            "startedAt": 1.5e12, "state": "closing", "extra": [1]
+        });
+        let r = parse_acpx_lease(&lease).unwrap().unwrap();
+        assert_eq!((r.root_pid, r.process_group_id), (12, Some(12)));
+        assert_eq!(r.command_hash, "ab".repeat(32));
+        let mut closed = lease.clone();
+        closed["state"] = "lost".into();
+        assert!(parse_acpx_lease(&closed).unwrap().is_none());
+        for (field, value, says) in [
+            ("rootPid", serde_json::json!(-1), "not a pid"),
+            ("rootPid", serde_json::json!(1.5), "not an integer"),
+            ("wrapperPath", serde_json::json!("rel/w.mjs"), "absolute"),
+            ("commandHash", serde_json::json!("abc"), "sha256"),
+            ("sessionKey", serde_json::json!(""), "empty"),
+            ("state", serde_json::json!("up"), "none of"),
+        ] {
+            let mut bad = lease.clone();
+            bad[field] = value;
+            let e = parse_acpx_lease(&bad).unwrap_err().0;
+            assert!(e.contains(says) && e.contains("lease l"), "{field}: {e}");
+        }
+        assert!(parse_acpx_lease_file(r#"{"version":1,"leases":{}}"#).is_err());
+        assert_eq!(
+            parse_acpx_gateway_record(r#"{"instanceId":" x ","createdAt":1}"#).unwrap(),
+            "x"
+        );
+        let s = parse_acpx_session(
+            "agent%3Aclaude%3Aacp%3Ay",
+            r#"{"schema":"acpx.session.v1"}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.session_key, "agent:claude:acp:y");
+        assert_eq!(s.agent_id.as_deref(), Some("claude"));
+        assert!(parse_acpx_session("x", r#"{"schema":"other"}"#)
+            .unwrap()
+            .is_none());
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
     }
 }

@@ -106,8 +106,7 @@ impl<'t> Controller<'t> {
     }
 }
 
-/// Where `leash legacy import --acpx` reads the incumbent's state (docs/protocol.md, "The acpx
-/// extension's state on disk").
+/// Where `leash legacy import --acpx` reads the incumbent's state (docs/acpx-import.md).
 #[derive(Debug, Clone)]
 pub struct AcpxSources {
     /// The acpx directory, `<OpenClaw state dir>/acpx`: the wrapper root, the older
