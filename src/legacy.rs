@@ -692,7 +692,8 @@ fn acpx_candidates<'s>(
 /// (which lies under the recorded wrapper root) and ends with the lease id and gateway id
 /// markers, the gateway id is this root's own, the argv hashes to the recorded `commandHash`,
 /// the environment (when readable) does not name another lease or gateway, and the process
-/// started before the import. A pending lease (`rootPid: 0`) and an ambiguous one (several live
+/// started before the import; processes carrying its env markers join the tree (or, the root
+/// gone, are the tree). A pending lease (`rootPid: 0`) and an ambiguous one (several live
 /// wrappers carry its markers) are left alone, with what was seen.
 fn verify_acpx(
     rec: &LegacyRecord,
@@ -718,6 +719,21 @@ fn verify_acpx(
             .join(", ")
     };
     let candidates = acpx_candidates(snap, lease, gw, wrapper, caller.uid);
+    // Processes carrying the lease's environment markers (the wrapper's `env` set them, every
+    // descendant inherits them), this root's gateway id, of the caller's uid, started before the
+    // import: the lease's escapees once they left the tree (the detached adapter of a wrapper
+    // that was SIGKILLed: the incumbent's own leak).
+    let marked: Vec<&crate::proc::ProcessInfo> = snap
+        .marked(lease)
+        .filter(|m| m.state != 'Z' && m.uid == caller.uid && m.pid > 1)
+        .filter(|m| m.pid != caller.pid && m.pid != caller.pgid)
+        .filter(|m| {
+            m.env
+                .as_ref()
+                .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(gw))
+        })
+        .filter(|m| rec.imported_ticks == 0 || m.start_time <= rec.imported_ticks)
+        .collect();
     if rec.pid == 0 {
         return refuse(format!(
             "pending acpx lease {lease} (rootPid 0: saved before its wrapper started, the pid \
@@ -749,6 +765,17 @@ fn verify_acpx(
         ));
     }
     let Some(p) = snap.get(rec.pid).filter(|p| p.state != 'Z') else {
+        if candidates.is_empty() && !marked.is_empty() {
+            let reason = format!(
+                "stored pid {} is gone; pid {} carry {}={lease} and {}={gw} (this root's gateway \
+                 id) in their environment and started before the import: the lease's escapees",
+                rec.pid,
+                pids(&marked),
+                crate::lease::ENV_LEASE_ID,
+                crate::lease::ENV_GATEWAY_ID
+            );
+            return escapees_only(&marked, reason);
+        }
         if candidates.is_empty() {
             return LegacyVerdict::Gone {
                 reason: format!(
@@ -841,7 +868,41 @@ fn verify_acpx(
         p.pid,
         root.display()
     );
-    owned_tree(p, snap, Some(lease), reason)
+    let mut verdict = owned_tree(p, snap, Some(lease), reason);
+    if let LegacyVerdict::Owned { tree, .. } = &mut verdict {
+        for m in &marked {
+            let known = m.pid == p.pid
+                || tree.members.iter().any(|x| x.pid == m.pid)
+                || tree.excluded.iter().any(|x| x.pid == m.pid);
+            if !known && m.start_time >= p.start_time {
+                tree.members.push(member(
+                    m,
+                    Role::Marked,
+                    0,
+                    format!("carries lease {lease}'s env markers, outside the wrapper's tree"),
+                ));
+            }
+        }
+    }
+    verdict
+}
+
+/// The verdict for an acpx lease whose wrapper is gone but whose marked processes remain.
+fn escapees_only(marked: &[&crate::proc::ProcessInfo], reason: String) -> LegacyVerdict {
+    let mut members: Vec<Member> = marked
+        .iter()
+        .map(|m| member(m, Role::Marked, 0, reason.clone()))
+        .collect();
+    members.sort_by_key(|m| std::cmp::Reverse(m.pid));
+    LegacyVerdict::Owned {
+        tree: OwnedTree {
+            root: None,
+            members,
+            excluded: Vec::new(),
+            evidence: vec![reason.clone()],
+        },
+        reason,
+    }
 }
 
 #[cfg(test)]

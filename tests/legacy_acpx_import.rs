@@ -300,15 +300,21 @@ fn the_incumbents_orphans_are_reaped_from_its_own_state_and_nothing_else() {
     let nomarker_adapter = pid_of(&logs, &format!("pid-{}", nomarker.pid), "adapter.log.pid");
     guard.add(nomarker_adapter);
 
-    // `reused_a` and `gone_b`: their adapters die, so their wrappers exit; `reused_a`'s pid then
-    // goes to a decoy (as root), with the wrapper's command line and no markers.
+    // `reused_a`: its adapter dies, so its wrapper exits, and its pid goes to a decoy (as root),
+    // with the wrapper's command line and no markers. `gone_b`: its wrapper is SIGKILLed, and
+    // its detached adapter stays behind (the incumbent's own leak), carrying the env markers.
+    signal(adapters[&reused_a], libc::SIGKILL);
+    signal(wrappers[&gone_b], libc::SIGKILL);
     for lease in [&reused_a, &gone_b] {
-        signal(adapters[lease], libc::SIGKILL);
         assert!(
             wait_for(|| !wrappers[lease].exists()),
             "wrapper of {lease} exited"
         );
     }
+    assert!(
+        adapters[&gone_b].alive(),
+        "the escaped adapter survives its wrapper"
+    );
     let reused_pid = wrappers[&reused_a].pid;
     let mut reuse_decoy = None;
     if is_root() {
@@ -564,8 +570,13 @@ fn the_incumbents_orphans_are_reaped_from_its_own_state_and_nothing_else() {
         "{report_b}"
     );
     let gone = by_session(&report_b["legacy"], "agent:codex:acp:gone");
-    if Pid::of(gone_pid).is_none() {
-        assert_eq!(gone["result"], "lost", "{gone}");
+    // (Unless a stranger took the dead wrapper's pid meanwhile: then it is left alone.)
+    let escaped = Pid::of(gone_pid).is_none();
+    if escaped {
+        assert_eq!(
+            gone["result"], "closed",
+            "the escaped adapter was reaped: {gone}"
+        );
     }
     for lease in [&orphan_a, &orphan_b] {
         let (w, a) = (wrappers[lease], adapters[lease]);
@@ -579,6 +590,16 @@ fn the_incumbents_orphans_are_reaped_from_its_own_state_and_nothing_else() {
             adapter_log.contains("TERM"),
             "SIGTERM came first: {adapter_log:?}"
         );
+    }
+    if escaped {
+        let a = adapters[&gone_b];
+        assert!(
+            wait_for(|| !a.alive()),
+            "the escaped adapter of {gone_b} ended"
+        );
+        let log =
+            std::fs::read_to_string(logs.join(format!("{gone_b}.adapter.log"))).unwrap_or_default();
+        assert!(log.contains("TERM"), "SIGTERM came first: {log:?}");
     }
     // The decoys: untouched.
     let untouched = |p: Pid, log: PathBuf, what: &str| {
