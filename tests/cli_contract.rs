@@ -225,7 +225,7 @@ fn help_is_readable() {
     assert!(hist.contains("<SESSION>"), "{hist}");
     let import = help(&["legacy", "import", "--help"]);
     assert!(
-        import.contains("JSON") && import.contains("<FILE>"),
+        import.contains("JSON") && import.contains("[FILE]") && import.contains("--acpx <DIR>"),
         "{import}"
     );
     let leases = help(&["leases", "--help"]);

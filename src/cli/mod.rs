@@ -414,15 +414,41 @@ pub enum LegacyCommand {
 from FILE, a JSON array of {\"sessionKey\": KEY, \"pid\": PID, \"command\": \"CMD LINE\", \
 \"wrapperPath\": PATH (optional)}. `leash reap` then handles them fail-safe: a record is \
 terminated only if its pid still runs that command from the wrapper directory, else it is marked \
-lost or left alone with the reason. Creates the state directory when needed."
+lost or left alone with the reason. Creates the state directory when needed.
+
+With --acpx DIR, imports the acpx extension's own state instead, as it is on disk: its open and \
+closing process leases (DIR/process-leases.json and the SQLite keyed store, namespace \
+process-leases), its gateway instance id (which becomes this root's own) and its session records \
+(ownership rows). All or nothing: a malformed file changes nothing. `leash reap` then ends a \
+lease's orphans only when its wrapper still carries the lease's own markers."
     )]
     Import {
-        /// The JSON file to import
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
+        /// The JSON file to import (leash's own legacy format)
+        #[arg(
+            value_name = "FILE",
+            required_unless_present = "acpx",
+            conflicts_with = "acpx"
+        )]
+        file: Option<PathBuf>,
         /// Directory the old gateway's wrappers live in (default: this gateway's wrapper root)
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", conflicts_with = "acpx")]
         wrapper_root: Option<PathBuf>,
+        /// Import the acpx extension's own state from its acpx directory (`<OpenClaw state
+        /// dir>/acpx`): its process leases (process-leases.json and the SQLite keyed store),
+        /// its gateway instance id and its session records
+        #[arg(long, value_name = "DIR")]
+        acpx: Option<PathBuf>,
+        /// The OpenClaw state directory holding gateway-instance-id and the SQLite stores
+        /// (default: the parent of --acpx)
+        #[arg(long, value_name = "DIR", requires = "acpx")]
+        openclaw_state: Option<PathBuf>,
+        /// The acpx session records' directory (default: <--acpx>/sessions)
+        #[arg(long, value_name = "DIR", requires = "acpx")]
+        acpx_sessions: Option<PathBuf>,
+        /// Adopt the incumbent's gateway instance id although this state root already uses
+        /// another (refused while the root has open or closing leases)
+        #[arg(long, requires = "acpx")]
+        adopt_gateway_id: bool,
     },
     /// List legacy records
     List(JsonArg),
@@ -955,7 +981,50 @@ pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
 fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
     let ctl = Controller::open(root, &LiveTable)?;
     match c {
-        LegacyCommand::Import { file, wrapper_root } => {
+        LegacyCommand::Import {
+            file,
+            wrapper_root,
+            acpx: Some(acpx_dir),
+            openclaw_state,
+            acpx_sessions,
+            adopt_gateway_id,
+        } => {
+            let _ = (file, wrapper_root);
+            let src = crate::controller::AcpxSources {
+                acpx_dir,
+                openclaw_state,
+                sessions_dir: acpx_sessions,
+            };
+            let (r, skipped) = ctl
+                .legacy_import_acpx(&src, adopt_gateway_id)
+                .map_err(Failure::from)?;
+            let how = match r.adoption {
+                crate::legacy::Adoption::Same => "already this root's",
+                crate::legacy::Adoption::Fresh => "adopted by this fresh root",
+                crate::legacy::Adoption::Adopted => "adopted (--adopt-gateway-id)",
+            };
+            eprintln!(
+                "leash: gateway instance id {} {how}; imported {} acpx lease(s) as legacy \
+                 records ({} already present), {} session row(s){}; `leash reap --dry-run` \
+                 shows what each would get",
+                r.gateway_instance_id,
+                r.leases,
+                r.already_present,
+                r.sessions,
+                if skipped > 0 {
+                    format!(
+                        ", {skipped} JSON file(s) in the sessions directory not session records"
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            Ok(exitcode::OK)
+        }
+        LegacyCommand::Import {
+            file, wrapper_root, ..
+        } => {
+            let file = file.expect("clap requires FILE without --acpx");
             let n = ctl
                 .legacy_import(&file, wrapper_root.as_deref())
                 .map_err(Failure::from)?;

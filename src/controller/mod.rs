@@ -69,7 +69,7 @@ pub mod verify;
 pub use cancel::CancelOutcome;
 pub use close::{CloseOutcome, CloseResult};
 pub use events::{EventsError, History};
-pub use legacy::LegacyOutcome;
+pub use legacy::{AcpxSources, LegacyOutcome};
 pub use reap::{ReapReport, SweptCgroup};
 pub use status::{store_status, store_status_with, StoreStatus};
 pub use terminate::{RefusedSignal, SignalRecord};

@@ -24,6 +24,71 @@ pub struct LegacyRecord {
     /// The importer's start time in clock ticks since boot: a process that started later cannot
     /// be the one the record describes.
     pub imported_ticks: u64,
+    /// `acpx` for a lease imported from the acpx extension's own store (`leash legacy import
+    /// --acpx`); `None` for leash's own legacy format.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The incumbent's lease id: its wrapper carries it as `--openclaw-acpx-lease-id` and in
+    /// `OPENCLAW_ACPX_LEASE_ID`.
+    #[serde(default)]
+    pub acpx_lease_id: Option<String>,
+    /// The gateway instance id the incumbent's lease names (`--openclaw-gateway-instance-id`).
+    #[serde(default)]
+    pub acpx_gateway_id: Option<String>,
+    /// The incumbent's `commandHash`: sha256 (hex) of the wrapper command string it launched.
+    #[serde(default)]
+    pub command_hash: Option<String>,
+    #[serde(default)]
+    pub process_group_id: Option<i32>,
+    /// The incumbent's `startedAt` (ms since the epoch, its clock): shown, never evidence.
+    #[serde(default)]
+    pub acpx_started_at: Option<i64>,
+}
+
+/// One lease of the acpx extension to import, already checked.
+#[derive(Debug, Clone)]
+pub struct NewAcpxRecord {
+    pub lease_id: String,
+    pub gateway_instance_id: String,
+    pub session_key: String,
+    pub wrapper_root: String,
+    pub wrapper_path: String,
+    /// 0 while pending (saved before the wrapper started).
+    pub root_pid: i32,
+    pub process_group_id: Option<i32>,
+    pub command_hash: String,
+    pub started_at: i64,
+}
+
+/// A session record of the acpx extension, as an ownership row.
+#[derive(Debug, Clone)]
+pub struct NewAcpxSession {
+    pub session_key: String,
+    pub agent_id: Option<String>,
+}
+
+/// What adopting the incumbent's gateway instance id did to the state root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Adoption {
+    /// The root already had that id.
+    Same,
+    /// A fresh root (no lease, session or legacy row yet) took it.
+    Fresh,
+    /// A root in use took it, as asked (`--adopt-gateway-id`).
+    Adopted,
+}
+
+/// What `leash legacy import --acpx` wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AcpxImported {
+    pub gateway_instance_id: String,
+    pub adoption: Adoption,
+    pub leases: usize,
+    /// Leases already imported earlier (same incumbent lease id): skipped.
+    pub already_present: usize,
+    pub sessions: usize,
 }
 
 /// One record to import, already checked (a pid in range, a key and a command that are not
@@ -71,11 +136,126 @@ impl Store {
         })
     }
 
+    /// Imports the acpx extension's state in one transaction, all or nothing: its gateway
+    /// instance id becomes this root's own (see [`Adoption`]; a root in use with another id is
+    /// refused unless `adopt`, and always while it has open or closing leases of its own), its
+    /// open and closing leases become legacy records (a lease id imported before is skipped),
+    /// and its session records become ownership rows where the root has none for that key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn import_acpx(
+        &mut self,
+        gateway_id: &str,
+        adopt: bool,
+        leases: &[NewAcpxRecord],
+        sessions: &[NewAcpxSession],
+        imported_ticks: u64,
+        now: i64,
+    ) -> Result<AcpxImported, StoreError> {
+        let current = self.gateway_instance_id.clone();
+        let out = self.write(|tx, ctx| {
+            let count = |sql: &str| -> Result<i64, StoreError> {
+                tx.query_row(sql, [], |r| r.get(0)).map_err(|e| ctx.err(e))
+            };
+            let adoption = if current == gateway_id {
+                Adoption::Same
+            } else {
+                // Open rows whose processes carry the current id: this root's own leases, and
+                // acpx records imported under it. Adopting another id would strand them.
+                let active = count(
+                    "SELECT (SELECT COUNT(*) FROM leases WHERE state IN ('open', 'closing')) \
+                     + (SELECT COUNT(*) FROM legacy_records WHERE state = 'open' \
+                        AND source = 'acpx')",
+                )?;
+                let used = count(
+                    "SELECT (SELECT COUNT(*) FROM leases) + (SELECT COUNT(*) FROM sessions) \
+                     + (SELECT COUNT(*) FROM legacy_records)",
+                )?;
+                if used > 0 && !adopt {
+                    return Err(StoreError::GatewayIdInUse {
+                        path: ctx.path.to_path_buf(),
+                        ours: current.clone(),
+                        theirs: gateway_id.to_string(),
+                    });
+                }
+                if active > 0 {
+                    return Err(StoreError::GatewayIdBusy {
+                        path: ctx.path.to_path_buf(),
+                        ours: current.clone(),
+                        theirs: gateway_id.to_string(),
+                        active,
+                    });
+                }
+                tx.execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'gateway_instance_id'",
+                    [gateway_id],
+                )
+                .map_err(|e| ctx.err(e))?;
+                if used > 0 {
+                    Adoption::Adopted
+                } else {
+                    Adoption::Fresh
+                }
+            };
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO legacy_records (session_key, pid, command, \
+                     wrapper_path, wrapper_root, state, imported_at, imported_ticks, source, \
+                     acpx_lease_id, acpx_gateway_id, command_hash, process_group_id, \
+                     acpx_started_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7, 'acpx', ?8, ?9, ?10, ?11, ?12)",
+                )
+                .map_err(|e| ctx.err(e))?;
+            let mut imported = 0;
+            for l in leases {
+                imported += insert
+                    .execute(params![
+                        l.session_key,
+                        l.root_pid,
+                        // The incumbent keeps only the hash of its command: the wrapper path
+                        // stands for it where a command is shown.
+                        l.wrapper_path,
+                        l.wrapper_path,
+                        l.wrapper_root,
+                        now,
+                        imported_ticks as i64,
+                        l.lease_id,
+                        l.gateway_instance_id,
+                        l.command_hash,
+                        l.process_group_id,
+                        l.started_at,
+                    ])
+                    .map_err(|e| ctx.err(e))?;
+            }
+            let mut session = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO sessions (session_key, agent_id, backend, \
+                     gateway_instance_id, created_at) VALUES (?1, ?2, 'acpx', ?3, ?4)",
+                )
+                .map_err(|e| ctx.err(e))?;
+            let mut rows = 0;
+            for s in sessions {
+                rows += session
+                    .execute(params![s.session_key, s.agent_id, gateway_id, now])
+                    .map_err(|e| ctx.err(e))?;
+            }
+            Ok(AcpxImported {
+                gateway_instance_id: gateway_id.to_string(),
+                adoption,
+                leases: imported,
+                already_present: leases.len() - imported,
+                sessions: rows,
+            })
+        })?;
+        self.gateway_instance_id = gateway_id.to_string();
+        Ok(out)
+    }
+
     /// Legacy records in import order, optionally only the open ones.
     pub fn legacy_records(&self, only_open: bool) -> Result<Vec<LegacyRecord>, StoreError> {
         let sql = format!(
             "SELECT id, session_key, pid, command, wrapper_path, wrapper_root, state, \
-             state_reason, imported_at, imported_ticks FROM legacy_records {} ORDER BY id",
+             state_reason, imported_at, imported_ticks, source, acpx_lease_id, acpx_gateway_id, \
+             command_hash, process_group_id, acpx_started_at FROM legacy_records {} ORDER BY id",
             if only_open {
                 "WHERE state = 'open'"
             } else {
@@ -96,6 +276,14 @@ impl Store {
                     state_reason: r.get(7)?,
                     imported_at: r.get(8)?,
                     imported_ticks: r.get::<_, i64>(9)?.max(0) as u64,
+                    source: r.get(10)?,
+                    acpx_lease_id: r.get(11)?,
+                    acpx_gateway_id: r.get(12)?,
+                    command_hash: r.get(13)?,
+                    process_group_id: r
+                        .get::<_, Option<i64>>(14)?
+                        .map(|g| g.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+                    acpx_started_at: r.get(15)?,
                 })
             })
             .map_err(|e| self.err(e))?;

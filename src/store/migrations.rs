@@ -109,6 +109,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
         SELECT lease_id, session_key, agent_id, owner_session_key, spawned_by, parent_session_key
         FROM sessions WHERE lease_id IS NOT NULL;
     "#,
+    // 6: legacy records imported from the acpx extension's own lease store: where they came
+    // from, the incumbent's lease id and gateway id (carried by its wrappers' argv and env), its
+    // command hash, process group and start (ms, its clock), as evidence for the fail-safe path.
+    r#"
+    ALTER TABLE legacy_records ADD COLUMN source TEXT;
+    ALTER TABLE legacy_records ADD COLUMN acpx_lease_id TEXT;
+    ALTER TABLE legacy_records ADD COLUMN acpx_gateway_id TEXT;
+    ALTER TABLE legacy_records ADD COLUMN command_hash TEXT;
+    ALTER TABLE legacy_records ADD COLUMN process_group_id INTEGER;
+    ALTER TABLE legacy_records ADD COLUMN acpx_started_at INTEGER;
+    CREATE UNIQUE INDEX legacy_records_one_per_acpx_lease
+        ON legacy_records(acpx_lease_id) WHERE acpx_lease_id IS NOT NULL;
+    "#,
 ];
 
 impl Store {

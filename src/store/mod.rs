@@ -63,6 +63,29 @@ pub enum StoreError {
         "refusing to store lease {lease_id}: {detail} (it would not read back); nothing stored"
     )]
     Unstorable { lease_id: String, detail: String },
+    #[error(
+        "{path}: this state root is in use with gateway instance id {ours}, and the acpx \
+         extension's is {theirs}; importing makes the incumbent's id this root's own (so its \
+         wrappers' markers agree with leash's): pass --adopt-gateway-id to adopt it; nothing \
+         imported"
+    )]
+    GatewayIdInUse {
+        path: PathBuf,
+        ours: String,
+        theirs: String,
+    },
+    #[error(
+        "{path}: refusing to adopt gateway instance id {theirs}: {active} lease(s) or imported \
+         acpx record(s) of this root are open, and their processes carry {ours} (after adoption \
+         leash would take them for another gateway's and never clean them up): close them (or \
+         let `leash reap` end them) and retry; nothing imported"
+    )]
+    GatewayIdBusy {
+        path: PathBuf,
+        ours: String,
+        theirs: String,
+        active: i64,
+    },
     #[error("session {session_key} already has an active lease {lease_id}")]
     SessionBusy {
         session_key: String,
