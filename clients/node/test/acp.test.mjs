@@ -1,7 +1,8 @@
 // The JSON-RPC helper over send + attach against the fake agent: concurrent requests resolve to
 // their own responses, a notification gets none, a response that arrives after its request was
-// aborted is not handed to another request; resume() after a daemon restart; and spawn() as the
-// drop-in for child_process.spawn, with exit 125 as a typed error.
+// aborted is not handed to another request; and spawn() as the drop-in for child_process.spawn,
+// with exit 125 as a typed error and the lease id in the caller's hands (resume() is in
+// resume.test.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -76,40 +77,6 @@ test('a late response after a cancelled request is not mis-delivered', async (t)
   const cancelled = await c.cancel({ session: 'a' });
   assert.equal(cancelled.acpSessionId, sessionId);
   assert.equal((await turn).stopReason, 'cancelled');
-});
-
-test('resume(): after a restart, ensure from the stored spec, initialize, session/load, continue', async (t) => {
-  const dir = scratch(t, 'resume');
-  const state = join(dir, 'state');
-  const daemon = await Daemon.start(t, state);
-  let c = await leash.connect({ stateDir: state, reconnect: false });
-  await c.ensure('r', { argv: fakeAgent(), cwd: dir });
-  let acp = await c.acp('r');
-  await acp.request('initialize', { protocolVersion: 1 });
-  const { sessionId } = await acp.request('session/new', { cwd: dir, mcpServers: [] });
-  // A turn in flight when the daemon stops: the session is resumable.
-  acp.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'slow work' }] }).catch(() => {});
-  await waitFor(async () => (await c.status()).daemon.busy.includes('r'), 'the busy session');
-  await daemon.terminate();
-  await c.disconnect();
-
-  await daemon.start();
-  c = await leash.connect({ stateDir: state, events: true });
-  t.after(() => c.disconnect());
-  // The push comes right after the hello, before connect() resolves: kept on the client.
-  const pushed = await waitFor(() => c.resumable.get('r'), 'the resumable push');
-  assert.equal(pushed.sessionKey, 'r');
-  assert.deepEqual(pushed.acpSessionIds, [sessionId]);
-  assert.equal(pushed.hasSpec, true);
-  const resumed = new Promise((resolve) => c.once('resumed', resolve));
-  const updates = [];
-  const r = await c.resume('r', { prompt: 'continue please', cwd: dir });
-  r.acp.on('notification', (m) => updates.push(m));
-  assert.equal(r.loaded, true);
-  assert.equal(r.acpSessionId, sessionId);
-  assert.equal(r.response.stopReason, 'end_turn');
-  assert.equal((await resumed).sessionKey, 'r');
-  r.acp.close();
 });
 
 test('spawn() runs the adapter under leash exec, owned by this process; exit 125 is typed', async (t) => {
