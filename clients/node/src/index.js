@@ -6,3 +6,4 @@ export { AcpChannel } from './acp.js';
 export { spawn, execArgs, close, reap, verify } from './spawn.js';
 export { resolveStateDir, findSocket } from './locate.js';
 export * from './errors.js';
+export { canSeeSessionRow, sessionRowGrant, sessionRequester, agentFromKey, rowAgent, parseA2aRule } from './visibility.js';
