@@ -277,7 +277,12 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         Op::Close(c) => {
             let refs = c.targets;
             off_thread(d, out, id, "close", move |d| {
-                Ok(d.close(&refs, c.grace_ms, "requested")?)
+                let why = c.reason.as_deref().unwrap_or("requested");
+                let outcomes = d.close(&refs, c.grace_ms, why)?;
+                if c.forget_spec {
+                    additions::forget_ended(d, &outcomes);
+                }
+                Ok(outcomes)
             });
         }
         Op::Reap(r) => off_thread(d, out, id, "reap", move |d| reap(d, &r)),

@@ -133,6 +133,25 @@ pub(super) fn after_start(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<(), 
     Ok(())
 }
 
+/// `close` with `forgetSpec`: the sessions that ended lose their stored spec and their place on
+/// the resumable list, so no later `ensure {session}` or resume brings them back. A session
+/// whose close did not end it (`leftOpen`, `conflict`) keeps both: it is still there.
+pub(super) fn forget_ended(d: &Daemon, outcomes: &[crate::lifecycle::CloseOutcome]) {
+    use crate::lifecycle::CloseResult;
+    for o in outcomes {
+        if !matches!(o.result, CloseResult::Closed | CloseResult::Lost) {
+            continue;
+        }
+        if let Err(err) = spec::forget(&mut d.writer(), &o.session_key) {
+            tracing::warn!(session_key = %o.session_key, error = %err, "cannot forget the session's spec");
+        }
+        d.resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|r| r.session_key != o.session_key);
+    }
+}
+
 /// A connection's running attaches by request id, each with the flag that stops it.
 #[derive(Default)]
 pub(super) struct AttachRegistry {

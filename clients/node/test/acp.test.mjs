@@ -89,6 +89,8 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
     stateDir: state,
     leashBin: LEASH_BIN,
   });
+  // The lease id is known before leash exec runs: a UUIDv7 made by spawn().
+  assert.match(child.leaseId, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   let out = '';
   let err = '';
   child.stdout.on('data', (d) => (out += d));
@@ -103,8 +105,30 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
   t.after(() => c.disconnect());
   const lease = (await c.leases()).find((l) => l.sessionKey === 'sp');
   assert.equal(lease.leaseId, err.trim().split('\n').pop());
+  assert.equal(lease.leaseId, child.leaseId, 'the id spawn() exposed is the lease row\'s');
   assert.equal(lease.ownerPid, process.pid, JSON.stringify(lease));
   await c.disconnect();
+
+  // A caller-chosen id (recorded by the gateway before the spawn) is the one used...
+  const chosen = leash.uuidv7();
+  const mine = leash.spawn(['true'], { session: 'sp2', stateDir: state, leashBin: LEASH_BIN, leaseId: chosen });
+  assert.equal(mine.leaseId, chosen);
+  assert.equal(await new Promise((r) => mine.once('exit', r)), 0);
+  const c2 = await leash.connect({ stateDir: state });
+  assert.equal((await c2.leases()).find((l) => l.sessionKey === 'sp2').leaseId, chosen);
+  await c2.disconnect();
+  // ...and never twice: leash refuses it (exit 125), nothing starts.
+  const again = leash.spawn(['sh', '-c', 'echo started'], { session: 'sp3', stateDir: state, leashBin: LEASH_BIN, leaseId: chosen });
+  let againOut = '';
+  again.stdout.on('data', (d) => (againOut += d));
+  const dup = await new Promise((resolve) => again.once('error', resolve));
+  assert.ok(dup instanceof leash.ExecFailedError, String(dup));
+  assert.match(dup.message, /already taken/);
+  assert.equal(dup.data.leaseId, chosen);
+  assert.equal(againOut, '');
+  // A malformed id is refused before anything runs.
+  assert.throws(() => leash.spawn(['true'], { leaseId: 'not-a-uuid', leashBin: LEASH_BIN }), TypeError);
+  assert.throws(() => leash.spawn(['true'], { leaseId: chosen.toUpperCase(), leashBin: LEASH_BIN }), TypeError);
 
   // Exit 125: leash could not start the adapter (here: the owner it was given is not its
   // parent, as when the spawner died before leash exec ran).

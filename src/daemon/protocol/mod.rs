@@ -316,6 +316,11 @@ pub struct Cancel {
 pub struct Close {
     pub targets: Vec<LeaseRef>,
     pub grace_ms: Option<u64>,
+    /// Why the gateway closes (logged with the close).
+    pub reason: Option<String>,
+    /// Also forget the stored spec of each session that ended (`closed` or `lost`) and take it
+    /// off the resumable list: the gateway's `discardPersistentState`.
+    pub forget_spec: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -420,6 +425,10 @@ struct RawClose {
     leases: Vec<String>,
     #[serde(default)]
     grace_ms: Option<u64>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    forget_spec: bool,
 }
 
 #[derive(Deserialize)]
@@ -632,9 +641,18 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 ));
             }
             check_ms(op, "graceMs", raw.grace_ms, crate::limits::check_grace_ms)?;
+            if let Some(r) = &raw.reason {
+                if r.chars().count() > 200 || r.chars().any(char::is_control) {
+                    return Err(bad(
+                        "close: \"reason\" must be one line of at most 200 characters",
+                    ));
+                }
+            }
             Op::Close(Close {
                 targets,
                 grace_ms: raw.grace_ms,
+                reason: raw.reason,
+                forget_spec: raw.forget_spec,
             })
         }
         "reap" => {
