@@ -1055,6 +1055,38 @@ mod tests {
     }
 
     #[test]
+    fn close_takes_a_reason_and_forget_spec() {
+        let r = parse_request(
+            br#"{"id":1,"op":"close","session":"s","reason":"user closed","forgetSpec":true}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&r.op, Op::Close(c) if c.forget_spec && c.reason.as_deref() == Some("user closed")),
+            "{:?}",
+            r.op
+        );
+        let plain = parse_request(br#"{"id":1,"op":"close","session":"s"}"#).unwrap();
+        assert!(matches!(&plain.op, Op::Close(c) if !c.forget_spec && c.reason.is_none()));
+        let long = format!(
+            r#"{{"id":1,"op":"close","session":"s","reason":"{}"}}"#,
+            "x".repeat(201)
+        );
+        for line in [
+            br#"{"id":1,"op":"close","session":"s","reason":"two\nlines"}"#
+                .to_vec(),
+            long.into_bytes(),
+            br#"{"id":1,"op":"close","session":"s","forgetSpec":"yes"}"#.to_vec(),
+        ] {
+            assert_eq!(
+                code_of(&line),
+                Code::BadRequest,
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+        }
+    }
+
+    #[test]
     fn millisecond_fields_are_checked_against_their_range() {
         for line in [
             r#"{"id":1,"op":"ensure","session":"s","argv":["x"],"graceMs":9223372036854775808}"#,
