@@ -7,7 +7,11 @@
 //   3. a prompt on the first; on the second a slow turn, cancelTurn() (the turn ends cancelled,
 //      the process stays: verifyOwnedTree() still proves it ours, and it takes the next turn);
 //   4. closeSession() of both (verified, then terminated; the second discards its stored state),
-//      after which verifyOwnedTree() answers null.
+//      after which verifyOwnedTree() answers null;
+//   5. a third session busy when the daemon stops (SIGTERM); after the restart a new controller
+//      (the gateway restarted too, keeping only its handle) resumes it with ensureSession's
+//      resumeSessionId: session/load with the cwd and MCP servers it was opened with, then a
+//      continue prompt, then close.
 //
 // Usage: node examples/acpx-gateway.mjs [--leash PATH] [--state-dir DIR]
 // The daemon is started by this script and stopped at the end; only processes it started are
@@ -61,13 +65,12 @@ async function startDaemon() {
   log('daemon', `leash serve pid ${child.pid}`);
 }
 
+const agents = { fake: [process.execPath, resolve(here, '../clients/node/test/fixtures/fake-agent.mjs')] };
+const MCP = [{ name: 'files', command: '/usr/bin/env', args: ['mcp-files'], env: [] }];
+
 async function main() {
   await startDaemon();
-  const ctl = await AcpxLifecycleController.connect({
-    stateDir,
-    agents: { fake: [process.execPath, resolve(here, '../clients/node/test/fixtures/fake-agent.mjs')] },
-    mcpServers: [{ name: 'files', command: '/usr/bin/env', args: ['mcp-files'], env: [] }],
-  });
+  let ctl = await AcpxLifecycleController.connect({ stateDir, agents, mcpServers: MCP, reconnect: false });
   try {
     log('gateway', `instance ${await ctl.gatewayInstanceId()}`);
     const reaped = await ctl.reapStartupOrphans();
@@ -101,6 +104,27 @@ async function main() {
       check(await ctl.verifyOwnedTree({ leaseId: h.leaseId }) === null, 'a closed lease verifies as null');
       check(!existsSync(`/proc/${h.rootPid}`), 'the closed process is gone');
     }
+
+    // A turn in flight when the daemon stops: the session is resumable after the restart.
+    const c = await ctl.ensureSession({ sessionKey: 'agent:main:acp:three', agent: 'fake', cwd: workDir, mcpServers: [...MCP, { name: 'search', command: '/usr/bin/env', args: ['mcp-search'], env: [] }] });
+    const busy = new Promise((r) => ctl.channel(c).once('notification', r));
+    ctl.prompt(c, 'slow: a long job').catch(() => {});
+    await busy;
+    daemon.child.kill('SIGTERM');
+    await daemon.exited;
+    log('restart', 'daemon stopped (SIGTERM) with a turn in flight');
+    await ctl.disconnect();
+    await startDaemon();
+    // The gateway, restarted too, has only the handle it persisted.
+    ctl = await AcpxLifecycleController.connect({ stateDir, agents, reconnect: false });
+    const resumed = await ctl.ensureSession({ sessionKey: c.sessionKey, agent: 'fake', resumeSessionId: c.backendSessionId });
+    const got = await ctl.channel(resumed).request('fake/received');
+    check(got.load?.sessionId === c.backendSessionId && got.new === null, 'the ACP session is loaded, not replaced');
+    log('resume', `${c.sessionKey}: loaded ${got.load.sessionId} in ${got.load.cwd === workDir ? 'its cwd' : got.load.cwd} with MCP servers ${got.load.mcpServers.map((m) => m.name).join(', ')}`);
+    const r4 = await ctl.prompt(resumed, 'continue where you left off');
+    log('resume', `${c.sessionKey}: continue prompt: stopReason ${r4.stopReason}`);
+    const out = await ctl.closeSession({ handle: resumed, discardPersistentState: true, reason: 'example over' });
+    log('close', `${c.sessionKey}: ${out.map((o) => o.result).join(', ')}`);
     log('done', 'ok');
   } finally {
     await ctl.disconnect();

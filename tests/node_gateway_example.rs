@@ -2,7 +2,8 @@
 //! session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its lease settles),
 //! the resumable path after a SIGTERM (resume loads the ACP session), close. And
 //! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController: the
-//! startup reap, two sessions, a prompt, a cancel that keeps the process, two closes.
+//! startup reap, two sessions, a prompt, a cancel that keeps the process, two closes, and a
+//! session resumed after a daemon restart with its MCP servers.
 mod common;
 mod node_support;
 use node_support::*;
@@ -74,6 +75,10 @@ fn the_controller_example_runs_against_the_fake_agent() {
         "[prompt] agent:main:acp:two: after the cancel, stopReason end_turn",
         "[close] agent:main:acp:one: closed",
         "[close] agent:main:acp:two: closed (stored state discarded)",
+        "[restart] daemon stopped (SIGTERM) with a turn in flight",
+        "in its cwd with MCP servers files, search",
+        "[resume] agent:main:acp:three: continue prompt: stopReason end_turn",
+        "[close] agent:main:acp:three: closed",
         "[done] ok",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");

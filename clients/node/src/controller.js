@@ -87,8 +87,18 @@ export class AcpxLifecycleController {
     if (typeof agent !== 'string' || agent === '') throw new TypeError('ensureSession: agent must be a non-empty string');
     const mode = input.mode ?? 'persistent';
     if (mode !== 'persistent' && mode !== 'oneshot') throw new TypeError(`ensureSession: mode must be persistent or oneshot, not ${JSON.stringify(mode)}`);
-    const cwd = input.cwd ?? process.cwd();
-    const mcpServers = this.#mcpFor(input);
+    // Resuming: the cwd and mcpServers the daemon recorded for that ACP session (before the
+    // ensure, which takes a session off the resumable list) win over the defaults.
+    let recorded = null;
+    if (input.resumeSessionId) {
+      const st = await this.#client.status(opts);
+      const all = [...(st.daemon.resumable ?? []), ...(st.daemon.sessions ?? [])]
+        .filter((s) => s.sessionKey === sessionKey)
+        .flatMap((s) => s.acpSessions ?? []);
+      recorded = all.find((a) => a.sessionId === input.resumeSessionId) ?? null;
+    }
+    const cwd = input.cwd ?? recorded?.cwd ?? process.cwd();
+    const mcpServers = input.mcpServers ?? recorded?.mcpServers ?? this.#mcpFor(input);
     const spec = {
       argv: this.#argv(agent),
       cwd,

@@ -2,10 +2,12 @@
 // session (session/new with the input's cwd and mcpServers), cancelTurn cancels the turn and
 // keeps the process, closeSession signals only a verified tree (and forgets the stored spec when
 // asked), verifyOwnedTree answers a tree or null, reapStartupOrphans runs the startup reap, and a
-// second controller (a restarted gateway) reuses the running adapter's recorded ACP session.
+// second controller (a restarted gateway) reuses the running adapter's recorded ACP session;
+// after a daemon restart, ensureSession with resumeSessionId loads it with its recorded cwd and
+// mcpServers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import * as leash from '../src/index.js';
 import { Daemon, scratch, fakeAgent, waitFor } from './helpers.mjs';
@@ -95,4 +97,33 @@ test('a restarted gateway reuses the running adapter and its ACP session; resume
   const loaded = await second.ensureSession({ sessionKey: 'l', agent: 'fake', cwd: dir, resumeSessionId: 'old-2', mcpServers: MCP });
   assert.equal(loaded.backendSessionId, 'old-2');
   assert.deepEqual((await second.channel(loaded).request('fake/received')).load, { sessionId: 'old-2', cwd: dir, mcpServers: MCP });
+});
+
+test('after a daemon restart, ensureSession resumes with the recorded cwd and mcpServers', async (t) => {
+  const dir = scratch(t, 'ctl3');
+  const state = join(dir, 'state');
+  const work = join(dir, 'work');
+  mkdirSync(work);
+  const daemon = await Daemon.start(t, state);
+  const agents = { fake: fakeAgent() };
+  const before = await leash.AcpxLifecycleController.connect({ stateDir: state, agents, reconnect: false });
+  const h = await before.ensureSession({ sessionKey: 'agent:main:acp:r', agent: 'fake', cwd: work, mcpServers: MCP });
+  // A turn in flight when the daemon stops (SIGTERM): recorded for resumption.
+  const started = new Promise((r) => before.channel(h).once('notification', r));
+  before.prompt(h, 'slow work').catch(() => {});
+  await started;
+  await daemon.terminate();
+  await before.disconnect();
+  await daemon.start();
+  // The gateway after its restart: only its persisted handle; no cwd, no MCP servers given.
+  const after = await leash.AcpxLifecycleController.connect({ stateDir: state, agents });
+  t.after(() => after.disconnect());
+  const r = await after.ensureSession({ sessionKey: h.sessionKey, agent: 'fake', resumeSessionId: h.backendSessionId });
+  assert.equal(r.backendSessionId, h.backendSessionId);
+  assert.notEqual(r.leaseId, h.leaseId, 'a new process under a new lease');
+  assert.equal(r.cwd, work);
+  const got = await after.channel(r).request('fake/received');
+  assert.deepEqual(got.load, { sessionId: h.backendSessionId, cwd: work, mcpServers: MCP });
+  assert.equal(got.new, null);
+  assert.equal((await after.prompt(r, 'continue')).stopReason, 'end_turn');
 });
