@@ -1072,8 +1072,7 @@ mod tests {
             "x".repeat(201)
         );
         for line in [
-            br#"{"id":1,"op":"close","session":"s","reason":"two\nlines"}"#
-                .to_vec(),
+            br#"{"id":1,"op":"close","session":"s","reason":"two\nlines"}"#.to_vec(),
             long.into_bytes(),
             br#"{"id":1,"op":"close","session":"s","forgetSpec":"yes"}"#.to_vec(),
         ] {
