@@ -261,7 +261,11 @@ impl HasKind for crate::controller::exec::ExecError {
         use crate::store::StoreError;
         match self {
             ExecError::SessionLive { .. } => Kind::Conflict,
-            ExecError::BadInput(_) | ExecError::BadEnv(_) | ExecError::NoCommand => Kind::Usage,
+            ExecError::BadInput(_)
+            | ExecError::BadEnv(_)
+            | ExecError::NoCommand
+            | ExecError::BadLeaseId(_) => Kind::Usage,
+            ExecError::LeaseIdTaken(_) => Kind::Conflict,
             ExecError::Store(StoreError::Unstorable { .. }) => Kind::Usage,
             ExecError::Store(_) | ExecError::State(_) => Kind::Internal,
             ExecError::Install(_)

@@ -1,6 +1,9 @@
 //! `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure, initialize,
 //! session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its lease settles),
-//! the resumable path after a SIGTERM (resume loads the ACP session), close.
+//! the resumable path after a SIGTERM (resume loads the ACP session), close. And
+//! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController: the
+//! startup reap, two sessions, a prompt, a cancel that keeps the process, two closes, and a
+//! session resumed after a daemon restart with its MCP servers.
 mod common;
 mod node_support;
 use node_support::*;
@@ -36,6 +39,46 @@ fn the_gateway_example_runs_against_the_fake_agent() {
         "[push] resumable: agent:main:acp:demo",
         "loaded; continue prompt: stopReason end_turn",
         "[close] agent:main:acp:demo: closed",
+        "[done] ok",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn the_controller_example_runs_against_the_fake_agent() {
+    let node = match node() {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let _ = common::wrap_bin();
+    let tmp = common::TempDir::new("acpx-gateway-example");
+    let out = run_ok(
+        "node examples/acpx-gateway.mjs",
+        Command::new(node)
+            .arg(repo().join("examples/acpx-gateway.mjs"))
+            .arg("--leash")
+            .arg(common::leash_bin())
+            .arg("--state-dir")
+            .arg(tmp.join("state"))
+            .env_remove("LEASH_STATE_DIR"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "[reap] startup reap",
+        "[prompt] agent:main:acp:one: stopReason end_turn",
+        "[cancel] agent:main:acp:two: stopReason cancelled",
+        "[cancel] agent:main:acp:two: process kept",
+        "[prompt] agent:main:acp:two: after the cancel, stopReason end_turn",
+        "[close] agent:main:acp:one: closed",
+        "[close] agent:main:acp:two: closed (stored state discarded)",
+        "[restart] daemon stopped (SIGTERM) with a turn in flight",
+        "in its cwd with MCP servers files, search",
+        "[resume] agent:main:acp:three: continue prompt: stopReason end_turn",
+        "[close] agent:main:acp:three: closed",
         "[done] ok",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");

@@ -1,112 +1,78 @@
 //! The session visibility matrix. visibility {self, tree, agent, all} × a2a {off, on, on for one
 //! agent pair} × row kind × {sandboxed, not} × operation {list, history, send, status}, with every
-//! expected answer written out below (not computed). Each operation runs the code the command line
-//! runs ([`Controller`] over a real SQLite store), so the matrix checks that all four ask the same
-//! question and get the same answer.
+//! expected answer written out (not computed) in `fixtures/visibility/matrix.json`, the table the
+//! Node client's `canSeeSessionRow` is checked against too (clients/node/test/visibility.test.mjs):
+//! a case on which the two disagree fails one of the suites. Each operation runs the code the
+//! command line runs ([`Controller`] over a real SQLite store), so the matrix checks that all four
+//! ask the same question and get the same answer; the table's single `cases` (directional and
+//! wildcard a2a rules, unknown agents, agents from keys, tree edges, cycles) go through the pure
+//! check.
 
 use leash::lifecycle::Controller;
 use leash::proc::FixtureTable;
 use leash::sessions::{SessionsError, View};
 use leash::state::StateRoot;
-use leash::visibility::{A2aPolicy, Grant, Scope, Visibility};
+use leash::visibility::{
+    can_see_session_row, grant, A2aPolicy, Grant, Scope, SessionIndex, SessionMeta, Visibility,
+};
+use serde_json::Value;
 
-/// The requester: a top-level session of agent `main`.
+/// The shared table (see the file's `about`).
+fn table() -> Value {
+    serde_json::from_str(include_str!("../fixtures/visibility/matrix.json"))
+        .expect("fixtures/visibility/matrix.json is JSON")
+}
+
+/// The requester of the matrix: a top-level session of agent `main`.
 const REQ: &str = "agent:main:req";
 
-/// The row kinds, in the column order of [`EXPECTED`]: (column, key, agent, owner, spawned by,
-/// parent).
-#[allow(clippy::type_complexity)]
-const ROWS: [(
-    &str,
-    &str,
-    Option<&str>,
-    Option<&str>,
-    Option<&str>,
-    Option<&str>,
-); 8] = [
-    // the requester itself
-    ("requester", REQ, Some("main"), None, None, None),
-    // a session of the same agent that belongs to someone else
-    (
-        "same-agent",
-        "agent:main:peer",
-        Some("main"),
-        Some("agent:main:someone"),
-        None,
-        None,
-    ),
-    // a session of another agent, related to nobody
-    (
-        "cross-agent",
-        "agent:codex:c1",
-        Some("codex"),
-        None,
-        None,
-        None,
-    ),
-    // an ACP session of another agent that the requester spawned and owns
-    (
-        "owned-child",
-        "acp:child",
-        Some("claude"),
-        Some(REQ),
-        Some(REQ),
-        Some(REQ),
-    ),
-    // spawned by that child, with no field naming the requester: visible only transitively
-    (
-        "grandchild",
-        "acp:grandchild",
-        Some("gemini"),
-        Some("acp:child"),
-        Some("acp:child"),
-        None,
-    ),
-    // another agent's session spawned by the unrelated codex session
-    (
-        "unrelated",
-        "acp:stranger",
-        Some("claude"),
-        Some("agent:codex:c1"),
-        Some("agent:codex:c1"),
-        None,
-    ),
-    // an old row: no ownership fields, no agent, opaque key
-    ("old-opaque", "lease:0190-old", None, None, None, None),
-    // an old row whose gateway-style key names agent main
-    ("old-main-key", "agent:main:old", None, None, None, None),
-];
+fn opt(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(str::to_owned)
+}
 
-/// (visibility, a2a, sandboxed, expected per row kind in [`ROWS`] order: `Y` visible, `.` not).
-/// a2a `main:codex` is on with the single rule "requesters of main may see codex".
-const EXPECTED: [(&str, &str, bool, &str); 24] = [
-    //                           req same cross child grand unrel old old-main
-    ("self", "off", false, /*  */ "Y . . . . . . ."),
-    ("self", "on", false, /*   */ "Y . . . . . . ."),
-    ("self", "main:codex", false, "Y . . . . . . ."),
-    ("tree", "off", false, /*  */ "Y . . Y Y . . ."),
-    ("tree", "on", false, /*   */ "Y . . Y Y . . ."),
-    ("tree", "main:codex", false, "Y . . Y Y . . ."),
-    ("agent", "off", false, /* */ "Y Y . Y Y . . Y"),
-    ("agent", "on", false, /*  */ "Y Y . Y Y . . Y"),
-    ("agent", "main:codex", false, "Y Y . Y Y . . Y"),
-    ("all", "off", false, /*   */ "Y Y . Y Y . . Y"),
-    ("all", "on", false, /*    */ "Y Y Y Y Y Y Y Y"),
-    ("all", "main:codex", false, "Y Y Y Y Y . . Y"),
-    // sandboxed: clamped to tree (self stays self)
-    ("self", "off", true, /*   */ "Y . . . . . . ."),
-    ("self", "on", true, /*    */ "Y . . . . . . ."),
-    ("self", "main:codex", true, "Y . . . . . . ."),
-    ("tree", "off", true, /*   */ "Y . . Y Y . . ."),
-    ("tree", "on", true, /*    */ "Y . . Y Y . . ."),
-    ("tree", "main:codex", true, "Y . . Y Y . . ."),
-    ("agent", "off", true, /*  */ "Y . . Y Y . . ."),
-    ("agent", "on", true, /*   */ "Y . . Y Y . . ."),
-    ("agent", "main:codex", true, "Y . . Y Y . . ."),
-    ("all", "off", true, /*    */ "Y . . Y Y . . ."),
-    ("all", "on", true, /*     */ "Y . . Y Y . . ."),
-    ("all", "main:codex", true, "Y . . Y Y . . ."),
-];
+fn meta(v: &Value) -> SessionMeta {
+    SessionMeta {
+        session_key: opt(v, "sessionKey").expect("a row has a sessionKey"),
+        agent_id: opt(v, "agentId"),
+        owner_session_key: opt(v, "ownerSessionKey"),
+        spawned_by: opt(v, "spawnedBy"),
+        parent_session_key: opt(v, "parentSessionKey"),
+    }
+}
+
+/// The matrix's row kinds, in the order of each `expect`: (kind, row).
+fn rows() -> Vec<(String, SessionMeta)> {
+    let t = table();
+    assert_eq!(t["requester"], REQ);
+    t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (opt(r, "kind").unwrap(), meta(r)))
+        .collect()
+}
+
+/// (visibility, a2a name, sandboxed, marks: `Y` visible, `.` not), one mark per row kind.
+fn expected() -> Vec<(String, String, bool, String)> {
+    table()["matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                opt(m, "visibility").unwrap(),
+                opt(m, "a2a").unwrap(),
+                m["sandboxed"].as_bool().unwrap(),
+                opt(m, "expect").unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn a2a(name: &str) -> A2aPolicy {
+    serde_json::from_value(table()["a2a"][name].clone())
+        .unwrap_or_else(|e| panic!("a2a policy {name}: {e}"))
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -117,16 +83,6 @@ enum Op {
 }
 
 const OPS: [Op; 4] = [Op::List, Op::History, Op::Send, Op::Status];
-
-fn a2a(name: &str) -> A2aPolicy {
-    match name {
-        "off" => A2aPolicy::Off,
-        "on" => A2aPolicy::all_pairs(),
-        rule => A2aPolicy::On {
-            rules: vec![rule.parse().unwrap()],
-        },
-    }
-}
 
 struct Fixture {
     _dir: TempDir,
@@ -140,7 +96,7 @@ impl Drop for TempDir {
     }
 }
 
-/// A state root whose sessions table holds [`ROWS`] (written as SQL rows, NULLs and all, the way
+/// A state root whose sessions table holds the matrix's rows (written as SQL rows, NULLs and all, the way
 /// old rows look), each with one lifecycle event.
 fn fixture() -> Fixture {
     let dir = std::env::temp_dir().join(format!(
@@ -155,16 +111,29 @@ fn fixture() -> Fixture {
     let gateway = store.gateway_instance_id().to_string();
     // Written with SQL of its own, the way an older leash left the rows.
     let raw = rusqlite::Connection::open(root.db_path()).unwrap();
-    for (i, (_, key, agent, owner, spawned_by, parent)) in ROWS.iter().enumerate() {
+    for (i, (_, m)) in rows().iter().enumerate() {
         raw.execute(
             "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
                  parent_session_key, gateway_instance_id, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            rusqlite::params![key, agent, owner, spawned_by, parent, gateway, i as i64],
+            rusqlite::params![
+                m.session_key,
+                m.agent_id,
+                m.owner_session_key,
+                m.spawned_by,
+                m.parent_session_key,
+                gateway,
+                i as i64
+            ],
         )
         .unwrap();
         store
-            .record_event(key, None, "spawned", Some(serde_json::json!({ "row": i })))
+            .record_event(
+                &m.session_key,
+                None,
+                "spawned",
+                Some(serde_json::json!({ "row": i })),
+            )
             .unwrap();
     }
     Fixture {
@@ -221,23 +190,48 @@ fn matrix() {
     let s = Controller::open(f.root.clone(), &table).unwrap();
     let mut cells = 0;
     let mut failures = Vec::new();
-    for (vis, a2a_name, sandboxed, expected) in EXPECTED {
-        let marks: Vec<&str> = expected.split_whitespace().collect();
+    let rows = rows();
+    let index = SessionIndex::new(rows.iter().map(|(_, m)| m.clone()));
+    let requester = index.requester(REQ);
+    let expected = expected();
+    assert_eq!(
+        expected.len(),
+        24,
+        "4 visibilities x 3 policies x sandboxed or not"
+    );
+    for (vis, a2a_name, sandboxed, marks) in &expected {
+        let (vis, a2a_name, sandboxed) = (vis.as_str(), a2a_name.as_str(), *sandboxed);
+        let marks: Vec<&str> = marks.split_whitespace().collect();
         assert_eq!(
             marks.len(),
-            ROWS.len(),
+            rows.len(),
             "row of the table: {vis} {a2a_name}"
         );
         let view = View::new(
             REQ,
             Scope::new(vis.parse().unwrap(), a2a(a2a_name), sandboxed),
         );
-        for ((kind, key, ..), mark) in ROWS.iter().zip(&marks) {
+        for ((kind, m), mark) in rows.iter().zip(&marks) {
+            let key = m.session_key.as_str();
             let want = match *mark {
                 "Y" => true,
                 "." => false,
                 other => panic!("bad mark {other}"),
             };
+            // The pure check the Node client ports, over the same rows.
+            let pure = can_see_session_row(
+                &requester,
+                m,
+                vis.parse().unwrap(),
+                &a2a(a2a_name),
+                sandboxed,
+            );
+            if pure != want {
+                failures.push(format!(
+                    "visibility {vis}, a2a {a2a_name}, sandboxed {sandboxed}, {kind} ({key}), \
+                     can_see_session_row: expected {want}, got {pure}"
+                ));
+            }
             for op in OPS {
                 cells += 1;
                 let got = visible_through(&s, op, &view, key);
@@ -362,4 +356,37 @@ fn send_refuses_multi_line_input_after_the_check() {
         s.send(&view, "agent:codex:c1", "a\nb"),
         Err(SessionsError::NotVisible { .. })
     ));
+}
+
+#[test]
+fn the_shared_cases_hold_for_the_pure_check() {
+    let t = table();
+    let cases = t["cases"].as_array().unwrap();
+    assert!(cases.len() >= 20, "the table lost its cases");
+    let mut failures = Vec::new();
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        let rows: Vec<SessionMeta> = c["rows"].as_array().unwrap().iter().map(meta).collect();
+        let index = SessionIndex::new(rows.clone());
+        let req_key = c["requester"].as_str().unwrap();
+        let requester = index.requester(req_key);
+        let target = c["row"].as_str().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r.session_key == target)
+            .unwrap_or_else(|| panic!("{name}: row {target} is not among the case's rows"));
+        let vis: Visibility = c["visibility"].as_str().unwrap().parse().unwrap();
+        let policy: A2aPolicy = serde_json::from_value(c["a2a"].clone()).unwrap();
+        let sandboxed = c["sandboxed"].as_bool().unwrap();
+        let got = grant(&requester, row, vis, &policy, sandboxed);
+        let want_visible = c["visible"].as_bool().unwrap();
+        let want_grant = c["grant"].as_str();
+        if got.is_some() != want_visible || got.map(Grant::as_str) != want_grant {
+            failures.push(format!(
+                "{name}: expected {want_grant:?}, got {:?}",
+                got.map(Grant::as_str)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -46,6 +46,16 @@ export interface PendingPrompt {
   since: number;
 }
 
+/** An MCP server as ACP's session/new and session/load take it (passed on as given). */
+export type McpServer = { name: string; [k: string]: Json };
+
+/** An ACP session the adapter opened, with what it was opened with (recorded by the daemon). */
+export interface AcpSessionSetup {
+  sessionId: string;
+  cwd?: string;
+  mcpServers?: McpServer[];
+}
+
 export interface SessionStatus {
   sessionKey: string;
   leaseId: string | null;
@@ -54,6 +64,8 @@ export interface SessionStatus {
   busy: boolean;
   pendingPrompts: PendingPrompt[];
   acpSessionIds: string[];
+  /** Each ACP session with its cwd and mcpServers (absent when none was opened). */
+  acpSessions?: AcpSessionSetup[];
   createdAt: number;
   idleMs: number;
   outputLines: number;
@@ -70,6 +82,8 @@ export interface ResumableEntry {
   leaseId: string | null;
   pendingPrompts: PendingPrompt[];
   acpSessionIds: string[];
+  /** The interrupted ACP sessions with the cwd and mcpServers they were opened with. */
+  acpSessions?: AcpSessionSetup[];
   at: number;
   eventSeq?: number;
   /** In pushes: whether `ensure(session)` without argv can re-spawn it. */
@@ -176,6 +190,8 @@ export interface CloseTargets {
   graceMs?: number;
   /** Also delete the daemon's stored specs and resumable entries of the sessions closed. */
   discardPersistentState?: boolean;
+  /** Logged with the close (one line, at most 200 characters). */
+  reason?: string;
 }
 
 export interface CloseOutcome {
@@ -307,19 +323,35 @@ export interface AcpOptions extends CallOptions {
 export interface ResumeOptions extends CallOptions {
   /** The continue prompt (default "Continue where you left off."); null sends none. */
   prompt?: string | null;
-  /** The ACP session to load (default: the one recorded for the resumable session). */
+  /** The ACP session to load (default: the interrupted one, else the only one recorded). */
   acpSessionId?: string;
+  /** Overrides the recorded cwd (required for a fresh session when nothing was recorded). */
   cwd?: string;
+  /** Overrides the recorded mcpServers (likewise). */
+  mcpServers?: McpServer[];
+  /**
+   * 'never' (default): a target that cannot be loaded rejects with ResumeError. 'allow': then a
+   * fresh ACP session (session/new, same cwd and mcpServers) is opened instead.
+   */
+  fresh?: 'never' | 'allow';
   clientCapabilities?: Json;
   /** The env values of a spec stored without them (`persistEnv` not set): one per stored name. */
   env?: Record<string, string>;
 }
+
+export type ResumeFailure = 'no_acp_session' | 'ambiguous_acp_session' | 'setup_unknown' | 'load_unsupported' | 'load_failed';
 
 export interface ResumeResult {
   acp: AcpChannel;
   acpSessionId: string;
   /** True when `session/load` restored the recorded ACP session. */
   loaded: boolean;
+  /** True when a fresh ACP session was opened instead (only with fresh: 'allow'). */
+  fresh: boolean;
+  /** Why the target could not be loaded, when `fresh`. */
+  freshReason: ResumeFailure | null;
+  cwd: string;
+  mcpServers: McpServer[];
   ensured: EnsureResult;
   resumable: ResumableEntry | null;
   initialize: any;
@@ -382,6 +414,8 @@ export declare class LeashClient extends EventEmitter {
 export type LeaseState = 'open' | 'closing' | 'closed' | 'ended' | 'lost';
 
 export interface SpawnOptions {
+  /** The lease id (a canonical UUID no lease has; default: a fresh UUIDv7), see `child.leaseId`. */
+  leaseId?: string;
   session?: string;
   agent?: string;
   owner?: string;
@@ -406,14 +440,9 @@ export interface SpawnOptions {
   leashBin?: string;
 }
 
-/**
- * `child_process.spawn` through `leash exec`. When the adapter cannot be started, the child emits
- * an `ExecFailedError` ('error' event) after its 'exit': exit 125 (leash itself failed), 127 (the
- * adapter was not found) or 126 (not executable); `err.data.exitStatus` is the status,
- * `err.data.cause` leash's cause word (`adapter_not_found`, …), `err.cause` its message.
- */
-export declare function spawn(argv: string[], opts?: SpawnOptions): ChildProcess;
 export declare function execArgs(argv: string[], opts?: SpawnOptions): string[];
+/** A UUIDv7 as leash makes lease ids. */
+export declare function uuidv7(): string;
 
 export interface CliOptions extends CallOptions {
   stateDir?: string;
@@ -462,5 +491,175 @@ export declare class ExecFailedError extends LeashError {
 export declare class AcpError extends LeashError {
   rpcCode: number | undefined;
 }
+/** resume() (or ensureSession with resumeSessionId) could not restore the ACP session. */
+export declare class ResumeError extends LeashError {
+  readonly code: 'resume_failed';
+  reason: ResumeFailure;
+}
+/** closeSession: the live tree's ownership could not be proven; nothing was signalled. */
+export declare class CloseRefusedError extends LeashError {
+  data: { outcomes: CloseOutcome[] };
+}
 export declare const WIRE_ERRORS: Record<string, typeof LeashError>;
 export declare function errorFromWire(error: unknown): LeashError;
+
+// --- the design's lifecycle controller and session rows ---------------------------------------
+
+/** Made once per install and kept in its state; not a secret: an ownership discriminator. */
+export type GatewayInstanceId = string;
+
+/** The ownership metadata every spawned ACP session carries (the design's session row). */
+export type AcpSessionOwner = {
+  sessionKey: string;
+  spawnedBy?: string;
+  parentSessionKey?: string;
+  ownerSessionKey: string;
+  agentId: string;
+  backend: 'acpx';
+  gatewayInstanceId: GatewayInstanceId;
+  createdAt: number;
+};
+
+/** A process lease as the incumbent records it (and `leash legacy import --acpx` reads it). */
+export type AcpxProcessLease = {
+  leaseId: string;
+  gatewayInstanceId: GatewayInstanceId;
+  sessionKey: string;
+  wrapperRoot: string;
+  wrapperPath: string;
+  rootPid: number;
+  processGroupId?: number;
+  commandHash: string;
+  startedAt: number;
+  state: 'open' | 'closing' | 'closed' | 'lost';
+};
+
+/** The incumbent's runtime handle, plus the lease. */
+export type AcpRuntimeHandle = {
+  sessionKey: string;
+  backend: string;
+  runtimeSessionName: string;
+  cwd?: string;
+  acpxRecordId?: string;
+  backendSessionId?: string;
+  agentSessionId?: string;
+};
+
+export type AcpxRuntimeHandle = AcpRuntimeHandle & {
+  backend: 'acpx';
+  backendSessionId: string;
+  leaseId: string | null;
+  rootPid: number | null;
+};
+
+export type AcpRuntimeSessionMode = 'persistent' | 'oneshot';
+
+/** The incumbent's ensure input. */
+export type AcpRuntimeEnsureInput = {
+  sessionKey: string;
+  agent: string;
+  mode: AcpRuntimeSessionMode;
+  resumeSessionId?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+};
+
+/** What AcpxLifecycleController.ensureSession takes: the incumbent's input and the session row's fields. */
+export type AcpxEnsureInput = Omit<AcpRuntimeEnsureInput, 'mode'> & {
+  /** persistent (default): the spec is stored for resume; oneshot: it is not. */
+  mode?: AcpRuntimeSessionMode;
+  agentId?: string;
+  ownerSessionKey?: string;
+  spawnedBy?: string;
+  parentSessionKey?: string;
+  /** The session's MCP servers (default: the controller's). */
+  mcpServers?: McpServer[];
+  /** Sent to a daemon that supports the handshake deadline. */
+  handshakeTimeoutMs?: number;
+};
+
+export interface OwnedProcessMember {
+  pid: number;
+  startTime: number;
+  role: string;
+  argv0: string;
+}
+
+/** A lease's live tree, proven to be the lease's own by the daemon. */
+export interface OwnedProcessTree {
+  leaseId: string;
+  sessionKey: string;
+  rootPid: number;
+  rootStartTime: number;
+  members: OwnedProcessMember[];
+  evidence: string[];
+}
+
+/** The design's interface, method for method. */
+export interface AcpxLifecycleControllerContract {
+  ensureSession(input: AcpRuntimeEnsureInput): Promise<AcpRuntimeHandle>;
+  cancelTurn(handle: AcpRuntimeHandle): Promise<void>;
+  closeSession(input: { handle: AcpRuntimeHandle; discardPersistentState?: boolean; reason?: string }): Promise<unknown>;
+  reapStartupOrphans(): Promise<unknown>;
+  verifyOwnedTree(lease: AcpxProcessLease): Promise<OwnedProcessTree | null>;
+}
+
+export interface AcpxLifecycleControllerOptions {
+  client: LeashClient;
+  /** Adapter argv per agent name (or a function from the name). */
+  agents: Record<string, string[]> | ((agent: string) => string[] | undefined);
+  /** Default MCP servers of a session (or a function of its input); default none. */
+  mcpServers?: McpServer[] | ((input: AcpxEnsureInput) => McpServer[]);
+  clientCapabilities?: Json;
+  /** Disconnect the client with the controller. */
+  ownsClient?: boolean;
+}
+
+export declare class AcpxLifecycleController implements AcpxLifecycleControllerContract {
+  constructor(opts: AcpxLifecycleControllerOptions);
+  static connect(opts: ConnectOptions & Omit<AcpxLifecycleControllerOptions, 'client' | 'ownsClient'>): Promise<AcpxLifecycleController>;
+  readonly client: LeashClient;
+  gatewayInstanceId(): Promise<GatewayInstanceId>;
+  ensureSession(input: AcpxEnsureInput, opts?: CallOptions): Promise<AcpxRuntimeHandle>;
+  cancelTurn(handle: AcpRuntimeHandle, opts?: CallOptions): Promise<void>;
+  closeSession(input: { handle: AcpRuntimeHandle; discardPersistentState?: boolean; reason?: string }, opts?: CallOptions): Promise<CloseOutcome[]>;
+  reapStartupOrphans(opts?: CallOptions & { dryRun?: boolean }): Promise<any>;
+  verifyOwnedTree(lease: Pick<AcpxProcessLease, 'leaseId'> & Partial<AcpxProcessLease>, opts?: CallOptions): Promise<OwnedProcessTree | null>;
+  /** The ACP channel of a session this controller ensured. */
+  channel(handle: AcpRuntimeHandle): AcpChannel;
+  /** One turn: session/prompt with a text block; resolves with the agent's response. */
+  prompt(handle: AcpxRuntimeHandle, text: string, opts?: CallOptions): Promise<{ stopReason: string; [k: string]: unknown }>;
+  disconnect(): Promise<void>;
+}
+
+// --- visibility -------------------------------------------------------------------------------
+
+export type SessionVisibility = 'self' | 'tree' | 'agent' | 'all';
+/** As leash writes it: off, or on with directional FROM:TO rules (`*` wildcards; none: every pair). */
+export type A2aPolicy = { mode: 'off' } | { mode: 'on'; rules?: string[] } | 'off' | 'on';
+/** A session row's ownership fields; null or '' mean not recorded (old rows). */
+export type SessionRowMeta = {
+  sessionKey: string;
+  agentId?: string | null;
+  ownerSessionKey?: string | null;
+  spawnedBy?: string | null;
+  parentSessionKey?: string | null;
+  [k: string]: unknown;
+};
+export type SessionGrant = 'requester' | 'owned' | 'same agent' | 'a2a';
+export interface SessionVisibilityInput {
+  row: SessionRowMeta | AcpSessionOwner;
+  requesterSessionKey: string;
+  visibility: SessionVisibility;
+  a2aPolicy?: A2aPolicy;
+  /** A sandboxed requester is clamped to tree. */
+  sandboxed?: boolean;
+  /** The rows the caller loaded: the requester's agent and transitive tree come from them (default: [row]). */
+  rows?: Array<SessionRowMeta | AcpSessionOwner>;
+}
+export declare function canSeeSessionRow(input: SessionVisibilityInput): boolean;
+export declare function sessionRowGrant(input: SessionVisibilityInput): SessionGrant | null;
+export declare function sessionRequester(requesterSessionKey: string, rows?: SessionRowMeta[]): { key: string; agent: string | null; tree: Set<string> };
+export declare function agentFromKey(key: string): string | null;
+export declare function rowAgent(row: SessionRowMeta): string | null;
+export declare function parseA2aRule(rule: string): { from: string; to: string };

@@ -258,6 +258,10 @@ pub struct ExecArgs {
     /// process any more, nothing is started and the lease is recorded lost.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub owner_pid: Option<i32>,
+    /// The lease id to use (a canonical UUID no lease row has; default: a fresh UUIDv7), so the
+    /// spawner can record its launch before it starts leash exec
+    #[arg(long, value_name = "UUID")]
+    pub lease_id: Option<String>,
     /// Memory limit of the session's cgroup (memory.max), e.g. 512M, 2G; refused where the
     /// memory controller is not enabled for leash's cgroups
     #[arg(long, value_name = "SIZE", value_parser = parse_memory_max)]
@@ -885,6 +889,7 @@ fn run_exec(
             clear: a.clear_env,
             keep: a.keep_env,
         },
+        lease_id: a.lease_id,
         command: a.command,
     };
     match crate::controller::exec::exec(&root, req) {

@@ -37,6 +37,9 @@ pub struct ExecRequest {
     pub grace_ms: u64,
     /// The pid the caller says is our parent; if it is not, nothing is started.
     pub owner_pid: Option<i32>,
+    /// A lease id the caller chose (`--lease-id`), so a gateway can record its launch before
+    /// the spawn; a canonical UUID no lease row has. `None`: a fresh UUIDv7.
+    pub lease_id: Option<String>,
     /// Containment settings (`--containment`, `--cgroup-root`).
     pub containment: Settings,
     /// Resource limits for the session's cgroup; refused when they cannot be enforced.
@@ -68,6 +71,12 @@ pub enum ExecError {
     BadEnv(#[from] crate::envpolicy::EnvNameError),
     #[error("leash exec has no visible parent process (parent pid {0}); cannot record an owner")]
     NoParent(i32),
+    #[error("--lease-id {0} is not a UUID in canonical form (lowercase, hyphenated, not nil, e.g. 0190b1f2-7c3a-7d4e-8f00-1234567890ab); nothing started")]
+    BadLeaseId(String),
+    #[error(
+        "lease id {0} is already taken (a lease row has it); nothing started (choose a fresh UUID)"
+    )]
+    LeaseIdTaken(String),
     #[error("session {session_key} already has a live lease {lease_id}; nothing started (close it first: leash close --session {session_key})")]
     SessionLive {
         session_key: String,
@@ -184,6 +193,13 @@ pub fn check_owner(owner_pid: Option<i32>) -> Result<(), ExecError> {
     })
 }
 
+/// Whether `id` is a UUID written the one way leash writes them (lowercase, hyphenated), and
+/// not the nil UUID: a lease id names a cgroup directory and is matched as text against
+/// wrappers' argv and environment, so two spellings of one UUID would be two ids.
+pub fn is_canonical_uuid(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|u| !u.is_nil() && u.hyphenated().to_string() == id)
+}
+
 /// Commits the lease and execs the wrapper. Returns only on failure.
 pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
     if req.command.is_empty() {
@@ -205,7 +221,20 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     }
     check_owner(req.owner_pid)?;
     req.env.validate(crate::envpolicy::CLI)?;
+    if let Some(id) = &req.lease_id {
+        if !is_canonical_uuid(id) {
+            return Err(ExecError::BadLeaseId(id.clone()));
+        }
+    }
     let mut store = Store::open(&root.db_path())?;
+    // Unique over every row, open or settled: a gateway that records its launch under this id
+    // must never find another lease's history under it. Checked before the cgroup (named by the
+    // lease id) is made; two racing execs of one id are told apart by the insert (primary key).
+    if let Some(id) = &req.lease_id {
+        if store.lease(id)?.is_some() {
+            return Err(ExecError::LeaseIdTaken(id.clone()));
+        }
+    }
     let wrapper_path = install_wrapper(root)?;
     let gateway = store.gateway_instance_id().to_string();
     let table = LiveTable;
@@ -231,7 +260,7 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     }
     let parent_start = proc::start_time_of(parent).unwrap_or(0);
 
-    let lease_id = lease::new_lease_id();
+    let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
     let argv: Vec<String> = req
         .command
         .iter()

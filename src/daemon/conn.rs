@@ -358,7 +358,8 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
                 // Ensures of these keys in flight are waited for, and what they start is
                 // closed with the rest (see `admission`).
                 let pending = meet_ensures(d, &refs);
-                let out = d.close(&refs, c.grace_ms, "requested");
+                let why = c.reason.as_deref().unwrap_or("requested");
+                let out = d.close(&refs, c.grace_ms, why);
                 if c.discard_persistent_state {
                     additions::discard_persistent_state(d, &refs, out.as_ref().ok());
                 }

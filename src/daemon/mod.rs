@@ -813,7 +813,11 @@ fn announce_resumable(d: &Daemon, list: Vec<Value>) {
             .get("leaseId")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let detail = serde_json::to_value(&entry).expect("entries serialise");
+        let mut detail = serde_json::to_value(&entry).expect("entries serialise");
+        // Kept off the event log (see `shutdown`): the entry in `status` has it.
+        if let Some(m) = detail.as_object_mut() {
+            m.remove("acpSessions");
+        }
         let seq = d
             .writer()
             .record_event(&key, lease.as_deref(), "resumable", Some(detail));
@@ -1107,6 +1111,10 @@ fn shutdown(d: &Daemon) {
         if let Err(e) = s.record_event("interrupted", Some(entry.clone())) {
             tracing::error!(session = %s.key, error = %e, "cannot record the interrupted session");
         }
+        // The setup (cwd, mcpServers, whose env values may be credentials) goes into the one
+        // meta entry the next daemon takes and deletes at its start, not into the event log.
+        let mut entry = entry;
+        entry["acpSessions"] = json!(st.acp_sessions);
         tracing::info!(session = %s.key, "busy at shutdown: recorded for resumption");
         interrupted.push(entry);
     }

@@ -24,6 +24,8 @@ import {
   NoDaemonError,
   ProtocolError,
   ForbiddenError,
+  AcpError,
+  ResumeError,
   errorFromWire,
 } from './errors.js';
 import { findSocket, resolveStateDir } from './locate.js';
@@ -224,6 +226,8 @@ export class LeashClient extends EventEmitter {
   }
 
   #forbidden = null;
+  /** session key -> what a resume that failed after its ensure had found (see resume()). */
+  #unresumed = new Map();
 
   #onClose(sock) {
     if (sock !== this.#socket) return;
@@ -552,12 +556,51 @@ export class LeashClient extends EventEmitter {
 
   /**
    * What an agent host does after a restart: ensure the session from its stored spec,
-   * `initialize`, `session/load` of the recorded ACP session when the agent supports it (else
-   * `session/new`), then a continue prompt.
+   * `initialize`, `session/load` of the recorded ACP session with the cwd and mcpServers it was
+   * opened with (the daemon records both from the `session/new` or `session/load` it relayed),
+   * then a continue prompt. When that ACP session cannot be loaded (none recorded, an agent
+   * without `loadSession`, `session/load` failing) it rejects with a ResumeError, and opens a
+   * fresh ACP session instead only with `fresh: 'allow'`.
    */
   async resume(session, opts = {}) {
+    const fresh = opts.fresh ?? 'never';
+    if (fresh !== 'never' && fresh !== 'allow') {
+      throw new TypeError(`resume: fresh must be 'never' or 'allow', not ${JSON.stringify(fresh)}`);
+    }
     const st = await this.status(opts);
     const entry = (st?.daemon?.resumable ?? []).find((r) => r.sessionKey === session) ?? null;
+    const live = (st?.daemon?.sessions ?? []).find((s) => s.sessionKey === session && s.phase !== 'ended') ?? null;
+    // A resume that failed after its ensure took the session off the daemon's resumable list;
+    // what it had found is kept here for a retry on this client (e.g. with fresh: 'allow').
+    const memo = entry || live?.acpSessionIds?.length ? null : this.#unresumed.get(session) ?? null;
+    const recorded = [...(entry?.acpSessions ?? []), ...(live?.acpSessions ?? []), ...(memo ? [memo.rec] : [])];
+    const fail = (reason, message, extra = {}) =>
+      new ResumeError(`resume ${session}: ${message}`, { reason, cause: extra.cause, data: { session, ...extra.data } });
+
+    // The target: the caller's, else the ACP session of the interrupted prompt, else the only one.
+    let target = opts.acpSessionId ?? memo?.rec?.sessionId ?? null;
+    let why = null;
+    if (!target) {
+      const interrupted = [...new Set((entry?.pendingPrompts ?? []).map((p) => p.acpSessionId).filter(Boolean))];
+      const ids = [...new Set([...(entry?.acpSessionIds ?? []), ...(live?.acpSessionIds ?? [])])];
+      if (interrupted.length === 1) target = interrupted[0];
+      else if (ids.length === 1) target = ids[0];
+      else if (ids.length === 0) why = fail('no_acp_session', 'no ACP session was recorded for it (it never opened one, or it was not running when the daemon stopped)');
+      else why = fail('ambiguous_acp_session', `it had ${ids.length} ACP sessions (${ids.join(', ')}) and none was interrupted; name one with acpSessionId`, { data: { acpSessionIds: ids } });
+    }
+    if (why && fresh !== 'allow') throw why;
+    const rec = target ? recorded.find((a) => a.sessionId === target) : null;
+    const cwd = opts.cwd ?? rec?.cwd;
+    const mcpServers = opts.mcpServers ?? rec?.mcpServers;
+    if (typeof cwd !== 'string' || !Array.isArray(mcpServers)) {
+      throw fail(
+        'setup_unknown',
+        `the cwd and mcpServers ${target ? `of ACP session ${target}` : 'of a fresh ACP session'} are not recorded (a daemon that does not record them, or an ACP session opened without them); pass cwd and mcpServers`,
+        { data: { acpSessionId: target } },
+      );
+    }
+    this.#unresumed.delete(session);
+
     // A spec stored without its env values (no persistEnv) needs them again.
     const ensured = await this.ensure(session, opts.env ? { env: opts.env } : {}, opts);
     const acp = await this.acp(session, opts);
@@ -566,14 +609,23 @@ export class LeashClient extends EventEmitter {
         protocolVersion: 1,
         clientCapabilities: opts.clientCapabilities ?? { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
       }, opts);
-      const cwd = opts.cwd ?? process.cwd();
-      let acpSessionId = opts.acpSessionId ?? entry?.acpSessionIds?.[0] ?? null;
+      let acpSessionId = target;
       let loaded = false;
-      if (acpSessionId && init?.agentCapabilities?.loadSession) {
-        await acp.request('session/load', { sessionId: acpSessionId, cwd, mcpServers: [] }, opts);
-        loaded = true;
-      } else {
-        const created = await acp.request('session/new', { cwd, mcpServers: [] }, opts);
+      if (target && !init?.agentCapabilities?.loadSession) {
+        why = fail('load_unsupported', `the agent has no loadSession capability, so ACP session ${target} cannot be loaded`, { data: { acpSessionId: target, ensured } });
+        if (fresh !== 'allow') throw why;
+      } else if (target) {
+        try {
+          await acp.request('session/load', { sessionId: target, cwd, mcpServers }, opts);
+          loaded = true;
+        } catch (e) {
+          if (!(e instanceof AcpError)) throw e;
+          why = fail('load_failed', `session/load of ${target} failed: ${e.message}`, { cause: e, data: { acpSessionId: target, ensured, rpcCode: e.rpcCode } });
+          if (fresh !== 'allow') throw why;
+        }
+      }
+      if (!loaded) {
+        const created = await acp.request('session/new', { cwd, mcpServers }, opts);
         acpSessionId = created.sessionId;
       }
       let response = null;
@@ -581,9 +633,26 @@ export class LeashClient extends EventEmitter {
         const text = opts.prompt ?? 'Continue where you left off.';
         response = await acp.request('session/prompt', { sessionId: acpSessionId, prompt: [{ type: 'text', text }] }, opts);
       }
-      return { acp, acpSessionId, loaded, ensured, resumable: entry, initialize: init, response };
+      return {
+        acp,
+        acpSessionId,
+        loaded,
+        fresh: !loaded,
+        freshReason: loaded ? null : why?.reason ?? null,
+        cwd,
+        mcpServers,
+        ensured,
+        resumable: entry ?? memo?.entry ?? null,
+        initialize: init,
+        response,
+      };
     } catch (e) {
       acp.close();
+      if (e instanceof ResumeError) {
+        e.data.ensured ??= ensured;
+        Object.assign(e.data, { cwd, mcpServers });
+        if (target) this.#unresumed.set(session, { rec: { sessionId: target, cwd, mcpServers }, entry });
+      }
       throw e;
     }
   }

@@ -70,6 +70,20 @@ export class ProtocolError extends wire('protocol') {}
  * JSON error line (the adapter was not found / not executable); `cause` says why.
  */
 export class ExecFailedError extends wire('exec_failed') {}
+/**
+ * `resume()` could not restore the session's ACP context and the caller did not allow a fresh
+ * one. `reason` says why: `no_acp_session` (no ACP session was recorded for it),
+ * `ambiguous_acp_session` (several were, none interrupted: name one with `acpSessionId`),
+ * `setup_unknown` (its cwd and mcpServers were not recorded: pass them), `load_unsupported`
+ * (the agent has no `loadSession` capability), `load_failed` (`session/load` answered an error;
+ * `cause` is the AcpError).
+ */
+export class ResumeError extends LeashError {
+  constructor(message, opts = {}) {
+    super(message, { ...opts, code: 'resume_failed' });
+    this.reason = opts.reason;
+  }
+}
 /** A JSON-RPC error response from the agent (see `acp()`). */
 export class AcpError extends LeashError {
   constructor(message, opts = {}) {

@@ -8,10 +8,16 @@
 // ExecFailedError (an 'error' event, as child_process does when a spawn fails) whose `cause` is
 // leash's message.
 //
+// The lease id is the caller's before anything runs: `spawn` takes `leaseId` (else it makes a
+// UUIDv7), passes it as `leash exec --lease-id`, and sets `child.leaseId` synchronously, so a
+// gateway can record its launch before the spawn and settle that record after it, as the
+// incumbent does with its own lease ids. leash refuses an id any lease row has (exit 125).
+//
 // `close`, `reap` and `verify` here go through the daemon when one answers, else through the
 // leash CLI on the state root.
 
 import { spawn as cpSpawn, execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { ExecFailedError, LeashError, NoDaemonError } from './errors.js';
 import { connect } from './client.js';
 
@@ -21,6 +27,29 @@ function leashBin(opts) {
 
 function stateArgs(opts) {
   return opts.stateDir ? ['--state-dir', opts.stateDir] : [];
+}
+
+const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** A UUIDv7 (RFC 9562: 48-bit Unix ms, version 7, variant 10, random rest), as leash makes them. */
+export function uuidv7() {
+  const b = randomBytes(16);
+  let ms = Date.now();
+  for (let i = 5; i >= 0; i--) {
+    b[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  b[6] = (b[6] & 0x0f) | 0x70;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+function checkLeaseId(id) {
+  if (typeof id !== 'string' || !CANONICAL_UUID.test(id) || /^[0-]+$/.test(id)) {
+    throw new TypeError(`spawn: leaseId must be a UUID in canonical form (lowercase, hyphenated, not nil), not ${JSON.stringify(id)}`);
+  }
+  return id;
 }
 
 /** The `leash exec` argv for an adapter command (exported for tests and logging). */
@@ -38,6 +67,7 @@ export function execArgs(argv, opts = {}) {
   ];
   for (const [flag, v] of flags) if (v !== undefined && v !== null) args.push(flag, String(v));
   if (opts.graceMs !== undefined) args.push('--grace-ms', String(opts.graceMs));
+  if (opts.leaseId !== undefined) args.push('--lease-id', checkLeaseId(opts.leaseId));
   // The credential scrub (leash exec applies it to the wrapper's exec; the lease markers always
   // survive). Names are checked here too, so a bad one throws before anything is spawned.
   const unset = envNames('unsetEnv', opts.unsetEnv);
@@ -68,13 +98,16 @@ function envNames(what, list) {
  * @param {import('../index.js').SpawnOptions} [opts]
  */
 export function spawn(argv, opts = {}) {
-  const args = execArgs(argv, opts);
+  const leaseId = opts.leaseId ?? uuidv7();
+  const args = execArgs(argv, { ...opts, leaseId });
   const child = cpSpawn(leashBin(opts), args, {
     cwd: opts.cwd,
     env: opts.env,
     stdio: opts.stdio ?? 'pipe',
     signal: opts.signal,
   });
+  /** The lease's id, known before leash exec runs (see the file's comment). */
+  child.leaseId = leaseId;
   // leash's own message on a failed start is the last thing on stderr; keep a short tail.
   const tail = [];
   child.stderr?.on('data', (chunk) => {
@@ -90,7 +123,7 @@ export function spawn(argv, opts = {}) {
     const message = line?.message ?? text;
     const err = new ExecFailedError(`leash exec could not start ${argv[0]}: ${message || 'no message (stderr was not piped)'}`, {
       cause: message || undefined,
-      data: { argv, exitStatus: code, cause: line?.code, stderr: text },
+      data: { argv, exitStatus: code, cause: line?.code, stderr: text, leaseId },
     });
     child.emit('error', err);
   });

@@ -1,7 +1,8 @@
 // The JSON-RPC helper over send + attach against the fake agent: concurrent requests resolve to
 // their own responses, a notification gets none, a response that arrives after its request was
-// aborted is not handed to another request; resume() after a daemon restart; and spawn() as the
-// drop-in for child_process.spawn, with exit 125 as a typed error.
+// aborted is not handed to another request; and spawn() as the drop-in for child_process.spawn,
+// with exit 125 as a typed error and the lease id in the caller's hands (resume() is in
+// resume.test.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -79,40 +80,6 @@ test('a late response after a cancelled request is not mis-delivered', async (t)
   assert.equal((await turn).stopReason, 'cancelled');
 });
 
-test('resume(): after a restart, ensure from the stored spec, initialize, session/load, continue', async (t) => {
-  const dir = scratch(t, 'resume');
-  const state = join(dir, 'state');
-  const daemon = await Daemon.start(t, state);
-  let c = await leash.connect({ stateDir: state, reconnect: false });
-  await c.ensure('r', { argv: fakeAgent(), cwd: dir });
-  let acp = await c.acp('r');
-  await acp.request('initialize', { protocolVersion: 1 });
-  const { sessionId } = await acp.request('session/new', { cwd: dir, mcpServers: [] });
-  // A turn in flight when the daemon stops: the session is resumable.
-  acp.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'slow work' }] }).catch(() => {});
-  await waitFor(async () => (await c.status()).daemon.busy.includes('r'), 'the busy session');
-  await daemon.terminate();
-  await c.disconnect();
-
-  await daemon.start();
-  c = await leash.connect({ stateDir: state, events: true });
-  t.after(() => c.disconnect());
-  // The push comes right after the hello, before connect() resolves: kept on the client.
-  const pushed = await waitFor(() => c.resumable.get('r'), 'the resumable push');
-  assert.equal(pushed.sessionKey, 'r');
-  assert.deepEqual(pushed.acpSessionIds, [sessionId]);
-  assert.equal(pushed.hasSpec, true);
-  const resumed = new Promise((resolve) => c.once('resumed', resolve));
-  const updates = [];
-  const r = await c.resume('r', { prompt: 'continue please', cwd: dir });
-  r.acp.on('notification', (m) => updates.push(m));
-  assert.equal(r.loaded, true);
-  assert.equal(r.acpSessionId, sessionId);
-  assert.equal(r.response.stopReason, 'end_turn');
-  assert.equal((await resumed).sessionKey, 'r');
-  r.acp.close();
-});
-
 test('spawn() runs the adapter under leash exec, owned by this process; exit 125 is typed', async (t) => {
   const dir = scratch(t, 'spawn');
   const state = join(dir, 'state');
@@ -123,6 +90,8 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
     stateDir: state,
     leashBin: LEASH_BIN,
   });
+  // The lease id is known before leash exec runs: a UUIDv7 made by spawn().
+  assert.match(child.leaseId, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   let out = '';
   let err = '';
   child.stdout.on('data', (d) => (out += d));
@@ -137,8 +106,30 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
   t.after(() => c.disconnect());
   const lease = (await c.leases()).find((l) => l.sessionKey === 'sp');
   assert.equal(lease.leaseId, err.trim().split('\n').pop());
+  assert.equal(lease.leaseId, child.leaseId, 'the id spawn() exposed is the lease row\'s');
   assert.equal(lease.ownerPid, process.pid, JSON.stringify(lease));
   await c.disconnect();
+
+  // A caller-chosen id (recorded by the gateway before the spawn) is the one used...
+  const chosen = leash.uuidv7();
+  const mine = leash.spawn(['true'], { session: 'sp2', stateDir: state, leashBin: LEASH_BIN, leaseId: chosen });
+  assert.equal(mine.leaseId, chosen);
+  assert.equal(await new Promise((r) => mine.once('exit', r)), 0);
+  const c2 = await leash.connect({ stateDir: state });
+  assert.equal((await c2.leases()).find((l) => l.sessionKey === 'sp2').leaseId, chosen);
+  await c2.disconnect();
+  // ...and never twice: leash refuses it (exit 125), nothing starts.
+  const again = leash.spawn(['sh', '-c', 'echo started'], { session: 'sp3', stateDir: state, leashBin: LEASH_BIN, leaseId: chosen });
+  let againOut = '';
+  again.stdout.on('data', (d) => (againOut += d));
+  const dup = await new Promise((resolve) => again.once('error', resolve));
+  assert.ok(dup instanceof leash.ExecFailedError, String(dup));
+  assert.match(dup.message, /already taken/);
+  assert.equal(dup.data.leaseId, chosen);
+  assert.equal(againOut, '');
+  // A malformed id is refused before anything runs.
+  assert.throws(() => leash.spawn(['true'], { leaseId: 'not-a-uuid', leashBin: LEASH_BIN }), TypeError);
+  assert.throws(() => leash.spawn(['true'], { leaseId: chosen.toUpperCase(), leashBin: LEASH_BIN }), TypeError);
 
   // Exit 125: leash could not start the adapter (here: the owner it was given is not its
   // parent, as when the spawner died before leash exec ran).

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createConnection } from 'node:net';
+import { connect } from '../src/client.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, '../../..');
@@ -29,8 +30,14 @@ export function scratch(t, tag) {
   // into it makes the removal fail (ENOTEMPTY) and, never stopped, keeps the test file's
   // process alive for ever.
   t.after(async () => {
-    for (const d of [...running]) if (d.stateDir.startsWith(dir)) await d.kill9();
-    rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+    for (const d of [...running]) {
+      if (!d.stateDir.startsWith(dir)) continue;
+      await d.closeSessions();
+      await d.kill9();
+    }
+    // A wrapper that outlived its daemon (a session the test left running, e.g. after a
+    // failure) still writes its report into run/ while it ends: retry for a few seconds.
+    rmSync(dir, { recursive: true, force: true, maxRetries: 40, retryDelay: 100 });
   });
   return dir;
 }
@@ -108,6 +115,27 @@ export class Daemon {
   async terminate() {
     this.child.kill('SIGTERM');
     return this.exited;
+  }
+
+  /**
+   * Closes the sessions a test left running and waits (bounded) until they have ended, so that
+   * no wrapper is still writing into the state root when it is removed. Best effort: a daemon
+   * that does not answer is killed anyway.
+   */
+  async closeSessions() {
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    let c = null;
+    try {
+      c = await connect({ stateDir: this.stateDir, reconnect: false, timeoutMs: 10_000 });
+      const live = async () => (await c.status()).daemon.sessions.filter((s) => s.phase !== 'ended').map((s) => s.sessionKey);
+      const keys = await live();
+      if (keys.length > 0) await c.close({ sessions: keys, graceMs: 200 }).catch(() => {});
+      await waitFor(async () => (await live()).length === 0, 'the sessions to end', 10_000).catch(() => {});
+    } catch {
+      // not answering: killed next
+    } finally {
+      await c?.disconnect().catch(() => {});
+    }
   }
 
   async kill9() {

@@ -10,7 +10,43 @@ import {
   type AttachItem,
   type EnsureResult,
   type HelloResult,
+  AcpxLifecycleController,
+  ResumeError,
+  canSeeSessionRow,
+  type AcpxLifecycleControllerContract,
+  type AcpSessionOwner,
+  type AcpxProcessLease,
+  type GatewayInstanceId,
+  type OwnedProcessTree,
 } from '../index.js';
+
+/** A gateway written against the design's interface only. */
+export async function designGateway(ctl: AcpxLifecycleControllerContract, lease: AcpxProcessLease): Promise<void> {
+  await ctl.reapStartupOrphans();
+  const handle = await ctl.ensureSession({ sessionKey: 'agent:main:acp:1', agent: 'codex', mode: 'persistent', cwd: '/w' });
+  await ctl.cancelTurn(handle);
+  const tree: OwnedProcessTree | null = await ctl.verifyOwnedTree(lease);
+  if (tree) console.log(tree.members.map((m) => m.pid));
+  await ctl.closeSession({ handle, discardPersistentState: true, reason: 'done' });
+}
+
+export async function controllerOverTheDaemon(): Promise<void> {
+  const ctl = await AcpxLifecycleController.connect({ stateDir: '/tmp/state', agents: { codex: ['codex-acp'] }, mcpServers: [] });
+  const contract: AcpxLifecycleControllerContract = ctl;
+  const id: GatewayInstanceId = await ctl.gatewayInstanceId();
+  const h = await ctl.ensureSession({ sessionKey: 's', agent: 'codex', ownerSessionKey: 'agent:main:main', mcpServers: [{ name: 'm', command: 'x', args: [], env: [] }] });
+  const r = await ctl.prompt(h, 'hi');
+  console.log(contract, id, h.leaseId, h.backendSessionId, r.stopReason);
+  const row: AcpSessionOwner = { sessionKey: 's', ownerSessionKey: 'agent:main:main', agentId: 'codex', backend: 'acpx', gatewayInstanceId: id, createdAt: 0 };
+  const ok: boolean = canSeeSessionRow({ row, rows: [row], requesterSessionKey: 'agent:main:main', visibility: 'tree', a2aPolicy: { mode: 'on', rules: ['main:*'] } });
+  console.log(ok);
+  try {
+    await ctl.client.resume('s', { fresh: 'never', mcpServers: [] });
+  } catch (e) {
+    if (e instanceof ResumeError && e.reason === 'load_unsupported') console.log(e.data);
+  }
+  await ctl.disconnect();
+}
 
 export async function gateway(): Promise<void> {
   const client = await connect({ stateDir: '/tmp/state', timeoutMs: 5000, events: true });
@@ -52,8 +88,11 @@ export async function gateway(): Promise<void> {
   const st = await client.status();
   console.log(st.daemon.sessions.map((s) => s.phase));
   const r = await client.resume('s', { prompt: 'go on' });
-  console.log(r.loaded, r.acpSessionId);
-  const child = spawn(['codex-acp'], { session: 's', agent: 'codex', graceMs: 500, unsetEnv: ['OPENAI_API_KEY'] });
+  console.log(r.loaded, r.acpSessionId, r.fresh, r.freshReason, r.mcpServers.length);
+  const child = spawn(['codex-acp'], { session: 's', agent: 'codex', graceMs: 500, leaseId: '0190b1f2-7c3a-7d4e-8f00-1234567890ab' });
+  const leaseId: string = child.leaseId;
+  console.log(leaseId);
+  spawn(['codex-acp'], { session: 's', agent: 'codex', graceMs: 500, unsetEnv: ['OPENAI_API_KEY'] });
   spawn(['codex-acp'], { clearEnv: true, keepEnv: ['PATH', 'HOME'] });
   await client.ensure('t', { argv: ['claude-acp'], clearEnv: true, keepEnv: ['PATH'], unsetEnv: [], persistEnv: false });
   await client.ensure('t', { env: { ANTHROPIC_API_KEY: 'k' } });

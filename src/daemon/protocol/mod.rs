@@ -344,6 +344,8 @@ pub struct Close {
     /// Also delete what the daemon keeps to resume the sessions (their stored specs, their
     /// resumable entries): the design's `closeSession({discardPersistentState})`.
     pub discard_persistent_state: bool,
+    /// Why the gateway closes (logged with the close).
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -450,6 +452,8 @@ struct RawClose {
     grace_ms: Option<u64>,
     #[serde(default)]
     discard_persistent_state: bool,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -696,10 +700,18 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 ));
             }
             check_ms(op, "graceMs", raw.grace_ms, crate::limits::check_grace_ms)?;
+            if let Some(r) = &raw.reason {
+                if r.chars().count() > 200 || r.chars().any(char::is_control) {
+                    return Err(bad(
+                        "close: \"reason\" must be one line of at most 200 characters",
+                    ));
+                }
+            }
             Op::Close(Close {
                 targets,
                 grace_ms: raw.grace_ms,
                 discard_persistent_state: raw.discard_persistent_state,
+                reason: raw.reason,
             })
         }
         "reap" => {
@@ -1110,6 +1122,37 @@ mod tests {
         );
         let long = vec![b' '; MAX_LINE + 1];
         assert_eq!(code_of(&long), Code::LineTooLong);
+    }
+
+    #[test]
+    fn close_takes_a_reason_and_discard_persistent_state() {
+        let r = parse_request(
+            br#"{"id":1,"op":"close","session":"s","reason":"user closed","discardPersistentState":true}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&r.op, Op::Close(c) if c.discard_persistent_state && c.reason.as_deref() == Some("user closed")),
+            "{:?}",
+            r.op
+        );
+        let plain = parse_request(br#"{"id":1,"op":"close","session":"s"}"#).unwrap();
+        assert!(matches!(&plain.op, Op::Close(c) if !c.discard_persistent_state && c.reason.is_none()));
+        let long = format!(
+            r#"{{"id":1,"op":"close","session":"s","reason":"{}"}}"#,
+            "x".repeat(201)
+        );
+        for line in [
+            br#"{"id":1,"op":"close","session":"s","reason":"two\nlines"}"#.to_vec(),
+            long.into_bytes(),
+            br#"{"id":1,"op":"close","session":"s","discardPersistentState":"yes"}"#.to_vec(),
+        ] {
+            assert_eq!(
+                code_of(&line),
+                Code::BadRequest,
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+        }
     }
 
     #[test]

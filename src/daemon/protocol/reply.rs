@@ -326,6 +326,10 @@ pub struct PendingPrompt {
 #[serde(rename_all = "camelCase")]
 pub struct LiveSession {
     pub acp_session_ids: Vec<String>,
+    /// Each ACP session with the `cwd` and `mcpServers` it was opened with (as the gateway sent
+    /// them in `session/new` or `session/load`): what `resume` opens it with again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acp_sessions: Vec<Value>,
     pub attached: usize,
     pub buffered_bytes: usize,
     pub buffered_lines: usize,
@@ -618,6 +622,9 @@ mod tests {
     fn live() -> LiveSession {
         LiveSession {
             acp_session_ids: vec!["acp-1".into()],
+            acp_sessions: vec![
+                serde_json::json!({"sessionId": "acp-1", "cwd": "/w", "mcpServers": []}),
+            ],
             attached: 1,
             buffered_bytes: 10,
             buffered_lines: 2,

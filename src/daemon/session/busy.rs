@@ -1,6 +1,7 @@
 //! Busy classification: which lines written to the adapter are JSON-RPC requests that await a
 //! response (`session/prompt` makes the session busy; `session/new` and `session/load` teach
-//! it the ACP session ids), and which lines it writes back are their responses. The
+//! it the ACP session ids, with the `cwd` and `mcpServers` they were opened with, so that a
+//! resume restores them), and which lines it writes back are their responses. The
 //! classification is pure ([`classify_outgoing`], [`classify_incoming`]); the bookkeeping is
 //! under the session's lock.
 
@@ -22,7 +23,7 @@ impl Supervised {
         match out {
             Outgoing::Prompt { id, acp_session } => {
                 if let Some(a) = &acp_session {
-                    g.acp_sessions.insert(a.clone());
+                    g.note_acp_session(a.clone(), None);
                 }
                 if g.pending.len() >= MAX_TRACKED {
                     return None;
@@ -38,15 +39,19 @@ impl Supervised {
                 );
                 Some(key)
             }
-            Outgoing::Opens { id, acp_session } => {
+            Outgoing::Opens {
+                id,
+                acp_session,
+                setup,
+            } => {
                 if let Some(a) = &acp_session {
-                    g.acp_sessions.insert(a.clone());
+                    g.note_acp_session(a.clone(), None);
                 }
                 if g.opening.len() >= MAX_TRACKED {
                     return None;
                 }
                 let key = id.to_string();
-                g.opening.insert(key.clone(), acp_session);
+                g.opening.insert(key.clone(), (acp_session, setup));
                 Some(key)
             }
             Outgoing::Other => None,
@@ -87,6 +92,9 @@ pub enum Outgoing {
     Opens {
         id: Value,
         acp_session: Option<String>,
+        /// The `cwd` and `mcpServers` of its params (the members present), recorded for the ACP
+        /// session once the response names it: what a resume must open it with again.
+        setup: Option<Value>,
     },
     Other,
 }
@@ -120,7 +128,19 @@ pub fn classify_outgoing(line: &str) -> Outgoing {
         .map(str::to_owned);
     match m.get("method").and_then(Value::as_str) {
         Some("session/prompt") => Outgoing::Prompt { id, acp_session },
-        Some("session/new" | "session/load") => Outgoing::Opens { id, acp_session },
+        Some("session/new" | "session/load") => {
+            let mut setup = serde_json::Map::new();
+            for k in ["cwd", "mcpServers"] {
+                if let Some(v) = m.get("params").and_then(|p| p.get(k)) {
+                    setup.insert(k.to_string(), v.clone());
+                }
+            }
+            Outgoing::Opens {
+                id,
+                acp_session,
+                setup: (!setup.is_empty()).then_some(Value::Object(setup)),
+            }
+        }
         _ => Outgoing::Other,
     }
 }
@@ -178,7 +198,19 @@ mod tests {
             classify_outgoing(r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}"#),
             Outgoing::Opens {
                 id: json!(1),
-                acp_session: None
+                acp_session: None,
+                setup: None
+            }
+        );
+        let load = r#"{"jsonrpc":"2.0","id":2,"method":"session/load","params":{"sessionId":"a1","cwd":"/w","mcpServers":[{"name":"m","command":"x","args":[],"env":[]}],"other":1}}"#;
+        assert_eq!(
+            classify_outgoing(load),
+            Outgoing::Opens {
+                id: json!(2),
+                acp_session: Some("a1".into()),
+                setup: Some(
+                    json!({"cwd":"/w","mcpServers":[{"name":"m","command":"x","args":[],"env":[]}]})
+                )
             }
         );
         assert_eq!(

@@ -154,8 +154,15 @@ struct Inner {
     life: Life,
     pending: BTreeMap<String, PendingPrompt>,
     /// `session/new` and `session/load` requests awaiting their response (to learn ACP ids).
-    opening: HashMap<String, Option<String>>,
+    /// With the ACP session a `session/load` names and the request's `cwd` and `mcpServers`.
+    opening: HashMap<String, (Option<String>, Option<Value>)>,
     acp_sessions: BTreeSet<String>,
+    /// The `cwd` and `mcpServers` each ACP session was last opened with (`session/new` or
+    /// `session/load`), by ACP session id: shown in `status` and kept for resumption.
+    acp_setup: BTreeMap<String, Value>,
+    /// `acp_sessions` with their setup as `status` shows them, rebuilt only when one is learnt
+    /// (the view is published on every change of the session, output included).
+    acp_view: Arc<Vec<Value>>,
     last_traffic: Instant,
     output_lines: u64,
     attached: usize,
@@ -172,6 +179,30 @@ struct Inner {
 }
 
 impl Inner {
+    /// Records an ACP session the adapter opened (and what it was opened with, when known).
+    fn note_acp_session(&mut self, id: String, setup: Option<Value>) {
+        let mut changed = self.acp_sessions.insert(id.clone());
+        if let Some(setup) = setup {
+            changed |= self.acp_setup.get(&id) != Some(&setup);
+            self.acp_setup.insert(id, setup);
+        }
+        if changed {
+            let view = self
+                .acp_sessions
+                .iter()
+                .map(|id| {
+                    let mut entry = serde_json::Map::new();
+                    entry.insert("sessionId".into(), Value::String(id.clone()));
+                    if let Some(Value::Object(setup)) = self.acp_setup.get(id) {
+                        entry.extend(setup.clone());
+                    }
+                    Value::Object(entry)
+                })
+                .collect();
+            self.acp_view = Arc::new(view);
+        }
+    }
+
     /// A session that has not started yet, whose store holds seqs up to `last`.
     fn new(limits: Limits, last: i64) -> Inner {
         Inner {
@@ -181,6 +212,8 @@ impl Inner {
             pending: BTreeMap::new(),
             opening: HashMap::new(),
             acp_sessions: BTreeSet::new(),
+            acp_setup: BTreeMap::new(),
+            acp_view: Arc::new(Vec::new()),
             last_traffic: Instant::now(),
             output_lines: 0,
             attached: 0,

@@ -97,9 +97,9 @@ impl Supervised {
                 g.output_lines += 1;
                 if let Some((key, session_id)) = line.response.take() {
                     g.pending.remove(&key);
-                    if let Some(asked) = g.opening.remove(&key) {
+                    if let Some((asked, setup)) = g.opening.remove(&key) {
                         if let Some(a) = session_id.or(asked) {
-                            g.acp_sessions.insert(a);
+                            g.note_acp_session(a, setup);
                         }
                     }
                 }
