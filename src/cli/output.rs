@@ -82,7 +82,14 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
         .max("SESSION".len());
     outln!(
         "{:<36}  {:<7}  {:<width$}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  REASON",
-        "LEASE", "STATE", "SESSION", "ROOT", "ADAPTER", "PGID", "EXIT", "AGE"
+        "LEASE",
+        "STATE",
+        "SESSION",
+        "ROOT",
+        "ADAPTER",
+        "PGID",
+        "EXIT",
+        "AGE"
     );
     for r in rows {
         match r {
@@ -148,7 +155,11 @@ pub fn status(st: &Status, json: bool) {
     let l = &r.leases;
     outln!(
         "leases            {} open, {} closing, {} closed, {} ended, {} lost",
-        l.open, l.closing, l.closed, l.ended, l.lost
+        l.open,
+        l.closing,
+        l.closed,
+        l.ended,
+        l.lost
     );
     outln!("legacy records    {} open", r.legacy_open);
     let c = &r.containment;

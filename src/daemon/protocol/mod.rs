@@ -1136,7 +1136,9 @@ mod tests {
             r.op
         );
         let plain = parse_request(br#"{"id":1,"op":"close","session":"s"}"#).unwrap();
-        assert!(matches!(&plain.op, Op::Close(c) if !c.discard_persistent_state && c.reason.is_none()));
+        assert!(
+            matches!(&plain.op, Op::Close(c) if !c.discard_persistent_state && c.reason.is_none())
+        );
         let long = format!(
             r#"{{"id":1,"op":"close","session":"s","reason":"{}"}}"#,
             "x".repeat(201)
