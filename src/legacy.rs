@@ -322,6 +322,7 @@ pub fn verify_legacy(
             members,
             excluded,
             evidence: vec![reason.clone()],
+            member_uid: Some(p.uid),
         },
         reason,
     }

@@ -380,6 +380,13 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             "stray cgroup {} (id {}): {:?} — {}",
             c.path, c.id, c.action, c.reason
         );
+        for p in &c.processes {
+            println!(
+                "    pid {} ({}): not signalled",
+                p.pid,
+                p.command.as_deref().unwrap_or("?")
+            );
+        }
     }
     for lg in &plan.legacy {
         println!(
@@ -449,6 +456,13 @@ pub fn reap_report(r: &ReapReport, json: bool) {
             "stray cgroup {} (id {}): {} — {}",
             c.path, c.id, c.result, c.reason
         );
+        for p in &c.processes {
+            println!(
+                "    pid {} ({}): not signalled",
+                p.pid,
+                p.command.as_deref().unwrap_or("?")
+            );
+        }
     }
     if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
         println!("nothing to reap");
