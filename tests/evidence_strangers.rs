@@ -208,7 +208,11 @@ fn every_tampering_on_every_path(
             let b_key = format!("{label}-b{round}");
             let a = start(cmd(), state, &a_key, &mut guard);
             let b = start(cmd(), state, &b_key, &mut guard);
-            apply(t, state, &a.lease_id, d, decoy_cgroup);
+            // A fresh stranger, younger than the lease's root (an older one fails the member
+            // check on its start time alone, which would hide the rest of the evidence rule).
+            wait_past_tick(start_time(a.wrapper.pid).unwrap());
+            let young = group_leader_decoy(&mut guard, tmp.path(), &format!("{label}-{round}"));
+            apply(t, state, &a.lease_id, &young, decoy_cgroup);
             let what = format!("{label}: {t:?} via {path:?}");
             match path {
                 Path_::CloseOne => {
@@ -223,16 +227,17 @@ fn every_tampering_on_every_path(
                 Path_::ReapIncludeLive => {
                     let plan = json_of(cmd(), &["reap", "--dry-run", "--include-live", "--json"]);
                     assert!(
-                        !planned_pids(&plan).contains(&(d.pid.pid as i64)),
+                        !planned_pids(&plan).contains(&(young.pid.pid as i64)),
                         "{what}: the dry run plans the decoy: {plan}"
                     );
                     let report = json_of(cmd(), &["reap", "--include-live", "--json"]);
                     assert!(
-                        !planned_pids(&report).contains(&(d.pid.pid as i64)),
+                        !planned_pids(&report).contains(&(young.pid.pid as i64)),
                         "{what}: reap signalled the decoy: {report}"
                     );
                 }
             }
+            assert_untouched(&young, &what);
             assert_untouched(d, &what);
             // B, never tampered, is closed like any session on the batch paths.
             if path != Path_::CloseOne {
@@ -284,14 +289,17 @@ fn a_row_naming_a_stranger_never_gets_it_signalled_on_any_path() {
     // A's wrapper still runs (it verifies), B is an ordinary second lease.
     let a = start(cmd(), &state, "issue-a", &mut guard);
     let _b = start(cmd(), &state, "issue-b", &mut guard);
-    apply(Tamper::Adapter, &state, &a.lease_id, &decoy, None);
+    // The stranger starts after the lease's root, as the issue's `setsid sleep` did.
+    wait_past_tick(start_time(a.wrapper.pid).unwrap());
+    let issue = group_leader_decoy(&mut guard, tmp.path(), "issue-decoy");
+    apply(Tamper::Adapter, &state, &a.lease_id, &issue, None);
     let plan = json_of(cmd(), &["reap", "--dry-run", "--include-live", "--json"]);
     assert!(
-        !planned_pids(&plan).contains(&(decoy.pid.pid as i64)),
+        !planned_pids(&plan).contains(&(issue.pid.pid as i64)),
         "the dry run plans the stranger: {plan}"
     );
     let report = json_of(cmd(), &["reap", "--include-live", "--json"]);
-    assert_untouched(&decoy, "reap --include-live");
+    assert_untouched(&issue, "reap --include-live");
     assert!(
         report["leases"]
             .as_array()
