@@ -214,7 +214,7 @@ pub fn plan_lease(
             .iter()
             .copied()
             .filter(|pid| {
-                let live = snap.get(*pid).map_or(true, |p| p.state != 'Z');
+                let live = snap.get(*pid).is_none_or(|p| p.state != 'Z');
                 let proven = matches!(&verdict, Verdict::Owned(t) if t.contains(*pid));
                 live && !proven
             })

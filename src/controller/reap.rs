@@ -201,7 +201,7 @@ impl<'t> Controller<'t> {
         .into_iter()
         .map(|s| {
             let obs = cgroup::observe(std::path::Path::new(&s.path));
-            plan::settle_stray(s, &obs, &command)
+            plan::settle_stray(s, &obs, command)
         })
         .collect()
     }
