@@ -343,6 +343,7 @@ fn owned_tree(
             members,
             excluded,
             evidence: vec![reason.clone()],
+            member_uid: Some(p.uid),
         },
         reason,
     }

@@ -38,6 +38,12 @@ pub struct PlannedSignal {
     /// SIGTERM first; SIGKILL to whatever is still alive after `graceMs`.
     pub signals: Vec<Sig>,
     pub evidence: String,
+    /// Signalled as its process group (`PIDFD_SIGNAL_PROCESS_GROUP`, which also reaches members
+    /// forked since the snapshot): only a proven member that leads its group, and only when every
+    /// live member of that group in the snapshot is a proven member too. Otherwise each member
+    /// gets its own signal.
+    #[serde(default)]
+    pub group: bool,
 }
 
 /// A process the plan will not signal, and why.
@@ -71,13 +77,15 @@ pub struct LeasePlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum CgroupAction {
-    /// Verified and populated: `cgroup.kill` (after the grace), wait until empty, remove.
+    /// Verified and populated, and every live member passes the per-member check:
+    /// `cgroup.kill` (after the grace), wait until empty, remove.
     KillAndRemove,
     /// Verified and empty: remove.
     Remove,
     /// Already gone.
     None,
-    /// Not verified: never written to, never removed.
+    /// Not verified, or populated by a process that is not proven the lease's (a bystander moved
+    /// in, or a stray no open lease names): never written to, never removed.
     Leave,
 }
 
@@ -90,6 +98,11 @@ pub struct CgroupPlan {
     /// Its members (`cgroup.procs`) when it verified.
     pub members: Vec<i32>,
     pub evidence: String,
+    /// The per-member check its members passed, re-applied to whatever is in it right before
+    /// `cgroup.kill` is written (`None`: no member was proven, so it is never killed, only
+    /// removed when empty).
+    #[serde(skip)]
+    pub rule: Option<crate::verify::MemberRule>,
 }
 
 /// A cgroup under this gateway's root that no open lease accounts for.
@@ -100,6 +113,17 @@ pub struct StrayCgroup {
     pub id: u64,
     pub action: CgroupAction,
     pub reason: String,
+    /// The processes found in it (a populated stray is reported, never signalled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<StrayProcess>,
+}
+
+/// A process found in a stray cgroup: reported so an operator can see whose it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StrayProcess {
+    pub pid: i32,
+    pub command: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,34 +206,54 @@ pub fn plan_lease(
     let verdict = verify_owned_tree(lease, expect, snap);
     plan.verdict = Some(verdict.name().into());
     let verifies = matches!(verdict, Verdict::Owned(_) | Verdict::Gone { .. });
+    // `cgroup.kill` takes every process in the cgroup, so it is used only when every live one
+    // is a proven member (a bystander moved in is neither killed with them nor counted as
+    // theirs); otherwise the members are signalled one by one and the cgroup is left.
+    let unproven = |procs: &[i32]| -> Vec<i32> {
+        procs
+            .iter()
+            .copied()
+            .filter(|pid| {
+                let live = snap.get(*pid).is_none_or(|p| p.state != 'Z');
+                let proven = matches!(&verdict, Verdict::Owned(t) if t.contains(*pid));
+                live && !proven
+            })
+            .collect()
+    };
     plan.cgroup = check_cgroup(lease, expect, snap).map(|c| {
+        let mut evidence = c.evidence.clone();
         let (action, members) = match &c.state {
             _ if !verifies => (CgroupAction::Leave, Vec::new()),
-            CgroupState::Verified { populated, procs } => (
-                if *populated {
-                    CgroupAction::KillAndRemove
+            CgroupState::Verified { populated, procs } => {
+                let strangers = unproven(procs);
+                if !strangers.is_empty() {
+                    evidence.push_str(&format!(
+                        "; not proven the lease's (so no cgroup.kill; the members are signalled \
+                         one by one and the cgroup is left): pid(s) {strangers:?}"
+                    ));
+                    (CgroupAction::Leave, procs.clone())
+                } else if *populated {
+                    (CgroupAction::KillAndRemove, procs.clone())
                 } else {
-                    CgroupAction::Remove
-                },
-                procs.clone(),
-            ),
+                    (CgroupAction::Remove, procs.clone())
+                }
+            }
             CgroupState::Missing => (CgroupAction::None, Vec::new()),
             CgroupState::NotVerified { .. } => (CgroupAction::Leave, Vec::new()),
         };
-        let evidence = if verifies {
-            c.evidence
-        } else {
-            format!(
-                "{}; the lease does not verify, so it is left alone",
-                c.evidence
-            )
-        };
+        if !verifies {
+            evidence.push_str("; the lease does not verify, so it is left alone");
+        }
         CgroupPlan {
             path: c.path,
             id: c.id,
             action,
             members,
             evidence,
+            rule: match &verdict {
+                Verdict::Owned(t) => Some(t.rule(lease, expect)),
+                _ => None,
+            },
         }
     });
     let cgroup_kill = plan
@@ -271,8 +315,18 @@ pub fn signals_for(
             Some(info) => signal::check(info, caller),
             None => Ok(()),
         };
+        // A group signal reaches every process in the group, so only a proven leader whose
+        // group holds nothing but proven members (zombies aside) gets one.
+        let group = m.role == Role::Adapter
+            && m.pgid == m.pid
+            && snap
+                .group(m.pgid)
+                .all(|p| p.state == 'Z' || tree.contains(p.pid));
         match guard {
-            Ok(()) => signals.push(planned(m)),
+            Ok(()) => signals.push(PlannedSignal {
+                group,
+                ..planned(m)
+            }),
             Err(r) => refused.push(RefusedSignal {
                 pid: m.pid,
                 reason: r.to_string(),
@@ -290,6 +344,7 @@ fn planned(m: &Member) -> PlannedSignal {
         argv0: m.argv0.clone(),
         signals: vec![Sig::Term, Sig::Kill],
         evidence: m.evidence.clone(),
+        group: false,
     }
 }
 
@@ -415,6 +470,7 @@ pub fn plan_strays(
             id: *id,
             action,
             reason,
+            processes: Vec::new(),
         };
         let Ok(uuid) = uuid::Uuid::parse_str(name) else {
             out.push(stray(
@@ -427,7 +483,7 @@ pub fn plan_strays(
             Some(l) if l.state.is_active() => {}
             Some(l) => match l.cgroup_id {
                 Some(rec) if rec == *id => out.push(stray(
-                    CgroupAction::KillAndRemove,
+                    CgroupAction::Remove,
                     format!("its lease is {}", l.state),
                 )),
                 _ => out.push(stray(
@@ -453,7 +509,7 @@ pub fn plan_strays(
                     ));
                 } else {
                     out.push(stray(
-                        CgroupAction::KillAndRemove,
+                        CgroupAction::Remove,
                         "no lease names it (a leash exec ended between mkdir and commit, or \
                          its lease expired)"
                             .into(),
@@ -463,6 +519,51 @@ pub fn plan_strays(
         }
     }
     out
+}
+
+/// What the sweep may do with a stray it would remove, given what is in it now. No open lease
+/// names a stray, and a lease's wrapper starts only after the lease is committed, so nothing
+/// leash started can be in one: an empty stray is removed (`rmdir`, which the kernel refuses
+/// should a process be moved in meanwhile), a populated one is reported with its processes and
+/// never signalled, never removed. `command` names a pid's command line where it is readable.
+pub fn settle_stray(
+    mut s: StrayCgroup,
+    obs: &crate::cgroup::Observation,
+    command: impl Fn(i32) -> Option<String>,
+) -> StrayCgroup {
+    if s.action != CgroupAction::Remove {
+        return s;
+    }
+    if let Some(e) = &obs.error {
+        s.action = CgroupAction::Leave;
+        s.reason = format!("{}; not read ({e}), so left alone", s.reason);
+    } else if obs.id.is_none() {
+        s.action = CgroupAction::None;
+        s.reason = format!("{}; already gone", s.reason);
+    } else if obs.id != Some(s.id) {
+        s.action = CgroupAction::Leave;
+        s.reason = format!(
+            "{}; made again since it was listed (id {:?}, listed {}), so left alone",
+            s.reason, obs.id, s.id
+        );
+    } else if obs.populated || !obs.procs.is_empty() {
+        s.processes = obs
+            .procs
+            .iter()
+            .map(|&pid| StrayProcess {
+                pid,
+                command: command(pid),
+            })
+            .collect();
+        s.action = CgroupAction::Leave;
+        s.reason = format!(
+            "{}; populated by {} process(es) leash did not start (a lease's wrapper starts only \
+             after its lease is committed): reported, never signalled, left in place",
+            s.reason,
+            s.processes.len()
+        );
+    }
+    s
 }
 
 pub fn plan_legacy(

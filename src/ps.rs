@@ -8,7 +8,7 @@
 
 use crate::cgroup::Verified;
 use crate::lease::{Lease, LeaseState};
-use crate::proc::ProcessTable;
+use crate::proc::{ProcessTable, Snapshot};
 use crate::verify::{verify_owned_tree, Expect, Verdict};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -73,47 +73,95 @@ pub fn usage_of(
         totals: Totals::default(),
         reason: None,
     };
-    if let Some(h) = verified_cgroup(lease, expect) {
-        out.source = "cgroup".into();
-        out.members = h
-            .procs()
-            .into_iter()
-            .filter_map(|p| reader.member(p))
-            .collect();
-        let usage = h.usage();
-        out.totals = totals(&out.members);
-        if let Some(us) = usage.cpu_usec {
-            out.totals.cpu_ms = us / 1000;
-        }
-        out.totals.memory_bytes = usage.memory_bytes;
-        // The wrapper is outside its cgroup (it outlives what it drains); list it too.
-        if let Some(w) = reader.member(lease.root_pid) {
-            out.totals.processes += 1;
-            out.totals.rss_bytes += w.rss_bytes;
-            out.members.insert(0, w);
-        }
-        return out;
-    }
-    let snap = match table.subtree(lease.root_pid) {
+    // Only proven members are listed, the same verdict `verify`, `reap --dry-run` and `close`
+    // reach: a bystander moved into the lease's cgroup, or a process at a recorded pid that is
+    // not the lease's, is never shown as the session's.
+    let snap = match observe_lease(lease, expect, table) {
         Ok(s) => s,
         Err(e) => {
             out.reason = Some(e.to_string());
             return out;
         }
     };
-    match verify_owned_tree(lease, expect, &snap) {
-        Verdict::Owned(tree) => {
-            out.source = "tree".into();
-            let mut pids: Vec<i32> = tree.children_first().map(|m| m.pid).collect();
-            pids.reverse();
-            out.members = pids.into_iter().filter_map(|p| reader.member(p)).collect();
-            out.totals = totals(&out.members);
-        }
+    let verdict = verify_owned_tree(lease, expect, &snap);
+    let tree = match verdict {
+        Verdict::Owned(tree) => tree,
         Verdict::Gone { reason }
         | Verdict::NotOwned { reason }
-        | Verdict::Unverifiable { reason } => out.reason = Some(reason),
+        | Verdict::Unverifiable { reason } => {
+            out.reason = Some(reason);
+            return out;
+        }
+    };
+    let mut pids: Vec<i32> = tree.children_first().map(|m| m.pid).collect();
+    pids.reverse();
+    out.members = pids.into_iter().filter_map(|p| reader.member(p)).collect();
+    out.totals = totals(&out.members);
+    if tree.root.is_none() {
+        out.reason = Some(format!(
+            "the wrapper is gone; {} escaped process(es) of the lease remain (reap takes them)",
+            tree.len()
+        ));
+    }
+    if !tree.excluded.is_empty() {
+        let why: Vec<String> = tree
+            .excluded
+            .iter()
+            .map(|e| format!("pid {}: {}", e.pid, e.reason))
+            .collect();
+        out.reason = Some(match out.reason.take() {
+            Some(r) => format!("{r}; not listed: {}", why.join("; ")),
+            None => format!("not listed: {}", why.join("; ")),
+        });
+    }
+    out.source = "tree".into();
+    if let Some(h) = verified_cgroup(lease, expect) {
+        // The cgroup's counters include members that already exited.
+        out.source = "cgroup".into();
+        let usage = h.usage();
+        if let Some(us) = usage.cpu_usec {
+            out.totals.cpu_ms = us / 1000;
+        }
+        out.totals.memory_bytes = usage.memory_bytes;
     }
     out
+}
+
+/// The snapshot every ownership answer about one lease is read from (`verify`, `ps`, the
+/// daemon's status): the root's subtree while the root runs (a live wrapper is a subreaper, so
+/// its whole tree hangs below it), else the whole table (escapees are found by their markers);
+/// in both cases plus what is observed of the lease's cgroup and the processes it lists.
+/// `close` and `reap` read the same evidence from each lease down (`Controller::snapshot_for`).
+pub fn observe_lease(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    table: &dyn ProcessTable,
+) -> Result<Snapshot, crate::proc::TableError> {
+    let id = lease.root();
+    let root_alive = table.liveness(id, lease.root_pidfs_ino)? == crate::proc::Liveness::Alive;
+    let base = if root_alive {
+        table.subtree(lease.root_pid)?
+    } else {
+        table.snapshot()?
+    };
+    let obs = expect.cgroup_root.and_then(|root| {
+        let p = std::path::PathBuf::from(lease.cgroup_path.as_ref()?);
+        (p == root.join(&lease.lease_id)).then(|| crate::cgroup::observe(&p))
+    });
+    let Some(obs) = obs else {
+        return Ok(base);
+    };
+    let mut list: Vec<_> = base.iter().cloned().collect();
+    for &pid in &obs.procs {
+        if base.get(pid).is_none() {
+            if let Some(p) = table.process(pid)? {
+                list.push(p);
+            }
+        }
+    }
+    let mut snap = Snapshot::new(list);
+    snap.add_cgroup(obs);
+    Ok(snap)
 }
 
 fn verified_cgroup(lease: &Lease, expect: &Expect<'_>) -> Option<Verified> {

@@ -48,8 +48,13 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict's word, the same in `verify`, `reap --dry-run`, `ps` and the daemon: `owned`
+    /// only with a verified root; `escaped` when the root is gone and only processes proven by
+    /// the lease's markers or its verified cgroup remain (they are the lease's, and reap takes
+    /// them, but there is no session left to resume).
     pub fn name(&self) -> &'static str {
         match self {
+            Verdict::Owned(t) if t.root.is_none() => "escaped",
             Verdict::Owned(_) => "owned",
             Verdict::Gone { .. } => "gone",
             Verdict::NotOwned { .. } => "not-owned",
@@ -108,9 +113,27 @@ pub struct OwnedTree {
     pub members: Vec<Member>,
     pub excluded: Vec<Excluded>,
     pub evidence: Vec<String>,
+    /// The uid members were checked against (the root's, or the first member's).
+    #[serde(skip)]
+    pub member_uid: Option<u32>,
 }
 
 impl OwnedTree {
+    /// The per-member check this tree's members passed, for re-checking later.
+    pub fn rule(&self, lease: &Lease, expect: &Expect<'_>) -> MemberRule {
+        MemberRule {
+            lease_id: lease.lease_id.clone(),
+            gateway_instance_id: expect.gateway_instance_id.to_string(),
+            root_start_time: lease.root_start_time,
+            uid: self.member_uid,
+        }
+    }
+
+    /// Is this pid a proven member (root included)?
+    pub fn contains(&self, pid: i32) -> bool {
+        self.children_first().any(|m| m.pid == pid)
+    }
+
     /// All members, children first and the root last: the order to signal them in.
     pub fn children_first(&self) -> impl Iterator<Item = &Member> {
         self.members.iter().chain(self.root.iter())
@@ -289,8 +312,13 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
         },
     };
 
-    // Seeds: the root and its descendants; then the recorded group and marker carriers (which
-    // catch escapees re-parented away from the root), then their descendants.
+    // Seeds, strongest evidence first, so that a weak look at a process (the recorded group)
+    // can never shadow a proof found later: the verified root and its descendants; the members
+    // of the lease's verified cgroup; the carriers of the lease's markers; each time with their
+    // descendants. The recorded process group and the recorded adapter pid/start time are
+    // claims of the row, not evidence: they admit nobody (the adapter is only *labelled* among
+    // proven members, in `add`), and the group is looked at last, to report its unproven
+    // members as excluded.
     let mut tree = TreeBuilder::new(lease, expect, snap);
     if let Some(r) = root {
         tree.add(
@@ -300,36 +328,33 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
         );
         tree.close_over_descendants();
     }
-    if let Some(pgid) = lease.process_group_id {
-        if pgid > 1 {
-            for p in snap.group(pgid) {
-                let is_adapter = Some(p.pid) == lease.adapter_pid
-                    && Some(p.start_time) == lease.adapter_start_time;
-                if is_adapter {
-                    // Without a verified root, the row's pid and start time are the only link
-                    // to this process, and both are public: a rewritten row could name any
-                    // group leader. Require the marker too (the real adapter carries it).
-                    tree.consider(
+    let cgroup = check_cgroup(lease, expect, snap);
+    if let Some(c) = &cgroup {
+        evidence.push(c.evidence.clone());
+        if let CgroupState::Verified { procs, .. } = &c.state {
+            // Parents before children, so that a child born in the cgroup to a process moved in
+            // from outside (which fails its own check) is seen to descend from it.
+            let mut listed: Vec<&ProcessInfo> = procs.iter().filter_map(|&p| snap.get(p)).collect();
+            listed.sort_by_key(|p| (p.start_time, p.pid));
+            for p in listed {
+                if let Some(from) = tree.excluded_ancestor(p) {
+                    tree.exclude(
                         p,
-                        Role::Adapter,
                         format!(
-                            "the recorded adapter (pid and start time), leader of group {pgid}"
+                            "in the lease's cgroup, but a descendant of pid {from}, which is not \
+                             the lease's (moved in from outside)"
                         ),
-                        root.is_none(),
                     );
-                } else {
-                    // Outside the root's tree, a group id alone is weak: the group may have
-                    // emptied and its id been recycled. Require the marker too.
-                    tree.consider(
-                        p,
-                        Role::GroupMember,
-                        format!(
-                            "member of the lease's process group {pgid} and carries its markers"
-                        ),
-                        true,
-                    );
+                    continue;
                 }
+                tree.consider(
+                    p,
+                    Role::CgroupMember,
+                    format!("member of the lease's cgroup {} (id {})", c.path, c.id),
+                    false,
+                );
             }
+            tree.close_over_descendants();
         }
     }
     let marked = snap.marked(&lease.lease_id).filter(|p| {
@@ -337,31 +362,36 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
             .as_ref()
             .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id))
     });
+    // A marker proves the process that carries it, not its descendants: markers can be set by
+    // anyone for the processes they start, so a descendant is the lease's only through the
+    // verified root or the verified cgroup (or its own markers).
     for p in marked {
+        let fresh = !tree.members.contains_key(&p.pid);
         tree.consider(
             p,
             Role::Marked,
             "environment carries this lease id and gateway id".into(),
             true,
         );
+        if fresh {
+            tree.no_descent.insert(p.pid);
+        }
     }
-    let cgroup = check_cgroup(lease, expect, snap);
-    if let Some(c) = &cgroup {
-        evidence.push(c.evidence.clone());
-        if let CgroupState::Verified { procs, .. } = &c.state {
-            for &pid in procs {
-                if let Some(p) = snap.get(pid) {
-                    tree.consider(
-                        p,
-                        Role::CgroupMember,
-                        format!("member of the lease's cgroup {} (id {})", c.path, c.id),
-                        false,
-                    );
-                }
+    if let Some(pgid) = lease.process_group_id {
+        if pgid > 1 {
+            for p in snap.group(pgid) {
+                // Already a member (or excluded) by the evidence above; anyone else in the
+                // recorded group is not proven: its id may have been recycled, or the row may
+                // name a stranger's group.
+                tree.consider(
+                    p,
+                    Role::GroupMember,
+                    format!("member of the lease's process group {pgid} and carries its markers"),
+                    true,
+                );
             }
         }
     }
-    tree.close_over_descendants();
     let mut built = tree.finish();
     built.evidence.splice(0..0, evidence);
 
@@ -462,6 +492,78 @@ fn check_root(
     Ok(ev)
 }
 
+/// The per-member check every member passes, whatever admitted it: a process belongs to the
+/// lease only if it is not pid 0 or 1, started no earlier than the lease's root, runs as the
+/// lease's uid (the root's, or with no root the first member's), is not a zombie, and carries no
+/// other lease's or gateway's marker. `None` when it passes, else why not.
+pub fn member_problem(
+    lease_id: &str,
+    gateway_instance_id: &str,
+    root_start_time: u64,
+    uid: Option<u32>,
+    p: &ProcessInfo,
+) -> Option<String> {
+    if p.pid <= 1 {
+        Some(format!("pid {} can never be a lease member", p.pid))
+    } else if p.start_time < root_start_time {
+        Some(format!(
+            "started at {} before the lease's root ({}): cannot be its member",
+            p.start_time, root_start_time
+        ))
+    } else if uid.is_some_and(|u| u != p.uid) {
+        Some(format!(
+            "runs as uid {}, the lease's root as uid {}",
+            p.uid,
+            uid.unwrap_or_default()
+        ))
+    } else if let Some(other) = p.env.as_ref().and_then(|e| {
+        e.lease_id
+            .as_deref()
+            .filter(|id| *id != lease_id)
+            .map(|id| (id.to_string(), e.gateway_instance_id.clone()))
+    }) {
+        Some(format!(
+            "carries another lease's marker ({} of gateway {})",
+            other.0,
+            other.1.unwrap_or_else(|| "?".into())
+        ))
+    } else if p
+        .env
+        .as_ref()
+        .and_then(|e| e.gateway_instance_id.as_deref())
+        .is_some_and(|g| g != gateway_instance_id)
+    {
+        Some("carries another gateway's instance id".to_string())
+    } else if p.state == 'Z' {
+        Some("zombie: already dead, its parent reaps it".to_string())
+    } else {
+        None
+    }
+}
+
+/// [`member_problem`] with its parameters owned: what the engine re-applies to every member of
+/// a lease's cgroup right before it writes `cgroup.kill` (a bystander moved in during the grace
+/// must not be taken with the lease's tree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRule {
+    pub lease_id: String,
+    pub gateway_instance_id: String,
+    pub root_start_time: u64,
+    pub uid: Option<u32>,
+}
+
+impl MemberRule {
+    pub fn problem(&self, p: &ProcessInfo) -> Option<String> {
+        member_problem(
+            &self.lease_id,
+            &self.gateway_instance_id,
+            self.root_start_time,
+            self.uid,
+            p,
+        )
+    }
+}
+
 struct TreeBuilder<'a> {
     lease: &'a Lease,
     expect: &'a Expect<'a>,
@@ -469,6 +571,8 @@ struct TreeBuilder<'a> {
     members: BTreeMap<i32, Member>,
     excluded: BTreeMap<i32, Excluded>,
     root_uid: Option<u32>,
+    /// Members proven by their markers alone: their descendants are not followed through them.
+    no_descent: HashSet<i32>,
 }
 
 impl<'a> TreeBuilder<'a> {
@@ -480,6 +584,7 @@ impl<'a> TreeBuilder<'a> {
             members: BTreeMap::new(),
             excluded: BTreeMap::new(),
             root_uid: None,
+            no_descent: HashSet::new(),
         }
     }
 
@@ -487,7 +592,9 @@ impl<'a> TreeBuilder<'a> {
         if role == Role::Root {
             self.root_uid = Some(p.uid);
         }
-        let role = if role == Role::Descendant
+        // The recorded adapter pid and start time only label a member already proven by other
+        // evidence; they never admit one.
+        let role = if role != Role::Root
             && Some(p.pid) == self.lease.adapter_pid
             && Some(p.start_time) == self.lease.adapter_start_time
         {
@@ -522,39 +629,14 @@ impl<'a> TreeBuilder<'a> {
             e.lease_id.as_deref() == Some(self.lease.lease_id.as_str())
                 && e.gateway_instance_id.as_deref() == Some(self.expect.gateway_instance_id)
         });
-        let reason = if p.pid <= 1 {
-            Some(format!("pid {} can never be a lease member", p.pid))
-        } else if p.start_time < self.lease.root_start_time {
-            Some(format!(
-                "started at {} before the lease's root ({}): cannot be its member",
-                p.start_time, self.lease.root_start_time
-            ))
-        } else if self.root_uid.is_some_and(|u| u != p.uid) {
-            Some(format!(
-                "runs as uid {}, the lease's root as uid {}",
-                p.uid,
-                self.root_uid.unwrap_or_default()
-            ))
-        } else if let Some(other) = p.env.as_ref().and_then(|e| {
-            e.lease_id
-                .as_deref()
-                .filter(|id| *id != self.lease.lease_id)
-                .map(|id| (id.to_string(), e.gateway_instance_id.clone()))
-        }) {
-            Some(format!(
-                "carries another lease's marker ({} of gateway {})",
-                other.0,
-                other.1.unwrap_or_else(|| "?".into())
-            ))
-        } else if p
-            .env
-            .as_ref()
-            .and_then(|e| e.gateway_instance_id.as_deref())
-            .is_some_and(|g| g != self.expect.gateway_instance_id)
-        {
-            Some("carries another gateway's instance id".to_string())
-        } else if p.state == 'Z' {
-            Some("zombie: already dead, its parent reaps it".to_string())
+        let reason = if let Some(problem) = member_problem(
+            &self.lease.lease_id,
+            self.expect.gateway_instance_id,
+            self.lease.root_start_time,
+            self.root_uid,
+            p,
+        ) {
+            Some(problem)
         } else if require_marker && !marked {
             Some(match &p.env {
                 Some(_) => "in the lease's process group but not a descendant of its root and \
@@ -587,8 +669,42 @@ impl<'a> TreeBuilder<'a> {
         }
     }
 
+    /// The nearest excluded ancestor of `p` by parent links, unless a member comes first.
+    fn excluded_ancestor(&self, p: &ProcessInfo) -> Option<i32> {
+        let mut cur = p.ppid;
+        for _ in 0..self.snap.len() {
+            if self.members.contains_key(&cur) {
+                return None;
+            }
+            if self.excluded.contains_key(&cur) {
+                return Some(cur);
+            }
+            cur = self.snap.get(cur)?.ppid;
+        }
+        None
+    }
+
+    fn exclude(&mut self, p: &ProcessInfo, reason: String) {
+        if self.members.contains_key(&p.pid) {
+            return;
+        }
+        self.excluded.insert(
+            p.pid,
+            Excluded {
+                pid: p.pid,
+                start_time: p.start_time,
+                reason,
+            },
+        );
+    }
+
     fn close_over_descendants(&mut self) {
-        let mut stack: Vec<i32> = self.members.keys().copied().collect();
+        let mut stack: Vec<i32> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|p| !self.no_descent.contains(p))
+            .collect();
         let mut seen: HashSet<i32> = stack.iter().copied().collect();
         while let Some(pid) = stack.pop() {
             if !self.members.contains_key(&pid) {
@@ -637,6 +753,7 @@ impl<'a> TreeBuilder<'a> {
             members,
             excluded: self.excluded.into_values().collect(),
             evidence: Vec::new(),
+            member_uid: self.root_uid,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The daemon's reconcile timer also sweeps stray cgroups under containment. A cgroup under this
 //! gateway's cgroup root that no lease names (as a `leash exec` that died between its mkdir and its
-//! commit leaves it), old enough that no commit can still be in flight, with a process inside, is
-//! killed and removed within two passes, without anyone running `reap`; a directory that is not
-//! named for a lease id is left alone, and so is its process.
+//! commit leaves it), old enough that no commit can still be in flight, is removed within two
+//! passes when it is empty, without anyone running `reap`; with a process inside (which leash
+//! cannot have started: a wrapper starts only after its lease's commit) it is left, and so is the
+//! process (issue 21.2). A directory that is not named for a lease id is left alone too.
 mod common;
 mod daemon_support;
 use common::*;
@@ -66,7 +67,9 @@ fn reconcile_removes_a_stray_cgroup_and_leaves_what_leash_did_not_make() {
     // Named for a UUIDv7 lease id from 2023: long past any commit still in flight.
     let stray = gw_root.join("01890000-0000-7000-8000-000000000000");
     std::fs::create_dir(&stray).unwrap();
-    let inside = put_sleep_in(&stray);
+    let populated = gw_root.join("01890000-0000-7000-8000-0000000000aa");
+    std::fs::create_dir(&populated).unwrap();
+    let inside = put_sleep_in(&populated);
     // Not named for a lease id: leash did not make it, so it never touches it.
     let foreign = gw_root.join("not-a-lease");
     std::fs::create_dir(&foreign).unwrap();
@@ -77,10 +80,11 @@ fn reconcile_removes_a_stray_cgroup_and_leaves_what_leash_did_not_make() {
         wait_for(|| passes(&mut c) >= from + 2),
         "no two reconcile passes"
     );
-    assert!(!stray.exists(), "the stray cgroup was not removed");
+    assert!(!stray.exists(), "the empty stray cgroup was not removed");
+    assert!(populated.exists(), "a populated stray cgroup was removed");
     assert!(
-        wait_for(|| !inside.alive()),
-        "the process in the stray cgroup survived"
+        inside.alive(),
+        "a process in a stray cgroup (leash never started it) was killed"
     );
     assert!(foreign.exists(), "a cgroup leash did not make was removed");
     assert!(

@@ -22,12 +22,6 @@ fn wrapper_ends_when_its_emptied_cgroup_is_removed_under_it() {
     std::fs::create_dir(&parking).unwrap();
     let mut guard = Guard::new();
 
-    // A TERM-logging process the test starts and then moves into the lease's cgroup: a member
-    // that is not the wrapper's descendant, so the wrapper keeps draining the cgroup after its
-    // adapter has exited.
-    let member = start_decoy(&mut guard, tmp.path(), "member");
-    std::fs::write(lease_cg.join("cgroup.procs"), member.pid.pid.to_string()).unwrap();
-
     let adapter_pid_file = tmp.join("adapter.pid");
     let mut wrapper = std::process::Command::new(wrap_bin())
         .args(["--grace-ms", "3000", "--cgroup"])
@@ -48,6 +42,28 @@ fn wrapper_ends_when_its_emptied_cgroup_is_removed_under_it() {
         cgroup_procs(&lease_cg).contains(&adapter.pid),
         "the adapter runs in the lease cgroup"
     );
+    // A TERM-logging process the test starts after the wrapper and then moves into the lease's
+    // cgroup: a member that is not the wrapper's descendant but passes the wrapper's member
+    // check (younger than the wrapper, its uid, no other lease's id), so the wrapper keeps
+    // draining the cgroup after its adapter has exited. (One older than the wrapper would be a
+    // bystander the wrapper leaves alone: issue 21.2.)
+    let wrapper_start = start_time(wrapper_pid.pid).unwrap();
+    assert!(wait_for(|| {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "cat /proc/self/stat"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rest = &text[text.rfind(')').unwrap() + 1..];
+        rest.split_whitespace()
+            .nth(19)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > wrapper_start
+    }));
+    let member = start_decoy(&mut guard, tmp.path(), "member");
+    std::fs::write(lease_cg.join("cgroup.procs"), member.pid.pid.to_string()).unwrap();
 
     // The adapter exits; the wrapper finds the foreign member left and sends it SIGTERM, which
     // it logs and survives: the wrapper is now inside the 3 s grace.

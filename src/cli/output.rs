@@ -434,6 +434,13 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
             cgroup_action_words(c.action, None),
             c.reason
         );
+        for p in &c.processes {
+            println!(
+                "    pid {} ({}): not signalled",
+                p.pid,
+                p.command.as_deref().unwrap_or("?")
+            );
+        }
     }
     for lg in &plan.legacy {
         outln!(
@@ -511,6 +518,13 @@ pub fn reap_report(r: &ReapReport, json: bool) {
             c.result,
             c.reason
         );
+        for p in &c.processes {
+            println!(
+                "    pid {} ({}): not signalled",
+                p.pid,
+                p.command.as_deref().unwrap_or("?")
+            );
+        }
     }
     if r.leases.is_empty() && r.legacy.is_empty() && r.skipped.is_empty() {
         outln!("nothing to reap");

@@ -4,6 +4,7 @@
 //! its orphans through the same `terminate_leases_with`.
 
 use super::*;
+use crate::verify::MemberRule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -34,11 +35,14 @@ pub struct CloseOutcome {
 /// all are waited for together (one deadline), then each is removed; a cgroup that could not be
 /// opened as the lease's or killed is left, with the reason in its clause. Returns, per cgroup in order, the
 /// members it had before the kill and the clause its lease's reason gets.
-fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
+fn remove_cgroups(
+    table: &dyn ProcessTable,
+    list: &[(PathBuf, u64, Option<MemberRule>)],
+) -> Vec<(usize, String)> {
     let started = Instant::now();
     let mut out: Vec<(usize, String)> = Vec::with_capacity(list.len());
     let mut open: Vec<Option<Verified>> = Vec::with_capacity(list.len());
-    for (path, id) in list {
+    for (path, id, rule) in list {
         if !path.exists() {
             out.push((0, format!("; cgroup {} already removed", path.display())));
             open.push(None);
@@ -48,6 +52,13 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
             Ok(h) => {
                 let members = h.procs().len();
                 if members > 0 || h.populated() {
+                    // cgroup.kill takes everyone in it: only when each is proven the lease's.
+                    if let Err(why) = terminate::cgroup_kill_allowed(table, &h, rule.as_ref()) {
+                        tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup not killed");
+                        out.push((0, format!("; cgroup {} left: {why}", path.display())));
+                        open.push(None);
+                        continue;
+                    }
                     if let Err(e) = h.kill() {
                         tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
                         out.push((members, format!("; {e}")));
@@ -73,7 +84,7 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    for (((path, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
+    for (((path, _, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
         let Some(h) = h else { continue };
         if h.populated() {
             let e = cgroup::CgroupError::Stuck {
@@ -101,8 +112,13 @@ fn remove_cgroups(list: &[(PathBuf, u64)]) -> Vec<(usize, String)> {
 
 /// Kills what is left in a verified cgroup, waits until it is empty and removes it
 /// ([`remove_cgroups`] for one); returns the clause the lease's reason gets.
-fn remove_cgroup(path: &std::path::Path, id: u64) -> String {
-    let mut out = remove_cgroups(&[(path.to_path_buf(), id)]);
+fn remove_cgroup(
+    table: &dyn ProcessTable,
+    path: &std::path::Path,
+    id: u64,
+    rule: Option<MemberRule>,
+) -> String {
+    let mut out = remove_cgroups(table, &[(path.to_path_buf(), id, rule)]);
     out.pop().map(|(_, clause)| clause).unwrap_or_default()
 }
 
@@ -252,7 +268,7 @@ impl<'t> Controller<'t> {
             let lp = plan::plan_lease(&lease, &expect, snap.as_ref(), &self.caller, grace);
             let cg = lp.cgroup.as_ref().and_then(|c| match c.action {
                 CgroupAction::KillAndRemove | CgroupAction::Remove => {
-                    Some((PathBuf::from(&c.path), c.id))
+                    Some((PathBuf::from(&c.path), c.id, c.rule.clone()))
                 }
                 CgroupAction::None | CgroupAction::Leave => None,
             });
@@ -271,8 +287,8 @@ impl<'t> Controller<'t> {
                     jobs.push(job);
                 }
                 Decision::MarkLost { mut reason } => {
-                    if let Some((path, id)) = cg {
-                        reason.push_str(&remove_cgroup(&path, id));
+                    if let Some((path, id, rule)) = cg {
+                        reason.push_str(&remove_cgroup(self.table, &path, id, rule));
                     }
                     finishes.push(Finish {
                         lease,
@@ -304,8 +320,9 @@ impl<'t> Controller<'t> {
         );
         // The verified cgroups: all killed first, then one wait for all of them to empty, then
         // each removed; never a wait per cgroup in turn.
-        let cgroups: Vec<(PathBuf, u64)> = jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
-        let mut removed = remove_cgroups(&cgroups).into_iter();
+        let cgroups: Vec<(PathBuf, u64, Option<MemberRule>)> =
+            jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
+        let mut removed = remove_cgroups(self.table, &cgroups).into_iter();
         for j in jobs {
             if !matches!(j.kind, JobKind::Lease(_)) {
                 continue;

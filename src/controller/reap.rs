@@ -29,9 +29,12 @@ pub struct ReapReport {
 pub struct SweptCgroup {
     pub path: String,
     pub id: u64,
-    /// `removed`, `left` (not verified, or too young), or `failed`.
+    /// `removed`, `left` (not verified, too young, or populated), or `failed`.
     pub result: String,
     pub reason: String,
+    /// What a populated stray held: reported, never signalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<plan::StrayProcess>,
 }
 
 /// How old (by its lease id's timestamp) a cgroup without a lease must be before the sweep takes
@@ -41,24 +44,39 @@ fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
 }
 
+/// Removes an empty stray (never writes `cgroup.kill`: what is in a stray is not leash's, see
+/// [`plan::settle_stray`]); a populated one is reported and left.
 fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
     let (result, reason) = match s.action {
-        CgroupAction::KillAndRemove | CgroupAction::Remove => {
-            let r = Verified::open(std::path::Path::new(&s.path), s.id)
-                .and_then(|h| h.kill_and_remove(cgroup::KILL_WAIT));
+        CgroupAction::Remove => {
+            // rmdir: the kernel refuses it (EBUSY) if a process was moved in since the look.
+            let r = Verified::open(std::path::Path::new(&s.path), s.id).and_then(|h| h.remove());
             match r {
                 Ok(()) => ("removed", s.reason),
                 Err(e) => ("failed", format!("{}; {e}", s.reason)),
             }
         }
-        CgroupAction::Leave | CgroupAction::None => ("left", s.reason),
+        CgroupAction::KillAndRemove | CgroupAction::Leave | CgroupAction::None => {
+            ("left", s.reason)
+        }
     };
-    tracing::info!(cgroup = %s.path, result, reason = %reason, "stray cgroup");
+    if s.processes.is_empty() {
+        tracing::info!(cgroup = %s.path, result, reason = %reason, "stray cgroup");
+    } else {
+        let pids: Vec<i32> = s.processes.iter().map(|p| p.pid).collect();
+        let commands: Vec<&str> = s
+            .processes
+            .iter()
+            .map(|p| p.command.as_deref().unwrap_or("?"))
+            .collect();
+        tracing::warn!(cgroup = %s.path, result, ?pids, ?commands, reason = %reason, "populated stray cgroup left alone");
+    }
     SweptCgroup {
         path: s.path,
         id: s.id,
         result: result.into(),
         reason,
+        processes: s.processes,
     }
 }
 
@@ -153,15 +171,39 @@ impl<'t> Controller<'t> {
         };
         let mut plan = plan::plan_reap(leases, legacy, &expect, snap, &self.caller, opts);
         if let Some(root) = &cgroup_root {
-            plan.stray_cgroups = plan::plan_strays(
-                root,
-                &cgroup::children(root),
-                leases,
-                opts.now_ms,
-                stray_min_age_ms(),
-            );
+            plan.stray_cgroups = self.strays(root, leases, opts.now_ms);
         }
         plan
+    }
+
+    /// The strays under this gateway's cgroup root, each settled by a look at what is in it
+    /// now ([`plan::settle_stray`]): the dry run and the sweep say the same.
+    fn strays(
+        &self,
+        root: &std::path::Path,
+        leases: &[Result<Lease, String>],
+        now_ms: i64,
+    ) -> Vec<plan::StrayCgroup> {
+        let command = |pid: i32| {
+            let p = self.table.process(pid).ok().flatten()?;
+            Some(match p.argv {
+                Some(a) if !a.is_empty() => a.join(" "),
+                _ => p.exe.unwrap_or_else(|| "?".into()),
+            })
+        };
+        plan::plan_strays(
+            root,
+            &cgroup::children(root),
+            leases,
+            now_ms,
+            stray_min_age_ms(),
+        )
+        .into_iter()
+        .map(|s| {
+            let obs = cgroup::observe(std::path::Path::new(&s.path));
+            plan::settle_stray(s, &obs, command)
+        })
+        .collect()
     }
 
     /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
@@ -190,14 +232,10 @@ impl<'t> Controller<'t> {
         let Some(root) = self.cgroup_root() else {
             return Vec::new();
         };
-        let strays = plan::plan_strays(
-            &root,
-            &cgroup::children(&root),
-            leases,
-            now_ms,
-            stray_min_age_ms(),
-        );
-        strays.into_iter().map(sweep_one).collect()
+        self.strays(&root, leases, now_ms)
+            .into_iter()
+            .map(sweep_one)
+            .collect()
     }
 
     /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,

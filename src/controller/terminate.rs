@@ -16,7 +16,7 @@ use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::plan::{self, Decision, PlannedSignal};
 use crate::proc::ProcessTable;
 use crate::signal::{Caller, Clock, Delivery, Pinned, Sig, SignalError, Signaller};
-use crate::verify::{Expect, Role};
+use crate::verify::{Expect, MemberRule, Role};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -58,8 +58,9 @@ pub struct Job<K> {
     pub refused: Vec<RefusedSignal>,
     deadline: Instant,
     stage: Stage,
-    /// The lease's verified cgroup (path, id), killed at the end of the grace and removed.
-    pub cgroup: Option<(PathBuf, u64)>,
+    /// The lease's verified cgroup (path, id, and the per-member check its members passed),
+    /// killed at the end of the grace (only if everyone in it then passes the check) and removed.
+    pub cgroup: Option<(PathBuf, u64, Option<MemberRule>)>,
 }
 
 /// What a job terminates, as its log lines name it.
@@ -146,7 +147,9 @@ impl Engine<'_> {
         let sg = self.signaller;
         match sg.pin(self.table, self.caller, id) {
             Ok(Some(p)) => {
-                let result = if s.role == Role::Adapter && p.pgid == p.id.pid {
+                // The plan allows a group signal only to a proven leader whose group held only
+                // proven members; the pin re-checks that it still leads it.
+                let result = if s.group && p.pgid == p.id.pid {
                     // The verified leader's whole group, including members forked since the
                     // snapshot; then the leader itself (older kernels).
                     // The record says what reached the leader: the group signal did when it was
@@ -262,11 +265,16 @@ impl Engine<'_> {
     /// At the end of the grace: `cgroup.kill` takes every member of the verified cgroup at once
     /// (escapees included); the per-process SIGKILLs that follow find them gone.
     fn kill_cgroup<K>(&self, j: &mut Job<K>) {
-        let Some((path, id)) = &j.cgroup else {
+        let Some((path, id, rule)) = &j.cgroup else {
             return;
         };
         match Verified::open(path, *id) {
             Ok(h) => {
+                if let Err(why) = cgroup_kill_allowed(self.table, &h, rule.as_ref()) {
+                    // Each pinned member still gets its own SIGKILL (kill_alive, next).
+                    tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup.kill not used");
+                    return;
+                }
                 let listed = h.procs();
                 let hit: Vec<(ProcessId, Role)> = j
                     .pins
@@ -471,4 +479,40 @@ pub fn lease_end(
         LeaseState::Closed
     };
     (state, reason)
+}
+
+/// Whether `cgroup.kill` may be written to a lease's verified cgroup now: it takes every process
+/// in it, so each live one must pass the per-member check its lease's members passed (started no
+/// earlier than the root, the lease's uid, no other lease's or gateway's marker). A process moved
+/// in from outside fails it, and then nobody is killed as a group: the proven members get their
+/// own signals. Without a rule (no member was proven) the answer is no. `Err` says why not.
+pub fn cgroup_kill_allowed(
+    table: &dyn ProcessTable,
+    h: &Verified,
+    rule: Option<&MemberRule>,
+) -> Result<(), String> {
+    let Some(rule) = rule else {
+        return Err("no process in it was proven the lease's".into());
+    };
+    let mut strangers = Vec::new();
+    for pid in h.procs() {
+        match table.process(pid) {
+            Ok(Some(p)) if p.state == 'Z' => {}
+            Ok(Some(p)) => {
+                if let Some(why) = rule.problem(&p) {
+                    strangers.push(format!("pid {pid} ({why})"));
+                }
+            }
+            Ok(None) => {} // exited since it was listed
+            Err(e) => return Err(format!("pid {pid} could not be read: {e}")),
+        }
+    }
+    if strangers.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "not every process in it is the lease's: {}",
+            strangers.join(", ")
+        ))
+    }
 }

@@ -5,15 +5,17 @@
 //!
 //! [`judge`] is pure: a lease, what the state root expects of it, and a process snapshot (or the
 //! reason there is none) in; a [`VerifyReport`] with its evidence out. [`Controller::verify`]
-//! (the CLI's direct path and the daemon's `verify` op) does the reads:
-//! the lease row, then only the root's subtree (a live wrapper is a subreaper, so its whole tree
-//! hangs below it; when the root is gone or recycled the answer is `dead` whatever else is
-//! alive), so the cost is that of one tree, never a scan of the host. Nothing here signals.
+//! (the CLI's direct path and the daemon's `verify` op) reads the lease row and the same
+//! evidence `leash ps` reads ([`crate::ps::observe_lease`]: the root's subtree while the root
+//! runs, else the whole table, plus the lease's cgroup), and judges it with the same
+//! [`verify_owned_tree`] `reap --dry-run` and `close` use, so every verb gives one answer about
+//! one lease. Nothing here signals.
 //!
 //! The answer is deliberately coarser than [`crate::verify::Verdict`]: a lease whose wrapper is
-//! gone but whose marked escapees linger is `dead` for a gateway (there is nothing to resume;
-//! `reap` or the daemon's reconcile takes the escapees), and `not-owned` is `dead` too (the
-//! evidence disproves ownership, so resuming would talk to a stranger).
+//! gone but whose escapees still run (verdict `escaped`, the escapees listed as members) is
+//! `dead` for a gateway (there is no session to resume; `reap` or the daemon's reconcile takes
+//! the escapees), and `not-owned` is `dead` too (the evidence disproves ownership, so resuming
+//! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
 use crate::exitcode;
@@ -91,7 +93,8 @@ pub struct VerifyReport {
     pub verdict: String,
     /// Why, in words: what was compared and what it showed.
     pub evidence: Vec<String>,
-    /// With `owned`: the verified tree, root last.
+    /// The lease's proven live processes, root last: the verified tree with `owned`, the
+    /// escapees with `dead` and verdict `escaped` (the wrapper is gone, they still run).
     pub members: Vec<LiveMember>,
 }
 
@@ -148,10 +151,21 @@ pub fn judge(
                 }
             }
             None => {
+                // Escaped: the lease's processes still run (the verdict and the members say
+                // which), but its wrapper is gone, so there is no session to resume.
                 report.answer = Answer::Dead;
                 report.evidence = tree.evidence.clone();
+                for m in tree.children_first() {
+                    report.evidence.push(format!(
+                        "pid {} ({:?}, start time {}): {}",
+                        m.pid, m.role, m.start_time, m.evidence
+                    ));
+                    report.members.push(LiveMember::from(m));
+                }
                 report.evidence.push(format!(
-                    "the wrapper is gone; {} marked process(es) of the lease linger (reap takes them)",
+                    "the wrapper is gone, so there is no session to resume; {} escaped \
+                     process(es) of the lease still run: `leash reap` (or the daemon's \
+                     reconcile) terminates them",
                     tree.len()
                 ));
             }
@@ -199,24 +213,16 @@ impl Controller<'_> {
             }
         };
         let wrapper_root = self.wrapper_root();
+        let cgroup_root = self.cgroup_root();
         let expect = Expect {
             gateway_instance_id: &self.gateway,
             wrapper_root: &wrapper_root,
-            // The answer rests on the root process (pid, start time, pidfs inode, markers); cgroup
-            // membership is not read here, so a populated cgroup of a dead root answers `dead`.
-            cgroup_root: None,
+            cgroup_root: cgroup_root.as_deref(),
         };
-        let snap = self.table.subtree(lease.root_pid);
-        let mut report = judge(&lease, &expect, snap.as_ref());
-        // With no cgroup root given, the tree check says containment is off; here it is only not
-        // consulted (it may well be on), so say that instead of misleading the operator.
-        if let Some(path) = &lease.cgroup_path {
-            let said = format!("cgroup {path} not used: {}", crate::verify::NO_CGROUP_ROOT);
-            let meant = format!("cgroup {path} not read: verify rests on the root process");
-            for e in &mut report.evidence {
-                *e = e.replace(&said, &meant);
-            }
-        }
+        // The same evidence `ps` reads, judged by the same verifier `reap --dry-run` and `close`
+        // use: one ownership answer whichever verb asks.
+        let snap = crate::ps::observe_lease(&lease, &expect, self.table);
+        let report = judge(&lease, &expect, snap.as_ref());
         tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
         Ok(report)
     }

@@ -65,8 +65,9 @@ Runs CMD in its own process group and keeps its whole tree from outliving this w
   --error-format F  text (default) or json: how a failure to start CMD is told on stderr
                     (json: leash's error line, {\"error\":{\"code\",\"message\",\"exitCode\"}})
   --cgroup DIR      start CMD inside this cgroup v2 directory (clone3 CLONE_INTO_CGROUP, else
-                    cgroup.procs before exec); the wrapper stays outside it, kills every member
-                    with cgroup.kill when it drains the tree, and removes it before exiting
+                    cgroup.procs before exec); the wrapper stays outside it, kills its members
+                    (cgroup.kill when every process in it is one) when it drains the tree, and
+                    removes it before exiting
   --remove-empty-parent
                     after removing the --cgroup directory, remove its parent too if it is
                     empty (leash's per-gateway directory, after the gateway's last session)
@@ -648,9 +649,11 @@ fn supervise(
         }
 
         if let Some(code) = adapter_code {
-            // A member of the cgroup that is not our descendant can only have been moved in by
-            // someone with write access to it; it goes with the rest all the same.
-            let contained_left = !children_left && cgroup.is_some_and(sys::Cgroup::populated);
+            // A member of the cgroup that is not our descendant (an escapee that left the tree)
+            // goes with the rest; a process moved in from outside, which fails the member check
+            // (started before the wrapper, another uid, another lease's id), is not the lease's:
+            // it is neither signalled nor waited for (issue 21.2).
+            let contained_left = !children_left && cgroup.is_some_and(sys::Cgroup::has_members);
             if !children_left && !contained_left {
                 return Outcome {
                     code,

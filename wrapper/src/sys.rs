@@ -512,22 +512,32 @@ impl Cgroup {
         }
     }
 
-    /// Calls `f` with a pidfd for every member, each confirmed still listed after it was pinned
+    /// The pids `cgroup.procs` lists now.
+    fn listed(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.file("cgroup.procs"))
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|s| s.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// True while a process that passes the member check is in the cgroup (a bystander moved
+    /// in does not keep the wrapper waiting for it).
+    pub fn has_members(&self) -> bool {
+        self.populated() && self.listed().into_iter().any(is_lease_member)
+    }
+
+    /// Calls `f` with a pidfd for every member that passes the member check ([`is_lease_member`]),
+    /// each confirmed still listed after it was pinned
     /// (a pid recycled between the read and the pidfd is then not a member). Returns the count.
     pub fn for_each_member(&self, mut f: impl FnMut(&Fd)) -> usize {
-        let read = || -> Vec<i32> {
-            std::fs::read_to_string(self.file("cgroup.procs"))
-                .map(|t| {
-                    t.split_whitespace()
-                        .filter_map(|s| s.parse().ok())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let read = || self.listed();
         let listed = read();
         let pinned: Vec<(i32, Fd)> = listed
             .into_iter()
-            .filter(|&p| p > 1)
+            .filter(|&p| p > 1 && is_lease_member(p))
             .filter_map(|p| pidfd_open(p).ok().map(|fd| (p, fd)))
             .collect();
         let still = read();
@@ -544,7 +554,15 @@ impl Cgroup {
     /// SIGKILLs every member at once: cgroup.kill (Linux >= 5.14); older kernels: freeze, kill
     /// each member, thaw.
     pub fn kill(&self) {
-        if std::fs::write(self.file("cgroup.kill"), b"1").is_ok() {
+        // cgroup.kill takes every process in the cgroup: only when each one passes the member
+        // check (a bystander moved in from outside is not the lease's); otherwise each member is
+        // killed on its own and the bystander is left.
+        let all_ours = self.listed().into_iter().all(is_lease_member);
+        if all_ours && std::fs::write(self.file("cgroup.kill"), b"1").is_ok() {
+            return;
+        }
+        if !all_ours {
+            self.for_each_member(|fd| pidfd_signal(fd, libc::SIGKILL));
             return;
         }
         let _ = std::fs::write(self.file("cgroup.freeze"), b"1");
@@ -801,6 +819,45 @@ fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The member check leash applies to every process of a lease (see `member_problem` in the
+/// leash crate), here for a process found in the wrapper's cgroup: it started no earlier than
+/// the wrapper, runs as the wrapper's uid, and carries no other lease's id in its environment.
+/// Only such a process is signalled through the cgroup; anything else was moved in by someone
+/// else and is left alone. A process that exited meanwhile counts as a member (nothing to spare).
+pub fn is_lease_member(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    static OWN: std::sync::OnceLock<(u64, u32, Option<Vec<u8>>)> = std::sync::OnceLock::new();
+    let (own_start, own_uid, own_lease) = OWN.get_or_init(|| {
+        // SAFETY: getpid and geteuid cannot fail.
+        let me = unsafe { libc::getpid() };
+        let uid = unsafe { libc::geteuid() };
+        let lease = std::env::var_os("OPENCLAW_ACPX_LEASE_ID").map(|v| v.as_bytes().to_vec());
+        (start_time(me).unwrap_or(0), uid, lease)
+    });
+    let Some(start) = start_time(pid) else {
+        return true;
+    };
+    if start < *own_start {
+        return false;
+    }
+    match std::fs::metadata(format!("/proc/{pid}")) {
+        Ok(m) if m.uid() != *own_uid => return false,
+        Ok(_) => {}
+        Err(_) => return true,
+    }
+    if let (Some(own), Ok(env)) = (own_lease, std::fs::read(format!("/proc/{pid}/environ"))) {
+        let key = b"OPENCLAW_ACPX_LEASE_ID=";
+        for var in env.split(|&b| b == 0) {
+            if let Some(v) = var.strip_prefix(&key[..]) {
+                if v != own.as_slice() {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot.
