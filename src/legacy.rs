@@ -901,6 +901,7 @@ fn escapees_only(marked: &[&crate::proc::ProcessInfo], reason: String) -> Legacy
             members,
             excluded: Vec::new(),
             evidence: vec![reason.clone()],
+            member_uid: marked.first().map(|m| m.uid),
         },
         reason,
     }
