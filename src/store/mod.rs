@@ -250,13 +250,20 @@ const WAL_FRAMES: u64 = 128;
 /// is looser. Never through a symlink.
 fn create_private(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    // Only a missing file is made here: whatever stands at the path already (a database, or
+    // something that is not one, like a directory) is SQLite's to open and to judge, so it is
+    // reported as the state database it fails to be.
+    match std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(false)
+        .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+        .open(path)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
     tighten(path);
     Ok(())
 }
