@@ -126,6 +126,13 @@ fn the_scrape_matches_the_workload_and_passes_promtool() {
     );
     let foreign = read_pid_file(&foreign_pid);
     guard.add(foreign);
+    // `$!` is setpriv's pid, written before setpriv has dropped to uid 65534: until it has, the
+    // child is still root's, a member like any other. Wait for the uid the test is about.
+    let foreign_status = format!("/proc/{}/status", foreign.pid);
+    assert!(wait_for(|| std::fs::read_to_string(&foreign_status)
+        .is_ok_and(|s| s.lines().any(
+            |l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("65534")
+        ))));
     let closed_f = c.call("close", json!({"session": "f", "graceMs": 200}));
     let refused_permission = closed_f[0]["refused"].as_array().unwrap().len();
     let term_sent_f = closed_f[0]["signals"]

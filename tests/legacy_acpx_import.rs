@@ -794,7 +794,7 @@ fn adoption_is_refused_while_own_leases_are_open() {
     assert!(wait_for(|| {
         lease_of(&state, "live")["state"]
             .as_str()
-            .is_some_and(|s| s == "closed" || s == "lost")
+            .is_some_and(|s| s == "closed" || s == "lost" || s == "ended")
     }));
     let out = import(&state, &oc.join("acpx"), &["--adopt-gateway-id"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);

@@ -35,7 +35,7 @@ fn the_gateway_example_runs_against_the_fake_agent() {
         "[prompt] stopReason end_turn",
         "[prompt] stopReason cancelled",
         "[sigkill] ACP channel ended",
-        ": lost (",
+        ": ended (",
         "[push] resumable: agent:main:acp:demo",
         "loaded; continue prompt: stopReason end_turn",
         "[close] agent:main:acp:demo: closed",

@@ -440,6 +440,18 @@ export interface SpawnOptions {
   leashBin?: string;
 }
 
+/** `leash exec`'s child: a ChildProcess whose lease id is known before leash exec runs. */
+export interface LeasedChildProcess extends ChildProcess {
+  readonly leaseId: string;
+}
+
+/**
+ * `child_process.spawn` through `leash exec`. When the adapter cannot be started, the child emits
+ * an `ExecFailedError` ('error' event) after its 'exit': exit 125 (leash itself failed), 127 (the
+ * adapter was not found) or 126 (not executable); `err.data.exitStatus` is the status,
+ * `err.data.cause` leash's cause word (`adapter_not_found`, …), `err.cause` its message.
+ */
+export declare function spawn(argv: string[], opts?: SpawnOptions): LeasedChildProcess;
 export declare function execArgs(argv: string[], opts?: SpawnOptions): string[];
 /** A UUIDv7 as leash makes lease ids. */
 export declare function uuidv7(): string;

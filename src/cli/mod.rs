@@ -140,7 +140,7 @@ conflict, spawn_failed, internal, and adapter_not_found (127), adapter_not_execu
     Status(JsonArg),
     /// Verify a lease's live tree, then terminate it children first (SIGTERM, grace, SIGKILL).
     Close(CloseArgs),
-    /// Record the intent to cancel the active turn of a lease (LEASE or --lease ID) or session (--session KEY).
+    /// Record the intent to cancel the active turn of a session (--session KEY) or lease (LEASE or --lease ID).
     #[command(
         long_about = "Record the intent to cancel the active turn of a lease, named by its id \
 (LEASE) or as the active lease of a session (--session KEY). Never signals; the lease stays open. \

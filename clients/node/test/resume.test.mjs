@@ -25,7 +25,8 @@ async function interrupted(t, tag, env = {}) {
   const work = join(dir, 'work');
   const daemon = await Daemon.start(t, state);
   const c = await leash.connect({ stateDir: state, reconnect: false });
-  await c.ensure('r', { argv: fakeAgent(), cwd: dir, env });
+  // The agent's mode is no secret: stored with the spec, so the resume after the restart has it.
+  await c.ensure('r', { argv: fakeAgent(), cwd: dir, env, persistEnv: true });
   const acp = await c.acp('r');
   await acp.request('initialize', { protocolVersion: 1 });
   const { sessionId } = await acp.request('session/new', { cwd: work, mcpServers: MCP });
