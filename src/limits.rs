@@ -26,6 +26,10 @@ pub const MAX_IDLE_CLOSE_MS: u64 = 365 * 86_400_000;
 /// cut short silently.
 pub const MAX_ENSURE_WAIT_MS: u64 = 60_000;
 
+/// The longest an `ensure` waits behind an ensure of the same key in flight
+/// (`queueTimeoutMs`): ten minutes.
+pub const MAX_ENSURE_QUEUE_MS: u64 = 600_000;
+
 /// A value outside its range, or a duration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
@@ -65,6 +69,11 @@ pub fn check_retention_ms(what: &'static str, ms: u64) -> Result<u64, ValueError
 /// Checks `waitMs` of an `ensure`: `0..=MAX_ENSURE_WAIT_MS`.
 pub fn check_ensure_wait_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
     at_most(what, ms, MAX_ENSURE_WAIT_MS)
+}
+
+/// Checks `queueTimeoutMs` of an `ensure`: `0..=MAX_ENSURE_QUEUE_MS`.
+pub fn check_ensure_queue_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
+    at_most(what, ms, MAX_ENSURE_QUEUE_MS)
 }
 
 /// The one rule for a session cgroup's numeric limits (`memory.max` in bytes, `pids.max`), for

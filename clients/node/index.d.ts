@@ -151,6 +151,13 @@ export interface EnsureSpec {
      * attach stream ends with reason `start_failed`.
      */
   waitMs?: number;
+  /**
+   * How long to wait behind an ensure of the same key in flight (FIFO, at most 16 queued) before
+   * rejecting with ConflictError (daemon default 120000; 0: at once; at most 600000). Once
+   * admitted the ensure answers as it would alone (`created: false` for the session its
+   * predecessor started; a new session when that one failed or was closed).
+   */
+  queueTimeoutMs?: number;
 }
 
 export interface EnsureResult {

@@ -2,8 +2,15 @@
 //! that is in flight.
 //!
 //! An ensure takes its key's **slot** before it spawns anything and gives it back when it
-//! replies; a second ensure of the key meanwhile is answered `conflict` (issue 23 queues them
-//! here: the slot is the place a FIFO of ensures, with closes ordered among them, would hang off).
+//! replies. A second ensure of the key meanwhile **queues** behind it (FIFO, at most
+//! [`MAX_QUEUED`] per key, each until its own deadline, `queueTimeoutMs`): once admitted it looks
+//! at the key afresh, so it gets the outcome it would have had alone (the session its
+//! predecessor started is `running`, `created: false`; a predecessor that failed or was closed
+//! left nothing, so it starts a new one). A close that arrives while an ensure holds the slot is
+//! served before the queued ensures (it registers on the holder's slot, which is released only
+//! once the close finished), so "ensure A, close, ensure B" closes A's session and B starts anew.
+//! A queue that is full, or a deadline that passes in the queue, is `conflict`, and the queued
+//! ensure started nothing.
 //!
 //! **A close that arrives while an ensure holds the slot** waits for it and closes what it
 //! started: it registers on the slot, waits until the ensure has its session under a lease (or
@@ -19,10 +26,32 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The keys whose `ensure` is in flight.
+/// How many ensures of one key may wait behind the one in flight; more are refused (`conflict`).
+pub(crate) const MAX_QUEUED: usize = 16;
+
+/// The keys whose `ensure` is in flight, and the ensures queued behind them.
 #[derive(Default)]
 pub(crate) struct Admission {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The queued ensures of each key, in arrival order (their ticket numbers).
+    queues: Mutex<Queues>,
+    /// Signalled whenever a slot is given back or a queued ensure leaves its queue.
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct Queues {
+    next: u64,
+    waiting: HashMap<String, std::collections::VecDeque<u64>>,
+}
+
+/// Why an ensure was not admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// [`MAX_QUEUED`] ensures of the key wait already.
+    QueueFull,
+    /// The deadline passed while the ensure waited in the queue.
+    TimedOut,
 }
 
 /// One key's ensure in flight.
@@ -65,8 +94,7 @@ impl Admission {
     }
 
     /// Takes `key`'s slot; `None` while another ensure of the key holds it.
-    pub(crate) fn enter(&self, key: &str) -> Option<Ticket<'_>> {
-        let mut m = self.map();
+    fn try_enter(&self, m: &mut HashMap<String, Arc<Slot>>, key: &str) -> Option<Ticket<'_>> {
         if m.contains_key(key) {
             return None;
         }
@@ -77,6 +105,71 @@ impl Admission {
             key: key.to_string(),
             slot,
         })
+    }
+
+    /// Takes `key`'s slot, queueing (FIFO) behind the ensures of the key already in flight or
+    /// waiting, for at most `limit` (0: refused at once when the slot is taken).
+    pub(crate) fn enter(&self, key: &str, limit: Duration) -> Result<Ticket<'_>, Refused> {
+        let deadline = Instant::now() + limit;
+        // Lock order: `queues`, then `slots` (a released ticket takes `slots` alone, then
+        // notifies `freed` with neither held).
+        let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let nobody_waits = q.waiting.get(key).is_none_or(|w| w.is_empty());
+        if nobody_waits {
+            if let Some(t) = self.try_enter(&mut self.map(), key) {
+                return Ok(t);
+            }
+        }
+        if q.waiting.get(key).map_or(0, |w| w.len()) >= MAX_QUEUED {
+            return Err(Refused::QueueFull);
+        }
+        q.next += 1;
+        let me = q.next;
+        let line = q.waiting.entry(key.to_string()).or_default();
+        line.push_back(me);
+        tracing::info!(
+            session_key = key,
+            position = line.len(),
+            "ensure queued behind an ensure of the same key in flight"
+        );
+        loop {
+            let first = q.waiting.get(key).and_then(|w| w.front()) == Some(&me);
+            if first {
+                if let Some(t) = self.try_enter(&mut self.map(), key) {
+                    Self::leave(&mut q, key, me);
+                    drop(q);
+                    // The next in line may now wait for this ticket's release.
+                    self.freed.notify_all();
+                    return Ok(t);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                Self::leave(&mut q, key, me);
+                drop(q);
+                self.freed.notify_all();
+                return Err(Refused::TimedOut);
+            }
+            q = self
+                .freed
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn leave(q: &mut Queues, key: &str, me: u64) {
+        if let Some(w) = q.waiting.get_mut(key) {
+            w.retain(|t| *t != me);
+            if w.is_empty() {
+                q.waiting.remove(key);
+            }
+        }
+    }
+
+    /// An ensure of `key` holds its slot.
+    pub(crate) fn in_flight(&self, key: &str) -> bool {
+        self.map().contains_key(key)
     }
 
     /// No ensure is in flight.
@@ -181,6 +274,16 @@ impl Drop for Ticket<'_> {
         if m.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) {
             m.remove(&self.key);
         }
+        drop(m);
+        // Taking `queues` before notifying: a queued ensure between its look at the slot and its
+        // wait holds that lock, so the wake-up cannot fall between the two.
+        drop(
+            self.admission
+                .queues
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        self.admission.freed.notify_all();
     }
 }
 
@@ -230,9 +333,13 @@ mod tests {
     #[test]
     fn one_ensure_per_key_and_a_close_after_the_release_is_ordinary() {
         let a = Admission::default();
-        let t = a.enter("k").expect("free");
-        assert!(a.enter("k").is_none(), "a second ensure of the key");
-        assert!(a.enter("other").is_some());
+        let t = a.enter("k", Duration::ZERO).expect("free");
+        assert_eq!(
+            a.enter("k", Duration::ZERO).err(),
+            Some(Refused::TimedOut),
+            "a second ensure of the key that will not wait"
+        );
+        assert!(a.enter("other", Duration::ZERO).is_ok());
         assert!(!t.close_requested());
         assert!(matches!(t.release(Duration::from_secs(1)), Release::Alone));
         assert!(a.is_empty());
@@ -242,7 +349,7 @@ mod tests {
     #[test]
     fn a_close_waits_for_an_ensure_that_starts_nothing_and_goes_on() {
         let a = Arc::new(Admission::default());
-        let t = a.enter("k").unwrap();
+        let t = a.enter("k", Duration::ZERO).unwrap();
         let a2 = a.clone();
         // No session is ever published (the ensure failed): the close waits until the ensure
         // gives up, then goes on as an ordinary close; the ensure keeps its own answer.
@@ -259,5 +366,54 @@ mod tests {
         assert!(matches!(t.release(Duration::from_secs(10)), Release::Alone));
         closer.join().unwrap();
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn queued_ensures_are_admitted_in_order_and_the_queue_is_bounded() {
+        let a = Arc::new(Admission::default());
+        let first = a.enter("k", Duration::ZERO).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..MAX_QUEUED {
+            let (a2, order) = (a.clone(), order.clone());
+            waiters.push(std::thread::spawn(move || {
+                let t = a2.enter("k", Duration::from_secs(60)).expect("admitted");
+                order.lock().unwrap().push(i);
+                drop(t);
+            }));
+            // Each is queued before the next arrives, so the arrival order is known.
+            while a
+                .queues
+                .lock()
+                .unwrap()
+                .waiting
+                .get("k")
+                .map_or(0, |w| w.len())
+                <= i
+            {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(
+            a.enter("k", Duration::from_secs(60)).err(),
+            Some(Refused::QueueFull)
+        );
+        drop(first);
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..MAX_QUEUED).collect::<Vec<_>>());
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_queued_ensure_gives_up_at_its_deadline_and_leaves_the_queue() {
+        let a = Admission::default();
+        let _held = a.enter("k", Duration::ZERO).unwrap();
+        assert_eq!(
+            a.enter("k", Duration::from_millis(20)).err(),
+            Some(Refused::TimedOut)
+        );
+        assert!(a.queues.lock().unwrap().waiting.is_empty());
     }
 }

@@ -515,35 +515,50 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
             "the daemon is shutting down and starts no sessions",
         ));
     }
-    if let Some(s) = d.session(&e.session) {
-        match s.phase() {
-            Phase::Starting | Phase::Running => {
-                let matches = e.wants_stored_spec() || s.argv == e.argv;
-                if !matches {
-                    tracing::warn!(session_key = %e.session, running = crate::cli::logging::json(&s.argv), asked = crate::cli::logging::json(&e.argv), "ensure found the session running another argv");
-                }
-                additions::on_running(d, e);
-                return Ok(describe(&s, false, matches));
-            }
-            Phase::Closing => {
-                return Err(fail(
-                    Code::Conflict,
-                    format!(
-                        "session {} is being closed; ensure it again once it has ended",
-                        e.session
-                    ),
-                ))
-            }
-            Phase::Ended => {}
+    // While an ensure of the key is in flight, its session (starting, perhaps about to fail or
+    // be closed) is not this ensure's answer: it queues and answers from what that ensure left.
+    // A session being closed is answered once admitted: the close may be one that an ensure in
+    // flight is waiting for, and this ensure then queues behind both.
+    if !d.admission.in_flight(&e.session) {
+        if let Some(found) = existing(d, e, false) {
+            return found;
         }
     }
-    // The key's admission slot (see `admission`): one ensure of a key at a time.
-    let Some(ticket) = d.admission.enter(&e.session) else {
-        return Err(fail(
-            Code::Conflict,
-            format!("session {} is being started by another request", e.session),
-        ));
+    // The key's admission slot (see `admission`): one ensure of a key at a time, the others
+    // queued behind it until their own deadline.
+    let limit = Duration::from_millis(e.queue_timeout_ms.unwrap_or(DEFAULT_QUEUE_TIMEOUT_MS));
+    let ticket = match d.admission.enter(&e.session, limit) {
+        Ok(t) => t,
+        Err(super::admission::Refused::QueueFull) => {
+            return Err(fail(
+                Code::Conflict,
+                format!(
+                    "session {} is being started by another request and {} more ensures of it wait already; ensure it again once one has answered",
+                    e.session,
+                    super::admission::MAX_QUEUED
+                ),
+            ))
+        }
+        Err(super::admission::Refused::TimedOut) => {
+            return Err(fail(
+                Code::Conflict,
+                format!(
+                    "session {} is being started by another request that did not answer within this ensure's queueTimeoutMs ({} ms); nothing was started: ensure it again",
+                    e.session,
+                    limit.as_millis()
+                ),
+            ))
+        }
     };
+    // Admitted after a wait: what the predecessor left decides, as if this ensure came alone. A
+    // close under way (the one an ensure before this one met, or an ordinary one) is let finish
+    // within this ensure's queue deadline, so the ensure starts afresh after it.
+    if let Some(s) = d.session(&e.session) {
+        s.wait_while_closing(limit);
+    }
+    if let Some(found) = existing(d, e, true) {
+        return found;
+    }
     // Checked again once admitted: shutdown sets the flag, then waits for the admissions to
     // drain, so a session is either refused here or seen (and closed) by the shutdown.
     if d.is_shutting_down() {
@@ -558,6 +573,40 @@ fn ensure(d: &Arc<Daemon>, e: &protocol::Ensure) -> Reply<Ensured> {
     match ticket.release(CLOSE_MEETS_ENSURE) {
         super::admission::Release::Closed(outcome) => closed_in_flight(&e.session, outcome, result),
         super::admission::Release::Alone => result,
+    }
+}
+
+/// How long a queued ensure waits for its key's slot when it gives no `queueTimeoutMs`: a
+/// predecessor's `waitMs` (at most a minute) with room.
+const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 120_000;
+
+/// The session of the key this ensure asks for, when it is there to answer from: running or
+/// starting (`created: false`), or closing (`conflict`, when `closing_answers`). `None`: none,
+/// or ended.
+fn existing(
+    d: &Arc<Daemon>,
+    e: &protocol::Ensure,
+    closing_answers: bool,
+) -> Option<Reply<Ensured>> {
+    let s = d.session(&e.session)?;
+    match s.phase() {
+        Phase::Starting | Phase::Running => {
+            let matches = e.wants_stored_spec() || s.argv == e.argv;
+            if !matches {
+                tracing::warn!(session_key = %e.session, running = crate::cli::logging::json(&s.argv), asked = crate::cli::logging::json(&e.argv), "ensure found the session running another argv");
+            }
+            additions::on_running(d, e);
+            Some(Ok(describe(&s, false, matches)))
+        }
+        Phase::Closing if !closing_answers => None,
+        Phase::Closing => Some(Err(fail(
+            Code::Conflict,
+            format!(
+                "session {} is being closed; ensure it again once it has ended",
+                e.session
+            ),
+        ))),
+        Phase::Ended => None,
     }
 }
 

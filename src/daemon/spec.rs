@@ -122,6 +122,7 @@ impl Spec {
             persist_spec: asked.persist_spec,
             persist_env,
             wait_ms: asked.wait_ms,
+            queue_timeout_ms: asked.queue_timeout_ms,
         })
     }
 }

@@ -492,7 +492,9 @@ export class LeashClient extends EventEmitter {
    * spec is used (resume).
    */
   ensure(session, spec = {}, opts = {}) {
-    return this.request('ensure', { session, ...spec }, { timeoutMs: Math.max(this.#opts.timeoutMs, 30_000), ...opts });
+    // The reply may come after a wait in the key's queue and the adapter's first-line wait.
+    const waits = (spec.queueTimeoutMs ?? 120_000) + (spec.waitMs ?? 0) + 5_000;
+    return this.request('ensure', { session, ...spec }, { timeoutMs: Math.max(this.#opts.timeoutMs, 30_000, waits), ...opts });
   }
 
   send(session, line, opts) {

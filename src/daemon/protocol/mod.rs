@@ -284,6 +284,11 @@ pub struct Ensure {
     /// (after it, the stream's `start_failed` end). At most [`crate::limits::MAX_ENSURE_WAIT_MS`].
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    /// How long this ensure waits behind an ensure of the same key in flight (FIFO, at most 16
+    /// queued) before it answers `conflict` (default 120000; 0: at once). At most
+    /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
+    #[serde(default)]
+    pub queue_timeout_ms: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -634,6 +639,12 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
             }
             check_ms(op, "graceMs", e.grace_ms, crate::limits::check_grace_ms)?;
             check_ms(op, "waitMs", e.wait_ms, crate::limits::check_ensure_wait_ms)?;
+            check_ms(
+                op,
+                "queueTimeoutMs",
+                e.queue_timeout_ms,
+                crate::limits::check_ensure_queue_ms,
+            )?;
             // The limits by the CLI's own rules (`leash exec --memory-max/--pids-max/--cpu-max`),
             // here at the edge: a bad one is a bad request, never a failed spawn.
             check_ms(

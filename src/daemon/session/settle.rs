@@ -68,6 +68,21 @@ impl Supervised {
         self.changed.notify_all();
     }
 
+    /// Waits (at most `limit`) while the session is being closed, e.g. for the close that an
+    /// ensure queued behind; returns its phase after.
+    pub fn wait_while_closing(&self, limit: Duration) -> Phase {
+        let deadline = Instant::now() + limit;
+        let mut g = self.lock();
+        while g.life.phase() == Phase::Closing {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = g.wait_timeout(deadline - now);
+        }
+        g.life.phase()
+    }
+
     /// Waits for the wrapper to exit, then settles the lease and ends the stream.
     pub(super) fn supervise(
         self: Arc<Self>,
