@@ -6,9 +6,10 @@
 //! members signalled with their role, what the guards refused and why, the result) and the
 //! final rows (lease state and reason, legacy records). Every case the live tests stage on real
 //! processes (grandchild, decoys, a foreign uid, pid reuse, a group member, a marker carrier, a
-//! setsid escapee, a TERM-ignoring adapter, legacy records) has its twin here; cgroup members
-//! stay live-only (`containment_*`): `cgroup.kill` is the kernel's, not a signaller's. The live
-//! tests stay.
+//! setsid escapee, a TERM-ignoring adapter, legacy records) has its twin here. The cgroup kill
+//! goes through the signaller too (`Signaller::kill_cgroup`), and the recording one records it;
+//! the controller still observes cgroups on the live cgroupfs, so contained leases through the
+//! whole controller stay live-only (`containment_*`). The live tests stay.
 use leash::lease::{command_hash, Lease, LeaseState};
 use leash::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::plan::ReapOptions;
@@ -214,6 +215,9 @@ fn timeline_line(e: &SimEvent) -> String {
             }
         ),
         SimWhat::Refused { reason } => format!("{} ms refused {}: {reason}", e.at, e.pid),
+        SimWhat::CgroupKill { cgroup, members } => {
+            format!("{} ms cgroup.kill {cgroup} {members:?}", e.at)
+        }
     }
 }
 
@@ -404,6 +408,7 @@ fn simulate(case: &str, verb: &str) -> Value {
             let never = never.as_i64().unwrap() as i32;
             let hit = |e: &SimEvent| match &e.what {
                 SimWhat::Signal { members, .. } => e.pid == never || members.contains(&never),
+                SimWhat::CgroupKill { members, .. } => members.contains(&never),
                 SimWhat::Refused { .. } => false,
             };
             assert!(
