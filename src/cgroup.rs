@@ -503,30 +503,19 @@ impl Verified {
         populated(&self.dir).unwrap_or_else(|| !self.procs().is_empty())
     }
 
-    /// SIGKILLs every member at once: `cgroup.kill` (Linux >= 5.14). Older kernels: freeze,
-    /// SIGKILL each member through a pidfd, thaw (a frozen cgroup cannot fork behind our back).
-    pub fn kill(&self) -> Result<(), CgroupError> {
-        let io = |what, source| CgroupError::Io {
+    /// Writes `value` to the control file `file` of this cgroup (the cgroup kill in `signal/`
+    /// writes its files through this handle, so it reaches exactly the verified cgroup).
+    pub(crate) fn write(&self, file: &str, value: &str) -> io::Result<()> {
+        write_file(&at(&self.dir, file), value)
+    }
+
+    /// The error of an operation `what` on this cgroup.
+    pub(crate) fn io_error(&self, what: &'static str, source: io::Error) -> CgroupError {
+        CgroupError::Io {
             what,
             path: self.path.clone(),
             source,
-        };
-        match write_file(&at(&self.dir, "cgroup.kill"), "1") {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io("kill", e)),
-            Err(_) => {}
         }
-        write_file(&at(&self.dir, "cgroup.freeze"), "1").map_err(|e| io("freeze", e))?;
-        for pid in self.procs() {
-            if let Ok(fd) = crate::sys::pidfd_open(pid) {
-                let _ = crate::sys::pidfd_send_signal(
-                    std::os::fd::AsFd::as_fd(&fd),
-                    libc::SIGKILL,
-                    false,
-                );
-            }
-        }
-        write_file(&at(&self.dir, "cgroup.freeze"), "0").map_err(|e| io("thaw", e))
     }
 
     /// Polls `cgroup.events` until `populated 0` or the deadline.
@@ -540,21 +529,6 @@ impl Verified {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-    }
-
-    /// Kills every member, waits for the cgroup to empty, and removes it.
-    pub fn kill_and_remove(self, wait: Duration) -> Result<(), CgroupError> {
-        let started = Instant::now();
-        if self.populated() {
-            self.kill()?;
-            if !self.wait_empty(started + wait) {
-                return Err(CgroupError::Stuck {
-                    path: self.path.clone(),
-                    waited_ms: started.elapsed().as_millis(),
-                });
-            }
-        }
-        self.remove()
     }
 
     /// Removes the (empty) cgroup, after checking once more that the name still holds our id.

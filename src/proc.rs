@@ -474,17 +474,6 @@ fn stat_start_and_state(pid: i32) -> Option<(u64, char)> {
     Some((start, state))
 }
 
-/// True when a process group still has a member, zombies included: `kill(-pgid, 0)`, which
-/// sends nothing (signal 0 only asks the kernel whether the group exists and may be signalled).
-/// One syscall, whatever the host's process count. `false` for pgid ≤ 1.
-pub fn group_exists(pgid: i32) -> bool {
-    pgid > 1
-        && match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None) {
-            Ok(()) => true,
-            Err(e) => e != nix::errno::Errno::ESRCH,
-        }
-}
-
 /// The pidfs inode of a process (see [`ProcessInfo::pidfs_ino`]).
 pub fn pidfs_ino_of(pid: i32) -> Option<u64> {
     crate::sys::pidfs_ino(pid)

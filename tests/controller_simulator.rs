@@ -6,9 +6,12 @@
 //! members signalled with their role, what the guards refused and why, the result) and the
 //! final rows (lease state and reason, legacy records). Every case the live tests stage on real
 //! processes (grandchild, decoys, a foreign uid, pid reuse, a group member, a marker carrier, a
-//! setsid escapee, a TERM-ignoring adapter, legacy records) has its twin here; cgroup members
-//! stay live-only (`containment_*`): `cgroup.kill` is the kernel's, not a signaller's. The live
-//! tests stay.
+//! setsid escapee, a TERM-ignoring adapter, legacy records) has its twin here. The cgroup kill
+//! goes through the signaller too (`Signaller::kill_cgroup`), and the recording one records it;
+//! the engine's cgroup kill of a contained lease runs here over a stand-in cgroup
+//! (`fixtures/lifecycle/contained/`). The controller itself still observes cgroups on the live
+//! cgroupfs, so contained leases through `close` and `reap` stay live-only (`containment_*`). The
+//! live tests stay.
 use leash::lease::{command_hash, Lease, LeaseState};
 use leash::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::plan::ReapOptions;
@@ -214,6 +217,9 @@ fn timeline_line(e: &SimEvent) -> String {
             }
         ),
         SimWhat::Refused { reason } => format!("{} ms refused {}: {reason}", e.at, e.pid),
+        SimWhat::CgroupKill { cgroup, members } => {
+            format!("{} ms cgroup.kill {cgroup} {members:?}", e.at)
+        }
     }
 }
 
@@ -404,6 +410,7 @@ fn simulate(case: &str, verb: &str) -> Value {
             let never = never.as_i64().unwrap() as i32;
             let hit = |e: &SimEvent| match &e.what {
                 SimWhat::Signal { members, .. } => e.pid == never || members.contains(&never),
+                SimWhat::CgroupKill { members, .. } => members.contains(&never),
                 SimWhat::Refused { .. } => false,
             };
             assert!(
@@ -503,4 +510,104 @@ fn escapee_outside_a_live_wrappers_tree_is_taken_by_the_next_reap() {
     let row = ctl.store().lease(&lease.lease_id).unwrap().unwrap();
     assert_eq!(row.state, LeaseState::Closed);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A job of the engine test below: it terminates nothing a log line names.
+struct Contained;
+
+impl leash::controller::terminate::Subject for Contained {
+    fn lease_id(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A contained lease's cgroup kill goes through the signaller, so the recording one sees it
+/// (`fixtures/lifecycle/contained/`): the TERM → grace → KILL engine over a fixture host whose
+/// verified cgroup (a directory this test made, standing in for the cgroupfs one) holds the
+/// lease's members. When every member passes the member check, one `cgroup.kill` at the end of
+/// the grace takes them all, the escapee no pin reached included; when a stranger was moved in,
+/// the check refuses, nobody is killed as a group and the pinned adapter gets its own SIGKILL.
+#[test]
+fn contained_lease_cgroup_kill_is_the_signallers() {
+    use leash::controller::terminate::{Engine, Job};
+    use leash::signal::Clock;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/lifecycle/contained/cgroup_kill_at_grace_end.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let r = &doc["rule"];
+    let rule = leash::verify::MemberRule {
+        lease_id: r["leaseId"].as_str().unwrap().into(),
+        gateway_instance_id: r["gatewayInstanceId"].as_str().unwrap().into(),
+        root_start_time: r["rootStartTime"].as_u64().unwrap(),
+        uid: r["uid"].as_u64().map(|u| u as u32),
+    };
+    let script: HashMap<i32, Exit> = doc["script"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(pid, e)| {
+            (
+                pid.parse().unwrap(),
+                serde_json::from_value(e.clone()).unwrap(),
+            )
+        })
+        .collect();
+    let caller = caller(&doc);
+    for case in doc["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let cg = tempdir(&format!("cgroup-{}", name.replace(' ', "-")));
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg).unwrap());
+        let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
+        let members: Vec<i32> = serde_json::from_value(case["cgroupMembers"].clone()).unwrap();
+        let sim = RecordingSignaller::new(table, script.clone()).with_cgroup(cg.clone(), members);
+        let engine = Engine {
+            table: &sim,
+            caller: &caller,
+            signaller: &sim,
+            clock: &sim,
+        };
+        let mut job = Job::new(
+            Contained,
+            "agent:main:1".into(),
+            doc["graceMs"].as_u64().unwrap(),
+            serde_json::from_value(doc["planned"].clone()).unwrap(),
+            Vec::new(),
+            sim.now(),
+        );
+        job.cgroup = Some((cg.clone(), ino, Some(rule.clone())));
+        let mut jobs = [job];
+        engine.run_jobs(&mut jobs);
+        let cg_name = cg.display().to_string();
+        let timeline: Vec<String> = sim
+            .timeline()
+            .iter()
+            .map(|e| timeline_line(e).replace(&cg_name, "CGROUP"))
+            .collect();
+        assert_eq!(
+            serde_json::json!(timeline),
+            case["timeline"],
+            "{name}: timeline"
+        );
+        let (signals, _) = signalled_and_refused(&jobs[0].signals, &jobs[0].refused);
+        assert_eq!(signals, case["signals"], "{name}: signals");
+        for pid in [1200, 1201, 1205, 1300] {
+            assert_eq!(
+                sim.exited_at(pid),
+                case["exited"][pid.to_string()].as_u64(),
+                "{name}: exit of {pid}"
+            );
+        }
+        for never in case["notSignalled"].as_array().unwrap() {
+            let never = never.as_i64().unwrap() as i32;
+            assert!(
+                !sim.timeline().iter().any(|e| match &e.what {
+                    SimWhat::Signal { members, .. } => e.pid == never || members.contains(&never),
+                    SimWhat::CgroupKill { members, .. } => members.contains(&never),
+                    SimWhat::Refused { .. } => false,
+                }),
+                "{name}: {never} was signalled"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&cg);
+    }
 }

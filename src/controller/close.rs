@@ -4,6 +4,7 @@
 //! its orphans through the same `terminate_leases_with`.
 
 use super::*;
+use crate::signal::CgroupKillError;
 use crate::verify::MemberRule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +37,7 @@ pub struct CloseOutcome {
 /// opened as the lease's or killed is left, with the reason in its clause. Returns, per cgroup in order, the
 /// members it had before the kill and the clause its lease's reason gets.
 fn remove_cgroups(
-    table: &dyn ProcessTable,
+    engine: &Engine<'_>,
     list: &[(PathBuf, u64, Option<MemberRule>)],
 ) -> Vec<(usize, String)> {
     let started = Instant::now();
@@ -53,17 +54,25 @@ fn remove_cgroups(
                 let members = h.procs().len();
                 if members > 0 || h.populated() {
                     // cgroup.kill takes everyone in it: only when each is proven the lease's.
-                    if let Err(why) = terminate::cgroup_kill_allowed(table, &h, rule.as_ref()) {
-                        tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup not killed");
-                        out.push((0, format!("; cgroup {} left: {why}", path.display())));
-                        open.push(None);
-                        continue;
-                    }
-                    if let Err(e) = h.kill() {
-                        tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
-                        out.push((members, format!("; {e}")));
-                        open.push(None);
-                        continue;
+                    match engine.signaller.kill_cgroup(
+                        engine.table,
+                        engine.caller,
+                        &h,
+                        rule.as_ref(),
+                    ) {
+                        Ok(_) => {}
+                        Err(CgroupKillError::Refused(why)) => {
+                            tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup not killed");
+                            out.push((0, format!("; cgroup {} left: {why}", path.display())));
+                            open.push(None);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(cgroup = %path.display(), error = %e, "cgroup not removed");
+                            out.push((members, format!("; {e}")));
+                            open.push(None);
+                            continue;
+                        }
                     }
                 }
                 out.push((members, String::new()));
@@ -113,12 +122,12 @@ fn remove_cgroups(
 /// Kills what is left in a verified cgroup, waits until it is empty and removes it
 /// ([`remove_cgroups`] for one); returns the clause the lease's reason gets.
 fn remove_cgroup(
-    table: &dyn ProcessTable,
+    engine: &Engine<'_>,
     path: &std::path::Path,
     id: u64,
     rule: Option<MemberRule>,
 ) -> String {
-    let mut out = remove_cgroups(table, &[(path.to_path_buf(), id, rule)]);
+    let mut out = remove_cgroups(engine, &[(path.to_path_buf(), id, rule)]);
     out.pop().map(|(_, clause)| clause).unwrap_or_default()
 }
 
@@ -288,7 +297,7 @@ impl<'t> Controller<'t> {
                 }
                 Decision::MarkLost { mut reason } => {
                     if let Some((path, id, rule)) = cg {
-                        reason.push_str(&remove_cgroup(self.table, &path, id, rule));
+                        reason.push_str(&remove_cgroup(&self.engine(), &path, id, rule));
                     }
                     finishes.push(Finish {
                         lease,
@@ -322,7 +331,7 @@ impl<'t> Controller<'t> {
         // each removed; never a wait per cgroup in turn.
         let cgroups: Vec<(PathBuf, u64, Option<MemberRule>)> =
             jobs.iter().filter_map(|j| j.cgroup.clone()).collect();
-        let mut removed = remove_cgroups(self.table, &cgroups).into_iter();
+        let mut removed = remove_cgroups(&self.engine(), &cgroups).into_iter();
         for j in jobs {
             if !matches!(j.kind, JobKind::Lease(_)) {
                 continue;

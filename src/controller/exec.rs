@@ -136,7 +136,7 @@ pub fn supersede_reason(
             })
         })
     });
-    let group_alive = pgid.is_some_and(crate::proc::group_exists);
+    let group_alive = pgid.is_some_and(crate::signal::group_alive);
     let adapter_alive =
         adapter.is_some_and(|a| !matches!(table.liveness(a, None), Ok(Liveness::Gone)));
     let mut snap = if group_alive || adapter_alive {

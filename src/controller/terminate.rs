@@ -15,7 +15,9 @@ use crate::cgroup::Verified;
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::plan::{self, Decision, PlannedSignal};
 use crate::proc::ProcessTable;
-use crate::signal::{Caller, Clock, Delivery, Pinned, Sig, SignalError, Signaller};
+use crate::signal::{
+    Caller, CgroupKillError, Clock, Delivery, Pinned, Sig, SignalError, Signaller,
+};
 use crate::verify::{Expect, MemberRule, Role};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -270,22 +272,22 @@ impl Engine<'_> {
         };
         match Verified::open(path, *id) {
             Ok(h) => {
-                if let Err(why) = cgroup_kill_allowed(self.table, &h, rule.as_ref()) {
-                    // Each pinned member still gets its own SIGKILL (kill_alive, next).
-                    tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup.kill not used");
-                    return;
-                }
-                let listed = h.procs();
-                let hit: Vec<(ProcessId, Role)> = j
+                let alive: Vec<(ProcessId, Role)> = j
                     .pins
                     .iter()
-                    .filter(|(p, _)| listed.contains(&p.id.pid) && !self.signaller.exited(p))
+                    .filter(|(p, _)| !self.signaller.exited(p))
                     .map(|(p, role)| (p.id, *role))
                     .collect();
-                match h.kill() {
-                    Ok(()) => {
-                        tracing::info!(cgroup = %path.display(), members = listed.len(), "cgroup.kill");
-                        for (id, role) in hit {
+                match self
+                    .signaller
+                    .kill_cgroup(self.table, self.caller, &h, rule.as_ref())
+                {
+                    Ok(members) => {
+                        // The pinned members it listed got their SIGKILL from it.
+                        for (id, role) in alive
+                            .into_iter()
+                            .filter(|(id, _)| members.contains(&id.pid))
+                        {
                             j.signals.push(SignalRecord {
                                 pid: id.pid,
                                 start_time: id.start_time,
@@ -294,6 +296,10 @@ impl Engine<'_> {
                                 delivery: Delivery::CgroupKill,
                             });
                         }
+                    }
+                    Err(CgroupKillError::Refused(why)) => {
+                        // Each pinned member still gets its own SIGKILL (kill_alive, next).
+                        tracing::warn!(cgroup = %path.display(), reason = %why, "cgroup.kill not used");
                     }
                     Err(e) => {
                         tracing::warn!(cgroup = %path.display(), error = %e, "cgroup.kill failed")
@@ -479,40 +485,4 @@ pub fn lease_end(
         LeaseState::Closed
     };
     (state, reason)
-}
-
-/// Whether `cgroup.kill` may be written to a lease's verified cgroup now: it takes every process
-/// in it, so each live one must pass the per-member check its lease's members passed (started no
-/// earlier than the root, the lease's uid, no other lease's or gateway's marker). A process moved
-/// in from outside fails it, and then nobody is killed as a group: the proven members get their
-/// own signals. Without a rule (no member was proven) the answer is no. `Err` says why not.
-pub fn cgroup_kill_allowed(
-    table: &dyn ProcessTable,
-    h: &Verified,
-    rule: Option<&MemberRule>,
-) -> Result<(), String> {
-    let Some(rule) = rule else {
-        return Err("no process in it was proven the lease's".into());
-    };
-    let mut strangers = Vec::new();
-    for pid in h.procs() {
-        match table.process(pid) {
-            Ok(Some(p)) if p.state == 'Z' => {}
-            Ok(Some(p)) => {
-                if let Some(why) = rule.problem(&p) {
-                    strangers.push(format!("pid {pid} ({why})"));
-                }
-            }
-            Ok(None) => {} // exited since it was listed
-            Err(e) => return Err(format!("pid {pid} could not be read: {e}")),
-        }
-    }
-    if strangers.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "not every process in it is the lease's: {}",
-            strangers.join(", ")
-        ))
-    }
 }

@@ -10,6 +10,12 @@
 //! down who got what when, so the TERM → grace → KILL engine (`controller::terminate`) can be
 //! tested without a live process.
 //!
+//! The one signal that is not one process's or one group's, the cgroup kill
+//! ([`Signaller::kill_cgroup`], `cgroup.rs`), goes through the same seam: it runs the per-member
+//! check of the lease's verified cgroup right before `cgroup.kill` is written, and the
+//! freeze–kill–thaw fallback of older kernels pins and re-checks each member it signals. No file
+//! outside `signal/` and `sys.rs` names a signalling call (`tests/signals_only_in_signal.rs`).
+//!
 //! Hard refusals, whatever a lease row says: pid ≤ 1, leash's own pid, the leader of leash's own
 //! process group, a group id ≤ 1 or leash's own, and processes of another uid. leash can only send
 //! SIGTERM and SIGKILL ([`Sig`]), each SIGTERM followed by a SIGCONT through the same pidfd (a
@@ -18,14 +24,18 @@
 //! anything else, nor signal "every process" (pid -1) or "my own group" (pid 0) the way kill(2)
 //! could.
 
+mod cgroup;
 mod pidfd;
 mod recording;
 
-pub use pidfd::PidfdSignaller;
+pub use cgroup::{cgroup_kill_allowed, CgroupKillError};
+pub use pidfd::{group_alive, PidfdSignaller};
 pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
 
+use crate::cgroup::Verified;
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
+use crate::verify::MemberRule;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
@@ -126,6 +136,18 @@ pub trait Signaller {
     /// True when the process group `pgid` still has a member, zombies included (`kill(-pgid, 0)`
     /// live: it sends nothing). `false` for pgid ≤ 1.
     fn group_alive(&self, pgid: i32) -> bool;
+
+    /// SIGKILLs every member of the verified cgroup `cg` at once, once every live process in it
+    /// passes `rule` (read right before the kill; see [`cgroup_kill_allowed`]): `cgroup.kill`,
+    /// or on kernels before 5.14 freeze, a pinned and re-checked SIGKILL per member, thaw.
+    /// Returns the members listed when it was killed.
+    fn kill_cgroup(
+        &self,
+        table: &dyn ProcessTable,
+        caller: &Caller,
+        cg: &Verified,
+        rule: Option<&MemberRule>,
+    ) -> Result<Vec<i32>, CgroupKillError>;
 }
 
 /// The time the engine's graces run on: the system's, or a scripted one in the simulator.

@@ -1,14 +1,17 @@
 //! The live [`Signaller`]: pidfds. The only code in leash that calls the signalling syscalls
-//! (`pidfd_open`, `pidfd_send_signal`, and `kill(-pgid, 0)` through `proc::group_exists`, which
-//! sends nothing). A pin is a pidfd opened *before* the re-check, so what was checked is exactly
-//! what gets the signal.
+//! (`pidfd_open`, `pidfd_send_signal`, and `kill(-pgid, 0)` in [`group_alive`], which sends
+//! nothing) and writes `cgroup.kill` (`super::cgroup`). A pin is a pidfd opened *before* the
+//! re-check, so what was checked is exactly what gets the signal.
 
 use super::{
-    check_group_pin, recheck, Caller, Delivery, Handle, Pinned, Sig, SignalError, Signaller,
+    check_group_pin, recheck, Caller, CgroupKillError, Delivery, Handle, Pinned, Sig, SignalError,
+    Signaller,
 };
+use crate::cgroup::Verified;
 use crate::lease::ProcessId;
 use crate::proc::ProcessTable;
 use crate::sys;
+use crate::verify::MemberRule;
 use leash_core::guard::check_pid;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -113,7 +116,17 @@ impl Signaller for PidfdSignaller {
     }
 
     fn group_alive(&self, pgid: i32) -> bool {
-        crate::proc::group_exists(pgid)
+        group_alive(pgid)
+    }
+
+    fn kill_cgroup(
+        &self,
+        table: &dyn ProcessTable,
+        caller: &Caller,
+        cg: &Verified,
+        rule: Option<&MemberRule>,
+    ) -> Result<Vec<i32>, CgroupKillError> {
+        super::cgroup::kill_live(self, table, caller, cg, rule)
     }
 }
 
@@ -128,4 +141,15 @@ fn wake_after_term(p: &Pinned, sig: Sig, group: bool) {
     if let Err(e) = sys::pidfd_send_signal(fd, libc::SIGCONT, group) {
         tracing::debug!(pid = p.id.pid, group, error = %e, "SIGCONT after SIGTERM not delivered");
     }
+}
+
+/// True when a process group still has a member, zombies included: `kill(-pgid, 0)`, which
+/// sends nothing (signal 0 only asks the kernel whether the group exists and may be signalled).
+/// One syscall, whatever the host's process count. `false` for pgid ≤ 1.
+pub fn group_alive(pgid: i32) -> bool {
+    pgid > 1
+        && match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None) {
+            Ok(()) => true,
+            Err(e) => e != nix::errno::Errno::ESRCH,
+        }
 }

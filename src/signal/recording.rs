@@ -8,13 +8,17 @@
 //! exits moves the clock forward to the next exit or the deadline, whichever comes first.
 
 use super::{
-    check_group_pin, recheck, Caller, Clock, Delivery, Handle, Pinned, Sig, SignalError, Signaller,
+    cgroup_kill_allowed, check_group_pin, recheck, Caller, CgroupKillError, Clock, Delivery,
+    Handle, Pinned, Sig, SignalError, Signaller,
 };
+use crate::cgroup::Verified;
 use crate::lease::ProcessId;
 use crate::proc::{FixtureTable, ProcessInfo, ProcessTable, Snapshot, TableError};
+use crate::verify::MemberRule;
 use leash_core::guard::check_pid;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -129,6 +133,9 @@ pub enum SimWhat {
     },
     /// A pin or a send was refused; nothing was signalled.
     Refused { reason: String },
+    /// `cgroup.kill` of a lease's verified cgroup (the event's pid is 0: no one process): SIGKILL
+    /// reached every member at once.
+    CgroupKill { cgroup: String, members: Vec<i32> },
 }
 
 /// What the script has done to one process instance so far.
@@ -146,6 +153,8 @@ pub struct RecordingSignaller {
     clock: ScriptedClock,
     received: Mutex<HashMap<ProcessId, Received>>,
     log: Mutex<Vec<SimEvent>>,
+    /// The fixture host's cgroups: path → the pids in it (alive or not, as the script has it).
+    cgroups: HashMap<PathBuf, Vec<i32>>,
 }
 
 impl RecordingSignaller {
@@ -157,7 +166,26 @@ impl RecordingSignaller {
             clock: ScriptedClock::default(),
             received: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
+            cgroups: HashMap::new(),
         }
+    }
+
+    /// Puts `members` in the cgroup at `path` of this host (a cgroup the simulator verified: a
+    /// directory it made, standing in for the cgroupfs one). A cgroup kill of it reaches those
+    /// still alive; a cgroup it was not told of has none.
+    pub fn with_cgroup(mut self, path: PathBuf, members: Vec<i32>) -> RecordingSignaller {
+        self.cgroups.insert(path, members);
+        self
+    }
+
+    /// The processes alive now in the cgroup at `path`.
+    fn cgroup_members(&self, path: &std::path::Path) -> Vec<ProcessInfo> {
+        let listed = self.cgroups.get(path).cloned().unwrap_or_default();
+        self.alive_now()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| listed.contains(&p.pid))
+            .collect()
     }
 
     pub fn clock(&self) -> &ScriptedClock {
@@ -390,6 +418,50 @@ impl Signaller for RecordingSignaller {
             && self
                 .alive_now()
                 .is_ok_and(|l| l.iter().any(|p| p.pgid == pgid))
+    }
+
+    fn kill_cgroup(
+        &self,
+        table: &dyn ProcessTable,
+        _caller: &Caller,
+        cg: &Verified,
+        rule: Option<&MemberRule>,
+    ) -> Result<Vec<i32>, CgroupKillError> {
+        self.kill_fixture_cgroup(table, cg, rule)
+    }
+}
+
+impl RecordingSignaller {
+    /// [`Signaller::kill_cgroup`] on the fixture host: the same member check as live, then
+    /// SIGKILL to every member still alive (what `cgroup.kill` does), recorded as one event.
+    fn kill_fixture_cgroup(
+        &self,
+        table: &dyn ProcessTable,
+        cg: &Verified,
+        rule: Option<&MemberRule>,
+    ) -> Result<Vec<i32>, CgroupKillError> {
+        let members = self.cgroup_members(cg.path());
+        let listed: Vec<i32> = members.iter().map(|p| p.pid).collect();
+        if let Err(why) = cgroup_kill_allowed(table, &listed, rule) {
+            self.record(
+                0,
+                SimWhat::Refused {
+                    reason: why.clone(),
+                },
+            );
+            return Err(CgroupKillError::Refused(why));
+        }
+        for m in &members {
+            self.deliver(m.id(), Sig::Kill);
+        }
+        self.record(
+            0,
+            SimWhat::CgroupKill {
+                cgroup: cg.path().display().to_string(),
+                members: listed.clone(),
+            },
+        );
+        Ok(listed)
     }
 }
 
