@@ -216,7 +216,13 @@ pub fn plan_lease(
             .filter(|pid| {
                 let live = snap.get(*pid).is_none_or(|p| p.state != 'Z');
                 let proven = matches!(&verdict, Verdict::Owned(t) if t.contains(*pid));
-                live && !proven
+                // A member the signal guards refuse (another uid) is never taken by the
+                // cgroup's kill either: with the root gone, a tree's uid is its first member's,
+                // so a bystander of another uid alone in the cgroup would otherwise pass.
+                let guarded = snap
+                    .get(*pid)
+                    .is_some_and(|p| signal::check(p, caller).is_err());
+                live && (!proven || guarded)
             })
             .collect()
     };

@@ -32,6 +32,7 @@ pub enum CgroupKillError {
 /// answer is no. `Err` says why not.
 pub fn cgroup_kill_allowed(
     table: &dyn ProcessTable,
+    caller: &Caller,
     listed: &[i32],
     rule: Option<&MemberRule>,
 ) -> Result<(), String> {
@@ -43,7 +44,14 @@ pub fn cgroup_kill_allowed(
         match table.process(pid) {
             Ok(Some(p)) if p.state == 'Z' => {}
             Ok(Some(p)) => {
-                if let Some(why) = rule.problem(&p) {
+                // The guards too: `cgroup.kill` takes every member at once, so it must not take
+                // one a per-process signal would be refused (another uid: with the root gone,
+                // the rule's uid is the first member's, and a bystander of another uid alone in
+                // the cgroup would set it).
+                let why = rule
+                    .problem(&p)
+                    .or_else(|| super::check(&p, caller).err().map(|r| r.to_string()));
+                if let Some(why) = why {
                     strangers.push(format!("pid {pid} ({why})"));
                 }
             }
@@ -70,7 +78,7 @@ pub(super) fn kill_live(
     rule: Option<&MemberRule>,
 ) -> Result<Vec<i32>, CgroupKillError> {
     let listed = cg.procs();
-    cgroup_kill_allowed(table, &listed, rule).map_err(CgroupKillError::Refused)?;
+    cgroup_kill_allowed(table, caller, &listed, rule).map_err(CgroupKillError::Refused)?;
     match cg.write("cgroup.kill", "1") {
         Ok(()) => {
             tracing::info!(cgroup = %cg.path().display(), members = listed.len(), "cgroup.kill");

@@ -423,11 +423,11 @@ impl Signaller for RecordingSignaller {
     fn kill_cgroup(
         &self,
         table: &dyn ProcessTable,
-        _caller: &Caller,
+        caller: &Caller,
         cg: &Verified,
         rule: Option<&MemberRule>,
     ) -> Result<Vec<i32>, CgroupKillError> {
-        self.kill_fixture_cgroup(table, cg, rule)
+        self.kill_fixture_cgroup(table, caller, cg, rule)
     }
 }
 
@@ -437,12 +437,13 @@ impl RecordingSignaller {
     fn kill_fixture_cgroup(
         &self,
         table: &dyn ProcessTable,
+        caller: &Caller,
         cg: &Verified,
         rule: Option<&MemberRule>,
     ) -> Result<Vec<i32>, CgroupKillError> {
         let members = self.cgroup_members(cg.path());
         let listed: Vec<i32> = members.iter().map(|p| p.pid).collect();
-        if let Err(why) = cgroup_kill_allowed(table, &listed, rule) {
+        if let Err(why) = cgroup_kill_allowed(table, caller, &listed, rule) {
             self.record(
                 0,
                 SimWhat::Refused {
