@@ -796,10 +796,12 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
         .name(format!("attach:{}", a.session))
         .stack_size(super::SMALL_STACK)
         .spawn(move || {
-            s.attached(1);
-            stream(&s, &out, &id, &a, &stop);
+            // Live from here until the stream ends: its cursor holds the adapter back (see
+            // docs/protocol.md, backpressure).
+            let token = s.join(a.since);
+            stream(&s, token, &out, &id, &a, &stop);
             out.attaches.unregister(&id, &stop);
-            s.attached(-1);
+            s.leave(token);
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start an attach thread");
@@ -808,7 +810,14 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
 
 /// Streams items above `since` until the session ends, the client goes, or the client falls
 /// out of the buffer.
-fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &AtomicBool) {
+fn stream(
+    s: &session::Supervised,
+    token: u64,
+    out: &Out,
+    id: &Value,
+    a: &Attach,
+    stop: &AtomicBool,
+) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
     // One write buffer for the whole attach: a fresh one per batch grew by doubling past the
@@ -824,7 +833,7 @@ fn stream(s: &session::Supervised, out: &Out, id: &Value, a: &Attach, stop: &Ato
             out.send(&stream_line(id, &body));
             return;
         }
-        match s.next_batch(cursor, ATTACH_BATCH, ATTACH_TICK) {
+        match s.next_batch(token, cursor, ATTACH_BATCH, ATTACH_TICK) {
             // Detached while waiting: nothing more goes out on this attach.
             _ if stop.load(Ordering::SeqCst) => continue,
             Batch::Items(items) => {

@@ -139,6 +139,9 @@ pub struct Supervised {
     /// What `status` shows, published by every writer of `inner` as it lets go (`shown.rs`).
     shown: Mutex<Arc<shown::Shown>>,
     changed: Condvar,
+    /// Signalled when the output reader, held back by the slowest live attach, may read again
+    /// (that attach advanced or ended, a close began, the session ended).
+    drained: Condvar,
     /// Set while requests await responses (`pending` or `opening` is not empty), so the output
     /// reader classifies lines only then. Set under `inner` before the request is written;
     /// cleared under `inner` by the reader when both are empty.
@@ -166,6 +169,8 @@ struct Inner {
     last_traffic: Instant,
     output_lines: u64,
     attached: usize,
+    /// The output reader waits on `drained` (see `replay.rs`).
+    reader_waiting: bool,
     stderr_tail: VecDeque<String>,
     /// Why output is held (seqs cannot be reserved), while it is.
     held: Option<String>,
@@ -217,6 +222,7 @@ impl Inner {
             last_traffic: Instant::now(),
             output_lines: 0,
             attached: 0,
+            reader_waiting: false,
             stderr_tail: VecDeque::new(),
             held: None,
             output_dropped: 0,

@@ -1,6 +1,15 @@
 //! The replay buffer: every stream item of the session with its seq, bounded by
 //! `--replay-lines` and `--replay-bytes` (the newest item is always kept), and how attached
 //! readers take items from it by cursor.
+//!
+//! **Backpressure.** Every live attach registers its cursor here (the seq it has been sent up
+//! to). An item that the slowest live attach has not been sent yet is never evicted, and the
+//! output reader does not read the adapter's stdout while the buffer is full and its oldest item
+//! is still unsent to that attach ([`Replay::behind`]): the kernel pipe fills and the adapter
+//! blocks in `write`, as behind a pipe. The buffer may exceed its bounds by the one chunk read
+//! before the reader stops. An attach stops governing when it ends (its client was dropped for
+//! not reading past the stall deadline, detached, hung up) and, for the rest of the stream, once
+//! a close began ([`Replay::release`]), so that a close never waits on a client.
 
 use super::*;
 
@@ -43,6 +52,13 @@ pub(super) struct Replay {
     evicted_upto: i64,
     /// The newest item's seq (the session's last seq before any item).
     last: i64,
+    /// The cursors of the live attaches, by token (see the module docs).
+    readers: HashMap<u64, i64>,
+    next_reader: u64,
+    /// The lowest of `readers` (none: nothing holds the buffer), while not released.
+    slowest: Option<i64>,
+    /// A close began: attaches no longer hold the buffer or the reader back.
+    released: bool,
 }
 
 impl Replay {
@@ -54,7 +70,59 @@ impl Replay {
             bytes: 0,
             evicted_upto: 0,
             last,
+            readers: HashMap::new(),
+            next_reader: 0,
+            slowest: None,
+            released: false,
         }
+    }
+
+    /// Registers a live attach whose cursor is `cursor`; its token for [`Replay::advance`].
+    pub(super) fn join(&mut self, cursor: i64) -> u64 {
+        self.next_reader += 1;
+        self.readers.insert(self.next_reader, cursor);
+        self.recompute();
+        self.next_reader
+    }
+
+    /// The attach `token` has been sent everything up to `cursor`.
+    pub(super) fn advance(&mut self, token: u64, cursor: i64) {
+        if let Some(c) = self.readers.get_mut(&token) {
+            if *c != cursor {
+                *c = cursor;
+                self.recompute();
+            }
+        }
+    }
+
+    /// The attach `token` ended: it no longer holds anything back.
+    pub(super) fn leave(&mut self, token: u64) {
+        self.readers.remove(&token);
+        self.recompute();
+    }
+
+    /// While `released`, no attach holds the buffer or the reader back (the session ended).
+    pub(super) fn release(&mut self, released: bool) {
+        self.released = released;
+        self.recompute();
+    }
+
+    fn recompute(&mut self) {
+        self.slowest = if self.released {
+            None
+        } else {
+            self.readers.values().copied().min()
+        };
+    }
+
+    /// Whether the output reader must wait: the buffer is at a bound and its oldest item has
+    /// not been sent to the slowest live attach yet.
+    pub(super) fn behind(&self) -> bool {
+        let Some(slowest) = self.slowest else {
+            return false;
+        };
+        let full = self.items.len() >= self.limits.lines || self.bytes >= self.limits.bytes;
+        full && self.oldest_seq().is_some_and(|o| o > slowest)
     }
 
     /// Appends an item, then drops the oldest while over a bound (never the newest).
@@ -64,6 +132,9 @@ impl Replay {
         self.last = seq;
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1
+            && self
+                .slowest
+                .is_none_or(|c| self.items.front().is_some_and(|i| i.seq <= c))
         {
             let old = self.items.pop_front().expect("non-empty");
             self.bytes -= old.body.len();
@@ -143,9 +214,37 @@ impl Supervised {
         self.lock().replay.check_since(since)
     }
 
-    /// Items with a seq above `cursor` (at most `max`), waiting up to `wait` for new ones.
-    pub fn next_batch(&self, cursor: i64, max: usize, wait: Duration) -> Batch {
+    /// Registers a live attach at `cursor` (see the module docs); its token for
+    /// [`Supervised::next_batch`] and [`Supervised::leave`].
+    pub fn join(&self, cursor: i64) -> u64 {
         let mut g = self.lock();
+        g.attached += 1;
+        g.replay.join(cursor)
+    }
+
+    /// The attach `token` ended: the output reader is woken, it may no longer be held back.
+    pub fn leave(&self, token: u64) {
+        {
+            let mut g = self.lock();
+            g.attached = g.attached.saturating_sub(1);
+            g.replay.leave(token);
+        }
+        self.drained.notify_all();
+    }
+
+    /// Items with a seq above `cursor` (at most `max`), waiting up to `wait` for new ones.
+    /// `cursor` is what attach `token` has been sent: the output reader, held back by it, is
+    /// woken once it is no longer.
+    pub fn next_batch(&self, token: u64, cursor: i64, max: usize, wait: Duration) -> Batch {
+        let mut g = self.lock();
+        {
+            // Not shown in status: no publish per batch.
+            let inner = g.quiet_mut();
+            inner.replay.advance(token, cursor);
+            if inner.reader_waiting && !inner.replay.behind() {
+                self.drained.notify_all();
+            }
+        }
         let deadline = Instant::now() + wait;
         loop {
             match g.replay.after(cursor, max) {
@@ -244,5 +343,47 @@ mod tests {
         r.push(4, body(50), false);
         assert_eq!((r.len(), r.bytes(), r.oldest_seq()), (1, 50, Some(4)));
         assert_eq!(r.check_since(3), Ok((Some(4), 4)));
+    }
+
+    #[test]
+    fn a_live_reader_keeps_what_it_was_not_sent_and_holds_the_reader_back() {
+        let mut r = Replay::new(
+            Limits {
+                lines: 3,
+                bytes: 1000,
+            },
+            0,
+        );
+        let slow = r.join(0);
+        let fast = r.join(0);
+        for seq in 1..=5 {
+            r.push(seq, body(1), false);
+        }
+        assert_eq!(r.len(), 5, "nothing unsent is evicted");
+        assert!(r.behind(), "a full buffer whose oldest item is unsent");
+        r.advance(fast, 5);
+        assert!(r.behind(), "the slowest governs");
+        r.advance(slow, 1);
+        assert!(!r.behind(), "the oldest item was sent");
+        r.push(6, body(1), false);
+        assert_eq!(
+            r.oldest_seq(),
+            Some(2),
+            "only what every reader was sent goes"
+        );
+        assert!(r.behind());
+        r.leave(slow);
+        assert!(!r.behind(), "an attach that ended holds nothing back");
+        r.push(7, body(1), false);
+        assert_eq!((r.len(), r.oldest_seq()), (3, Some(5)));
+        r.advance(fast, 5);
+        let slow = r.join(5);
+        r.push(8, body(1), false);
+        assert!(r.behind());
+        r.release(true);
+        assert!(!r.behind(), "an ended session holds nothing back");
+        r.push(9, body(1), false);
+        assert_eq!(r.oldest_seq(), Some(7));
+        r.leave(slow);
     }
 }

@@ -141,8 +141,12 @@ impl Supervised {
         g.life.end(code);
         g.start_failure = start_failure;
         g.pending.clear();
+        // Attaches hold the reader back no longer: whatever the adapter still wrote goes to the
+        // buffer, and a reader waiting on a client that stopped reading sees the end.
+        g.replay.release(true);
         drop(g);
         self.changed.notify_all();
+        self.drained.notify_all();
     }
 
     /// The start failure of a session whose wrapper exited with `code`: the adapter was started

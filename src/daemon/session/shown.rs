@@ -97,6 +97,26 @@ impl<'a> Locked<'a> {
     }
 }
 
+impl Locked<'_> {
+    /// The state for a change that `status` does not show (attach cursors): no publish.
+    pub(super) fn quiet_mut(&mut self) -> &mut Inner {
+        self.guard.as_mut().expect("held until dropped")
+    }
+
+    /// Waits on the session's `drained` condition (the output reader held back by an attach).
+    pub(super) fn wait_drained(mut self, wait: Duration) -> Self {
+        self.publish();
+        let session = self.session;
+        let guard = self.guard.take().expect("held until dropped");
+        let guard = session
+            .drained
+            .wait_timeout(guard, wait)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+        Locked::new(session, guard)
+    }
+}
+
 impl Deref for Locked<'_> {
     type Target = Inner;
     fn deref(&self) -> &Inner {
@@ -176,6 +196,7 @@ mod tests {
             shown: Mutex::new(Arc::new(Shown::of(&inner))),
             inner: Mutex::new(inner),
             changed: Condvar::new(),
+            drained: Condvar::new(),
             tracking: AtomicBool::new(false),
         }
     }

@@ -174,6 +174,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         inner: Mutex::new(inner),
         shown: Mutex::new(shown),
         changed: Condvar::new(),
+        drained: Condvar::new(),
         tracking: AtomicBool::new(false),
     });
     tracing::info!(session = %req.session, pid = child_pid, argv = crate::cli::logging::json(&req.argv), "session spawned");

@@ -48,6 +48,7 @@ impl Supervised {
         let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
         let mut batch = OutBatch::default();
         loop {
+            self.hold_while_behind();
             let n = match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -75,6 +76,21 @@ impl Supervised {
             batch.add(&raw, truncated, self.item_cap, tracking);
             self.push_lines(&mut batch);
         }
+    }
+
+    /// Waits, before the next read of the adapter's stdout, while the slowest live attach has not
+    /// been sent the oldest item of a full buffer (see `replay.rs`): the adapter then blocks in
+    /// `write` on its full pipe, as behind a pipe. One lock per chunk, no publish when not held.
+    fn hold_while_behind(&self) {
+        let mut g = self.lock();
+        if !g.replay.behind() {
+            return;
+        }
+        while g.replay.behind() && !g.life.is_ended() {
+            g.quiet_mut().reader_waiting = true;
+            g = g.wait_drained(HOLD_TICK);
+        }
+        g.quiet_mut().reader_waiting = false;
     }
 
     /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
@@ -169,6 +185,10 @@ pub(super) const MIN_ITEM_LINE: usize = 256;
 
 /// How much of the adapter's stdout is read at a time (a pipe holds 64 KiB by default).
 pub(super) const READ_CHUNK: usize = 64 * 1024;
+/// How often an output reader held back by an attach looks again without being woken (it is
+/// woken when the attach advances or ends, a close begins or the session ends).
+const HOLD_TICK: Duration = Duration::from_millis(250);
+
 /// The stdout buffer until a read fills it (see [`Supervised::read_stdout`]).
 const FIRST_READ: usize = 4 * 1024;
 
