@@ -4,6 +4,7 @@
 //! that is stored reads back (a grace of 2^64-1 ms once became a negative row that nothing could
 //! read, close, or reap). Pure: no I/O.
 
+use crate::kind::{HasKind, Kind};
 use std::time::Duration;
 
 /// The grace between SIGTERM and SIGKILL when none is given.
@@ -50,6 +51,13 @@ pub enum ValueError {
         len: usize,
         shown: String,
     },
+}
+
+/// A bad value at an edge (a duration, a grace, a key) is bad usage.
+impl HasKind for ValueError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
 }
 
 /// Checks a grace in milliseconds: `0..=MAX_GRACE_MS`.

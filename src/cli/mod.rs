@@ -1053,4 +1053,29 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+
+    /// The daemon path and the direct path exit alike: a daemon's error reply (read by the
+    /// client, or wrapped by `sessions send`) exits with its wire code's kind. Before the one
+    /// table, `sessions send` exited 1 for `not_visible` and `bad_request`, and the thin client
+    /// 1 for `not_supervised`.
+    #[test]
+    fn a_daemon_error_exits_with_its_codes_kind() {
+        use crate::daemon::client::ClientError;
+        use crate::daemon::protocol::CODES;
+        for (code, name, kind) in CODES {
+            let remote = || ClientError::Remote {
+                code: name.to_string(),
+                message: "m".into(),
+                data: Default::default(),
+            };
+            assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
+            let wrapped = crate::daemon::session_input::undelivered("k", remote());
+            assert_eq!(Failure::from(wrapped).code, kind.exit_code(), "{code:?}");
+        }
+        assert_eq!(
+            Failure::from(ClientError::Closed).code,
+            exitcode::FAILURE,
+            "a broken connection is internal"
+        );
+    }
 }

@@ -12,6 +12,7 @@
 pub use super::events::History;
 use super::verify::LiveMember;
 use super::Controller;
+use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
 use crate::store::{SessionRow, StoreError};
@@ -66,6 +67,22 @@ pub enum SessionsError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl HasKind for SessionsError {
+    fn kind(&self) -> Kind {
+        match self {
+            SessionsError::NotFound(_) => Kind::NotFound,
+            SessionsError::NotVisible { .. } => Kind::NotVisible,
+            SessionsError::DaemonNeeded { .. } => Kind::DaemonNeeded,
+            SessionsError::MultiLine => Kind::Usage,
+            SessionsError::Remote { code, .. } => code
+                .as_deref()
+                .and_then(crate::daemon::protocol::Code::parse)
+                .map_or(Kind::Internal, |c| c.kind()),
+            SessionsError::Store(e) => e.kind(),
+        }
+    }
 }
 
 pub(crate) fn describe(scope: &Scope) -> String {

@@ -16,6 +16,7 @@ use super::protocol::{
     StreamItem, MAX_LINE,
 };
 use super::{lock_path, LockInfo};
+use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
 use crate::lifecycle::{CloseOutcome, LeaseRef, ReapReport};
 use crate::plan::ReapPlan;
@@ -64,6 +65,14 @@ pub enum ClientError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl HasKind for ClientError {
+    /// A daemon's error reply has the kind of its wire code; a connection that failed or a reply
+    /// that does not parse is internal.
+    fn kind(&self) -> Kind {
+        self.code().map_or(Kind::Internal, |c| c.kind())
+    }
 }
 
 impl ClientError {

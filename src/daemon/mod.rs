@@ -30,6 +30,7 @@ mod stdin_pipe;
 pub mod strict_json;
 mod systemd;
 
+use crate::kind::{HasKind, Kind};
 use crate::lease::{now_ms, ProcessId};
 use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
@@ -127,6 +128,17 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
+}
+
+impl HasKind for ServeError {
+    fn kind(&self) -> Kind {
+        match self {
+            ServeError::AlreadyRunning { .. }
+            | ServeError::SocketInUse(_)
+            | ServeError::Metrics { .. } => Kind::Conflict,
+            _ => Kind::Internal,
+        }
+    }
 }
 
 /// What the lock file says, for clients and for the refusal message of a second daemon.
