@@ -24,10 +24,10 @@ mod verify;
 
 use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::controller::Controller;
+use crate::controller::{CloseResult, LeaseRef};
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseResult, LeaseRef};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
@@ -530,7 +530,7 @@ impl<E: HasKind> From<E> for Failure {
 /// The exit code of a batch of closes: the worst outcome's (a lease left open because it could
 /// not be verified is 6, one another process holds is 3, closed or lost is 0). The direct path
 /// and the daemon path both end here.
-pub(crate) fn close_exit_code(outcomes: &[crate::lifecycle::CloseOutcome]) -> u8 {
+pub(crate) fn close_exit_code(outcomes: &[crate::controller::CloseOutcome]) -> u8 {
     outcomes
         .iter()
         .map(|o| match o.result {
@@ -971,7 +971,7 @@ fn run_reap(b: &mut dyn backend::Backend, a: ReapArgs) -> Result<u8, Failure> {
 
 /// A reap that left a lease open because it could not verify it exits 6, so a gateway's startup
 /// script can tell "nothing to do" from "something needs a look".
-pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
+pub(crate) fn reap_exit_code(report: &crate::controller::ReapReport) -> u8 {
     let unverified = report
         .leases
         .iter()

@@ -6,8 +6,8 @@
 
 use super::Failure;
 use crate::controller::verify::{Answer, VerifyReport};
+use crate::controller::LeaseRef;
 use crate::kind::Kind;
-use crate::lifecycle::LeaseRef;
 use clap::Args;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \

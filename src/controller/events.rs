@@ -13,7 +13,7 @@ use super::sessions::{SessionsError, View};
 use super::*;
 use crate::kind::{HasKind, Kind};
 use crate::store::Event;
-use crate::visibility::{Grant, SessionIndex, SessionMeta};
+use leash_core::visibility::{Grant, SessionIndex, SessionMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {

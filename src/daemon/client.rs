@@ -16,9 +16,9 @@ use super::protocol::{
     StreamItem, MAX_LINE,
 };
 use super::{lock_path, LockInfo};
+use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseOutcome, LeaseRef, ReapReport};
 use crate::plan::ReapPlan;
 use crate::state::StateRoot;
 use serde::de::DeserializeOwned;
@@ -302,11 +302,11 @@ impl Client {
     /// answer `leash sessions QUERY --json` prints.
     pub fn sessions_query<T: DeserializeOwned>(
         &mut self,
-        view: &crate::sessions::View,
+        view: &crate::controller::sessions::View,
         query: &str,
         key: Option<&str>,
     ) -> Result<T, ClientError> {
-        use crate::visibility::A2aPolicy;
+        use leash_core::visibility::A2aPolicy;
         let mut req = json!({
             "query": query,
             "requesterSessionKey": view.requester,
