@@ -17,6 +17,7 @@
 //! it are then reached through `/proc/self/fd/<fd>/…`, so a directory removed and recreated under
 //! the same name after the check is never the one written to.
 
+use crate::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -68,6 +69,20 @@ pub enum CgroupError {
         value: String,
         why: &'static str,
     },
+}
+
+impl HasKind for CgroupError {
+    /// A limit asked for without containment, or one the kernel does not take, is bad usage; a
+    /// cgroup that is not the lease's is unverified; the rest is the machine's.
+    fn kind(&self) -> Kind {
+        match self {
+            CgroupError::LimitWithoutContainment { .. } | CgroupError::BadLimit { .. } => {
+                Kind::Usage
+            }
+            CgroupError::NotVerified { .. } => Kind::Unverified,
+            _ => Kind::Internal,
+        }
+    }
 }
 
 /// What the operator asked for.

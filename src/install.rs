@@ -6,6 +6,7 @@
 //! and one of the destination. The copy is atomic: a temporary file in the same directory,
 //! renamed into place, so no wrapper is ever exec'd half-written.
 
+use crate::kind::{HasKind, Kind};
 use crate::state::StateRoot;
 use std::fs;
 use std::io;
@@ -32,6 +33,12 @@ pub enum InstallError {
         #[source]
         source: io::Error,
     },
+}
+
+impl HasKind for InstallError {
+    fn kind(&self) -> Kind {
+        Kind::Internal
+    }
 }
 
 /// Finds the wrapper binary to install.

@@ -5,6 +5,7 @@
 //! otherwise the live argv must equal the stored command token for token (never as raw strings).
 //! A stored pid alone never leads to a signal, and what cannot be verified is left alone.
 
+use crate::kind::{HasKind, Kind};
 use crate::proc::Snapshot;
 use crate::signal::Caller;
 use crate::store::{NewLegacyRecord, Store, StoreError};
@@ -53,12 +54,27 @@ pub enum LegacyError {
     Store(#[from] StoreError),
 }
 
+impl HasKind for LegacyError {
+    /// A file that cannot be read or parsed is bad input to `legacy import` — but it always
+    /// exited 1, and gateways may branch on that, so every legacy error stays internal.
+    fn kind(&self) -> Kind {
+        Kind::Internal
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
     #[error("unterminated {0} quote")]
     Unterminated(char),
     #[error("trailing backslash")]
     TrailingBackslash,
+}
+
+/// A stored command that does not split is bad input.
+impl HasKind for TokenError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
 }
 
 /// Splits a command line the way a POSIX shell would for plain words (the `shlex` crate):

@@ -31,12 +31,12 @@
 //! that asked for them — and serves clients over a Unix socket (newline-delimited JSON,
 //! `docs/protocol.md`): attach with replay by seq, busy tracking, idle close, orderly shutdown.
 //!
-//! [`ownership`] answers `leash verify` (owned / dead / unavailable, never a signal), what a
+//! [`controller::verify`] answers `leash verify` (owned / dead / unavailable, never a signal), what a
 //! gateway asks before it resumes a stored session; [`reconcile`] decides what the daemon's
 //! timer settles between start-ups (orphans by `reap`'s rules, leases whose wrapper is gone),
 //! reading only the leases and their processes until there is work.
 //!
-//! Session rows carry ownership metadata, and [`visibility`] decides in one pure check what a
+//! Session rows carry ownership metadata, and [`leash_core::visibility`] decides in one pure check what a
 //! requester may see.
 
 // No `unsafe` outside `sys` (a build error, not a convention).
@@ -52,19 +52,13 @@ pub mod install;
 pub mod kind;
 pub mod lease;
 pub mod legacy;
-pub mod lifecycle;
-/// `leash exec`'s old address: it is the controller's verb now ([`controller::exec`]).
-pub use controller::exec;
 pub mod limits;
 pub mod mcp;
-/// `leash verify`'s old address: it is the controller's verb now ([`controller::verify`]).
-pub use controller::verify as ownership;
 pub mod plan;
 pub mod proc;
 pub mod ps;
 pub mod reconcile;
 pub mod report;
-pub mod sessions;
 pub mod signal;
 pub mod state;
 pub mod store;
@@ -72,4 +66,3 @@ pub mod store;
 #[allow(unsafe_code)]
 mod sys;
 pub mod verify;
-pub mod visibility;

@@ -4,6 +4,7 @@
 //! that is stored reads back (a grace of 2^64-1 ms once became a negative row that nothing could
 //! read, close, or reap). Pure: no I/O.
 
+use crate::kind::{HasKind, Kind};
 use std::time::Duration;
 
 /// The grace between SIGTERM and SIGKILL when none is given.
@@ -56,6 +57,13 @@ pub enum ValueError {
     },
 }
 
+/// A bad value at an edge (a duration, a grace, a key) is bad usage.
+impl HasKind for ValueError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
+    }
+}
+
 /// Checks a grace in milliseconds: `0..=MAX_GRACE_MS`.
 pub fn check_grace_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
     at_most(what, ms, MAX_GRACE_MS)
@@ -95,6 +103,17 @@ fn at_most(what: &'static str, v: u64, max: u64) -> Result<u64, ValueError> {
         });
     }
     Ok(v)
+}
+
+/// How long closed, ended and lost leases are kept before `reap` deletes them, when nobody says:
+/// written once for `leash reap --retention`, `leash serve --retention` and the daemon's `reap`
+/// op (which takes it in milliseconds, [`default_retention_ms`]).
+pub const DEFAULT_RETENTION: &str = "7d";
+
+/// [`DEFAULT_RETENTION`] in milliseconds.
+pub fn default_retention_ms() -> u64 {
+    let d = parse_duration(DEFAULT_RETENTION).expect("DEFAULT_RETENTION is a duration");
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Parses a duration: humantime syntax (`500ms`, `3s`, `1m 30s`, `12h`, `7d`), or a bare number
@@ -221,5 +240,10 @@ mod tests {
         let s = show_key(&"é".repeat(1000));
         assert!(s.ends_with("… (2000 bytes, shortened)"), "{s}");
         assert_eq!(s.matches('é').count(), SHOWN_KEY_CHARS);
+    }
+
+    #[test]
+    fn the_retention_default_is_seven_days() {
+        assert_eq!(default_retention_ms(), 7 * 24 * 3600 * 1000);
     }
 }

@@ -6,6 +6,7 @@
 //! Unreadable fields are normal, not errors: a process of another user hides its `exe` and
 //! `environ` (`None` here), and a process that vanishes mid-read is simply not in the snapshot.
 
+use crate::kind::{HasKind, Kind};
 use crate::lease::{ProcessId, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -190,6 +191,13 @@ impl Snapshot {
 pub enum TableError {
     #[error("the process table is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// A process table that cannot be read: nothing can be verified, so nothing is signalled.
+impl HasKind for TableError {
+    fn kind(&self) -> Kind {
+        Kind::Unverified
+    }
 }
 
 /// One source of process facts.

@@ -16,8 +16,8 @@
 //! lease is settled by `close`, which only signals what still carries the lease's markers). The
 //! daemon's own sessions are the daemon's to settle and are never touched here.
 
+use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
 use crate::lease::{now_ms, Lease, LeaseState, ProcessId};
-use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
 use crate::proc::ProcessTable;
 use serde::{Deserialize, Serialize};
@@ -222,7 +222,7 @@ pub fn pass(
     Ok(report)
 }
 
-fn removed(swept: &[crate::lifecycle::SweptCgroup]) -> usize {
+fn removed(swept: &[crate::controller::SweptCgroup]) -> usize {
     swept.iter().filter(|c| c.result == "removed").count()
 }
 

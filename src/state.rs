@@ -2,6 +2,7 @@
 //! wrapper binaries and the wrappers' reports. Everything under it is trusted as much as the
 //! database is, so it is created mode 0700 and refused when another user owns it.
 
+use crate::kind::{HasKind, Kind};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -40,6 +41,16 @@ pub enum StateError {
              path"
     )]
     Relative(PathBuf),
+}
+
+impl HasKind for StateError {
+    fn kind(&self) -> Kind {
+        match self {
+            StateError::Missing(_) => Kind::NotFound,
+            StateError::Relative(_) => Kind::Usage,
+            _ => Kind::Internal,
+        }
+    }
 }
 
 /// `p` made absolute against the current directory (lexically: `..` is kept, symlinks are not

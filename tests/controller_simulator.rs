@@ -12,8 +12,8 @@
 //! (`fixtures/lifecycle/contained/`). The controller itself still observes cgroups on the live
 //! cgroupfs, so contained leases through `close` and `reap` stay live-only (`containment_*`). The
 //! live tests stay.
+use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::lease::{command_hash, Lease, LeaseState};
-use leash::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::plan::ReapOptions;
 use leash::proc::FixtureTable;
 use leash::signal::{Caller, Delivery, Exit, RecordingSignaller, Sig, SimEvent, SimWhat};
@@ -226,8 +226,8 @@ fn timeline_line(e: &SimEvent) -> String {
 /// What an outcome signalled, as `"SIGTERM 1205 marked"` (delivery named unless delivered), and
 /// what it refused, as `"4000: <why>"`.
 fn signalled_and_refused(
-    signals: &[leash::lifecycle::SignalRecord],
-    refused: &[leash::lifecycle::RefusedSignal],
+    signals: &[leash::controller::SignalRecord],
+    refused: &[leash::controller::RefusedSignal],
 ) -> (Value, Value) {
     let signals: Vec<String> = signals
         .iter()

@@ -8,7 +8,7 @@
 mod common;
 use common::counting::Counting;
 use common::*;
-use leash::lifecycle::{CloseResult, Controller, LeaseRef};
+use leash::controller::{CloseResult, Controller, LeaseRef};
 use leash::plan::ReapOptions;
 use leash::state::StateRoot;
 use leash::store::Store;
@@ -72,7 +72,7 @@ fn a_marker_carrying_escapee_is_reaped_while_exec_and_close_scan_nothing() {
         cgroup_root: None,
     };
     let t = Counting::default();
-    let reason = leash::exec::supersede_reason(&old, &expect, &t, &root, "next");
+    let reason = leash::controller::exec::supersede_reason(&old, &expect, &t, &root, "next");
     assert!(reason.is_some(), "the old lease is over");
     assert_eq!(t.scans(), 0, "exec's decision read no host-wide table");
     assert!(t.entries() <= 2, "exec read {} entries", t.entries());

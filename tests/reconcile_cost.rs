@@ -19,7 +19,7 @@ fn me() -> ProcessId {
 
 /// One pass over `root` through a controller reading `t` (the daemon passes its own).
 fn pass(root: &StateRoot, t: &Counting, retention: Duration) -> leash::reconcile::PassReport {
-    let ctl = leash::lifecycle::Controller::open(root.clone(), t).unwrap();
+    let ctl = leash::controller::Controller::open(root.clone(), t).unwrap();
     leash::reconcile::pass(&ctl, me(), retention).unwrap()
 }
 

@@ -8,11 +8,11 @@
 //! wildcard a2a rules, unknown agents, agents from keys, tree edges, cycles) go through the pure
 //! check.
 
-use leash::lifecycle::Controller;
+use leash::controller::sessions::{SessionsError, View};
+use leash::controller::Controller;
 use leash::proc::FixtureTable;
-use leash::sessions::{SessionsError, View};
 use leash::state::StateRoot;
-use leash::visibility::{
+use leash_core::visibility::{
     can_see_session_row, grant, A2aPolicy, Grant, Scope, SessionIndex, SessionMeta, Visibility,
 };
 use serde_json::Value;

@@ -9,12 +9,12 @@
 mod common;
 mod mcp_support;
 
-use leash::lifecycle::Controller;
+use leash::controller::sessions::View;
+use leash::controller::Controller;
 use leash::proc::FixtureTable;
-use leash::sessions::View;
 use leash::state::StateRoot;
 use leash::store::SessionRow;
-use leash::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};
+use leash_core::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};
 use mcp_support::{initialize, mcp_once, tool_call};
 use proptest::prelude::*;
 use std::collections::BTreeSet;

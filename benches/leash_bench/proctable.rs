@@ -11,7 +11,7 @@ use crate::procs::{self, Children, TempDir, Tracked};
 use crate::spawn::verdict;
 use crate::stats::{self, Summary, Table};
 use crate::{Config, Env};
-use leash::lifecycle::Controller;
+use leash::controller::Controller;
 use leash::proc::{LiveTable, ProcessTable, Snapshot};
 use leash::state::StateRoot;
 use leash::verify::{verify_owned_tree, Expect, Verdict};
@@ -128,7 +128,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             Ok(())
         })?);
         // The daemon holds one controller for its life: a pass does not open the store.
-        let ctl = leash::lifecycle::Controller::open(root.clone(), &LiveTable)
+        let ctl = leash::controller::Controller::open(root.clone(), &LiveTable)
             .map_err(|e| e.to_string())?;
         reconcile.push(time(reps_fast, &mut || {
             let r = leash::reconcile::pass(&ctl, me, Duration::from_secs(86_400))
@@ -142,7 +142,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             // As `leash verify` runs it: one controller for the process, then the verb.
             let r = Controller::open(root.clone(), &LiveTable)
                 .map_err(|e| e.to_string())?
-                .verify(&leash::lifecycle::LeaseRef::Id(lease.lease_id.clone()))
+                .verify(&leash::controller::LeaseRef::Id(lease.lease_id.clone()))
                 .map_err(|e| e.to_string())?;
             if r.answer != leash::controller::verify::Answer::Owned {
                 return Err(format!("leash verify answered {}", r.answer.as_str()));

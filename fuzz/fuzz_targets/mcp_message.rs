@@ -9,7 +9,7 @@
 use leash::mcp::jsonrpc::{classify, render, Incoming};
 use leash::mcp::server::Server;
 use leash::mcp::tools::{HistoryResult, SendResult, StatusResult, ToolError, Tools};
-use leash::sessions::Listing;
+use leash::controller::sessions::Listing;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -9,15 +9,15 @@
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
 use super::Failure;
+use crate::controller::sessions::{History, Listing, SessionStatus, View};
 use crate::controller::verify::VerifyReport;
+use crate::controller::{CloseOutcome, Controller, LeaseRef, ReapReport};
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, ReapReport};
 use crate::plan::{ReapOptions, ReapPlan};
 use crate::proc::LiveTable;
-use crate::sessions::{History, Listing, SessionStatus, View};
 use crate::state::StateRoot;
 use std::path::{Path, PathBuf};
 
@@ -267,13 +267,13 @@ impl Backend for ThroughDaemon {
 }
 
 /// `leash sessions send`, either way: the controller checks visibility and the line, then hands
-/// it to the daemon serving the state root ([`ThroughDaemon`](crate::daemon::session_input),
+/// it to the daemon serving the state root ([`DaemonInput`](crate::daemon::session_input::DaemonInput),
 /// looked for even with `--no-daemon`, since only a daemon holds the adapter's stdin), whose
 /// reply is read as its type.
 fn send(root: &StateRoot, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
     static TABLE: LiveTable = LiveTable;
     let v = Controller::open(root.clone(), &TABLE)?
-        .with_session_input(crate::daemon::session_input::ThroughDaemon)
+        .with_session_input(crate::daemon::session_input::DaemonInput)
         .send(view, key, line)?;
     serde_json::from_value(v).map_err(|e| {
         Failure::new(

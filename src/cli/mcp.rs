@@ -8,8 +8,8 @@ use super::Failure;
 use crate::exitcode;
 use crate::mcp::effects::SessionTools;
 use crate::state::StateRoot;
-use crate::visibility::{A2aRule, Visibility};
 use clap::Args;
+use leash_core::visibility::{A2aRule, Visibility};
 
 pub(super) const MCP_ABOUT: &str = "Serve the session tools (sessions_list, sessions_history, \
 sessions_send, session_status) to an agent as a Model Context Protocol server on stdin/stdout \

@@ -24,10 +24,10 @@ mod verify;
 
 use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::controller::Controller;
+use crate::controller::{CloseResult, LeaseRef};
 use crate::exitcode;
 use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseResult, LeaseRef};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
@@ -401,7 +401,7 @@ pub struct ReapArgs {
     #[arg(long)]
     pub include_live: bool,
     /// Delete closed, ended and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = parse_retention)]
     pub retention: Duration,
     /// [default: each lease's own]
     #[command(flatten)]
@@ -530,7 +530,7 @@ impl<E: HasKind> From<E> for Failure {
 /// The exit code of a batch of closes: the worst outcome's (a lease left open because it could
 /// not be verified is 6, one another process holds is 3, closed or lost is 0). The direct path
 /// and the daemon path both end here.
-pub(crate) fn close_exit_code(outcomes: &[crate::lifecycle::CloseOutcome]) -> u8 {
+pub(crate) fn close_exit_code(outcomes: &[crate::controller::CloseOutcome]) -> u8 {
     outcomes
         .iter()
         .map(|o| match o.result {
@@ -971,7 +971,7 @@ fn run_reap(b: &mut dyn backend::Backend, a: ReapArgs) -> Result<u8, Failure> {
 
 /// A reap that left a lease open because it could not verify it exits 6, so a gateway's startup
 /// script can tell "nothing to do" from "something needs a look".
-pub(crate) fn reap_exit_code(report: &crate::lifecycle::ReapReport) -> u8 {
+pub(crate) fn reap_exit_code(report: &crate::controller::ReapReport) -> u8 {
     let unverified = report
         .leases
         .iter()
@@ -1052,5 +1052,30 @@ mod tests {
     fn cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// The daemon path and the direct path exit alike: a daemon's error reply (read by the
+    /// client, or wrapped by `sessions send`) exits with its wire code's kind. Before the one
+    /// table, `sessions send` exited 1 for `not_visible` and `bad_request`, and the thin client
+    /// 1 for `not_supervised`.
+    #[test]
+    fn a_daemon_error_exits_with_its_codes_kind() {
+        use crate::daemon::client::ClientError;
+        use crate::daemon::protocol::CODES;
+        for (code, name, kind) in CODES {
+            let remote = || ClientError::Remote {
+                code: name.to_string(),
+                message: "m".into(),
+                data: Default::default(),
+            };
+            assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
+            let wrapped = crate::daemon::session_input::undelivered("k", remote());
+            assert_eq!(Failure::from(wrapped).code, kind.exit_code(), "{code:?}");
+        }
+        assert_eq!(
+            Failure::from(ClientError::Closed).code,
+            exitcode::FAILURE,
+            "a broken connection is internal"
+        );
     }
 }

@@ -1,9 +1,9 @@
 //! Rendering for the CLI: human-readable by default, JSON (camelCase, one document) with `--json`.
 //! Everything goes to stdout except warnings; `leash exec` never comes here.
 
+use crate::controller::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::daemon::protocol::{Cancelled, DaemonStatus, LeaseRow, Status};
 use crate::legacy::LegacyRecord;
-use crate::lifecycle::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::plan::{Decision, ReapPlan};
 use serde::Serialize;
 

@@ -37,7 +37,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub grace: GraceArg,
     /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = super::parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = super::parse_retention)]
     pub retention: Duration,
     /// Run the orphans-only reap of this state root this often (leases of sessions started
     /// outside the daemon whose owner died or whose wrapper is gone); 0 disables

@@ -4,12 +4,12 @@
 //! themselves are [`crate::controller::Controller`], shared with the daemon.
 
 use super::Failure;
+use crate::controller::sessions::{describe, History, Listing, ProcState, SessionStatus, View};
 use crate::exitcode;
 use crate::kind::Kind;
 use crate::lease::LeaseState;
-use crate::sessions::{describe, History, Listing, ProcState, SessionStatus, View};
-use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use clap::{Args, Subcommand, ValueEnum};
+use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -88,12 +88,12 @@ pub struct ViewArgs {
 
 fn parse_visibility(s: &str) -> Result<Visibility, String> {
     s.parse()
-        .map_err(|e: crate::visibility::PolicyError| e.to_string())
+        .map_err(|e: leash_core::visibility::PolicyError| e.to_string())
 }
 
 fn parse_rule(s: &str) -> Result<A2aRule, String> {
     s.parse()
-        .map_err(|e: crate::visibility::PolicyError| e.to_string())
+        .map_err(|e: leash_core::visibility::PolicyError| e.to_string())
 }
 
 impl ViewArgs {

@@ -6,7 +6,8 @@
 
 use super::Failure;
 use crate::controller::verify::{Answer, VerifyReport};
-use crate::lifecycle::LeaseRef;
+use crate::controller::LeaseRef;
+use crate::kind::Kind;
 use clap::Args;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \
@@ -56,7 +57,17 @@ impl VerifyArgs {
 pub(super) fn run(b: &mut dyn super::backend::Backend, a: &VerifyArgs) -> Result<u8, Failure> {
     let report = b.verify(&a.target())?;
     print(&report, a.json);
-    Ok(report.answer.exit_code())
+    Ok(exit_code(report.answer))
+}
+
+/// The documented exit code of `leash verify` for an answer: rendering the controller's typed
+/// answer is the CLI's decision, so the controller never sees an exit code.
+fn exit_code(answer: Answer) -> u8 {
+    match answer {
+        Answer::Owned => crate::exitcode::OK,
+        Answer::Dead => Kind::Dead.exit_code(),
+        Answer::Unavailable => Kind::Unverified.exit_code(),
+    }
 }
 
 fn print(r: &VerifyReport, json: bool) {
@@ -81,5 +92,18 @@ fn print(r: &VerifyReport, json: bool) {
     );
     for e in &r.evidence {
         outln!("  - {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exitcode;
+
+    #[test]
+    fn each_answer_exits_with_its_documented_code() {
+        assert_eq!(exit_code(Answer::Owned), 0);
+        assert_eq!(exit_code(Answer::Dead), exitcode::DEAD);
+        assert_eq!(exit_code(Answer::Unavailable), exitcode::UNVERIFIED);
     }
 }

@@ -11,8 +11,9 @@
 
 use super::sessions::{SessionsError, View};
 use super::*;
+use crate::kind::{HasKind, Kind};
 use crate::store::Event;
-use crate::visibility::{Grant, SessionIndex, SessionMeta};
+use leash_core::visibility::{Grant, SessionIndex, SessionMeta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
@@ -21,6 +22,15 @@ pub enum EventsError {
     NoSession(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl HasKind for EventsError {
+    fn kind(&self) -> Kind {
+        match self {
+            EventsError::NoSession(_) => Kind::NotFound,
+            EventsError::Store(e) => e.kind(),
+        }
+    }
 }
 
 /// A session's events as a requester may read them.

@@ -14,6 +14,7 @@
 
 use crate::cgroup::{self, CgroupError, Containment, Limits, Settings, Verified};
 use crate::install::{install_wrapper, InstallError};
+use crate::kind::{HasKind, Kind};
 use crate::lease::{self, command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use crate::proc::{self, LiveTable, ProcessTable};
 use crate::state::{StateError, StateRoot};
@@ -95,6 +96,28 @@ pub enum ExecError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl HasKind for ExecError {
+    /// The cause of a failed `leash exec` (it exits 125 whatever the kind).
+    fn kind(&self) -> Kind {
+        use crate::store::StoreError;
+        match self {
+            ExecError::SessionLive { .. } => Kind::Conflict,
+            ExecError::BadInput(_)
+            | ExecError::BadEnv(_)
+            | ExecError::NoCommand
+            | ExecError::BadLeaseId(_) => Kind::Usage,
+            ExecError::LeaseIdTaken(_) => Kind::Conflict,
+            ExecError::Store(StoreError::Unstorable { .. }) => Kind::Usage,
+            ExecError::Store(_) | ExecError::State(_) => Kind::Internal,
+            ExecError::Install(_)
+            | ExecError::NoParent(_)
+            | ExecError::OwnerGone { .. }
+            | ExecError::Exec { .. }
+            | ExecError::Cgroup(_) => Kind::SpawnFailed,
+        }
+    }
 }
 
 /// Whether a session's previous active lease is over, so that a new one may take its place;

@@ -37,6 +37,7 @@
 
 use crate::cgroup::{self, Containment, Verified};
 use crate::controller::terminate::{Engine, Job};
+use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::legacy::LegacyRecord;
 use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
@@ -84,6 +85,16 @@ pub enum LifecycleError {
     NoActiveLease(String),
     #[error("lease {lease_id} is {state}, not open")]
     NotOpen { lease_id: String, state: LeaseState },
+}
+
+impl HasKind for LifecycleError {
+    fn kind(&self) -> Kind {
+        match self {
+            LifecycleError::Store(e) => e.kind(),
+            LifecycleError::NoLease(_) | LifecycleError::NoActiveLease(_) => Kind::NotFound,
+            LifecycleError::NotOpen { .. } => Kind::Conflict,
+        }
+    }
 }
 
 /// Names a lease: by id, or as the active lease of a session.

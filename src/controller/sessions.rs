@@ -2,8 +2,8 @@
 //! `events.rs`) — over one state root, each run as a requester, as methods of the one
 //! [`Controller`]. Every operation goes through
 //! [`Controller::authorize`] or, for `list`,
-//! through [`crate::visibility::visible_rows`], and both ask the one pure check
-//! ([`crate::visibility::grant`]) over the rows loaded once from the store. A session the
+//! through [`leash_core::visibility::visible_rows`], and both ask the one pure check
+//! ([`leash_core::visibility::grant`]) over the rows loaded once from the store. A session the
 //! requester may not see is an error, never an empty success. The command line
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
@@ -12,11 +12,12 @@
 pub use super::events::History;
 use super::verify::LiveMember;
 use super::Controller;
+use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
 use crate::store::{SessionRow, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Verdict};
-use crate::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
+use leash_core::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -66,6 +67,22 @@ pub enum SessionsError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl HasKind for SessionsError {
+    fn kind(&self) -> Kind {
+        match self {
+            SessionsError::NotFound(_) => Kind::NotFound,
+            SessionsError::NotVisible { .. } => Kind::NotVisible,
+            SessionsError::DaemonNeeded { .. } => Kind::DaemonNeeded,
+            SessionsError::MultiLine => Kind::Usage,
+            SessionsError::Remote { code, .. } => code
+                .as_deref()
+                .and_then(crate::daemon::protocol::Code::parse)
+                .map_or(Kind::Internal, |c| c.kind()),
+            SessionsError::Store(e) => e.kind(),
+        }
+    }
 }
 
 pub(crate) fn describe(scope: &Scope) -> String {
@@ -284,7 +301,7 @@ impl Controller<'_> {
 
     /// Checks visibility and the line, then hands it to the controller's [`SessionInput`]:
     /// whoever holds the adapter's stdin. The front doors set
-    /// `daemon::session_input::ThroughDaemon` ([`Controller::with_session_input`]), the daemon
+    /// `daemon::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
     pub fn send(

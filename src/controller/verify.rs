@@ -18,7 +18,7 @@
 //! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
-use crate::exitcode;
+use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState};
 use crate::proc::{Snapshot, TableError};
 use crate::store::StoreError;
@@ -43,15 +43,6 @@ impl Answer {
             Answer::Owned => "owned",
             Answer::Dead => "dead",
             Answer::Unavailable => "unavailable",
-        }
-    }
-
-    /// The documented exit code of `leash verify` for this answer.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Answer::Owned => exitcode::OK,
-            Answer::Dead => crate::kind::Kind::Dead.exit_code(),
-            Answer::Unavailable => crate::kind::Kind::Unverified.exit_code(),
         }
     }
 }
@@ -106,6 +97,15 @@ pub enum VerifyError {
     NoLease(String),
     #[error("session {0} has no lease")]
     NoSession(String),
+}
+
+impl HasKind for VerifyError {
+    fn kind(&self) -> Kind {
+        match self {
+            VerifyError::Store(e) => e.kind(),
+            VerifyError::NoLease(_) | VerifyError::NoSession(_) => Kind::NotFound,
+        }
+    }
 }
 
 /// The answer for `lease`, from a snapshot that covers its root's tree. Pure.
@@ -285,7 +285,6 @@ mod tests {
         assert_eq!(r.answer, Answer::Owned, "{r:?}");
         assert_eq!(r.members.len(), 1);
         assert_eq!(r.members[0].role, Role::Root);
-        assert_eq!(r.answer.exit_code(), 0);
     }
 
     #[test]
@@ -298,7 +297,6 @@ mod tests {
         });
         assert_eq!(r.answer, Answer::Dead);
         assert!(r.evidence.iter().any(|e| e.contains("reused")), "{r:?}");
-        assert_eq!(r.answer.exit_code(), exitcode::DEAD);
     }
 
     #[test]
@@ -316,6 +314,5 @@ mod tests {
         });
         assert_eq!(r.answer, Answer::Unavailable);
         assert!(r.evidence[0].contains("/proc is not mounted"), "{r:?}");
-        assert_eq!(r.answer.exit_code(), exitcode::UNVERIFIED);
     }
 }

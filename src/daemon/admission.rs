@@ -21,7 +21,7 @@
 //! seen by the ensure (it answers `closed`) or comes after its reply (an ordinary close).
 
 use super::session::Supervised;
-use crate::lifecycle::CloseOutcome;
+use crate::controller::CloseOutcome;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

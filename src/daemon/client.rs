@@ -16,8 +16,9 @@ use super::protocol::{
     StreamItem, MAX_LINE,
 };
 use super::{lock_path, LockInfo};
+use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
+use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
-use crate::lifecycle::{CloseOutcome, LeaseRef, ReapReport};
 use crate::plan::ReapPlan;
 use crate::state::StateRoot;
 use serde::de::DeserializeOwned;
@@ -64,6 +65,14 @@ pub enum ClientError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl HasKind for ClientError {
+    /// A daemon's error reply has the kind of its wire code; a connection that failed or a reply
+    /// that does not parse is internal.
+    fn kind(&self) -> Kind {
+        self.code().map_or(Kind::Internal, |c| c.kind())
+    }
 }
 
 impl ClientError {
@@ -293,11 +302,11 @@ impl Client {
     /// answer `leash sessions QUERY --json` prints.
     pub fn sessions_query<T: DeserializeOwned>(
         &mut self,
-        view: &crate::sessions::View,
+        view: &crate::controller::sessions::View,
         query: &str,
         key: Option<&str>,
     ) -> Result<T, ClientError> {
-        use crate::visibility::A2aPolicy;
+        use leash_core::visibility::A2aPolicy;
         let mut req = json!({
             "query": query,
             "requesterSessionKey": view.requester,

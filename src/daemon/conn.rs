@@ -17,12 +17,12 @@ use super::protocol::{
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
+use crate::controller::{LeaseRef, LifecycleError};
 use crate::kind::HasKind;
 use crate::lease::LeaseState;
-use crate::lifecycle::{LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
 use crate::store::{SessionRow, StoreError};
-use crate::visibility::{visible_rows, Grant};
+use leash_core::visibility::{visible_rows, Grant};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -618,10 +618,10 @@ const CLOSE_MEETS_ENSURE: Duration = Duration::from_secs(3_600 + 60);
 /// unless the close terminated nothing (ownership unverified: the session runs on).
 fn closed_in_flight(
     key: &str,
-    outcome: Option<crate::lifecycle::CloseOutcome>,
+    outcome: Option<crate::controller::CloseOutcome>,
     result: Reply<Ensured>,
 ) -> Reply<Ensured> {
-    use crate::lifecycle::CloseResult;
+    use crate::controller::CloseResult;
     match &outcome {
         Some(o) if !matches!(o.result, CloseResult::Closed | CloseResult::Lost) => result,
         _ => Err(OpError {
@@ -980,7 +980,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
 #[serde(untagged)]
 enum Reaped {
     Plan(crate::plan::ReapPlan),
-    Report(crate::lifecycle::ReapReport),
+    Report(crate::controller::ReapReport),
 }
 
 fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
@@ -989,7 +989,7 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
         include_live: r.include_live,
         retention_ms: r
             .retention_ms
-            .unwrap_or(7 * 24 * 3600 * 1000)
+            .unwrap_or_else(crate::limits::default_retention_ms)
             .min(i64::MAX as u64) as i64,
         now_ms: crate::lease::now_ms(),
         grace_ms: r.grace_ms,
@@ -1017,9 +1017,9 @@ fn leases(d: &Daemon, state: Option<&str>) -> Reply<Vec<LeaseRow>> {
 #[serde(untagged)]
 enum SessionsAnswer {
     Rows(Vec<SessionEntry>),
-    List(crate::sessions::Listing),
-    History(crate::sessions::History),
-    Status(Box<crate::sessions::SessionStatus>),
+    List(crate::controller::sessions::Listing),
+    History(crate::controller::sessions::History),
+    Status(Box<crate::controller::sessions::SessionStatus>),
 }
 
 fn sessions(d: &Daemon, q: &protocol::SessionsRequest) -> Reply<SessionsAnswer> {
@@ -1032,7 +1032,7 @@ fn sessions(d: &Daemon, q: &protocol::SessionsRequest) -> Reply<SessionsAnswer> 
         .iter()
         .map(|s| (s.key.clone(), s.status()))
         .collect();
-    // The one visibility check of leash (`crate::visibility`), as `leash sessions list` runs it;
+    // The one visibility check of leash (`leash_core::visibility`), as `leash sessions list` runs it;
     // without a requester, every row (an operator's view).
     let visible: Vec<(&SessionRow, Option<Grant>)> = match &q.requester {
         Some(req) => visible_rows(&rows, req, &q.scope)
@@ -1058,9 +1058,9 @@ fn session_query(
     d: &Daemon,
     query: &protocol::SessionQuery,
     requester: &str,
-    scope: &crate::visibility::Scope,
+    scope: &leash_core::visibility::Scope,
 ) -> Reply<SessionsAnswer> {
-    use crate::sessions::View;
+    use crate::controller::sessions::View;
     use protocol::SessionQuery;
     let s = &d.ctl;
     let view = View::new(requester, scope.clone());

@@ -164,14 +164,14 @@ pub(super) fn on_running(d: &Daemon, e: &Ensure) {
 /// the caller wants nothing of them kept, and a session that is not running has only these left.
 pub(super) fn discard_persistent_state(
     d: &Daemon,
-    refs: &[crate::lifecycle::LeaseRef],
-    closed: Option<&Vec<crate::lifecycle::CloseOutcome>>,
+    refs: &[crate::controller::LeaseRef],
+    closed: Option<&Vec<crate::controller::CloseOutcome>>,
 ) {
     let mut keys: Vec<String> = refs
         .iter()
         .filter_map(|r| match r {
-            crate::lifecycle::LeaseRef::Session(k) => Some(k.clone()),
-            crate::lifecycle::LeaseRef::Id(_) => None,
+            crate::controller::LeaseRef::Session(k) => Some(k.clone()),
+            crate::controller::LeaseRef::Id(_) => None,
         })
         .collect();
     keys.extend(closed.into_iter().flatten().map(|o| o.session_key.clone()));

@@ -11,7 +11,7 @@
 //! `/proc` read per supervised process — nothing when nobody scrapes.
 
 use super::session;
-use crate::lifecycle::{CloseOutcome, CloseResult};
+use crate::controller::{CloseOutcome, CloseResult};
 use crate::signal::Delivery;
 use crate::verify::Role;
 use prometheus_client::encoding::EncodeLabelSet;

@@ -30,8 +30,9 @@ mod stdin_pipe;
 pub mod strict_json;
 mod systemd;
 
+use crate::controller::{CloseOutcome, Controller, LeaseRef, LifecycleError};
+use crate::kind::{HasKind, Kind};
 use crate::lease::{now_ms, ProcessId};
-use crate::lifecycle::{CloseOutcome, Controller, LeaseRef, LifecycleError};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
@@ -127,6 +128,17 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
+}
+
+impl HasKind for ServeError {
+    fn kind(&self) -> Kind {
+        match self {
+            ServeError::AlreadyRunning { .. }
+            | ServeError::SocketInUse(_)
+            | ServeError::Metrics { .. } => Kind::Conflict,
+            _ => Kind::Internal,
+        }
+    }
 }
 
 /// What the lock file says, for clients and for the refusal message of a second daemon.
@@ -764,8 +776,8 @@ fn startup_reap(
     })?;
     metrics.record_outcomes(&report.leases, true);
     let count =
-        |r: crate::lifecycle::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
-    use crate::lifecycle::CloseResult as R;
+        |r: crate::controller::CloseResult| report.leases.iter().filter(|o| o.result == r).count();
+    use crate::controller::CloseResult as R;
     let summary = protocol::StartupReap {
         bad_rows: report.bad_rows.len(),
         closed: count(R::Closed),

@@ -22,7 +22,7 @@ pub(super) fn run(d: &Daemon, interval: Duration, stop: &Receiver<()>) {
     }
 }
 
-fn record(d: &Daemon, result: Result<PassReport, crate::lifecycle::LifecycleError>) {
+fn record(d: &Daemon, result: Result<PassReport, crate::controller::LifecycleError>) {
     let m = &d.metrics;
     let passes = last(d)["passes"].as_u64().unwrap_or(0) + 1;
     let mut summary = match result {

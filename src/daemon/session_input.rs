@@ -1,18 +1,18 @@
-//! The front doors' way to a session's stdin: [`ThroughDaemon`] hands a line the controller has
+//! The front doors' way to a session's stdin: [`DaemonInput`] hands a line the controller has
 //! allowed ([`crate::controller::Controller::send`]) to the daemon serving the state root, the only
 //! process that holds the adapters' stdin. It lives here, beside the client, so the controller
 //! never calls the daemon: `leash sessions send` and the MCP server's `sessions_send` pass it in.
 
+use crate::controller::sessions::{SessionInput, SessionsError};
 use crate::daemon::client::{socket_for, Client, ClientError};
-use crate::sessions::{SessionInput, SessionsError};
 use crate::state::StateRoot;
 
 /// Sends through the daemon serving the state root; [`SessionsError::DaemonNeeded`] when none
 /// runs, [`SessionsError::Remote`] when it refuses.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ThroughDaemon;
+pub struct DaemonInput;
 
-impl SessionInput for ThroughDaemon {
+impl SessionInput for DaemonInput {
     fn send_line(
         &self,
         root: &StateRoot,

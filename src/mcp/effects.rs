@@ -10,11 +10,11 @@ use super::tools::{
     merge_history, HistoryItem, HistoryResult, Resources, SendResult, StatusResult, ToolError,
     Tools,
 };
+use crate::controller::sessions::{describe, Listing, SessionStatus, SessionsError, View};
+use crate::controller::Controller;
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Code, StatusSession, StreamItem};
-use crate::lifecycle::Controller;
 use crate::proc::LiveTable;
-use crate::sessions::{describe, Listing, SessionStatus, SessionsError, View};
 use crate::state::StateRoot;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -51,7 +51,7 @@ impl SessionTools {
                      not of your request: report it to the operator"
                 ))
             })?;
-            self.sessions = Some(s.with_session_input(crate::daemon::session_input::ThroughDaemon));
+            self.sessions = Some(s.with_session_input(crate::daemon::session_input::DaemonInput));
         }
         Ok(self.sessions.as_ref().expect("just opened"))
     }
@@ -145,7 +145,7 @@ impl Tools for SessionTools {
             .sessions()?
             .send(&view, key, message)
             .map_err(|e| refusal(&view, key, e))?;
-        // The daemon's `send` reply, as `ThroughDaemon` passed it on.
+        // The daemon's `send` reply, as `DaemonInput` passed it on.
         let sent: crate::daemon::protocol::Sent = serde_json::from_value(v)
             .map_err(|e| ToolError(format!("the daemon's send reply does not parse ({e})")))?;
         Ok(SendResult {

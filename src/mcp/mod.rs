@@ -21,6 +21,7 @@ pub mod server;
 pub mod tools;
 
 use crate::daemon::protocol::{Frame, LineReader};
+use crate::kind::{HasKind, Kind};
 use std::io::{self, Read, Write};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,13 @@ pub enum McpError {
     Read(#[source] io::Error),
     #[error("cannot write to stdout (the client went away?): {0}")]
     Write(#[source] io::Error),
+}
+
+impl HasKind for McpError {
+    /// stdin or stdout of `leash mcp` failed.
+    fn kind(&self) -> Kind {
+        Kind::Internal
+    }
 }
 
 /// Serves MCP on `input`/`output` until `input` ends (`Ok`), or a read or write fails.

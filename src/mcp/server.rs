@@ -185,8 +185,8 @@ impl<'t> Server<'t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::sessions::Listing;
     use crate::mcp::tools::{HistoryResult, SendResult, StatusResult, ToolError};
-    use crate::sessions::Listing;
 
     /// Refuses everything and counts the calls that reached it.
     #[derive(Default)]

@@ -9,9 +9,9 @@
 //! allow other properties (an argument named `requester`, `visibility`, … is refused with a tool
 //! error that says so).
 
-use crate::sessions::{Listing, SessionStatus};
+use crate::controller::sessions::{Listing, SessionStatus};
 use crate::store::Event;
-use crate::visibility::Grant;
+use leash_core::visibility::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 

@@ -33,6 +33,7 @@ pub use pidfd::{group_alive, PidfdSignaller};
 pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
 
 use crate::cgroup::Verified;
+use crate::kind::{HasKind, Kind};
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
 use crate::verify::MemberRule;
@@ -72,6 +73,17 @@ pub enum SignalError {
     },
     #[error("process group signalling through a pidfd needs Linux >= 6.9")]
     GroupUnsupported,
+}
+
+impl HasKind for SignalError {
+    /// A refusal, or a table that could not be re-read, leaves the process unsignalled because
+    /// it could not be verified; a failing syscall is internal.
+    fn kind(&self) -> Kind {
+        match self {
+            SignalError::Refused(_) | SignalError::Table(_) => Kind::Unverified,
+            SignalError::Os { .. } | SignalError::GroupUnsupported => Kind::Internal,
+        }
+    }
 }
 
 /// The pure part of the guard (`leash_core::guard`): would leash refuse to signal this process?

@@ -25,6 +25,7 @@ pub use legacy::NewLegacyRecord;
 pub use meta::SPEC_KEY_PREFIX;
 pub use sessions::SessionRow;
 
+use crate::kind::{HasKind, Kind};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -109,6 +110,16 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+}
+
+impl HasKind for StoreError {
+    fn kind(&self) -> Kind {
+        match self {
+            StoreError::SessionBusy { .. } => Kind::Conflict,
+            StoreError::Unstorable { .. } => Kind::Usage,
+            _ => Kind::Internal,
+        }
+    }
 }
 
 pub struct Store {

@@ -13,7 +13,7 @@ mod reply;
 pub use reply::*;
 
 use crate::kind::Kind;
-use crate::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
+use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::io::{self, Read};
@@ -333,7 +333,7 @@ pub struct Attach {
 
 /// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
 /// the library's one name for that, [`LeaseRef`].
-pub use crate::lifecycle::LeaseRef;
+pub use crate::controller::LeaseRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {
@@ -375,7 +375,7 @@ pub struct Leases {
 }
 
 /// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
-/// [`crate::visibility`], the same check `leash sessions` uses.
+/// [`leash_core::visibility`], the same check `leash sessions` uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionsRequest {
     /// Without a requester every row is listed (an operator's view).

@@ -12,12 +12,12 @@
 //! them, and a unit test checks that the renderer's bodies parse as it.
 
 use super::Code;
+use crate::controller::CancelOutcome;
 use crate::controller::StoreStatus;
 use crate::lease::Lease;
-use crate::lifecycle::CancelOutcome;
 use crate::ps::Totals;
 use crate::store::SessionRow;
-use crate::visibility::Grant;
+use leash_core::visibility::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::net::SocketAddr;
@@ -321,7 +321,7 @@ pub struct PendingPrompt {
 }
 
 /// A supervised session's state as `status` and `sessions` report it (the daemon's view; the
-/// lease-and-processes view of `leash sessions status` is [`crate::sessions::SessionStatus`]).
+/// lease-and-processes view of `leash sessions status` is [`crate::controller::sessions::SessionStatus`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveSession {

@@ -46,12 +46,12 @@ pub(crate) use settle::settle_slot;
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
 use stdio::*;
 
+use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef};
 use crate::daemon::protocol::Ensure;
 pub use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
 pub use crate::daemon::stdin_pipe::PipeError;
 use crate::daemon::stdin_pipe::StdinPipe;
 use crate::lease::{now_ms, LeaseState, ProcessId};
-use crate::lifecycle::{CloseOutcome, CloseResult, Controller, LeaseRef};
 use crate::report::WrapperReport;
 use crate::state::StateRoot;
 use crate::store::{Event, Store, StoreError};
@@ -118,7 +118,7 @@ pub struct LeaseInfo {
 }
 
 /// The daemon's supervised child: one session's `leash exec` child and everything the daemon
-/// holds for it (named apart from the session rows of the store and `crate::sessions`, which are
+/// holds for it (named apart from the session rows of the store and `crate::controller::sessions`, which are
 /// the sessions' records, not running children).
 pub struct Supervised {
     pub key: String,

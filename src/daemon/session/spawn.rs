@@ -3,6 +3,7 @@
 //! wrapper's report that the lease is committed and the adapter started (or died at once).
 
 use super::*;
+use crate::kind::{HasKind, Kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -33,6 +34,17 @@ pub enum SpawnError {
         status: Option<i32>,
         stderr: Vec<String>,
     },
+}
+
+impl HasKind for SpawnError {
+    fn kind(&self) -> Kind {
+        match self {
+            // What the daemon stores was checked at its edge: a store failure here is its own.
+            SpawnError::Store(_) => Kind::Internal,
+            SpawnError::Conflict { .. } => Kind::Conflict,
+            _ => Kind::SpawnFailed,
+        }
+    }
 }
 
 /// An adapter that was started and exited before its first line of output, with no close of
