@@ -167,7 +167,7 @@ impl Metrics {
         );
         registry.register(
             "escapees_killed",
-            "Processes of a lease outside its wrapper's tree (escapees) that were signalled",
+            "Processes of a lease outside its wrapper's tree (escapees: found by its markers or its cgroup, not by descent) that were signalled",
             m.escapees_killed.clone(),
         );
         registry.register_with_unit(
@@ -247,9 +247,11 @@ impl Metrics {
                     result: result_name(o.result).into(),
                 })
                 .inc();
-            // An escapee is a process of the lease outside its wrapper's tree: a marked one, or
-            // anything signalled when the wrapper itself was gone (not signalled).
-            let wrapper_present = o.signals.iter().any(|s| s.role == Role::Root);
+            // An escapee is a process of the lease outside its wrapper's tree: one the verifier
+            // found by the lease's markers or its cgroup, not by descent from the wrapper (which
+            // labels those `root`, `adapter`, `descendant`). Judged by role, not by whether the
+            // wrapper's own signal was recorded: a wrapper that exits before its turn has none,
+            // and its adapter is no escapee for that.
             let mut escapees = std::collections::HashSet::new();
             for s in &o.signals {
                 if s.delivery != Delivery::Delivered {
@@ -261,7 +263,7 @@ impl Metrics {
                         role: format!("{:?}", s.role).to_lowercase(),
                     })
                     .inc();
-                if s.role == Role::Marked || !wrapper_present {
+                if matches!(s.role, Role::Marked | Role::CgroupMember) {
                     escapees.insert((s.pid, s.start_time));
                 }
             }
