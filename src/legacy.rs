@@ -202,6 +202,24 @@ pub enum LegacyVerdict {
     Refused { reason: String },
 }
 
+/// The hard refusals of a stored pid, before anything is read of it: pid 1 or lower, the reaper
+/// itself or the leader of its group (both the leash-format and the acpx records' check).
+fn stored_pid_refusal(rec: &LegacyRecord, caller: &Caller) -> Option<String> {
+    if rec.pid <= 1 {
+        Some(format!(
+            "stored pid {} is 1 or lower: never signalled",
+            rec.pid
+        ))
+    } else if rec.pid == caller.pid || rec.pid == caller.pgid {
+        Some(format!(
+            "stored pid {} is the reaper itself (or leads its process group)",
+            rec.pid
+        ))
+    } else {
+        None
+    }
+}
+
 /// The legacy fail-safe check. Pure.
 pub fn verify_legacy(
     rec: &LegacyRecord,
@@ -213,17 +231,8 @@ pub fn verify_legacy(
         return verify_acpx(rec, expect, snap, caller);
     }
     let refuse = |reason: String| LegacyVerdict::Refused { reason };
-    if rec.pid <= 1 {
-        return refuse(format!(
-            "stored pid {} is 1 or lower: never signalled",
-            rec.pid
-        ));
-    }
-    if rec.pid == caller.pid || rec.pid == caller.pgid {
-        return refuse(format!(
-            "stored pid {} is the reaper itself (or leads its process group)",
-            rec.pid
-        ));
+    if let Some(reason) = stored_pid_refusal(rec, caller) {
+        return refuse(reason);
     }
     let Some(p) = snap.get(rec.pid).filter(|p| p.state != 'Z') else {
         return LegacyVerdict::Gone {
@@ -763,17 +772,8 @@ fn verify_acpx(
             }
         ));
     }
-    if rec.pid <= 1 {
-        return refuse(format!(
-            "stored pid {} is 1 or lower: never signalled",
-            rec.pid
-        ));
-    }
-    if rec.pid == caller.pid || rec.pid == caller.pgid {
-        return refuse(format!(
-            "stored pid {} is the reaper itself (or leads its process group)",
-            rec.pid
-        ));
+    if let Some(reason) = stored_pid_refusal(rec, caller) {
+        return refuse(reason);
     }
     if gw != expect.gateway_instance_id {
         return refuse(format!(

@@ -575,7 +575,7 @@ fn beyond_the_connection_cap_the_oldest_idler_is_closed_and_scrapes_succeed() {
 #[test]
 fn a_non_loopback_address_is_warned_about() {
     if !is_root() || !std::path::Path::new("/usr/bin/unshare").exists() {
-        eprintln!("skipped: needs root and unshare(1) for a network namespace of its own");
+        skip("needs root and unshare(1) for a network namespace of its own");
         return;
     }
     let tmp = TempDir::new("metrics-public");

@@ -85,6 +85,25 @@ fn json_of(mut cmd: Command, args: &[&str]) -> Value {
     })
 }
 
+/// `leash ps --json`, and the pids it lists as members of session `key`.
+fn ps_members(cmd: Command, key: &str) -> (Value, Vec<i64>) {
+    let ps = json_of(cmd, &["ps", "--json"]);
+    let session = ps["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sessionKey"] == key)
+        .cloned()
+        .unwrap_or_else(|| panic!("{ps}"));
+    let listed = session["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["pid"].as_i64())
+        .collect();
+    (ps, listed)
+}
+
 /// Every pid a reap plan (or report) would signal or did signal, across its leases.
 fn planned_pids(plan: &Value) -> Vec<i64> {
     let mut out = Vec::new();
@@ -512,20 +531,7 @@ fn a_bystander_in_a_lease_cgroup_is_neither_listed_nor_killed() {
     std::fs::write(cgroup.join("cgroup.procs"), bystander.pid.pid.to_string()).unwrap();
     assert!(cgroup_procs(&cgroup).contains(&bystander.pid.pid));
 
-    let ps = json_of(cg.leash(&state), &["ps", "--json"]);
-    let session = ps["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sessionKey"] == "moved-into")
-        .cloned()
-        .unwrap_or_else(|| panic!("{ps}"));
-    let listed: Vec<i64> = session["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["pid"].as_i64())
-        .collect();
+    let (ps, listed) = ps_members(cg.leash(&state), "moved-into");
     assert!(
         !listed.contains(&(bystander.pid.pid as i64)),
         "ps lists the bystander: {ps}"
@@ -569,20 +575,7 @@ fn a_bystander_in_a_lease_cgroup_is_neither_listed_nor_killed() {
             start_time(other.pid.pid).unwrap() as i64,
         ],
     );
-    let ps = json_of(cg.leash(&state), &["ps", "--json"]);
-    let session = ps["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sessionKey"] == "pointed")
-        .cloned()
-        .unwrap_or_else(|| panic!("{ps}"));
-    let listed: Vec<i64> = session["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["pid"].as_i64())
-        .collect();
+    let (ps, listed) = ps_members(cg.leash(&state), "pointed");
     assert!(
         !listed.contains(&(other.pid.pid as i64)),
         "ps lists the process the root names: {ps}"

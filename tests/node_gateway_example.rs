@@ -9,8 +9,10 @@ mod node_support;
 use node_support::*;
 use std::process::Command;
 
-#[test]
-fn the_gateway_example_runs_against_the_fake_agent() {
+/// Runs `examples/<script>` against the fake agent with this build's leash (skipped, and
+/// recorded, without Node) and checks that its output has every line of `want` (an entry
+/// `a|b|c` is met by any one of its alternatives).
+fn run_example(script: &str, scratch: &str, want: &[&str]) {
     let node = match node() {
         Ok(n) => n,
         Err(why) => {
@@ -19,11 +21,11 @@ fn the_gateway_example_runs_against_the_fake_agent() {
         }
     };
     let _ = common::wrap_bin();
-    let tmp = common::TempDir::new("gateway-example");
+    let tmp = common::TempDir::new(scratch);
     let out = run_ok(
-        "node examples/gateway.mjs",
+        &format!("node examples/{script}"),
         Command::new(node)
-            .arg(repo().join("examples/gateway.mjs"))
+            .arg(repo().join("examples").join(script))
             .arg("--leash")
             .arg(common::leash_bin())
             .arg("--state-dir")
@@ -31,56 +33,53 @@ fn the_gateway_example_runs_against_the_fake_agent() {
             .env_remove("LEASH_STATE_DIR"),
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    for want in [
-        "[prompt] stopReason end_turn",
-        "[prompt] stopReason cancelled",
-        "[sigkill] ACP channel ended",
-        ": ended (",
-        "[push] resumable: agent:main:acp:demo",
-        "loaded; continue prompt: stopReason end_turn",
-        "[close] agent:main:acp:demo: closed",
-        "[done] ok",
-    ] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    for w in want {
+        assert!(
+            w.split('|').any(|alt| text.contains(alt)),
+            "missing {w:?} in:\n{text}"
+        );
     }
 }
 
 #[test]
-fn the_controller_example_runs_against_the_fake_agent() {
-    let node = match node() {
-        Ok(n) => n,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-    let _ = common::wrap_bin();
-    let tmp = common::TempDir::new("acpx-gateway-example");
-    let out = run_ok(
-        "node examples/acpx-gateway.mjs",
-        Command::new(node)
-            .arg(repo().join("examples/acpx-gateway.mjs"))
-            .arg("--leash")
-            .arg(common::leash_bin())
-            .arg("--state-dir")
-            .arg(tmp.join("state"))
-            .env_remove("LEASH_STATE_DIR"),
+fn the_gateway_example_runs_against_the_fake_agent() {
+    run_example(
+        "gateway.mjs",
+        "gateway-example",
+        &[
+            "[prompt] stopReason end_turn",
+            "[prompt] stopReason cancelled",
+            "[sigkill] ACP channel ended",
+            // After the daemon's SIGKILL the lease is final either way: `ended` when the wrapper
+            // took the tree down and reported first, `closed` or `lost` when the next daemon's
+            // start-up reap settled it first.
+            ": ended (|: closed (|: lost (",
+            "[push] resumable: agent:main:acp:demo",
+            "loaded; continue prompt: stopReason end_turn",
+            "[close] agent:main:acp:demo: closed",
+            "[done] ok",
+        ],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    for want in [
-        "[reap] startup reap",
-        "[prompt] agent:main:acp:one: stopReason end_turn",
-        "[cancel] agent:main:acp:two: stopReason cancelled",
-        "[cancel] agent:main:acp:two: process kept",
-        "[prompt] agent:main:acp:two: after the cancel, stopReason end_turn",
-        "[close] agent:main:acp:one: closed",
-        "[close] agent:main:acp:two: closed (stored state discarded)",
-        "[restart] daemon stopped (SIGTERM) with a turn in flight",
-        "in its cwd with MCP servers files, search",
-        "[resume] agent:main:acp:three: continue prompt: stopReason end_turn",
-        "[close] agent:main:acp:three: closed",
-        "[done] ok",
-    ] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
-    }
+}
+
+#[test]
+fn the_controller_example_runs_against_the_fake_agent() {
+    run_example(
+        "acpx-gateway.mjs",
+        "acpx-gateway-example",
+        &[
+            "[reap] startup reap",
+            "[prompt] agent:main:acp:one: stopReason end_turn",
+            "[cancel] agent:main:acp:two: stopReason cancelled",
+            "[cancel] agent:main:acp:two: process kept",
+            "[prompt] agent:main:acp:two: after the cancel, stopReason end_turn",
+            "[close] agent:main:acp:one: closed",
+            "[close] agent:main:acp:two: closed (stored state discarded)",
+            "[restart] daemon stopped (SIGTERM) with a turn in flight",
+            "in its cwd with MCP servers files, search",
+            "[resume] agent:main:acp:three: continue prompt: stopReason end_turn",
+            "[close] agent:main:acp:three: closed",
+            "[done] ok",
+        ],
+    );
 }

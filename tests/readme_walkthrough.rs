@@ -181,7 +181,9 @@ fn the_walk_through_runs_as_written() {
     let socat = match apt::tool("socat", "socat") {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: the walk-through's socat session needs socat: {why}");
+            skip(format!(
+                "the walk-through's socat session needs socat: {why}"
+            ));
             return;
         }
     };
