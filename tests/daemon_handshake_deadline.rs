@@ -257,6 +257,14 @@ done"#,
             log = log.display()
         ),
     );
+    let h = c.call("hello", json!({"client": "test/1", "protocol": 1}));
+    assert!(
+        h["features"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("ensure.handshake")),
+        "{h}"
+    );
     let r = ensure_hs(&mut c, "a", &[agent.to_str().unwrap()], 5_000, 300);
     assert_eq!(r["ok"], true, "{r}");
     let res = &r["result"];
@@ -294,6 +302,36 @@ done"#,
     let lines = std::fs::read_to_string(&log).unwrap();
     assert_eq!(lines.matches("\"initialize\"").count(), 1, "{lines}");
     c.call("close", json!({"session": "a"}));
+}
+
+#[test]
+fn a_close_during_the_handshake_answers_closed_at_once() {
+    let tmp = TempDir::new("hs-close");
+    let daemon = Daemon::start(&tmp.join("state"), &[]);
+    let mut guard = Guard::new();
+    let (silent, pids) = adapter(tmp.path(), "closing", "while :; do sleep 1 & wait $!; done");
+    let socket = daemon.socket.clone();
+    let argv = silent.to_str().unwrap().to_string();
+    let started = Instant::now();
+    let first = std::thread::spawn(move || {
+        ensure_hs(&mut Conn::open(&socket), "x", &[argv.as_str()], 60_000, 300)
+    });
+    assert!(wait_for(|| std::fs::read_to_string(&pids)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        >= 2));
+    let mut c = daemon.connect();
+    let out = c.call("close", json!({"session": "x"}));
+    assert_eq!(out[0]["result"], "closed", "{out}");
+    let r = first.join().unwrap();
+    assert_eq!(r["error"]["code"], "closed", "{r}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the close did not end the wait"
+    );
+    let all = recorded(&pids, &mut guard);
+    assert!(wait_for(|| all.iter().all(|p| !p.alive())), "{all:?}");
 }
 
 #[test]

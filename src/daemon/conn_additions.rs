@@ -32,6 +32,8 @@ pub const FEATURES: &[&str] = &[
     "attach.startFailed",
     // A close that meets an ensure in flight closes what it started; the ensure says `closed`.
     "ensure.closedInFlight",
+    // `initialize` and `handshakeTimeoutMs`: the daemon sends the handshake (`handshake_timeout`).
+    "ensure.handshake",
 ];
 
 pub(super) fn ping() -> Pong {

@@ -121,8 +121,14 @@ export class AcpxLifecycleController {
     // The handshake deadline: the daemon sends a new adapter `initialize` itself and answers
     // only once it responded, or fails HandshakeTimeoutError after closing the session (so a
     // silent or non-ACP adapter neither hangs this call nor leaves a process per retry).
-    spec.initialize = { protocolVersion: 1, clientCapabilities: this.#capabilities };
-    if (input.handshakeTimeoutMs !== undefined) spec.handshakeTimeoutMs = input.handshakeTimeoutMs;
+    // A daemon without the feature (older) refuses the fields: the controller then sends
+    // initialize itself, and a handshakeTimeoutMs is refused rather than silently not kept.
+    if (this.#client.features.includes('ensure.handshake')) {
+      spec.initialize = { protocolVersion: 1, clientCapabilities: this.#capabilities };
+      if (input.handshakeTimeoutMs !== undefined) spec.handshakeTimeoutMs = input.handshakeTimeoutMs;
+    } else if (input.handshakeTimeoutMs !== undefined) {
+      throw new LeashError(`ensureSession: this daemon has no handshake deadline (feature ensure.handshake); upgrade leash or drop handshakeTimeoutMs`, { code: 'unsupported' });
+    }
     const ensured = await this.#client.ensure(sessionKey, spec, opts);
     const known = this.#open.get(sessionKey);
     if (!ensured.created && known && known.leaseId === ensured.leaseId && !known.acp.ended) {
