@@ -59,7 +59,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let cg = BenchRoot::new();
     let scratch = TempDir::new("execfloor");
     let contain = |state: &str| -> Vec<(&'static str, OsString)> {
-        let mut v = vec![("LEASH_STATE_DIR", scratch.path().join(state).into_os_string())];
+        let mut v = vec![(
+            "LEASH_STATE_DIR",
+            scratch.path().join(state).into_os_string(),
+        )];
         match &cg {
             Ok(root) => {
                 v.push(("LEASH_CONTAINMENT", "on".into()));
@@ -178,7 +181,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "÷ bare wrapper",
         "target",
     ]);
-    let idx = |name: &str| subjects.iter().position(|s| s.name == name).expect("subject");
+    let idx = |name: &str| {
+        subjects
+            .iter()
+            .position(|s| s.name == name)
+            .expect("subject")
+    };
     let wrap = idx("wrap");
     for level in &results {
         let base = &level.rounds[wrap];
@@ -191,7 +199,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 let q: Vec<f64> = r.iter().zip(base).map(|(x, y)| x / y).collect();
                 let (d, q) = (Summary::of(&d), Summary::of(&q));
                 let target = if s.name == "exec" {
-                    crate::spawn::verdict(d.median <= 1.0 && q.median <= 1.5, "≤ +1.0 ms and ≤ 1.5×")
+                    crate::spawn::verdict(
+                        d.median <= 1.0 && q.median <= 1.5,
+                        "≤ +1.0 ms and ≤ 1.5×",
+                    )
                 } else {
                     String::new()
                 };

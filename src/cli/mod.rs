@@ -1108,9 +1108,7 @@ mod tests {
     /// with the whole CLI's error).
     #[test]
     fn the_exec_parser_reads_exec_lines_as_the_whole_cli() {
-        let words = |line: &str| -> Vec<OsString> {
-            line.split(' ').map(OsString::from).collect()
-        };
+        let words = |line: &str| -> Vec<OsString> { line.split(' ').map(OsString::from).collect() };
         let accepted = [
             "leash exec -- /bin/true",
             "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
@@ -1124,7 +1122,8 @@ mod tests {
             "leash exec --session=k -- -- x",
         ];
         for line in accepted {
-            let fast = ExecCli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let fast =
+                ExecCli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
             let whole = Cli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
             let ExecOnly::Exec(a) = fast.command;
             let fast = Cli {
@@ -1157,7 +1156,11 @@ mod tests {
             assert!(ExecCli::try_parse_from(words(line)).is_err(), "{line}");
             let got = parse(&words(line)).expect_err(line);
             assert_eq!(got.kind(), whole.kind(), "{line}");
-            assert_eq!(got.render().to_string(), whole.render().to_string(), "{line}");
+            assert_eq!(
+                got.render().to_string(),
+                whole.render().to_string(),
+                "{line}"
+            );
         }
     }
 

@@ -240,7 +240,13 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
     let made = commit(&mut store, root, &containment, &new, &session, made)?;
     drop(store);
     let err = wrapper_command(root, &req, &new, &wrapper_path, &owner, made.as_ref()).exec();
-    Err(wrapper_exec_failed(root, &new.lease_id, wrapper_path, made, err))
+    Err(wrapper_exec_failed(
+        root,
+        &new.lease_id,
+        wrapper_path,
+        made,
+        err,
+    ))
 }
 
 /// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
