@@ -33,10 +33,10 @@ pub fn env_of(s: &Settings) -> Vec<(&'static str, std::ffi::OsString)> {
 }
 
 /// A cgroup root this benchmark made; removed with everything below it on drop.
-struct BenchRoot(PathBuf);
+pub(crate) struct BenchRoot(pub(crate) PathBuf);
 
 impl BenchRoot {
-    fn new() -> Result<BenchRoot, String> {
+    pub(crate) fn new() -> Result<BenchRoot, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("skipped: needs root to create cgroups".into());
         }
