@@ -51,8 +51,8 @@ fn remove_cgroups(
         }
         match Verified::open(path, *id) {
             Ok(h) => {
-                let members = h.procs().len();
-                if members > 0 || h.populated() {
+                let members = engine.table.cgroup_procs(&h).len();
+                if members > 0 || engine.table.cgroup_populated(&h) {
                     // cgroup.kill takes everyone in it: only when each is proven the lease's.
                     match engine.signaller.kill_cgroup(
                         engine.table,
@@ -87,7 +87,10 @@ fn remove_cgroups(
     }
     let deadline = started + cgroup::KILL_WAIT;
     loop {
-        let busy = open.iter().flatten().any(|h| h.populated());
+        let busy = open
+            .iter()
+            .flatten()
+            .any(|h| engine.table.cgroup_populated(h));
         if !busy || Instant::now() >= deadline {
             break;
         }
@@ -95,7 +98,7 @@ fn remove_cgroups(
     }
     for (((path, _, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
         let Some(h) = h else { continue };
-        if h.populated() {
+        if engine.table.cgroup_populated(&h) {
             let e = cgroup::CgroupError::Stuck {
                 path: path.clone(),
                 waited_ms: started.elapsed().as_millis(),

@@ -196,7 +196,7 @@ impl<'t> Controller<'t> {
                 } else if ours(l) {
                     let path = std::path::PathBuf::from(l.cgroup_path.as_deref().unwrap_or(""));
                     if path.exists() {
-                        named.extend(cgroup::observe(&path).procs);
+                        named.extend(self.table.cgroup(&path).procs);
                     }
                 }
             }
@@ -277,7 +277,7 @@ impl<'t> Controller<'t> {
         )
         .into_iter()
         .map(|s| {
-            let obs = cgroup::observe(std::path::Path::new(&s.path));
+            let obs = self.table.cgroup(std::path::Path::new(&s.path));
             plan::settle_stray(s, &obs, command)
         })
         .collect()
