@@ -154,7 +154,8 @@ pub struct ReapPlan {
     pub stray_cgroups: Vec<StrayCgroup>,
     /// Closed or lost leases of which processes carrying their markers still run: escapees that
     /// left every tree (a `setsid` child of a SIGKILLed wrapper, of a lease a later `leash exec`
-    /// superseded from its root's `stat`). Only reap's host-wide pass finds them.
+    /// superseded from its root's `stat`). Reap finds them by their markers: in its host-wide pass, or,
+    /// for a contained lease, among what its cgroup still holds (they cannot leave it).
     #[serde(default)]
     pub escapees: Vec<LeasePlan>,
 }

@@ -247,6 +247,23 @@ pub trait ProcessTable {
         let _ = wants;
         self.snapshot()
     }
+
+    /// What is in the cgroup directory at `path` now: its id, `populated` and `cgroup.procs`
+    /// ([`crate::cgroup::observe`] on the live host; a fixture host answers from its own
+    /// cgroups, so the simulator covers contained leases).
+    fn cgroup(&self, path: &Path) -> crate::cgroup::Observation {
+        crate::cgroup::observe(path)
+    }
+
+    /// The members of a verified lease cgroup now (its `cgroup.procs`).
+    fn cgroup_procs(&self, cg: &crate::cgroup::Verified) -> Vec<i32> {
+        cg.procs()
+    }
+
+    /// Whether a verified lease cgroup still has members (`populated` in its `cgroup.events`).
+    fn cgroup_populated(&self, cg: &crate::cgroup::Verified) -> bool {
+        cg.populated()
+    }
 }
 
 /// What [`ProcessTable::liveness`] found.

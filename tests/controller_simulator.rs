@@ -9,8 +9,9 @@
 //! setsid escapee, a TERM-ignoring adapter, legacy records) has its twin here. The cgroup kill
 //! goes through the signaller too (`Signaller::kill_cgroup`), and the recording one records it;
 //! the engine's cgroup kill of a contained lease runs here over a stand-in cgroup
-//! (`fixtures/lifecycle/contained/`). The controller itself still observes cgroups on the live
-//! cgroupfs, so contained leases through `close` and `reap` stay live-only (`containment_*`). The
+//! (`fixtures/lifecycle/contained/`), and so do contained leases through `close` and `reap`: the
+//! controller reads a lease's cgroup (members, `populated`, id) through the process table, which
+//! the recording signaller is, so the fixture host's cgroups are the ones observed. The
 //! live tests stay.
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::lease::{command_hash, Lease, LeaseState};
@@ -609,5 +610,118 @@ fn contained_lease_cgroup_kill_is_the_signallers() {
             );
         }
         let _ = std::fs::remove_dir_all(&cg);
+    }
+}
+
+/// A contained lease through the controller's `close` and `reap` over the fixture host
+/// (`fixtures/lifecycle/contained/close_and_reap_after_wrapper_sigkill.json`): the controller
+/// reads the lease's cgroup through the process table, which the recording signaller is, so its
+/// members are the fixture's; the verified cgroup's kill at the end of the grace is the
+/// signaller's (`cgroup.kill` in the timeline) and the cgroup (a directory this test made,
+/// standing in for the cgroupfs one) is removed once empty. With a stranger moved in, no cgroup
+/// kill: the proven members are signalled one by one, the stranger never, the cgroup is left.
+#[test]
+fn contained_lease_through_close_and_reap() {
+    let case_name = "contained/close_and_reap_after_wrapper_sigkill";
+    let (fixture, _) = load(case_name, &tempdir("contained-fixture"));
+    let script: HashMap<String, Exit> = serde_json::from_value(fixture["script"].clone()).unwrap();
+    let script: HashMap<i32, Exit> = script
+        .into_iter()
+        .map(|(pid, exit)| (pid.parse().unwrap(), exit))
+        .collect();
+    for case in fixture["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        for verb in ["close", "reap"] {
+            let tag = format!("contained-{}-{verb}", name.replace(' ', "-"));
+            let dir = tempdir(&tag);
+            let (doc, root) = load(case_name, &dir);
+            let cg_root = tempdir(&format!("{tag}-cgroups"));
+            let gw_root = cg_root.join("gw");
+            let mut lease = leases(&doc).remove(0);
+            let cg = gw_root.join(&lease.lease_id);
+            std::fs::create_dir_all(&cg).unwrap();
+            let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg).unwrap());
+            lease.cgroup_path = Some(cg.display().to_string());
+            lease.cgroup_id = Some(ino);
+            let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
+            let members: Vec<i32> = serde_json::from_value(case["cgroupMembers"].clone()).unwrap();
+            let sim =
+                RecordingSignaller::new(table, script.clone()).with_cgroup(cg.clone(), members);
+            let mut ctl = Controller::open(root, &sim)
+                .unwrap()
+                .with_resolved_containment(leash::cgroup::Containment {
+                    mode: "on".into(),
+                    root: Some(cg_root.clone()),
+                    gateway_root: Some(gw_root.clone()),
+                    mount: None,
+                    controllers: Vec::new(),
+                    reason: None,
+                })
+                .with_signaller(&sim, &sim, caller(&doc));
+            ctl.store().insert_lease(&lease, None, |_| None).unwrap();
+            let mut got = serde_json::json!({});
+            let cg_name = cg.display().to_string();
+            if verb == "close" {
+                let out = ctl
+                    .close(&[LeaseRef::Id(lease.lease_id.clone())], None)
+                    .unwrap();
+                got["leases"] = lease_results(&mut ctl, &doc, &out, &[]).into();
+            } else {
+                let report = ctl
+                    .reap(&ReapOptions {
+                        include_live: false,
+                        retention_ms: i64::MAX / 4,
+                        now_ms: 1_764_460_100_000,
+                        grace_ms: None,
+                    })
+                    .unwrap();
+                got["leases"] =
+                    lease_results(&mut ctl, &doc, &report.leases, &report.skipped).into();
+            }
+            got["timeline"] = sim
+                .timeline()
+                .iter()
+                .map(|e| timeline_line(e).replace(&cg_name, "CGROUP"))
+                .collect::<Vec<_>>()
+                .into();
+            got["exits"] = doc["table"]["processes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| {
+                    let pid = p["pid"].as_i64()? as i32;
+                    sim.exited_at(pid).map(|at| format!("{at} ms {pid}"))
+                })
+                .collect::<Vec<_>>()
+                .into();
+            got["cgroupRemoved"] = (!cg.exists()).into();
+            let got: Value =
+                serde_json::from_str(&got.to_string().replace(&cg_name, "CGROUP").replace(
+                    doc["gateway"]["gatewayInstanceId"].as_str().unwrap(),
+                    "GATEWAY",
+                ))
+                .unwrap();
+            for never in case["notSignalled"].as_array().unwrap() {
+                let never = never.as_i64().unwrap() as i32;
+                assert!(
+                    !sim.timeline().iter().any(|e| match &e.what {
+                        SimWhat::Signal { members, .. } =>
+                            e.pid == never || members.contains(&never),
+                        SimWhat::CgroupKill { members, .. } => members.contains(&never),
+                        SimWhat::Refused { .. } => false,
+                    }),
+                    "{name}: {verb}: {never} was signalled"
+                );
+            }
+            assert_eq!(
+                got,
+                case[verb],
+                "{name}: {verb}: got {}",
+                serde_json::to_string_pretty(&got).unwrap()
+            );
+            drop(ctl);
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_dir_all(&cg_root);
+        }
     }
 }

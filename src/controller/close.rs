@@ -51,8 +51,8 @@ fn remove_cgroups(
         }
         match Verified::open(path, *id) {
             Ok(h) => {
-                let members = h.procs().len();
-                if members > 0 || h.populated() {
+                let members = engine.table.cgroup_procs(&h).len();
+                if members > 0 || engine.table.cgroup_populated(&h) {
                     // cgroup.kill takes everyone in it: only when each is proven the lease's.
                     match engine.signaller.kill_cgroup(
                         engine.table,
@@ -87,7 +87,10 @@ fn remove_cgroups(
     }
     let deadline = started + cgroup::KILL_WAIT;
     loop {
-        let busy = open.iter().flatten().any(|h| h.populated());
+        let busy = open
+            .iter()
+            .flatten()
+            .any(|h| engine.table.cgroup_populated(h));
         if !busy || Instant::now() >= deadline {
             break;
         }
@@ -95,7 +98,7 @@ fn remove_cgroups(
     }
     for (((path, _, _), h), (members, clause)) in list.iter().zip(open).zip(out.iter_mut()) {
         let Some(h) = h else { continue };
-        if h.populated() {
+        if engine.table.cgroup_populated(&h) {
             let e = cgroup::CgroupError::Stuck {
                 path: path.clone(),
                 waited_ms: started.elapsed().as_millis(),
@@ -129,6 +132,14 @@ fn remove_cgroup(
 ) -> String {
     let mut out = remove_cgroups(engine, &[(path.to_path_buf(), id, rule)]);
     out.pop().map(|(_, clause)| clause).unwrap_or_default()
+}
+
+/// Whether the process read at a lease's root pid is its live root (same start time, not a
+/// zombie).
+fn root_alive(l: &Lease, at_root: &Option<crate::proc::ProcessInfo>) -> bool {
+    at_root
+        .as_ref()
+        .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z')
 }
 
 impl<'t> Controller<'t> {
@@ -173,14 +184,6 @@ impl<'t> Controller<'t> {
         scan: Option<&Snapshot>,
     ) -> Result<Snapshot, TableError> {
         let obs = self.observe_cgroups(leases);
-        let contained = |l: &Lease| {
-            obs.iter().any(|o| {
-                l.cgroup_path.as_deref() == o.path.to_str()
-                    && o.error.is_none()
-                    && o.id.is_some()
-                    && o.id == l.cgroup_id
-            })
-        };
         // Reap hands in its one pass: reused as it is when the batch is large (without a read
         // per lease), or when a root is gone (its escapees are looked for by their markers
         // anyway).
@@ -195,21 +198,46 @@ impl<'t> Controller<'t> {
             .iter()
             .map(|l| self.table.process(l.root_pid))
             .collect::<Result<Vec<_>, _>>()?;
-        let alive = |l: &Lease, at_root: &Option<crate::proc::ProcessInfo>| {
-            at_root
-                .as_ref()
-                .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z')
-        };
         if let Some(all) = scan {
-            if leases.iter().zip(&roots).any(|(l, r)| !alive(l, r)) {
+            if leases.iter().zip(&roots).any(|(l, r)| !root_alive(l, r)) {
                 return Ok(self.with_cgroups(all.clone(), obs));
             }
         }
+        // (With reap's pass every root was alive and the batch small: it was returned above
+        // otherwise.)
+        match self.read_down(leases, roots, &obs)? {
+            Some(list) => Ok(self.with_cgroups(Snapshot::new(list), obs)),
+            None => {
+                let all = self.table.snapshot()?;
+                Ok(self.with_cgroups(all, obs))
+            }
+        }
+    }
+
+    /// The processes that cover `leases` read from each lease down (`roots`: what runs at each
+    /// root pid, read once): a lease with a verified cgroup (`obs`) is its root plus the members
+    /// [`Controller::with_cgroups`] adds from `cgroup.procs`, unless its root is gone and its
+    /// recorded group still has members; a lease with a live root is its subtree. `None` when
+    /// one of them needs the whole table (its wrapper gone and no verified cgroup, or a group
+    /// left behind), or when more than 64 trees would be walked (one pass is cheaper then).
+    pub(super) fn read_down(
+        &self,
+        leases: &[&Lease],
+        roots: Vec<Option<crate::proc::ProcessInfo>>,
+        obs: &[cgroup::Observation],
+    ) -> Result<Option<Vec<crate::proc::ProcessInfo>>, TableError> {
+        let contained = |l: &Lease| {
+            obs.iter().any(|o| {
+                l.cgroup_path.as_deref() == o.path.to_str()
+                    && o.error.is_none()
+                    && o.id.is_some()
+                    && o.id == l.cgroup_id
+            })
+        };
         let mut list = Vec::new();
         let mut walks = Vec::new();
-        let mut full = false;
         for (l, at_root) in leases.iter().zip(roots) {
-            let alive = alive(l, &at_root);
+            let alive = root_alive(l, &at_root);
             let group_left = || {
                 l.process_group_id
                     .is_some_and(|g| self.engine().group_has_members(g, self.clock.now()))
@@ -219,14 +247,11 @@ impl<'t> Controller<'t> {
             } else if alive {
                 walks.push(l.root_pid);
             } else {
-                full = true;
+                return Ok(None);
             }
         }
-        // (With reap's pass every root was alive and the batch small: it was returned above
-        // otherwise.)
-        if full || walks.len() > 64 {
-            let all = self.table.snapshot()?;
-            return Ok(self.with_cgroups(all, obs));
+        if walks.len() > 64 {
+            return Ok(None);
         }
         let mut seen = std::collections::HashSet::new();
         list.retain(|p| seen.insert(p.pid));
@@ -237,7 +262,7 @@ impl<'t> Controller<'t> {
                 }
             }
         }
-        Ok(self.with_cgroups(Snapshot::new(list), obs))
+        Ok(Some(list))
     }
 
     /// Verifies and terminates claimed (`closing`) leases; every lease ends closed, lost, or

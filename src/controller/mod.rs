@@ -312,7 +312,7 @@ impl<'t> Controller<'t> {
             .iter()
             .filter_map(|l| {
                 let p = PathBuf::from(l.cgroup_path.as_ref()?);
-                (p == root.join(&l.lease_id)).then(|| cgroup::observe(&p))
+                (p == root.join(&l.lease_id)).then(|| self.table.cgroup(&p))
             })
             .collect()
     }

@@ -1,8 +1,10 @@
-//! `reap`: the startup reap. Plans from one pass over the host (this gateway's open and closing
-//! leases whose owner is gone, legacy records, closed leases' escapees, stray cgroups), claims
-//! and terminates the orphans like `close`, sweeps the escapees of closed and lost leases by
-//! their markers, handles legacy records (`legacy.rs`), expires old leases and sweeps stray
-//! cgroups. `plan_reap` alone is the dry run.
+//! `reap`: the startup reap. Plans from one snapshot (this gateway's open and closing leases
+//! whose owner is gone, legacy records, closed leases' escapees, stray cgroups): read from the
+//! leases down when every lease is contained (their roots, owners and the members their cgroups
+//! list: issue 24), else from one pass over the host. It claims and terminates the orphans like
+//! `close`, sweeps the escapees of closed and lost leases by their markers, handles legacy
+//! records (`legacy.rs`), expires old leases and sweeps stray cgroups. `plan_reap` alone is the
+//! dry run.
 
 use super::*;
 
@@ -106,12 +108,13 @@ impl<'t> Controller<'t> {
         Ok(self.plan_reap_with_scan(opts)?.0)
     }
 
-    /// [`Controller::plan_reap`], and the host-wide pass it took, for `reap` to reuse (one pass
-    /// per reap; handed back, not kept, so concurrent reaps on one controller never share it).
+    /// [`Controller::plan_reap`], and the host-wide pass it took, if it took one, for `reap` to
+    /// reuse (one pass per reap; handed back, not kept, so concurrent reaps on one controller
+    /// never share it).
     fn plan_reap_with_scan(
         &self,
         opts: &ReapOptions,
-    ) -> Result<(ReapPlan, Result<Snapshot, TableError>), StoreError> {
+    ) -> Result<(ReapPlan, Option<Result<Snapshot, TableError>>), StoreError> {
         let (leases, legacy) = {
             let mut store = self.store();
             let leases: Vec<Result<Lease, String>> = store
@@ -127,16 +130,90 @@ impl<'t> Controller<'t> {
             .filter(|l| l.state.is_active())
             .collect();
         let obs = self.observe_cgroups(&active);
-        let snap = self
-            .reap_scan(&leases, &legacy)
-            .map(|s| self.with_cgroups(s, obs));
+        let (snap, host) = match self.reap_read_down(&leases, &legacy, &active, &obs) {
+            Some(snap) => (snap, false),
+            None => (self.reap_scan(&leases, &legacy), true),
+        };
+        let snap = snap.map(|s| self.with_cgroups(s, obs));
         let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
-        Ok((plan, snap))
+        Ok((plan, host.then_some(snap)))
     }
 
-    /// Reap's one pass over the host, shared by every lease (issue 16): `stat` and uid of every
-    /// process, and the costly fields (exe, cmdline, environ) only where they can matter — the
-    /// processes of the caller's uid (the only ones leash may signal, so the only possible
+    /// Whether this lease's processes are all in its cgroup: containment is on, and the row
+    /// names a cgroup where this gateway puts them, with its id. Its escapees can then be only
+    /// there (a process cannot leave its cgroup), never somewhere in the host.
+    fn is_contained(&self, l: &Lease, root: Option<&std::path::Path>) -> bool {
+        root.is_some_and(|root| {
+            l.cgroup_id.is_some()
+                && l.cgroup_path
+                    .as_deref()
+                    .is_some_and(|p| std::path::Path::new(p) == root.join(&l.lease_id))
+        })
+    }
+
+    /// Reap's snapshot read from its leases down, without the host (issue 24), when that is
+    /// enough: every lease of this gateway contained (a closed or lost one's escapees can only
+    /// be in its cgroup, which is read if it still exists), no legacy record, and no active
+    /// lease that needs the whole table by [`Controller::read_down`]'s rule (a wrapper gone
+    /// with no verified cgroup, or its process group left behind). It holds the active leases'
+    /// roots and their cgroups' members (added by [`Controller::with_cgroups`]), every row's
+    /// recorded root, adapter, owner and claimant, and what is in a terminal lease's cgroup.
+    /// `None`: the host-wide pass is needed.
+    fn reap_read_down(
+        &self,
+        leases: &[Result<Lease, String>],
+        legacy: &[LegacyRecord],
+        active: &[&Lease],
+        obs: &[cgroup::Observation],
+    ) -> Option<Result<Snapshot, TableError>> {
+        let root = self.cgroup_root();
+        let root = root.as_deref();
+        let rows: Vec<&Lease> = leases.iter().filter_map(|l| l.as_ref().ok()).collect();
+        let ours = |l: &Lease| l.gateway_instance_id == self.gateway;
+        if !legacy.is_empty()
+            || rows
+                .iter()
+                .any(|l| ours(l) && !l.state.is_active() && !self.is_contained(l, root))
+        {
+            return None;
+        }
+        let read = || -> Result<Option<Snapshot>, TableError> {
+            let roots = active
+                .iter()
+                .map(|l| self.table.process(l.root_pid))
+                .collect::<Result<Vec<_>, _>>()?;
+            let Some(mut list) = self.read_down(active, roots, obs)? else {
+                return Ok(None);
+            };
+            let mut seen: std::collections::HashSet<i32> = list.iter().map(|p| p.pid).collect();
+            let mut named: Vec<i32> = Vec::new();
+            for l in &rows {
+                named.push(l.root_pid);
+                named.extend(l.adapter_pid);
+                if l.state.is_active() {
+                    named.push(l.owner_pid);
+                    named.extend(l.claimed_by.map(|c| c.pid));
+                } else if ours(l) {
+                    let path = std::path::PathBuf::from(l.cgroup_path.as_deref().unwrap_or(""));
+                    if path.exists() {
+                        named.extend(self.table.cgroup(&path).procs);
+                    }
+                }
+            }
+            for pid in named {
+                if pid > 0 && seen.insert(pid) {
+                    list.extend(self.table.process(pid)?);
+                }
+            }
+            Ok(Some(Snapshot::new(list)))
+        };
+        read().transpose()
+    }
+
+    /// Reap's one pass over the host, shared by every lease (issue 16), when its leases alone
+    /// do not name every process it may need ([`Controller::reap_read_down`]): `stat` and uid of
+    /// every process, and the costly fields (exe, cmdline, environ) only where they can matter —
+    /// the processes of the caller's uid (the only ones leash may signal, so the only possible
     /// members and marker carriers) and the recorded roots, adapters, owners and legacy pids.
     fn reap_scan(
         &self,
@@ -200,7 +277,7 @@ impl<'t> Controller<'t> {
         )
         .into_iter()
         .map(|s| {
-            let obs = cgroup::observe(std::path::Path::new(&s.path));
+            let obs = self.table.cgroup(std::path::Path::new(&s.path));
             plan::settle_stray(s, &obs, command)
         })
         .collect()
@@ -268,7 +345,7 @@ impl<'t> Controller<'t> {
         // from each lease down (live roots, cgroups), so what is signalled is judged by what is
         // alive once the leases are ours; only where that needs the whole host does it reuse the
         // plan's one pass instead of a second one (every signal re-checks its process anyway).
-        let scan = scan.ok();
+        let scan = scan.and_then(Result::ok);
         report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
         report.escapees = self.reap_escapees(&plan)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;

@@ -483,4 +483,32 @@ impl ProcessTable for RecordingSignaller {
     fn process(&self, pid: i32) -> Result<Option<ProcessInfo>, TableError> {
         Ok(self.alive_now()?.into_iter().find(|p| p.pid == pid))
     }
+
+    /// A cgroup of this host (see [`RecordingSignaller::with_cgroup`]): its id is the inode of
+    /// the stand-in directory (absent when the directory is), its members those still alive.
+    fn cgroup(&self, path: &std::path::Path) -> crate::cgroup::Observation {
+        use std::os::unix::fs::MetadataExt;
+        let mut o = crate::cgroup::Observation {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return o;
+        };
+        o.id = Some(meta.ino());
+        o.procs = self.cgroup_members(path).iter().map(|p| p.pid).collect();
+        o.populated = !o.procs.is_empty();
+        o
+    }
+
+    fn cgroup_procs(&self, cg: &Verified) -> Vec<i32> {
+        self.cgroup_members(cg.path())
+            .iter()
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    fn cgroup_populated(&self, cg: &Verified) -> bool {
+        !self.cgroup_members(cg.path()).is_empty()
+    }
 }
