@@ -17,7 +17,7 @@
 //! it are then reached through `/proc/self/fd/<fd>/…`, so a directory removed and recreated under
 //! the same name after the check is never the one written to.
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

@@ -5,11 +5,11 @@
 //! otherwise the live argv must equal the stored command token for token (never as raw strings).
 //! A stored pid alone never leads to a signal, and what cannot be verified is left alone.
 
-use crate::kind::{HasKind, Kind};
 use crate::proc::Snapshot;
 use crate::signal::Caller;
 use crate::store::{NewLegacyRecord, Store, StoreError};
 use crate::verify::{Expect, Member, OwnedTree, Role};
+use leash_core::kind::{HasKind, Kind};
 use serde::Deserialize;
 use std::path::Path;
 

@@ -6,8 +6,8 @@
 //! Unreadable fields are normal, not errors: a process of another user hides its `exe` and
 //! `environ` (`None` here), and a process that vanishes mid-read is simply not in the snapshot.
 
-use crate::kind::{HasKind, Kind};
 use crate::lease::{ProcessId, ENV_GATEWAY_ID, ENV_LEASE_ID};
+use leash_core::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;

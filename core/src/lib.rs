@@ -13,4 +13,5 @@
 #![forbid(unsafe_code)]
 
 pub mod guard;
+pub mod kind;
 pub mod visibility;

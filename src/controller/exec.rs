@@ -14,12 +14,12 @@
 
 use crate::cgroup::{self, CgroupError, Containment, Limits, Settings, Verified};
 use crate::install::{install_wrapper, InstallError};
-use crate::kind::{HasKind, Kind};
 use crate::lease::{self, command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use crate::proc::{self, LiveTable, ProcessTable};
 use crate::state::{StateError, StateRoot};
 use crate::store::{SessionRow, Store, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::kind::{HasKind, Kind};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

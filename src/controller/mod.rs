@@ -37,7 +37,6 @@
 
 use crate::cgroup::{self, Containment, Verified};
 use crate::controller::terminate::{Engine, Job};
-use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::legacy::LegacyRecord;
 use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
@@ -49,6 +48,7 @@ use crate::signal::{
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
 use crate::verify::Expect;
+use leash_core::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};

@@ -18,11 +18,11 @@
 //! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
-use crate::kind::{HasKind, Kind};
 use crate::lease::{Lease, LeaseState};
 use crate::proc::{Snapshot, TableError};
 use crate::store::StoreError;
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
+use leash_core::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,15 +12,16 @@
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
 use super::protocol::{
-    Attached, Cancelled, Code, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status,
-    StreamItem, MAX_LINE,
+    Attached, Cancelled, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status, StreamItem,
+    MAX_LINE,
 };
 use super::{lock_path, LockInfo};
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
-use crate::kind::{HasKind, Kind};
 use crate::lease::LeaseState;
 use crate::plan::ReapPlan;
 use crate::state::StateRoot;
+use leash_core::kind::Code;
+use leash_core::kind::{HasKind, Kind};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::io::{self, Write};

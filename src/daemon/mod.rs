@@ -31,12 +31,12 @@ pub mod strict_json;
 mod systemd;
 
 use crate::controller::{CloseOutcome, Controller, LeaseRef, LifecycleError};
-use crate::kind::{HasKind, Kind};
 use crate::lease::{now_ms, ProcessId};
 use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError};
+use leash_core::kind::{HasKind, Kind};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -33,10 +33,10 @@ pub use pidfd::{group_alive, PidfdSignaller};
 pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
 
 use crate::cgroup::Verified;
-use crate::kind::{HasKind, Kind};
 use crate::lease::ProcessId;
 use crate::proc::{ProcessInfo, ProcessTable, TableError};
 use crate::verify::MemberRule;
+use leash_core::kind::{HasKind, Kind};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 

@@ -25,7 +25,7 @@ pub use legacy::NewLegacyRecord;
 pub use meta::SPEC_KEY_PREFIX;
 pub use sessions::SessionRow;
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
