@@ -18,6 +18,7 @@
 //! the same name after the check is never the one written to.
 
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::Observation;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -394,22 +395,6 @@ pub fn remove_gateway_dir_if_empty(gateway_root: &Path) -> bool {
         return false;
     }
     fs::remove_dir(gateway_root).is_ok()
-}
-
-/// What was seen of one cgroup directory at one moment. Pure data: the verifier reads it from
-/// the snapshot it judges.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Observation {
-    pub path: PathBuf,
-    /// The directory's inode (cgroup id); `None` when it does not exist.
-    pub id: Option<u64>,
-    /// From `cgroup.events`.
-    pub populated: bool,
-    /// `cgroup.procs`.
-    pub procs: Vec<i32>,
-    /// Why it could not be read, when it exists but could not.
-    pub error: Option<String>,
 }
 
 /// Reads a cgroup directory without following symlinks. Never fails: absence and read errors

@@ -5,11 +5,11 @@
 //! otherwise the live argv must equal the stored command token for token (never as raw strings).
 //! A stored pid alone never leads to a signal, and what cannot be verified is left alone.
 
-use crate::proc::Snapshot;
 use crate::signal::Caller;
 use crate::store::{NewLegacyRecord, Store, StoreError};
 use crate::verify::{Expect, Member, OwnedTree, Role};
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::Snapshot;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -24,7 +24,7 @@ pub struct LegacyImport {
     pub wrapper_path: Option<String>,
 }
 
-pub use crate::store::legacy::LegacyRecord;
+use leash_core::model::LegacyRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LegacyError {
@@ -315,7 +315,7 @@ pub fn verify_legacy(
 /// the same uid, and not carrying some other lease's marker (`own_lease`, the incumbent's lease
 /// id, is this record's own: a descendant carrying it is a member, and says so).
 fn owned_tree(
-    p: &crate::proc::ProcessInfo,
+    p: &leash_core::model::ProcessInfo,
     snap: &Snapshot,
     own_lease: Option<&str>,
     reason: String,
@@ -374,7 +374,12 @@ fn owned_tree(
     }
 }
 
-fn member(p: &crate::proc::ProcessInfo, role: Role, depth: usize, evidence: String) -> Member {
+fn member(
+    p: &leash_core::model::ProcessInfo,
+    role: Role,
+    depth: usize,
+    evidence: String,
+) -> Member {
     Member {
         pid: p.pid,
         start_time: p.start_time,
@@ -664,8 +669,8 @@ pub fn acpx_command_hash(command: &str, lease_id: &str, gateway_id: &str) -> Str
     let (l, g) = (acpx_quote_env(lease_id), acpx_quote_env(gateway_id));
     let leased = [
         "env".to_string(),
-        format!("{}={l}", crate::lease::ENV_LEASE_ID),
-        format!("{}={g}", crate::lease::ENV_GATEWAY_ID),
+        format!("{}={l}", leash_core::model::ENV_LEASE_ID),
+        format!("{}={g}", leash_core::model::ENV_GATEWAY_ID),
         command.to_string(),
         ACPX_LEASE_ARG.to_string(),
         l.clone(),
@@ -698,7 +703,7 @@ fn acpx_candidates<'s>(
     gateway_id: &str,
     wrapper: &str,
     uid: u32,
-) -> Vec<&'s crate::proc::ProcessInfo> {
+) -> Vec<&'s leash_core::model::ProcessInfo> {
     let mut v: Vec<_> = snap
         .iter()
         .filter(|p| p.state != 'Z' && p.uid == uid)
@@ -738,7 +743,7 @@ fn verify_acpx(
             "imported acpx lease lacks its lease id, gateway id, wrapper path or hash".into(),
         );
     };
-    let pids = |v: &[&crate::proc::ProcessInfo]| {
+    let pids = |v: &[&leash_core::model::ProcessInfo]| {
         v.iter()
             .map(|p| p.pid.to_string())
             .collect::<Vec<_>>()
@@ -749,7 +754,7 @@ fn verify_acpx(
     // descendant inherits them), this root's gateway id, of the caller's uid, started before the
     // import: the lease's escapees once they left the tree (the detached adapter of a wrapper
     // that was SIGKILLed: the incumbent's own leak).
-    let marked: Vec<&crate::proc::ProcessInfo> = snap
+    let marked: Vec<&leash_core::model::ProcessInfo> = snap
         .marked(lease)
         .filter(|m| m.state != 'Z' && m.uid == caller.uid && m.pid > 1)
         .filter(|m| m.pid != caller.pid && m.pid != caller.pgid)
@@ -788,8 +793,8 @@ fn verify_acpx(
                  id) in their environment and started before the import: the lease's escapees",
                 rec.pid,
                 pids(&marked),
-                crate::lease::ENV_LEASE_ID,
-                crate::lease::ENV_GATEWAY_ID
+                leash_core::model::ENV_LEASE_ID,
+                leash_core::model::ENV_GATEWAY_ID
             );
             return escapees_only(&marked, reason);
         }
@@ -905,7 +910,7 @@ fn verify_acpx(
 }
 
 /// The verdict for an acpx lease whose wrapper is gone but whose marked processes remain.
-fn escapees_only(marked: &[&crate::proc::ProcessInfo], reason: String) -> LegacyVerdict {
+fn escapees_only(marked: &[&leash_core::model::ProcessInfo], reason: String) -> LegacyVerdict {
     let mut members: Vec<Member> = marked
         .iter()
         .map(|m| member(m, Role::Marked, 0, reason.clone()))

@@ -3,13 +3,15 @@
 //! prints exactly this; the lifecycle controller carries it out (re-checking every process right
 //! before it signals it).
 
-use crate::lease::{Lease, LeaseState, ProcessId};
-use crate::legacy::{verify_legacy, LegacyRecord, LegacyVerdict};
-use crate::proc::{Snapshot, TableError};
+use crate::legacy::{verify_legacy, LegacyVerdict};
+use crate::proc::TableError;
 use crate::signal::{self, Caller, Sig};
 use crate::verify::{
     check_cgroup, verify_owned_tree, CgroupState, Expect, Member, OwnedTree, Role, Verdict,
 };
+use leash_core::model::LegacyRecord;
+use leash_core::model::Snapshot;
+use leash_core::model::{Lease, LeaseState, ProcessId};
 use serde::{Deserialize, Serialize};
 
 /// What will happen to a lease.
@@ -534,7 +536,7 @@ pub fn plan_strays(
 /// never signalled, never removed. `command` names a pid's command line where it is readable.
 pub fn settle_stray(
     mut s: StrayCgroup,
-    obs: &crate::cgroup::Observation,
+    obs: &leash_core::model::Observation,
     command: impl Fn(i32) -> Option<String>,
 ) -> StrayCgroup {
     if s.action != CgroupAction::Remove {

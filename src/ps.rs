@@ -7,9 +7,10 @@
 //! never the host. The daemon's `status` samples the same [`usage_of`].
 
 use crate::cgroup::Verified;
-use crate::lease::{Lease, LeaseState};
-use crate::proc::{ProcessTable, Snapshot};
+use crate::proc::ProcessTable;
 use crate::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::model::Snapshot;
+use leash_core::model::{Lease, LeaseState};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

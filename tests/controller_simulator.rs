@@ -13,12 +13,12 @@
 //! cgroupfs, so contained leases through `close` and `reap` stay live-only (`containment_*`). The
 //! live tests stay.
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
-use leash::lease::{command_hash, Lease, LeaseState};
 use leash::plan::ReapOptions;
 use leash::proc::FixtureTable;
 use leash::signal::{Caller, Delivery, Exit, RecordingSignaller, Sig, SimEvent, SimWhat};
 use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
+use leash_core::model::{command_hash, Lease, LeaseState};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -328,7 +328,7 @@ fn simulate(case: &str, verb: &str) -> Value {
     for l in leases(&doc) {
         ctl.store().insert_lease(&l, None, |_| None).unwrap();
     }
-    let records: Vec<leash::legacy::LegacyRecord> =
+    let records: Vec<leash_core::model::LegacyRecord> =
         serde_json::from_value(doc["legacy"].clone()).unwrap_or_default();
     for r in &records {
         ctl.store()

@@ -14,4 +14,5 @@
 
 pub mod guard;
 pub mod kind;
+pub mod model;
 pub mod visibility;

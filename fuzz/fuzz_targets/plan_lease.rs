@@ -9,9 +9,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use leash::lease::{command_hash, Lease, LeaseState};
+use leash_core::model::{command_hash, Lease, LeaseState};
 use leash::plan::{plan_lease, Decision};
-use leash::proc::{LeaseEnv, ProcessInfo, Snapshot};
+use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
 use leash::signal::Caller;
 use leash::verify::Expect;
 use libfuzzer_sys::fuzz_target;

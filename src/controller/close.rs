@@ -195,7 +195,7 @@ impl<'t> Controller<'t> {
             .iter()
             .map(|l| self.table.process(l.root_pid))
             .collect::<Result<Vec<_>, _>>()?;
-        let alive = |l: &Lease, at_root: &Option<crate::proc::ProcessInfo>| {
+        let alive = |l: &Lease, at_root: &Option<leash_core::model::ProcessInfo>| {
             at_root
                 .as_ref()
                 .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z')

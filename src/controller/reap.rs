@@ -151,7 +151,7 @@ impl<'t> Controller<'t> {
         named.extend(legacy.iter().map(|r| r.pid));
         let uid = self.caller.uid;
         self.table
-            .scan(&|p: &proc::ProcessInfo| p.uid == uid || named.contains(&p.pid))
+            .scan(&|p: &leash_core::model::ProcessInfo| p.uid == uid || named.contains(&p.pid))
     }
 
     fn plan_reap_from(

@@ -12,11 +12,11 @@
 pub use super::events::History;
 use super::verify::LiveMember;
 use super::Controller;
-use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
 use crate::store::{SessionRow, StoreError};
 use crate::verify::{verify_owned_tree, Expect, Verdict};
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::{Lease, LeaseState, ProcessId};
 use leash_core::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

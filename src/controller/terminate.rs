@@ -12,13 +12,13 @@
 //! exact timeline.
 
 use crate::cgroup::Verified;
-use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::plan::{self, Decision, PlannedSignal};
 use crate::proc::ProcessTable;
 use crate::signal::{
     Caller, CgroupKillError, Clock, Delivery, Pinned, Sig, SignalError, Signaller,
 };
 use crate::verify::{Expect, MemberRule, Role};
+use leash_core::model::{Lease, LeaseState, ProcessId};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -18,11 +18,12 @@
 //! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
-use crate::lease::{Lease, LeaseState};
-use crate::proc::{Snapshot, TableError};
+use crate::proc::TableError;
 use crate::store::StoreError;
 use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::Snapshot;
+use leash_core::model::{Lease, LeaseState};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,14 +232,15 @@ impl Controller<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proc::{FixtureTable, LeaseEnv, ProcessInfo, ProcessTable};
+    use crate::proc::{FixtureTable, ProcessTable};
+    use leash_core::model::{LeaseEnv, ProcessInfo};
     use std::path::Path;
 
     fn lease() -> Lease {
         serde_json::from_value(serde_json::json!({
             "leaseId": "L1", "sessionKey": "s", "gatewayInstanceId": "G",
             "state": "open", "ownerPid": 50, "ownerStartTime": 5,
-            "rootPid": 100, "rootStartTime": 10, "commandHash": crate::lease::command_hash(&["adapter".to_string()]),
+            "rootPid": 100, "rootStartTime": 10, "commandHash": leash_core::model::command_hash(&["adapter".to_string()]),
             "command": ["adapter"], "wrapperPath": "/w/leash-wrap", "wrapperRoot": "/w", "startedAt": 1, "graceMs": 100,
         }))
         .expect("lease fixture")

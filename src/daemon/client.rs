@@ -17,11 +17,11 @@ use super::protocol::{
 };
 use super::{lock_path, LockInfo};
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
-use crate::lease::LeaseState;
 use crate::plan::ReapPlan;
 use crate::state::StateRoot;
 use leash_core::kind::Code;
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::LeaseState;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::io::{self, Write};

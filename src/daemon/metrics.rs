@@ -558,7 +558,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
     match d.health_store().counts() {
         Ok(c) => {
             // Every state, from the one list of them (a state added there is exported here).
-            for state in crate::lease::LeaseState::ALL {
+            for state in leash_core::model::LeaseState::ALL {
                 m.leases
                     .get_or_create(&StateLabel {
                         state: state.as_str().into(),

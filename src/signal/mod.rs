@@ -33,10 +33,11 @@ pub use pidfd::{group_alive, PidfdSignaller};
 pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
 
 use crate::cgroup::Verified;
-use crate::lease::ProcessId;
-use crate::proc::{ProcessInfo, ProcessTable, TableError};
+use crate::proc::{ProcessTable, TableError};
 use crate::verify::MemberRule;
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::ProcessId;
+use leash_core::model::ProcessInfo;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 

@@ -12,10 +12,11 @@ use super::{
     Handle, Pinned, Sig, SignalError, Signaller,
 };
 use crate::cgroup::Verified;
-use crate::lease::ProcessId;
-use crate::proc::{FixtureTable, ProcessInfo, ProcessTable, Snapshot, TableError};
+use crate::proc::{FixtureTable, ProcessTable, TableError};
 use crate::verify::MemberRule;
 use leash_core::guard::check_pid;
+use leash_core::model::ProcessId;
+use leash_core::model::{ProcessInfo, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -372,7 +372,8 @@ fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
 mod tests {
     use super::*;
 
-    use crate::lease::{command_hash, new_lease_id, now_ms, Lease, LeaseState, ProcessId};
+    use crate::lease::{new_lease_id, now_ms};
+    use leash_core::model::{command_hash, Lease, LeaseState, ProcessId};
 
     fn temp_db() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));

@@ -635,7 +635,7 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
         "leases" => {
             let l: Leases = fields_of(op, fields)?;
             if let Some(s) = &l.state {
-                s.parse::<crate::lease::LeaseState>()
+                s.parse::<leash_core::model::LeaseState>()
                     .map_err(|e| bad(format!("leases: {e}")))?;
             }
             Op::Leases(l)
