@@ -6,24 +6,10 @@
 //! Unreadable fields are normal, not errors: a process of another user hides its `exe` and
 //! `environ` (`None` here), and a process that vanishes mid-read is simply not in the snapshot.
 
-use leash_core::kind::{HasKind, Kind};
-use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
+use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot, TableError};
 use leash_core::model::{ProcessId, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TableError {
-    #[error("the process table is unavailable: {0}")]
-    Unavailable(String),
-}
-
-/// A process table that cannot be read: nothing can be verified, so nothing is signalled.
-impl HasKind for TableError {
-    fn kind(&self) -> Kind {
-        Kind::Unverified
-    }
-}
 
 /// One source of process facts.
 pub trait ProcessTable {

@@ -18,9 +18,9 @@
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
 use crate::lease::now_ms;
-use crate::plan::ReapOptions;
 use crate::proc::ProcessTable;
 use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::plan::ReapOptions;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 

@@ -13,12 +13,12 @@
 //! cgroupfs, so contained leases through `close` and `reap` stay live-only (`containment_*`). The
 //! live tests stay.
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
-use leash::plan::ReapOptions;
 use leash::proc::FixtureTable;
 use leash::signal::{Caller, Delivery, Exit, RecordingSignaller, Sig, SimEvent, SimWhat};
 use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
 use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::plan::ReapOptions;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -535,7 +535,7 @@ fn contained_lease_cgroup_kill_is_the_signallers() {
         .join("fixtures/lifecycle/contained/cgroup_kill_at_grace_end.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let r = &doc["rule"];
-    let rule = leash::verify::MemberRule {
+    let rule = leash_core::verify::MemberRule {
         lease_id: r["leaseId"].as_str().unwrap().into(),
         gateway_instance_id: r["gatewayInstanceId"].as_str().unwrap().into(),
         root_start_time: r["rootStartTime"].as_u64().unwrap(),

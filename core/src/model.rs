@@ -7,6 +7,7 @@
 //! Reading them is the `leash` crate's business (`/proc` behind its `ProcessTable`, the cgroup
 //! files, the store); here they are only data, built by the caller.
 
+use crate::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -396,6 +397,29 @@ impl Snapshot {
 
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()
+    }
+}
+
+/// The process table could not be read: nothing can be verified, so nothing is signalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableError {
+    Unavailable(String),
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TableError::Unavailable(why) => write!(f, "the process table is unavailable: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// A process table that cannot be read: nothing can be verified, so nothing is signalled.
+impl HasKind for TableError {
+    fn kind(&self) -> Kind {
+        Kind::Unverified
     }
 }
 

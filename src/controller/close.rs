@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::signal::CgroupKillError;
-use crate::verify::MemberRule;
+use leash_core::verify::MemberRule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -37,19 +37,20 @@
 
 use crate::cgroup::{self, Containment, Verified};
 use crate::controller::terminate::{Engine, Job};
-use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
-use crate::proc::{self, ProcessTable, TableError};
+use crate::proc::{self, ProcessTable};
 use crate::report::{self, WrapperReport};
 use crate::signal::{
     Caller, Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock,
 };
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
-use crate::verify::Expect;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::LegacyRecord;
 use leash_core::model::Snapshot;
+use leash_core::model::TableError;
 use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
+use leash_core::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};

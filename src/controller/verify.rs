@@ -11,19 +11,19 @@
 //! [`verify_owned_tree`] `reap --dry-run` and `close` use, so every verb gives one answer about
 //! one lease. Nothing here signals.
 //!
-//! The answer is deliberately coarser than [`crate::verify::Verdict`]: a lease whose wrapper is
+//! The answer is deliberately coarser than [`leash_core::verify::Verdict`]: a lease whose wrapper is
 //! gone but whose escapees still run (verdict `escaped`, the escapees listed as members) is
 //! `dead` for a gateway (there is no session to resume; `reap` or the daemon's reconcile takes
 //! the escapees), and `not-owned` is `dead` too (the evidence disproves ownership, so resuming
 //! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
-use crate::proc::TableError;
 use crate::store::StoreError;
-use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::Snapshot;
+use leash_core::model::TableError;
 use leash_core::model::{Lease, LeaseState};
+use leash_core::verify::{verify_owned_tree, Expect, Role, Verdict};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,8 +58,8 @@ pub struct LiveMember {
     pub argv0: Option<String>,
 }
 
-impl From<&crate::verify::Member> for LiveMember {
-    fn from(m: &crate::verify::Member) -> LiveMember {
+impl From<&leash_core::verify::Member> for LiveMember {
+    fn from(m: &leash_core::verify::Member) -> LiveMember {
         LiveMember {
             pid: m.pid,
             start_time: m.start_time,

@@ -18,11 +18,11 @@ use super::protocol::{
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
 use crate::controller::{LeaseRef, LifecycleError};
-use crate::plan::ReapOptions;
 use crate::store::{SessionRow, StoreError};
 use leash_core::kind::Code;
 use leash_core::kind::HasKind;
 use leash_core::model::LeaseState;
+use leash_core::plan::ReapOptions;
 use leash_core::visibility::{visible_rows, Grant};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -980,7 +980,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Reaped {
-    Plan(crate::plan::ReapPlan),
+    Plan(leash_core::plan::ReapPlan),
     Report(crate::controller::ReapReport),
 }
 

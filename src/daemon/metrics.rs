@@ -13,7 +13,7 @@
 use super::session;
 use crate::controller::{CloseOutcome, CloseResult};
 use crate::signal::Delivery;
-use crate::verify::Role;
+use leash_core::verify::Role;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -32,12 +32,12 @@ mod systemd;
 
 use crate::controller::{CloseOutcome, Controller, LeaseRef, LifecycleError};
 use crate::lease::now_ms;
-use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError};
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::ProcessId;
+use leash_core::plan::ReapOptions;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -475,7 +475,7 @@ fn sample_usage(
     cgroup_root: Option<&Path>,
 ) -> Vec<(String, (Instant, crate::ps::Totals))> {
     let wrapper_root = root.wrapper_root();
-    let expect = crate::verify::Expect {
+    let expect = leash_core::verify::Expect {
         gateway_instance_id: gateway,
         wrapper_root: &wrapper_root,
         cgroup_root,

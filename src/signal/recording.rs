@@ -12,11 +12,12 @@ use super::{
     Handle, Pinned, Sig, SignalError, Signaller,
 };
 use crate::cgroup::Verified;
-use crate::proc::{FixtureTable, ProcessTable, TableError};
-use crate::verify::MemberRule;
+use crate::proc::{FixtureTable, ProcessTable};
 use leash_core::guard::check_pid;
 use leash_core::model::ProcessId;
+use leash_core::model::TableError;
 use leash_core::model::{ProcessInfo, Snapshot};
+use leash_core::verify::MemberRule;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -17,8 +17,8 @@
 //! carry this lease's markers are still ours: they are the escapees the wrapper could not take
 //! with it when it was SIGKILLed. When nothing carries the markers either, the lease is `Gone`.
 
-use leash_core::model::{command_hash, Lease};
-use leash_core::model::{ProcessInfo, Snapshot};
+use crate::model::{command_hash, Lease};
+use crate::model::{ProcessInfo, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -761,8 +761,8 @@ impl<'a> TreeBuilder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leash_core::model::LeaseEnv;
-    use leash_core::model::LeaseState;
+    use crate::model::LeaseEnv;
+    use crate::model::LeaseState;
 
     const GW: &str = "5f0c2b1e-8d3a-4c6e-9b7f-1a2b3c4d5e6f";
     const ROOT: &str = "/s/wrappers";
