@@ -243,7 +243,7 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
     let mut evidence = Vec::new();
     let root = match live_root(lease, expect, snap, &mut evidence) {
         Ok(root) => root,
-        Err(verdict) => return verdict,
+        Err(problem) => return problem.verdict(),
     };
     let mut tree = TreeBuilder::new(lease, expect, snap);
     tree.admit_root_and_descendants(root);
@@ -281,14 +281,14 @@ fn row_names_this_gateway(lease: &Lease, expect: &Expect<'_>) -> Result<(), Stri
 
 /// The recorded root as it runs now: `Ok(Some)` when it is alive with the recorded start time
 /// (and pidfs inode) and passes [`check_root`]; `Ok(None)` when it is gone (absent, its pid
-/// reused, a zombie), which leaves only the lease's escapees to find; `Err` with the verdict
-/// when a live root contradicts the lease or cannot be read.
+/// reused, a zombie), which leaves only the lease's escapees to find; `Err` when a live root
+/// contradicts the lease or cannot be read.
 fn live_root<'s>(
     lease: &Lease,
     expect: &Expect<'_>,
     snap: &'s Snapshot,
     evidence: &mut Vec<String>,
-) -> Result<Option<&'s ProcessInfo>, Verdict> {
+) -> Result<Option<&'s ProcessInfo>, RootProblem> {
     let gone = |evidence: &mut Vec<String>, why: String| {
         evidence.push(why);
         Ok(None)
@@ -331,14 +331,10 @@ fn live_root<'s>(
                 p.pid
             ),
         ),
-        Some(p) => match check_root(lease, expect, p) {
-            Ok(ev) => {
-                evidence.extend(ev);
-                Ok(Some(p))
-            }
-            Err(RootProblem::NotOwned { reason }) => Err(Verdict::NotOwned { reason }),
-            Err(RootProblem::Unverifiable { reason }) => Err(Verdict::Unverifiable { reason }),
-        },
+        Some(p) => {
+            evidence.extend(check_root(lease, expect, p)?);
+            Ok(Some(p))
+        }
     }
 }
 
@@ -367,6 +363,15 @@ fn verdict_of(mut built: OwnedTree, evidence: Vec<String>) -> Verdict {
 enum RootProblem {
     NotOwned { reason: String },
     Unverifiable { reason: String },
+}
+
+impl RootProblem {
+    fn verdict(self) -> Verdict {
+        match self {
+            RootProblem::NotOwned { reason } => Verdict::NotOwned { reason },
+            RootProblem::Unverifiable { reason } => Verdict::Unverifiable { reason },
+        }
+    }
 }
 
 /// Checks a live root whose pid and start time match. `Err` is the verdict to return.
