@@ -1,7 +1,7 @@
 //! The one error vocabulary stays one: README.md's exit-code table is the code's exit-code table
 //! (`leash_core::kind::KINDS`, row for row, meaning for meaning), `leash --help` lists the same codes,
 //! and docs/protocol.md's error-code table names exactly the wire codes of the code's table
-//! (`leash::daemon::protocol::CODES`). A code added on one side and not the other fails here.
+//! (`leash_core::kind::CODES`). A code added on one side and not the other fails here.
 
 use leash_core::kind::CODES;
 use leash_core::kind::{KINDS, SUCCESS_MEANING};

@@ -219,6 +219,9 @@ pub enum Code {
     ShuttingDown,
     /// `send`: the adapter did not read its stdin before the send's timeout.
     SendTimeout,
+    /// `ensure` with `initialize`: the adapter did not answer the `initialize` the daemon sent
+    /// within `handshakeTimeoutMs`; the session was closed (TERM, grace, KILL).
+    HandshakeTimeout,
     /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
     /// exec`): only sessions started with `ensure` take input or stream output.
     NotSupervised,
@@ -228,7 +231,7 @@ pub enum Code {
 
 /// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
 /// gives the CLI's exit code through [`KINDS`]). The only place a code is named.
-pub const CODES: [(Code, &str, Kind); 18] = [
+pub const CODES: [(Code, &str, Kind); 19] = [
     (Code::BadUtf8, "bad_utf8", Kind::Usage),
     (Code::BadJson, "bad_json", Kind::Usage),
     (Code::LineTooLong, "line_too_long", Kind::Usage),
@@ -245,6 +248,12 @@ pub const CODES: [(Code, &str, Kind); 18] = [
     (Code::Forbidden, "forbidden", Kind::Internal),
     (Code::ShuttingDown, "shutting_down", Kind::Conflict),
     (Code::SendTimeout, "send_timeout", Kind::Internal),
+    // The adapter never became usable: a failed start, as the CLI counts it.
+    (
+        Code::HandshakeTimeout,
+        "handshake_timeout",
+        Kind::SpawnFailed,
+    ),
     // A session `leash exec` started has no stdin the daemon could write to: a conflict with
     // how it runs, not a missing daemon.
     (Code::NotSupervised, "not_supervised", Kind::Conflict),

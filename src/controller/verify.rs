@@ -81,7 +81,7 @@ pub struct VerifyReport {
     pub root_pid: i32,
     pub root_start_time: u64,
     pub owner_pid: i32,
-    /// The finer verdict of [`crate::verify`] this answer comes from.
+    /// The finer verdict of [`leash_core::verify`] this answer comes from.
     pub verdict: String,
     /// Why, in words: what was compared and what it showed.
     pub evidence: Vec<String>,
