@@ -6,8 +6,8 @@
 //! and one of the destination. The copy is atomic: a temporary file in the same directory,
 //! renamed into place, so no wrapper is ever exec'd half-written.
 
-use crate::kind::{HasKind, Kind};
 use crate::state::StateRoot;
+use leash_core::kind::{HasKind, Kind};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -11,10 +11,10 @@
 //! SIGKILL) before exiting. It reports the adapter's pid, group and exit status through a file
 //! under `run/`, never through stdout, which belongs to the adapter.
 //!
-//! Cleanup never trusts a stored pid. [`verify::verify_owned_tree`] compares a lease with a
-//! snapshot of the live process table ([`proc::ProcessTable`]) and proves, process by process,
-//! what still belongs to it; [`plan`] turns verdicts into signal plans that `reap --dry-run`
-//! prints; [`signal`] is the only module that sends signals, re-checking each process through a
+//! Cleanup never trusts a stored pid. [`leash_core::verify::verify_owned_tree`] compares a lease
+//! with a snapshot of the live process table ([`proc::ProcessTable`]) and proves, process by
+//! process, what still belongs to it; [`leash_core::plan`] turns verdicts into signal plans that
+//! `reap --dry-run` prints; [`signal`] is the only module that sends signals, re-checking each process through a
 //! pidfd right before it does. Intents are distinct: `cancel` never signals, `close` verifies then
 //! terminates children first, `reap` starts from open leases whose owner is gone.
 //!
@@ -47,14 +47,11 @@ pub mod cli;
 pub mod controller;
 pub mod daemon;
 pub mod envpolicy;
-pub mod exitcode;
 pub mod install;
-pub mod kind;
 pub mod lease;
 pub mod legacy;
 pub mod limits;
 pub mod mcp;
-pub mod plan;
 pub mod proc;
 pub mod ps;
 pub mod reconcile;
@@ -65,4 +62,3 @@ pub mod store;
 // The one module allowed `unsafe`: the syscalls nix does not wrap, behind safe functions.
 #[allow(unsafe_code)]
 mod sys;
-pub mod verify;

@@ -4,7 +4,7 @@
 //! that is stored reads back (a grace of 2^64-1 ms once became a negative row that nothing could
 //! read, close, or reap). Pure: no I/O.
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use std::time::Duration;
 
 /// The grace between SIGTERM and SIGKILL when none is given.

@@ -7,9 +7,10 @@
 //! never the host. The daemon's `status` samples the same [`usage_of`].
 
 use crate::cgroup::Verified;
-use crate::lease::{Lease, LeaseState};
-use crate::proc::{ProcessTable, Snapshot};
-use crate::verify::{verify_owned_tree, Expect, Verdict};
+use crate::proc::ProcessTable;
+use leash_core::model::Snapshot;
+use leash_core::model::{Lease, LeaseState};
+use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -136,7 +137,7 @@ pub fn observe_lease(
     lease: &Lease,
     expect: &Expect<'_>,
     table: &dyn ProcessTable,
-) -> Result<Snapshot, crate::proc::TableError> {
+) -> Result<Snapshot, leash_core::model::TableError> {
     let id = lease.root();
     let root_alive = table.liveness(id, lease.root_pidfs_ino)? == crate::proc::Liveness::Alive;
     let base = if root_alive {

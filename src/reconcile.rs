@@ -17,9 +17,10 @@
 //! daemon's own sessions are the daemon's to settle and are never touched here.
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LifecycleError};
-use crate::lease::{now_ms, Lease, LeaseState, ProcessId};
-use crate::plan::ReapOptions;
+use crate::lease::now_ms;
 use crate::proc::ProcessTable;
+use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::plan::ReapOptions;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 

@@ -3,10 +3,10 @@
 //! end. A report is trusted only when it names the lease's own wrapper (pid and start time), and
 //! it only fills in fields the row does not have yet.
 
-use crate::lease::{Lease, LeaseState};
 use crate::proc::ProcessTable;
 use crate::state::StateRoot;
 use crate::store::{ReportUpdate, Store, StoreError};
+use leash_core::model::{Lease, LeaseState};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

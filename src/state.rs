@@ -2,7 +2,7 @@
 //! wrapper binaries and the wrappers' reports. Everything under it is trusted as much as the
 //! database is, so it is created mode 0700 and refused when another user owns it.
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

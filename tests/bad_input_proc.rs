@@ -2,11 +2,11 @@
 //! the listing of `/proc` and the reading of its files is simply absent (never an error, never a
 //! half-read process); a zombie is dead; fields that cannot be read (`exe`, `environ`) make a lease
 //! unverifiable or a process excluded, never a signal.
-use leash::lease::{command_hash, Lease, LeaseState};
-use leash::plan::{plan_lease, Decision};
 use leash::proc::{FixtureTable, LiveTable, ProcessTable};
 use leash::signal::Caller;
-use leash::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::plan::{plan_lease, Decision};
+use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,7 +140,7 @@ fn expect() -> Expect<'static> {
     }
 }
 
-fn plan(t: &FixtureTable) -> leash::plan::LeasePlan {
+fn plan(t: &FixtureTable) -> leash_core::plan::LeasePlan {
     let snap = t.snapshot();
     plan_lease(&lease(), &expect(), snap.as_ref(), &CALLER, 100)
 }

@@ -14,12 +14,12 @@
 //! the recording signaller is, so the fixture host's cgroups are the ones observed. The
 //! live tests stay.
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
-use leash::lease::{command_hash, Lease, LeaseState};
-use leash::plan::ReapOptions;
 use leash::proc::FixtureTable;
 use leash::signal::{Caller, Delivery, Exit, RecordingSignaller, Sig, SimEvent, SimWhat};
 use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
+use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::plan::ReapOptions;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -329,7 +329,7 @@ fn simulate(case: &str, verb: &str) -> Value {
     for l in leases(&doc) {
         ctl.store().insert_lease(&l, None, |_| None).unwrap();
     }
-    let records: Vec<leash::legacy::LegacyRecord> =
+    let records: Vec<leash_core::model::LegacyRecord> =
         serde_json::from_value(doc["legacy"].clone()).unwrap_or_default();
     for r in &records {
         ctl.store()
@@ -536,7 +536,7 @@ fn contained_lease_cgroup_kill_is_the_signallers() {
         .join("fixtures/lifecycle/contained/cgroup_kill_at_grace_end.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let r = &doc["rule"];
-    let rule = leash::verify::MemberRule {
+    let rule = leash_core::verify::MemberRule {
         lease_id: r["leaseId"].as_str().unwrap().into(),
         gateway_instance_id: r["gatewayInstanceId"].as_str().unwrap().into(),
         root_start_time: r["rootStartTime"].as_u64().unwrap(),

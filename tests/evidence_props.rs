@@ -8,12 +8,12 @@
 //! `reap --include-live` and a close of that one lease. A stranger is a process that is neither
 //! a descendant of the real wrapper, nor a process of the lease in its cgroup, nor a carrier of
 //! its markers; the live twin of this test is `tests/evidence_strangers.rs`.
-use leash::cgroup::Observation;
-use leash::lease::{command_hash, Lease, LeaseState};
-use leash::plan::{plan_lease, plan_reap, CgroupAction, ReapOptions};
-use leash::proc::{LeaseEnv, ProcessInfo, Snapshot};
 use leash::signal::Caller;
-use leash::verify::Expect;
+use leash_core::model::Observation;
+use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
+use leash_core::plan::{plan_lease, plan_reap, CgroupAction, ReapOptions};
+use leash_core::verify::Expect;
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,10 @@
 //! The one error vocabulary stays one: README.md's exit-code table is the code's exit-code table
-//! (`leash::kind::KINDS`, row for row, meaning for meaning), `leash --help` lists the same codes,
+//! (`leash_core::kind::KINDS`, row for row, meaning for meaning), `leash --help` lists the same codes,
 //! and docs/protocol.md's error-code table names exactly the wire codes of the code's table
-//! (`leash::daemon::protocol::CODES`). A code added on one side and not the other fails here.
+//! (`leash_core::kind::CODES`). A code added on one side and not the other fails here.
 
-use leash::daemon::protocol::CODES;
-use leash::kind::{KINDS, SUCCESS_MEANING};
+use leash_core::kind::CODES;
+use leash_core::kind::{KINDS, SUCCESS_MEANING};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -60,7 +60,7 @@ fn readme_exit_code_table_is_the_codes_table() {
         .collect();
     assert_eq!(
         found, expected,
-        "README.md's exit-code table differs from leash::kind::KINDS; it should read:\n{rendered}"
+        "README.md's exit-code table differs from leash_core::kind::KINDS; it should read:\n{rendered}"
     );
 }
 

@@ -9,10 +9,10 @@ mod common;
 use common::counting::Counting;
 use common::*;
 use leash::controller::{CloseResult, Controller, LeaseRef};
-use leash::plan::ReapOptions;
 use leash::state::StateRoot;
 use leash::store::Store;
-use leash::verify::Expect;
+use leash_core::plan::ReapOptions;
+use leash_core::verify::Expect;
 use std::process::Command;
 
 #[test]

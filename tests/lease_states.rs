@@ -5,7 +5,7 @@
 //! wrapper that vanished without a report (SIGKILL) leaves a `lost` lease.
 mod common;
 use common::*;
-use leash::kind::Kind;
+use leash_core::kind::Kind;
 
 fn only_lease(state: &std::path::Path, session: &str) -> serde_json::Value {
     let mut l = lease_of(state, session);

@@ -4,12 +4,12 @@
 //! plus leases, and writes out the plan it expects: the decision per lease, the pids signalled in
 //! order (children first), and pids that must never be signalled. The planner runs against the
 //! fixture table exactly as it runs against /proc.
-use leash::lease::{command_hash, Lease};
-use leash::legacy::LegacyRecord;
-use leash::plan::{plan_reap, Decision, ReapOptions};
 use leash::proc::{FixtureTable, ProcessTable};
 use leash::signal::{Caller, Sig};
-use leash::verify::Expect;
+use leash_core::model::LegacyRecord;
+use leash_core::model::{command_hash, Lease};
+use leash_core::plan::{plan_reap, Decision, ReapOptions};
+use leash_core::verify::Expect;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

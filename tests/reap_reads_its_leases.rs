@@ -9,8 +9,8 @@ mod common;
 use common::counting::Counting;
 use common::*;
 use leash::controller::{CloseResult, Controller};
-use leash::plan::ReapOptions;
 use leash::state::StateRoot;
+use leash_core::plan::ReapOptions;
 use std::path::Path;
 use std::process::{Command, Stdio};
 

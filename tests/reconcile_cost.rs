@@ -8,8 +8,8 @@
 mod common;
 use common::counting::Counting;
 use common::*;
-use leash::lease::ProcessId;
 use leash::state::StateRoot;
+use leash_core::model::ProcessId;
 use std::time::Duration;
 
 /// A process id that is not the one of any lease's owner or claimant (the daemon's `me`).

@@ -2,9 +2,9 @@
 //! only that: by pid *and* start time, through leash's own pidfd-checked signalling), polling
 //! with deadlines, and the few `/proc` reads the measurements need (RSS, children, exe).
 
-use leash::lease::ProcessId;
 use leash::proc::{LiveTable, ProcessTable};
 use leash::signal::{self, Caller, CurrentCaller, Sig};
+use leash_core::model::ProcessId;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};

@@ -12,9 +12,10 @@ use crate::spawn::verdict;
 use crate::stats::{self, Summary, Table};
 use crate::{Config, Env};
 use leash::controller::Controller;
-use leash::proc::{LiveTable, ProcessTable, Snapshot};
+use leash::proc::{LiveTable, ProcessTable};
 use leash::state::StateRoot;
-use leash::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::model::Snapshot;
+use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,16 +1,30 @@
-//! leash-core: the decisions of leash that need nothing but their arguments. [`visibility`]
-//! decides which session rows a requester may see; [`guard`] holds the hard refusals every
-//! signal passes (pid ≤ 1, leash's own pid and process group, another uid) and the only signals
-//! leash may send.
+//! leash-core: the model of leash and every decision it makes, as functions of their arguments.
+//!
+//! - [`model`]: the plain data (a lease and its states, a process and a snapshot of the process
+//!   table with its walks, what was seen of a cgroup, a legacy record).
+//! - [`verify`]: does the live tree still belong to this lease? One checklist, with the evidence.
+//! - [`legacy`]: the fail-safe check of legacy records and the acpx extension's leases, and the
+//!   shell tokeniser their stored commands need.
+//! - [`plan`]: what `close` and `reap` would do to each lease and each process (what
+//!   `reap --dry-run` prints), through [`guard`].
+//! - [`guard`]: the hard refusals every signal passes (pid ≤ 1, leash's own pid and process
+//!   group, another uid) and the only signals leash may send.
+//! - [`visibility`]: which session rows a requester may see.
+//! - [`kind`]: the error vocabulary and its two tables, exit codes and wire codes.
 //!
 //! That this code is pure is a compile-time fact, not a convention: the crate depends on serde
-//! alone (no rusqlite, nix or libc, so it cannot name the database, a pidfd or kill(2)), forbids
-//! `unsafe` (so it cannot call the kernel by hand), and its `clippy.toml` makes the file system,
-//! processes, the environment and the clock clippy errors. The `leash` crate re-exports both
-//! modules (`leash::visibility`, `leash::signal::{Caller, Sig, Refusal}`), so their paths are
-//! unchanged. The verifier and the planner move here next (docs/architecture.md).
+//! and pure computation crates only (sha2, shlex, uuid without its clock or random features: no
+//! rusqlite, nix or libc, so it cannot name the database, a pidfd or kill(2)), forbids `unsafe`
+//! (so it cannot call the kernel by hand), and its `clippy.toml` makes the file system,
+//! processes, the environment and the clock clippy errors. Reading `/proc`, the cgroup files and
+//! the store, and sending signals, are the `leash` crate's.
 
 #![forbid(unsafe_code)]
 
 pub mod guard;
+pub mod kind;
+pub mod legacy;
+pub mod model;
+pub mod plan;
+pub mod verify;
 pub mod visibility;

@@ -49,6 +49,7 @@
 //!   case-sensitive like agent ids everywhere else in leash. Rows of the requester's own agent
 //!   never need a rule.
 
+use crate::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -120,6 +121,13 @@ impl fmt::Display for PolicyError {
                  main:*)"
             ),
         }
+    }
+}
+
+/// A visibility or a2a rule that does not parse is bad usage.
+impl HasKind for PolicyError {
+    fn kind(&self) -> Kind {
+        Kind::Usage
     }
 }
 

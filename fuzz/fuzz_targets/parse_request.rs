@@ -6,7 +6,8 @@
 //! deterministic, and what it accepts keeps the protocol's framing rules.
 #![no_main]
 
-use leash::daemon::protocol::{parse_request, Code, Op, MAX_LINE};
+use leash::daemon::protocol::{parse_request, Op, MAX_LINE};
+use leash_core::kind::Code;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

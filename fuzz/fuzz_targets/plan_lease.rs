@@ -1,5 +1,5 @@
 //! Fuzz target: the close/reap planner on arbitrary process tables. Verification and planning
-//! are pure (`leash::plan::plan_lease` over a `Snapshot`), so any table can be fed to them: pids
+//! are pure (`leash_core::plan::plan_lease` over a `Snapshot`), so any table can be fed to them: pids
 //! drawn from a small range so that they collide with pid 1, with the caller's pid and group, with
 //! the lease's root, adapter and group; processes of another uid, zombies, unreadable exe and
 //! environment, other leases' and other gateways' markers. Whatever the table, no planned signal
@@ -9,11 +9,11 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use leash::lease::{command_hash, Lease, LeaseState};
-use leash::plan::{plan_lease, Decision};
-use leash::proc::{LeaseEnv, ProcessInfo, Snapshot};
-use leash::signal::Caller;
-use leash::verify::Expect;
+use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::plan::{plan_lease, Decision};
+use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
+use leash_core::guard::Caller;
+use leash_core::verify::Expect;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

@@ -1,4 +1,4 @@
-//! Fuzz target: the legacy command tokeniser (`leash::legacy::shell_split`, the `shlex` crate
+//! Fuzz target: the legacy command tokeniser (`leash_core::legacy::shell_split`, the `shlex` crate
 //! behind leash's error type), which reads command lines an old gateway stored, possibly
 //! shell-quoted, to compare them token by token with a live argv. Any input must give tokens or
 //! a clear error, never a panic; and the tokens must survive a round trip: quoted back (POSIX
@@ -6,7 +6,7 @@
 //! tokeniser that lost or merged tokens would make the legacy argv check compare the wrong thing.
 #![no_main]
 
-use leash::legacy::shell_split;
+use leash_core::legacy::shell_split;
 use libfuzzer_sys::fuzz_target;
 
 /// POSIX single-quoting: everything literal, `'` written as `'\''`.

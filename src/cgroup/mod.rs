@@ -22,7 +22,7 @@
 //! (and holds the [`Verified`] handle), [`observe`] reads a cgroup's members, `populated` and
 //! usage, and [`limits`] parses and applies the per-session limits.
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ pub mod root;
 
 pub use lifecycle::{create_lease_cgroup, remove_gateway_dir_if_empty, Verified};
 pub use limits::{enable_controllers, parse_cpu_max, parse_size, Limits};
-pub use observe::{children, observe, Observation, Usage};
+pub use observe::{children, observe, Usage};
 pub use root::{
     cgroup2_mount, default_root, move_self_to_leaf, own_cgroup, Containment, Requested, Settings,
     DAEMON_LEAF, ENV_CGROUP_ROOT, ENV_CONTAINMENT,

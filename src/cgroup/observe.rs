@@ -2,6 +2,7 @@
 //! its id, its usage (`cpu.stat`, `memory.current`), and the lease cgroups under a gateway.
 
 use super::lifecycle::Verified;
+use leash_core::model::Observation;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -9,22 +10,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// What was seen of one cgroup directory at one moment. Pure data: the verifier reads it from
-/// the snapshot it judges.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Observation {
-    pub path: PathBuf,
-    /// The directory's inode (cgroup id); `None` when it does not exist.
-    pub id: Option<u64>,
-    /// From `cgroup.events`.
-    pub populated: bool,
-    /// `cgroup.procs`.
-    pub procs: Vec<i32>,
-    /// Why it could not be read, when it exists but could not.
-    pub error: Option<String>,
-}
 
 /// Reads a cgroup directory without following symlinks. Never fails: absence and read errors
 /// are part of the observation.

@@ -14,11 +14,11 @@ use crate::controller::verify::VerifyReport;
 use crate::controller::{CloseOutcome, Controller, LeaseRef, ReapReport};
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
-use crate::kind::{HasKind, Kind};
-use crate::lease::LeaseState;
-use crate::plan::{ReapOptions, ReapPlan};
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::LeaseState;
+use leash_core::plan::{ReapOptions, ReapPlan};
 use std::path::{Path, PathBuf};
 
 /// The verbs a CLI command runs, with their typed results.

@@ -35,7 +35,7 @@ pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
 pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
     let io = |e: std::io::Error| {
         Failure::new(
-            crate::kind::Kind::Internal,
+            leash_core::kind::Kind::Internal,
             format!("cannot write the man page: {e}"),
         )
     };
@@ -55,7 +55,7 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
                 .collect();
             cmd.find_subcommand(name).cloned().ok_or_else(|| {
                 Failure::new(
-                    crate::kind::Kind::Usage,
+                    leash_core::kind::Kind::Usage,
                     format!("no subcommand {name:?} (one of: {})", names.join(", ")),
                 )
             })?

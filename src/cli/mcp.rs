@@ -5,10 +5,10 @@
 
 use super::sessions::{OnOff, ViewArgs};
 use super::Failure;
-use crate::exitcode;
 use crate::mcp::effects::SessionTools;
 use crate::state::StateRoot;
 use clap::Args;
+use leash_core::kind::exitcode;
 use leash_core::visibility::{A2aRule, Visibility};
 
 pub(super) const MCP_ABOUT: &str = "Serve the session tools (sessions_list, sessions_history, \

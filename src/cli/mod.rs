@@ -1,6 +1,6 @@
 //! The `leash` command line: flags are parsed here, then each subcommand calls the library.
 //! Output is for operators by default and JSON with `--json`; exit codes are in
-//! [`crate::exitcode`].
+//! [`leash_core::kind::exitcode`].
 
 /// `println!` for the CLI's stdout ([`write_stdout`]): a reader that went away ends the command
 /// quietly instead of with a panic and a backtrace.
@@ -25,13 +25,13 @@ mod verify;
 use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
 use crate::controller::Controller;
 use crate::controller::{CloseResult, LeaseRef};
-use crate::exitcode;
-use crate::kind::{HasKind, Kind};
-use crate::lease::LeaseState;
-use crate::plan::ReapOptions;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use clap::{Args, Parser, Subcommand};
+use leash_core::kind::exitcode;
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::LeaseState;
+use leash_core::plan::ReapOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -520,7 +520,7 @@ fn parse_retention(s: &str) -> Result<Duration, String> {
 
 /// An error with the exit code it maps to and its cause in the protocol's words (`code` of an
 /// error reply: `not_found`, `conflict`, ...), for `--error-format json`. Both come from its
-/// [`Kind`] through the one exit-code table ([`crate::kind::KINDS`]); a daemon's error keeps the
+/// [`Kind`] through the one exit-code table ([`leash_core::kind::KINDS`]); a daemon's error keeps the
 /// daemon's more specific code as its cause.
 #[derive(Debug)]
 pub struct Failure {
@@ -1171,7 +1171,7 @@ mod tests {
     #[test]
     fn a_daemon_error_exits_with_its_codes_kind() {
         use crate::daemon::client::ClientError;
-        use crate::daemon::protocol::CODES;
+        use leash_core::kind::CODES;
         for (code, name, kind) in CODES {
             let remote = || ClientError::Remote {
                 code: name.to_string(),

@@ -3,8 +3,8 @@
 
 use crate::controller::{CancelOutcome, CloseOutcome, ReapReport};
 use crate::daemon::protocol::{Cancelled, DaemonStatus, LeaseRow, Status};
-use crate::legacy::LegacyRecord;
-use crate::plan::{Decision, ReapPlan};
+use leash_core::model::LegacyRecord;
+use leash_core::plan::{Decision, ReapPlan};
 use serde::Serialize;
 
 /// A value's word in the JSON output (`closed`, `groupMember`, `alreadyGone`, ...), so human
@@ -115,7 +115,7 @@ pub fn leases(rows: &[LeaseRow], json: bool) {
 
 /// A lease's reason for the table: its own cgroup's path shortened to the last component (the
 /// whole path is in `--json` and `leash verify`).
-fn short_reason(l: &crate::lease::Lease) -> String {
+fn short_reason(l: &leash_core::model::Lease) -> String {
     let reason = l.state_reason.as_deref().unwrap_or("");
     match l.cgroup_path.as_deref() {
         Some(path) if !path.is_empty() => {
@@ -127,8 +127,8 @@ fn short_reason(l: &crate::lease::Lease) -> String {
 }
 
 /// What reap does to a cgroup, in words (the JSON says `killAndRemove`, ...).
-fn cgroup_action_words(action: crate::plan::CgroupAction, members: Option<usize>) -> String {
-    use crate::plan::CgroupAction;
+fn cgroup_action_words(action: leash_core::plan::CgroupAction, members: Option<usize>) -> String {
+    use leash_core::plan::CgroupAction;
     match action {
         CgroupAction::KillAndRemove => format!(
             "cgroup.kill {} once the grace is over, wait until it is empty, then remove it",

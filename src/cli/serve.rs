@@ -5,9 +5,9 @@ use super::{Failure, GraceArg};
 use crate::controller::exec::DEFAULT_GRACE_MS;
 use crate::daemon::session::Limits;
 use crate::daemon::{serve, ServeConfig};
-use crate::exitcode;
 use crate::state::StateRoot;
 use clap::Args;
+use leash_core::kind::exitcode;
 use std::path::PathBuf;
 use std::time::Duration;
 

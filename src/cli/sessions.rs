@@ -5,10 +5,10 @@
 
 use super::Failure;
 use crate::controller::sessions::{describe, History, Listing, ProcState, SessionStatus, View};
-use crate::exitcode;
-use crate::kind::Kind;
-use crate::lease::LeaseState;
 use clap::{Args, Subcommand, ValueEnum};
+use leash_core::kind::exitcode;
+use leash_core::kind::Kind;
+use leash_core::model::LeaseState;
 use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 
 #[derive(Debug, Subcommand)]

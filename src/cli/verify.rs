@@ -7,8 +7,8 @@
 use super::Failure;
 use crate::controller::verify::{Answer, VerifyReport};
 use crate::controller::LeaseRef;
-use crate::kind::Kind;
 use clap::Args;
+use leash_core::kind::Kind;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \
 verifiably this lease's (owned), ownership is disproven (dead: its wrapper is gone, or its pid \
@@ -64,7 +64,7 @@ pub(super) fn run(b: &mut dyn super::backend::Backend, a: &VerifyArgs) -> Result
 /// answer is the CLI's decision, so the controller never sees an exit code.
 fn exit_code(answer: Answer) -> u8 {
     match answer {
-        Answer::Owned => crate::exitcode::OK,
+        Answer::Owned => leash_core::kind::exitcode::OK,
         Answer::Dead => Kind::Dead.exit_code(),
         Answer::Unavailable => Kind::Unverified.exit_code(),
     }
@@ -98,7 +98,7 @@ fn print(r: &VerifyReport, json: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exitcode;
+    use leash_core::kind::exitcode;
 
     #[test]
     fn each_answer_exits_with_its_documented_code() {

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::signal::CgroupKillError;
-use crate::verify::MemberRule;
+use leash_core::verify::MemberRule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -136,7 +136,7 @@ fn remove_cgroup(
 
 /// Whether the process read at a lease's root pid is its live root (same start time, not a
 /// zombie).
-fn root_alive(l: &Lease, at_root: &Option<crate::proc::ProcessInfo>) -> bool {
+fn root_alive(l: &Lease, at_root: &Option<leash_core::model::ProcessInfo>) -> bool {
     at_root
         .as_ref()
         .is_some_and(|p| p.start_time == l.root_start_time && p.state != 'Z')
@@ -223,9 +223,9 @@ impl<'t> Controller<'t> {
     pub(super) fn read_down(
         &self,
         leases: &[&Lease],
-        roots: Vec<Option<crate::proc::ProcessInfo>>,
-        obs: &[cgroup::Observation],
-    ) -> Result<Option<Vec<crate::proc::ProcessInfo>>, TableError> {
+        roots: Vec<Option<leash_core::model::ProcessInfo>>,
+        obs: &[leash_core::model::Observation],
+    ) -> Result<Option<Vec<leash_core::model::ProcessInfo>>, TableError> {
         let contained = |l: &Lease| {
             obs.iter().any(|o| {
                 l.cgroup_path.as_deref() == o.path.to_str()

@@ -11,8 +11,8 @@
 
 use super::sessions::{SessionsError, View};
 use super::*;
-use crate::kind::{HasKind, Kind};
 use crate::store::Event;
+use leash_core::kind::{HasKind, Kind};
 use leash_core::visibility::{Grant, SessionIndex, SessionMeta};
 
 #[derive(Debug, thiserror::Error)]

@@ -14,12 +14,13 @@
 
 use crate::cgroup::{self, CgroupError, Containment, Limits, Settings, Verified};
 use crate::install::{install_wrapper, InstallError};
-use crate::kind::{HasKind, Kind};
-use crate::lease::{self, command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
+use crate::lease::{self};
 use crate::proc::{self, LiveTable, ProcessTable};
 use crate::state::{StateError, StateRoot};
 use crate::store::{SessionRow, Store, StoreError};
-use crate::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::{command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
+use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -153,7 +154,7 @@ pub fn supersede_reason(
         .or_else(|| report.as_ref().and_then(|r| r.process_group_id));
     let adapter = old.adapter().or_else(|| {
         report.as_ref().and_then(|r| {
-            Some(crate::lease::ProcessId {
+            Some(leash_core::model::ProcessId {
                 pid: r.adapter_pid?,
                 start_time: r.adapter_start_time?,
             })
@@ -166,7 +167,7 @@ pub fn supersede_reason(
         // Something of the session may still run outside any cgroup: the full verification.
         table.snapshot().ok()?
     } else {
-        crate::proc::Snapshot::default()
+        leash_core::model::Snapshot::default()
     };
     // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
     if let (Some(p), Some(cg_root)) = (&old.cgroup_path, expect.cgroup_root) {
@@ -180,7 +181,7 @@ pub fn supersede_reason(
                         list.push(p);
                     }
                 }
-                snap = crate::proc::Snapshot::new(list);
+                snap = leash_core::model::Snapshot::new(list);
             }
             snap.add_cgroup(obs);
         }

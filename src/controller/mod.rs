@@ -37,18 +37,20 @@
 
 use crate::cgroup::{self, Containment, Verified};
 use crate::controller::terminate::{Engine, Job};
-use crate::kind::{HasKind, Kind};
-use crate::lease::{Lease, LeaseState, ProcessId};
-use crate::legacy::LegacyRecord;
-use crate::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
-use crate::proc::{self, ProcessTable, Snapshot, TableError};
+use crate::proc::{self, ProcessTable};
 use crate::report::{self, WrapperReport};
 use crate::signal::{
     Caller, Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock,
 };
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
-use crate::verify::Expect;
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::LegacyRecord;
+use leash_core::model::Snapshot;
+use leash_core::model::TableError;
+use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
+use leash_core::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -304,7 +306,7 @@ impl<'t> Controller<'t> {
 
     /// Observes the cgroups of these leases that lie where this gateway puts them (nothing else
     /// is even read), and adds their members to `list` when they are missing from it.
-    fn observe_cgroups(&self, leases: &[&Lease]) -> Vec<cgroup::Observation> {
+    fn observe_cgroups(&self, leases: &[&Lease]) -> Vec<leash_core::model::Observation> {
         let Some(root) = self.cgroup_root() else {
             return Vec::new();
         };
@@ -318,7 +320,7 @@ impl<'t> Controller<'t> {
     }
 
     /// Adds the observations, and the members they list that the snapshot lacks.
-    fn with_cgroups(&self, snap: Snapshot, obs: Vec<cgroup::Observation>) -> Snapshot {
+    fn with_cgroups(&self, snap: Snapshot, obs: Vec<leash_core::model::Observation>) -> Snapshot {
         let missing: Vec<i32> = obs
             .iter()
             .flat_map(|o| o.procs.iter().copied())

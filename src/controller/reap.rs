@@ -164,7 +164,7 @@ impl<'t> Controller<'t> {
         leases: &[Result<Lease, String>],
         legacy: &[LegacyRecord],
         active: &[&Lease],
-        obs: &[cgroup::Observation],
+        obs: &[leash_core::model::Observation],
     ) -> Option<Result<Snapshot, TableError>> {
         let root = self.cgroup_root();
         let root = root.as_deref();
@@ -228,7 +228,7 @@ impl<'t> Controller<'t> {
         named.extend(legacy.iter().map(|r| r.pid));
         let uid = self.caller.uid;
         self.table
-            .scan(&|p: &proc::ProcessInfo| p.uid == uid || named.contains(&p.pid))
+            .scan(&|p: &leash_core::model::ProcessInfo| p.uid == uid || named.contains(&p.pid))
     }
 
     fn plan_reap_from(

@@ -12,11 +12,11 @@
 pub use super::events::History;
 use super::verify::LiveMember;
 use super::Controller;
-use crate::kind::{HasKind, Kind};
-use crate::lease::{Lease, LeaseState, ProcessId};
 use crate::state::StateRoot;
 use crate::store::{SessionRow, StoreError};
-use crate::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use leash_core::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -78,7 +78,7 @@ impl HasKind for SessionsError {
             SessionsError::MultiLine => Kind::Usage,
             SessionsError::Remote { code, .. } => code
                 .as_deref()
-                .and_then(crate::daemon::protocol::Code::parse)
+                .and_then(leash_core::kind::Code::parse)
                 .map_or(Kind::Internal, |c| c.kind()),
             SessionsError::Store(e) => e.kind(),
         }

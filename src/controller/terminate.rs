@@ -12,13 +12,13 @@
 //! exact timeline.
 
 use crate::cgroup::Verified;
-use crate::lease::{Lease, LeaseState, ProcessId};
-use crate::plan::{self, Decision, PlannedSignal};
 use crate::proc::ProcessTable;
 use crate::signal::{
     Caller, CgroupKillError, Clock, Delivery, Pinned, Sig, SignalError, Signaller,
 };
-use crate::verify::{Expect, MemberRule, Role};
+use leash_core::model::{Lease, LeaseState, ProcessId};
+use leash_core::plan::{self, Decision, PlannedSignal};
+use leash_core::verify::{Expect, MemberRule, Role};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ pub struct SignalRecord {
 }
 
 /// A process not signalled, and why (the record a plan carries, passed on as it is).
-pub use crate::plan::RefusedSignal;
+pub use leash_core::plan::RefusedSignal;
 
 /// One batch member being terminated; `K` is what the caller terminates (a lease, a legacy
 /// record) and gets back.

@@ -11,18 +11,19 @@
 //! [`verify_owned_tree`] `reap --dry-run` and `close` use, so every verb gives one answer about
 //! one lease. Nothing here signals.
 //!
-//! The answer is deliberately coarser than [`crate::verify::Verdict`]: a lease whose wrapper is
+//! The answer is deliberately coarser than [`leash_core::verify::Verdict`]: a lease whose wrapper is
 //! gone but whose escapees still run (verdict `escaped`, the escapees listed as members) is
 //! `dead` for a gateway (there is no session to resume; `reap` or the daemon's reconcile takes
 //! the escapees), and `not-owned` is `dead` too (the evidence disproves ownership, so resuming
 //! would talk to a stranger).
 
 use super::{Controller, LeaseRef};
-use crate::kind::{HasKind, Kind};
-use crate::lease::{Lease, LeaseState};
-use crate::proc::{Snapshot, TableError};
 use crate::store::StoreError;
-use crate::verify::{verify_owned_tree, Expect, Role, Verdict};
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::Snapshot;
+use leash_core::model::TableError;
+use leash_core::model::{Lease, LeaseState};
+use leash_core::verify::{verify_owned_tree, Expect, Role, Verdict};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,8 +58,8 @@ pub struct LiveMember {
     pub argv0: Option<String>,
 }
 
-impl From<&crate::verify::Member> for LiveMember {
-    fn from(m: &crate::verify::Member) -> LiveMember {
+impl From<&leash_core::verify::Member> for LiveMember {
+    fn from(m: &leash_core::verify::Member) -> LiveMember {
         LiveMember {
             pid: m.pid,
             start_time: m.start_time,
@@ -80,7 +81,7 @@ pub struct VerifyReport {
     pub root_pid: i32,
     pub root_start_time: u64,
     pub owner_pid: i32,
-    /// The finer verdict of [`crate::verify`] this answer comes from.
+    /// The finer verdict of [`leash_core::verify`] this answer comes from.
     pub verdict: String,
     /// Why, in words: what was compared and what it showed.
     pub evidence: Vec<String>,
@@ -231,14 +232,15 @@ impl Controller<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proc::{FixtureTable, LeaseEnv, ProcessInfo, ProcessTable};
+    use crate::proc::{FixtureTable, ProcessTable};
+    use leash_core::model::{LeaseEnv, ProcessInfo};
     use std::path::Path;
 
     fn lease() -> Lease {
         serde_json::from_value(serde_json::json!({
             "leaseId": "L1", "sessionKey": "s", "gatewayInstanceId": "G",
             "state": "open", "ownerPid": 50, "ownerStartTime": 5,
-            "rootPid": 100, "rootStartTime": 10, "commandHash": crate::lease::command_hash(&["adapter".to_string()]),
+            "rootPid": 100, "rootStartTime": 10, "commandHash": leash_core::model::command_hash(&["adapter".to_string()]),
             "command": ["adapter"], "wrapperPath": "/w/leash-wrap", "wrapperRoot": "/w", "startedAt": 1, "graceMs": 100,
         }))
         .expect("lease fixture")

@@ -12,15 +12,16 @@
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
 use super::protocol::{
-    Attached, Cancelled, Code, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status,
-    StreamItem, MAX_LINE,
+    Attached, Cancelled, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status, StreamItem,
+    MAX_LINE,
 };
 use super::{lock_path, LockInfo};
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
-use crate::kind::{HasKind, Kind};
-use crate::lease::LeaseState;
-use crate::plan::ReapPlan;
 use crate::state::StateRoot;
+use leash_core::kind::Code;
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::LeaseState;
+use leash_core::plan::ReapPlan;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::io::{self, Write};
@@ -271,7 +272,7 @@ impl Client {
         self.request("cancel", fields)
     }
 
-    fn reap_fields(opts: &crate::plan::ReapOptions, dry_run: bool) -> Value {
+    fn reap_fields(opts: &leash_core::plan::ReapOptions, dry_run: bool) -> Value {
         json!({
             "dryRun": dry_run,
             "includeLive": opts.include_live,
@@ -281,12 +282,18 @@ impl Client {
     }
 
     /// `reap {dryRun: true}`: the plan.
-    pub fn reap_plan(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapPlan, ClientError> {
+    pub fn reap_plan(
+        &mut self,
+        opts: &leash_core::plan::ReapOptions,
+    ) -> Result<ReapPlan, ClientError> {
         self.request("reap", Self::reap_fields(opts, true))
     }
 
     /// `reap`: the report.
-    pub fn reap(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapReport, ClientError> {
+    pub fn reap(
+        &mut self,
+        opts: &leash_core::plan::ReapOptions,
+    ) -> Result<ReapReport, ClientError> {
         self.request("reap", Self::reap_fields(opts, false))
     }
 

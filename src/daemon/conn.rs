@@ -12,16 +12,17 @@
 
 use super::protocol::{
     self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,
-    Attached, CancelNotice, Cancelled, Code, EndError, EndReason, Ensured, ErrorData, Frame,
-    LeaseRow, LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem,
+    Attached, CancelNotice, Cancelled, EndError, EndReason, Ensured, ErrorData, Frame, LeaseRow,
+    LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;
 use crate::controller::{LeaseRef, LifecycleError};
-use crate::kind::HasKind;
-use crate::lease::LeaseState;
-use crate::plan::ReapOptions;
 use crate::store::{SessionRow, StoreError};
+use leash_core::kind::Code;
+use leash_core::kind::HasKind;
+use leash_core::model::LeaseState;
+use leash_core::plan::ReapOptions;
 use leash_core::visibility::{visible_rows, Grant};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -96,7 +97,7 @@ fn fail(code: Code, message: impl Into<String>) -> OpError {
 }
 
 /// A module error as an error reply: the wire code of its kind (the one table,
-/// [`crate::kind`] and [`protocol::CODES`]), its message.
+/// [`leash_core::kind`] and [`protocol::CODES`]), its message.
 fn kind_fail(e: &impl HasKind) -> OpError {
     fail(Code::of(e.kind()), e.to_string())
 }
@@ -982,7 +983,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Reaped {
-    Plan(crate::plan::ReapPlan),
+    Plan(leash_core::plan::ReapPlan),
     Report(crate::controller::ReapReport),
 }
 

@@ -5,12 +5,12 @@
 //! and storing (or forgetting) its spec.
 
 use super::super::protocol::{
-    item_body, Code, Detached, Ensure, Hello, Pong, Resumable, StreamItem, Welcome, OPS,
-    PROTOCOL_VERSION,
+    item_body, Detached, Ensure, Hello, Pong, Resumable, StreamItem, Welcome, OPS, PROTOCOL_VERSION,
 };
 use super::super::session::Supervised;
 use super::super::{spec, Daemon};
 use super::{fail, OpError, Out, Reply};
+use leash_core::kind::Code;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

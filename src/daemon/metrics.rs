@@ -13,7 +13,7 @@
 use super::session;
 use crate::controller::{CloseOutcome, CloseResult};
 use crate::signal::Delivery;
-use crate::verify::Role;
+use leash_core::verify::Role;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -558,7 +558,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
     match d.health_store().counts() {
         Ok(c) => {
             // Every state, from the one list of them (a state added there is exported here).
-            for state in crate::lease::LeaseState::ALL {
+            for state in leash_core::model::LeaseState::ALL {
                 m.leases
                     .get_or_create(&StateLabel {
                         state: state.as_str().into(),

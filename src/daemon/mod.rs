@@ -31,12 +31,13 @@ pub mod strict_json;
 mod systemd;
 
 use crate::controller::{CloseOutcome, Controller, LeaseRef, LifecycleError};
-use crate::kind::{HasKind, Kind};
-use crate::lease::{now_ms, ProcessId};
-use crate::plan::ReapOptions;
+use crate::lease::now_ms;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError};
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::ProcessId;
+use leash_core::plan::ReapOptions;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -327,7 +328,7 @@ impl Daemon {
     /// more than the new sessions' reads). Samples of leases no longer contained are dropped.
     fn usage_for(
         self: &Arc<Self>,
-        contained: HashMap<String, crate::lease::Lease>,
+        contained: HashMap<String, leash_core::model::Lease>,
         gateway: &str,
         cgroup_root: Option<PathBuf>,
     ) -> HashMap<String, (Instant, crate::ps::Totals)> {
@@ -362,7 +363,7 @@ impl Daemon {
         }
         if stale {
             let d = self.clone();
-            let leases: Vec<crate::lease::Lease> = contained.into_values().collect();
+            let leases: Vec<leash_core::model::Lease> = contained.into_values().collect();
             let gateway = gateway.to_string();
             let spawned = std::thread::Builder::new()
                 .name("usage".into())
@@ -397,10 +398,10 @@ impl Daemon {
             let root = crate::controller::store_status_with(&self.root, &mut store, containment)?;
             // Only leases with a cgroup: their totals cost a few file reads each, never a
             // walk of /proc.
-            let contained: HashMap<String, crate::lease::Lease> = store
+            let contained: HashMap<String, leash_core::model::Lease> = store
                 .leases(&[
-                    crate::lease::LeaseState::Open,
-                    crate::lease::LeaseState::Closing,
+                    leash_core::model::LeaseState::Open,
+                    leash_core::model::LeaseState::Closing,
                 ])?
                 .into_iter()
                 .filter_map(Result::ok)
@@ -468,13 +469,13 @@ pub(crate) const SMALL_STACK: usize = 256 * 1024;
 /// Reads the usage of contained leases as `leash ps` does (the cgroup's counters and its
 /// members' `/proc` entries; never a walk of `/proc`).
 fn sample_usage(
-    leases: &[crate::lease::Lease],
+    leases: &[leash_core::model::Lease],
     root: &StateRoot,
     gateway: &str,
     cgroup_root: Option<&Path>,
 ) -> Vec<(String, (Instant, crate::ps::Totals))> {
     let wrapper_root = root.wrapper_root();
-    let expect = crate::verify::Expect {
+    let expect = leash_core::verify::Expect {
         gateway_instance_id: gateway,
         wrapper_root: &wrapper_root,
         cgroup_root,
@@ -1036,7 +1037,7 @@ fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>]) {
         let Ok(Some(lease)) = row else {
             continue;
         };
-        if lease.state == crate::lease::LeaseState::Open || !s.begin_takeover() {
+        if lease.state == leash_core::model::LeaseState::Open || !s.begin_takeover() {
             continue;
         }
         tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,

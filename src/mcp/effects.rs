@@ -13,9 +13,10 @@ use super::tools::{
 use crate::controller::sessions::{describe, Listing, SessionStatus, SessionsError, View};
 use crate::controller::Controller;
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{Code, StatusSession, StreamItem};
+use crate::daemon::protocol::{StatusSession, StreamItem};
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
+use leash_core::kind::Code;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -21,7 +21,7 @@ pub mod server;
 pub mod tools;
 
 use crate::daemon::protocol::{Frame, LineReader};
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use std::io::{self, Read, Write};
 
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@
 use super::{Caller, Sig, Signaller};
 use crate::cgroup::{CgroupError, Verified};
 use crate::proc::ProcessTable;
-use crate::verify::MemberRule;
+use leash_core::verify::MemberRule;
 use std::io;
 
 /// Why a cgroup was not killed.

@@ -33,10 +33,12 @@ pub use pidfd::{group_alive, PidfdSignaller};
 pub use recording::{Exit, RecordingSignaller, ScriptedClock, SimEvent, SimWhat};
 
 use crate::cgroup::Verified;
-use crate::kind::{HasKind, Kind};
-use crate::lease::ProcessId;
-use crate::proc::{ProcessInfo, ProcessTable, TableError};
-use crate::verify::MemberRule;
+use crate::proc::ProcessTable;
+use leash_core::kind::{HasKind, Kind};
+use leash_core::model::ProcessId;
+use leash_core::model::ProcessInfo;
+use leash_core::model::TableError;
+use leash_core::verify::MemberRule;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 

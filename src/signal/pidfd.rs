@@ -8,11 +8,11 @@ use super::{
     Signaller,
 };
 use crate::cgroup::Verified;
-use crate::lease::ProcessId;
 use crate::proc::ProcessTable;
 use crate::sys;
-use crate::verify::MemberRule;
 use leash_core::guard::check_pid;
+use leash_core::model::ProcessId;
+use leash_core::verify::MemberRule;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 

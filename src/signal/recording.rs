@@ -12,10 +12,12 @@ use super::{
     Handle, Pinned, Sig, SignalError, Signaller,
 };
 use crate::cgroup::Verified;
-use crate::lease::ProcessId;
-use crate::proc::{FixtureTable, ProcessInfo, ProcessTable, Snapshot, TableError};
-use crate::verify::MemberRule;
+use crate::proc::{FixtureTable, ProcessTable};
 use leash_core::guard::check_pid;
+use leash_core::model::ProcessId;
+use leash_core::model::TableError;
+use leash_core::model::{ProcessInfo, Snapshot};
+use leash_core::verify::MemberRule;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -486,9 +488,9 @@ impl ProcessTable for RecordingSignaller {
 
     /// A cgroup of this host (see [`RecordingSignaller::with_cgroup`]): its id is the inode of
     /// the stand-in directory (absent when the directory is), its members those still alive.
-    fn cgroup(&self, path: &std::path::Path) -> crate::cgroup::Observation {
+    fn cgroup(&self, path: &std::path::Path) -> leash_core::model::Observation {
         use std::os::unix::fs::MetadataExt;
-        let mut o = crate::cgroup::Observation {
+        let mut o = leash_core::model::Observation {
             path: path.to_path_buf(),
             ..Default::default()
         };

@@ -6,7 +6,7 @@
 use super::events::insert_event;
 use super::sessions::SessionRow;
 use super::{Store, StoreError};
-use crate::lease::{Lease, LeaseState, ProcessId};
+use leash_core::model::{Lease, LeaseState, ProcessId};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
@@ -614,7 +614,7 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
     }
     let state: LeaseState = text(17, "state")?
         .parse()
-        .map_err(|e: crate::lease::BadState| bad(e.to_string()))?;
+        .map_err(|e: leash_core::model::BadState| bad(e.to_string()))?;
     let command_json = text(12, "command_json")?;
     let command: Vec<String> =
         serde_json::from_str(&command_json).map_err(|e| bad(format!("command_json: {e}")))?;

@@ -4,46 +4,9 @@
 //! is pure and lives in [`crate::legacy`]; only its rows are here.
 
 use super::{Store, StoreError};
+use leash_core::model::LegacyRecord;
 use rusqlite::params;
-use serde::{Deserialize, Serialize};
-
-/// A legacy record in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LegacyRecord {
-    pub id: i64,
-    pub session_key: String,
-    pub pid: i32,
-    pub command: String,
-    pub wrapper_path: Option<String>,
-    /// The directory the old gateway's wrappers live in (given at import).
-    pub wrapper_root: Option<String>,
-    pub state: String,
-    pub state_reason: Option<String>,
-    pub imported_at: i64,
-    /// The importer's start time in clock ticks since boot: a process that started later cannot
-    /// be the one the record describes.
-    pub imported_ticks: u64,
-    /// `acpx` for a lease imported from the acpx extension's own store (`leash legacy import
-    /// --acpx`); `None` for leash's own legacy format.
-    #[serde(default)]
-    pub source: Option<String>,
-    /// The incumbent's lease id: its wrapper carries it as `--openclaw-acpx-lease-id` and in
-    /// `OPENCLAW_ACPX_LEASE_ID`.
-    #[serde(default)]
-    pub acpx_lease_id: Option<String>,
-    /// The gateway instance id the incumbent's lease names (`--openclaw-gateway-instance-id`).
-    #[serde(default)]
-    pub acpx_gateway_id: Option<String>,
-    /// The incumbent's `commandHash`: sha256 (hex) of the wrapper command string it launched.
-    #[serde(default)]
-    pub command_hash: Option<String>,
-    #[serde(default)]
-    pub process_group_id: Option<i32>,
-    /// The incumbent's `startedAt` (ms since the epoch, its clock): shown, never evidence.
-    #[serde(default)]
-    pub acpx_started_at: Option<i64>,
-}
+use serde::Serialize;
 
 /// One lease of the acpx extension to import, already checked.
 #[derive(Debug, Clone)]

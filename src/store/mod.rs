@@ -25,7 +25,7 @@ pub use legacy::NewLegacyRecord;
 pub use meta::SPEC_KEY_PREFIX;
 pub use sessions::SessionRow;
 
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -372,7 +372,8 @@ fn map_err(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
 mod tests {
     use super::*;
 
-    use crate::lease::{command_hash, new_lease_id, now_ms, Lease, LeaseState, ProcessId};
+    use crate::lease::{new_lease_id, now_ms};
+    use leash_core::model::{command_hash, Lease, LeaseState, ProcessId};
 
     fn temp_db() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));

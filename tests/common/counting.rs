@@ -3,8 +3,10 @@
 //! assert on those counts over the live table.
 #![allow(dead_code)]
 
-use leash::lease::ProcessId;
-use leash::proc::{LiveTable, Liveness, ProcessInfo, ProcessTable, Snapshot, TableError};
+use leash::proc::{LiveTable, Liveness, ProcessTable};
+use leash_core::model::ProcessId;
+use leash_core::model::TableError;
+use leash_core::model::{ProcessInfo, Snapshot};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The live table, counting what is read through it.

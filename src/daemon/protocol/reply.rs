@@ -14,9 +14,9 @@
 use super::Code;
 use crate::controller::CancelOutcome;
 use crate::controller::StoreStatus;
-use crate::lease::Lease;
 use crate::ps::Totals;
 use crate::store::SessionRow;
+use leash_core::model::Lease;
 use leash_core::visibility::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -3,7 +3,7 @@
 //! wrapper's report that the lease is committed and the adapter started (or died at once).
 
 use super::*;
-use crate::kind::{HasKind, Kind};
+use leash_core::kind::{HasKind, Kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {

@@ -1,11 +1,9 @@
 //! The one error vocabulary. Every module error says which [`Kind`] of failure it is
 //! ([`HasKind`]), and exactly two tables turn a kind into what leaves the process: [`KINDS`] into
-//! the `leash` exit code (and the cause word of `--error-format json`), and the protocol's code
-//! table (`daemon::protocol::CODES`) into a wire code and back. The CLI's direct path and its
+//! the `leash` exit code (and the cause word of `--error-format json`), and [`CODES`] into a wire
+//! code and back. The CLI's direct path and its
 //! daemon path both end in these tables, so the same failure exits with the same code whichever
 //! way it went; README.md's exit-code table is checked against [`KINDS`] by a test.
-
-use crate::exitcode;
 
 /// What kind of failure an error is: what a caller can do about it, not where it happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,10 +147,151 @@ pub trait HasKind: std::fmt::Display {
     fn kind(&self) -> Kind;
 }
 
-/// A visibility or a2a rule that does not parse is bad usage.
-impl HasKind for leash_core::visibility::PolicyError {
-    fn kind(&self) -> Kind {
-        Kind::Usage
+/// Exit codes of the `leash` binary. They are part of the interface: gateways branch on them.
+pub mod exitcode {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// An error that fits no other code (I/O, a corrupt or locked database, ...). The message says
+    /// what failed.
+    pub const FAILURE: u8 = 1;
+    /// Bad usage (unknown flag, missing argument).
+    pub const USAGE: u8 = 2;
+    /// The request conflicts with the current state: the session already has a live lease, the
+    /// lease is not open, or another process holds it for closing.
+    pub const CONFLICT: u8 = 3;
+    /// No such lease or session.
+    pub const NOT_FOUND: u8 = 4;
+    /// The requester may not see that session.
+    pub const NOT_VISIBLE: u8 = 5;
+    /// Ownership could not be verified, so nothing was signalled (the reason is printed and recorded).
+    pub const UNVERIFIED: u8 = 6;
+    /// The operation needs a running daemon (`leash serve`) and none serves this state root.
+    pub const DAEMON_NEEDED: u8 = 7;
+    /// `leash verify`: ownership of the lease is disproven (its wrapper is gone, or its pid names
+    /// another process now). Do not resume the session.
+    pub const DEAD: u8 = 8;
+    /// `leash exec` could not start the wrapper (the reason is on stderr). Any other status of
+    /// `leash exec` is the adapter's, as the wrapper reports it.
+    pub const EXEC_FAILED: u8 = 125;
+    /// `leash exec`: the adapter command exists but could not be executed (not executable, a bad
+    /// interpreter, permission denied). The lease is recorded `ended` with the reason. As env(1),
+    /// timeout(1) and tini.
+    pub const ADAPTER_NOT_EXECUTABLE: u8 = 126;
+    /// `leash exec`: the adapter command was not found (not on PATH, no such file). The lease is
+    /// recorded `ended` with the reason.
+    pub const ADAPTER_NOT_FOUND: u8 = 127;
+}
+
+/// Error codes, as they appear on the wire (`error.code`). Documented in `docs/protocol.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The line is not valid UTF-8.
+    BadUtf8,
+    /// The line is not a JSON object.
+    BadJson,
+    /// The line is longer than the protocol's line limit (`daemon::protocol::MAX_LINE` in the `leash` crate); it was discarded up to its newline.
+    LineTooLong,
+    /// A field is missing, unknown, of the wrong type, or has a bad value.
+    BadRequest,
+    /// `op` names no operation.
+    UnknownOp,
+    /// No such session or lease.
+    NotFound,
+    /// The requester may not see that session.
+    NotVisible,
+    /// The request conflicts with the current state (a lease held by someone else, a session
+    /// being started or closed, …).
+    Conflict,
+    /// The session exists but is not running (closing or ended): nothing was written.
+    NotRunning,
+    /// The requested `since` fell out of the replay buffer.
+    SeqEvicted,
+    /// The adapter could not be started.
+    SpawnFailed,
+    /// The adapter started but exited before its first line of output (whenever that was).
+    StartFailed,
+    /// `ensure`: a `close` of the key arrived while this ensure was starting it, and closed what
+    /// it started.
+    Closed,
+    /// The peer runs as another user.
+    Forbidden,
+    /// The daemon is shutting down and takes no new sessions.
+    ShuttingDown,
+    /// `send`: the adapter did not read its stdin before the send's timeout.
+    SendTimeout,
+    /// `ensure` with `initialize`: the adapter did not answer the `initialize` the daemon sent
+    /// within `handshakeTimeoutMs`; the session was closed (TERM, grace, KILL).
+    HandshakeTimeout,
+    /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
+    /// exec`): only sessions started with `ensure` take input or stream output.
+    NotSupervised,
+    /// Anything else (database, I/O); the message says what failed.
+    Internal,
+}
+
+/// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
+/// gives the CLI's exit code through [`KINDS`]). The only place a code is named.
+pub const CODES: [(Code, &str, Kind); 19] = [
+    (Code::BadUtf8, "bad_utf8", Kind::Usage),
+    (Code::BadJson, "bad_json", Kind::Usage),
+    (Code::LineTooLong, "line_too_long", Kind::Usage),
+    (Code::BadRequest, "bad_request", Kind::Usage),
+    (Code::UnknownOp, "unknown_op", Kind::Usage),
+    (Code::NotFound, "not_found", Kind::NotFound),
+    (Code::NotVisible, "not_visible", Kind::NotVisible),
+    (Code::Conflict, "conflict", Kind::Conflict),
+    (Code::NotRunning, "not_running", Kind::Conflict),
+    (Code::SeqEvicted, "seq_evicted", Kind::Internal),
+    (Code::SpawnFailed, "spawn_failed", Kind::SpawnFailed),
+    (Code::StartFailed, "start_failed", Kind::SpawnFailed),
+    (Code::Closed, "closed", Kind::Conflict),
+    (Code::Forbidden, "forbidden", Kind::Internal),
+    (Code::ShuttingDown, "shutting_down", Kind::Conflict),
+    (Code::SendTimeout, "send_timeout", Kind::Internal),
+    // The adapter never became usable: a failed start, as the CLI counts it.
+    (
+        Code::HandshakeTimeout,
+        "handshake_timeout",
+        Kind::SpawnFailed,
+    ),
+    // A session `leash exec` started has no stdin the daemon could write to: a conflict with
+    // how it runs, not a missing daemon.
+    (Code::NotSupervised, "not_supervised", Kind::Conflict),
+    (Code::Internal, "internal", Kind::Internal),
+];
+
+impl Code {
+    fn row(self) -> &'static (Code, &'static str, Kind) {
+        CODES
+            .iter()
+            .find(|r| r.0 == self)
+            .expect("every code has a row in CODES (a unit test checks it)")
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.row().1
+    }
+
+    pub fn parse(s: &str) -> Option<Code> {
+        CODES.iter().find(|r| r.1 == s).map(|r| r.0)
+    }
+
+    /// The kind of failure this code reports.
+    pub fn kind(self) -> Kind {
+        self.row().2
+    }
+
+    /// The code a failure of `kind` is sent with: the code whose name is the kind's cause word
+    /// (`not_found`, `conflict`, …); `internal` for the kinds only the CLI has (`unverified`,
+    /// `daemon_needed`, `dead`).
+    pub fn of(kind: Kind) -> Code {
+        Code::parse(kind.cause()).unwrap_or(Code::Internal)
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -3,10 +3,11 @@
 //! prints exactly this; the lifecycle controller carries it out (re-checking every process right
 //! before it signals it).
 
-use crate::lease::{Lease, LeaseState, ProcessId};
-use crate::legacy::{verify_legacy, LegacyRecord, LegacyVerdict};
-use crate::proc::{Snapshot, TableError};
-use crate::signal::{self, Caller, Sig};
+use crate::guard::{self, Caller, Sig};
+use crate::legacy::{verify_legacy, LegacyVerdict};
+use crate::model::LegacyRecord;
+use crate::model::{Lease, LeaseState, ProcessId};
+use crate::model::{Snapshot, TableError};
 use crate::verify::{
     check_cgroup, verify_owned_tree, CgroupState, Expect, Member, OwnedTree, Role, Verdict,
 };
@@ -222,7 +223,7 @@ pub fn plan_lease(
                 // so a bystander of another uid alone in the cgroup would otherwise pass.
                 let guarded = snap
                     .get(*pid)
-                    .is_some_and(|p| signal::check(p, caller).is_err());
+                    .is_some_and(|p| guard::check_process(p.pid, p.uid, caller).is_err());
                 live && (!proven || guarded)
             })
             .collect()
@@ -319,7 +320,7 @@ pub fn signals_for(
         .collect();
     for m in tree.children_first() {
         let guard = match snap.get(m.pid) {
-            Some(info) => signal::check(info, caller),
+            Some(info) => guard::check_process(info.pid, info.uid, caller),
             None => Ok(()),
         };
         // A group signal reaches every process in the group, so only a proven leader whose
@@ -535,7 +536,7 @@ pub fn plan_strays(
 /// never signalled, never removed. `command` names a pid's command line where it is readable.
 pub fn settle_stray(
     mut s: StrayCgroup,
-    obs: &crate::cgroup::Observation,
+    obs: &crate::model::Observation,
     command: impl Fn(i32) -> Option<String>,
 ) -> StrayCgroup {
     if s.action != CgroupAction::Remove {

@@ -17,8 +17,8 @@
 //! carry this lease's markers are still ours: they are the escapees the wrapper could not take
 //! with it when it was SIGKILLed. When nothing carries the markers either, the lease is `Gone`.
 
-use crate::lease::{command_hash, Lease};
-use crate::proc::{ProcessInfo, Snapshot};
+use crate::model::{command_hash, Lease};
+use crate::model::{ProcessInfo, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -234,167 +234,114 @@ pub fn check_cgroup(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Opti
     }
 }
 
+/// Does the live tree still belong to this lease? The checks, in order; each step is a function
+/// below, and the first that decides returns the verdict.
 pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) -> Verdict {
-    // The row itself must name this gateway and this wrapper root: a row copied from (or
-    // rewritten to point at) another gateway is not ours to act on, whatever is alive.
+    if let Err(reason) = row_names_this_gateway(lease, expect) {
+        return Verdict::NotOwned { reason };
+    }
+    let mut evidence = Vec::new();
+    let root = match live_root(lease, expect, snap, &mut evidence) {
+        Ok(root) => root,
+        Err(problem) => return problem.verdict(),
+    };
+    let mut tree = TreeBuilder::new(lease, expect, snap);
+    tree.admit_root_and_descendants(root);
+    tree.admit_cgroup_members(check_cgroup(lease, expect, snap), &mut evidence);
+    tree.admit_marker_carriers();
+    tree.look_at_recorded_group();
+    verdict_of(tree.finish(), evidence)
+}
+
+/// The row itself must name this gateway and this wrapper root: a row copied from (or rewritten
+/// to point at) another gateway is not ours to act on, whatever is alive.
+fn row_names_this_gateway(lease: &Lease, expect: &Expect<'_>) -> Result<(), String> {
     if lease.gateway_instance_id != expect.gateway_instance_id {
-        return Verdict::NotOwned {
-            reason: format!(
-                "lease names gateway {}, but this state root is gateway {}",
-                lease.gateway_instance_id, expect.gateway_instance_id
-            ),
-        };
+        return Err(format!(
+            "lease names gateway {}, but this state root is gateway {}",
+            lease.gateway_instance_id, expect.gateway_instance_id
+        ));
     }
     if Path::new(&lease.wrapper_root) != expect.wrapper_root {
-        return Verdict::NotOwned {
-            reason: format!(
-                "lease names wrapper root {}, but this gateway's is {}",
-                lease.wrapper_root,
-                expect.wrapper_root.display()
-            ),
-        };
+        return Err(format!(
+            "lease names wrapper root {}, but this gateway's is {}",
+            lease.wrapper_root,
+            expect.wrapper_root.display()
+        ));
     }
     if !Path::new(&lease.wrapper_path).starts_with(expect.wrapper_root) {
-        return Verdict::NotOwned {
-            reason: format!(
-                "lease names wrapper {}, outside this gateway's wrapper root {}",
-                lease.wrapper_path,
-                expect.wrapper_root.display()
-            ),
-        };
+        return Err(format!(
+            "lease names wrapper {}, outside this gateway's wrapper root {}",
+            lease.wrapper_path,
+            expect.wrapper_root.display()
+        ));
     }
+    Ok(())
+}
 
-    let mut evidence = Vec::new();
-    let root_info = snap.get(lease.root_pid);
-    let root = match root_info {
-        None => {
-            evidence.push(format!("root pid {} is not running", lease.root_pid));
-            None
-        }
-        Some(p) if p.start_time != lease.root_start_time => {
-            evidence.push(format!(
+/// The recorded root as it runs now: `Ok(Some)` when it is alive with the recorded start time
+/// (and pidfs inode) and passes [`check_root`]; `Ok(None)` when it is gone (absent, its pid
+/// reused, a zombie), which leaves only the lease's escapees to find; `Err` when a live root
+/// contradicts the lease or cannot be read.
+fn live_root<'s>(
+    lease: &Lease,
+    expect: &Expect<'_>,
+    snap: &'s Snapshot,
+    evidence: &mut Vec<String>,
+) -> Result<Option<&'s ProcessInfo>, RootProblem> {
+    let gone = |evidence: &mut Vec<String>, why: String| {
+        evidence.push(why);
+        Ok(None)
+    };
+    match snap.get(lease.root_pid) {
+        None => gone(
+            evidence,
+            format!("root pid {} is not running", lease.root_pid),
+        ),
+        Some(p) if p.start_time != lease.root_start_time => gone(
+            evidence,
+            format!(
                 "root pid {} now belongs to another process (start time {} ≠ recorded {}): \
                  the pid was reused",
                 p.pid, p.start_time, lease.root_start_time
-            ));
-            None
-        }
+            ),
+        ),
         Some(p)
             if lease
                 .root_pidfs_ino
                 .zip(p.pidfs_ino)
                 .is_some_and(|(want, got)| want != got) =>
         {
-            evidence.push(format!(
-                "root pid {} now belongs to another process (same start time {}, but pidfs inode \
-                 {} ≠ recorded {}): the pid was reused within one clock tick",
-                p.pid,
-                p.start_time,
-                p.pidfs_ino.unwrap_or_default(),
-                lease.root_pidfs_ino.unwrap_or_default()
-            ));
-            None
+            gone(
+                evidence,
+                format!(
+                    "root pid {} now belongs to another process (same start time {}, but pidfs \
+                     inode {} ≠ recorded {}): the pid was reused within one clock tick",
+                    p.pid,
+                    p.start_time,
+                    p.pidfs_ino.unwrap_or_default(),
+                    lease.root_pidfs_ino.unwrap_or_default()
+                ),
+            )
         }
-        Some(p) if p.state == 'Z' => {
-            evidence.push(format!(
+        Some(p) if p.state == 'Z' => gone(
+            evidence,
+            format!(
                 "root pid {} has exited (zombie, not yet reaped by its parent)",
                 p.pid
-            ));
-            None
+            ),
+        ),
+        Some(p) => {
+            evidence.extend(check_root(lease, expect, p)?);
+            Ok(Some(p))
         }
-        Some(p) => match check_root(lease, expect, p) {
-            Ok(ev) => {
-                evidence.extend(ev);
-                Some(p)
-            }
-            Err(RootProblem::NotOwned { reason }) => return Verdict::NotOwned { reason },
-            Err(RootProblem::Unverifiable { reason }) => return Verdict::Unverifiable { reason },
-        },
-    };
+    }
+}
 
-    // Seeds, strongest evidence first, so that a weak look at a process (the recorded group)
-    // can never shadow a proof found later: the verified root and its descendants; the members
-    // of the lease's verified cgroup; the carriers of the lease's markers; each time with their
-    // descendants. The recorded process group and the recorded adapter pid/start time are
-    // claims of the row, not evidence: they admit nobody (the adapter is only *labelled* among
-    // proven members, in `add`), and the group is looked at last, to report its unproven
-    // members as excluded.
-    let mut tree = TreeBuilder::new(lease, expect, snap);
-    if let Some(r) = root {
-        tree.add(
-            r,
-            Role::Root,
-            "wrapper: pid, start time, exe, environment and command verified".into(),
-        );
-        tree.close_over_descendants();
-    }
-    let cgroup = check_cgroup(lease, expect, snap);
-    if let Some(c) = &cgroup {
-        evidence.push(c.evidence.clone());
-        if let CgroupState::Verified { procs, .. } = &c.state {
-            // Parents before children, so that a child born in the cgroup to a process moved in
-            // from outside (which fails its own check) is seen to descend from it.
-            let mut listed: Vec<&ProcessInfo> = procs.iter().filter_map(|&p| snap.get(p)).collect();
-            listed.sort_by_key(|p| (p.start_time, p.pid));
-            for p in listed {
-                if let Some(from) = tree.excluded_ancestor(p) {
-                    tree.exclude(
-                        p,
-                        format!(
-                            "in the lease's cgroup, but a descendant of pid {from}, which is not \
-                             the lease's (moved in from outside)"
-                        ),
-                    );
-                    continue;
-                }
-                tree.consider(
-                    p,
-                    Role::CgroupMember,
-                    format!("member of the lease's cgroup {} (id {})", c.path, c.id),
-                    false,
-                );
-            }
-            tree.close_over_descendants();
-        }
-    }
-    let marked = snap.marked(&lease.lease_id).filter(|p| {
-        p.env
-            .as_ref()
-            .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(expect.gateway_instance_id))
-    });
-    // A marker proves the process that carries it, not its descendants: markers can be set by
-    // anyone for the processes they start, so a descendant is the lease's only through the
-    // verified root or the verified cgroup (or its own markers).
-    for p in marked {
-        let fresh = !tree.members.contains_key(&p.pid);
-        tree.consider(
-            p,
-            Role::Marked,
-            "environment carries this lease id and gateway id".into(),
-            true,
-        );
-        if fresh {
-            tree.no_descent.insert(p.pid);
-        }
-    }
-    if let Some(pgid) = lease.process_group_id {
-        if pgid > 1 {
-            for p in snap.group(pgid) {
-                // Already a member (or excluded) by the evidence above; anyone else in the
-                // recorded group is not proven: its id may have been recycled, or the row may
-                // name a stranger's group.
-                tree.consider(
-                    p,
-                    Role::GroupMember,
-                    format!("member of the lease's process group {pgid} and carries its markers"),
-                    true,
-                );
-            }
-        }
-    }
-    let mut built = tree.finish();
+/// The verdict on a built tree: `Gone` when nothing alive belongs to the lease, else `Owned`
+/// (escapees only when the root is gone), with the root's and the cgroup's evidence first.
+fn verdict_of(mut built: OwnedTree, evidence: Vec<String>) -> Verdict {
     built.evidence.splice(0..0, evidence);
-
     if built.is_empty() {
         let reason = built.evidence.join("; ");
         let reason = if reason.is_empty() {
@@ -416,6 +363,15 @@ pub fn verify_owned_tree(lease: &Lease, expect: &Expect<'_>, snap: &Snapshot) ->
 enum RootProblem {
     NotOwned { reason: String },
     Unverifiable { reason: String },
+}
+
+impl RootProblem {
+    fn verdict(self) -> Verdict {
+        match self {
+            RootProblem::NotOwned { reason } => Verdict::NotOwned { reason },
+            RootProblem::Unverifiable { reason } => Verdict::Unverifiable { reason },
+        }
+    }
 }
 
 /// Checks a live root whose pid and start time match. `Err` is the verdict to return.
@@ -585,6 +541,103 @@ impl<'a> TreeBuilder<'a> {
             excluded: BTreeMap::new(),
             root_uid: None,
             no_descent: HashSet::new(),
+        }
+    }
+
+    // Seeds, strongest evidence first, so that a weak look at a process (the recorded group)
+    // can never shadow a proof found later: the verified root and its descendants; the members
+    // of the lease's verified cgroup; the carriers of the lease's markers; each time with their
+    // descendants. The recorded process group and the recorded adapter pid/start time are
+    // claims of the row, not evidence: they admit nobody (the adapter is only *labelled* among
+    // proven members, in `add`), and the group is looked at last, to report its unproven
+    // members as excluded.
+
+    /// The verified root, then its descendants (each passing the per-member check).
+    fn admit_root_and_descendants(&mut self, root: Option<&'a ProcessInfo>) {
+        if let Some(r) = root {
+            self.add(
+                r,
+                Role::Root,
+                "wrapper: pid, start time, exe, environment and command verified".into(),
+            );
+            self.close_over_descendants();
+        }
+    }
+
+    /// The members of the lease's verified cgroup, then their descendants. Its evidence, verified
+    /// or not, joins the verdict's.
+    fn admit_cgroup_members(&mut self, cgroup: Option<CgroupCheck>, evidence: &mut Vec<String>) {
+        let Some(c) = cgroup else { return };
+        evidence.push(c.evidence.clone());
+        let CgroupState::Verified { procs, .. } = &c.state else {
+            return;
+        };
+        // Parents before children, so that a child born in the cgroup to a process moved in
+        // from outside (which fails its own check) is seen to descend from it.
+        let snap = self.snap;
+        let mut listed: Vec<&ProcessInfo> = procs.iter().filter_map(|&p| snap.get(p)).collect();
+        listed.sort_by_key(|p| (p.start_time, p.pid));
+        for p in listed {
+            if let Some(from) = self.excluded_ancestor(p) {
+                self.exclude(
+                    p,
+                    format!(
+                        "in the lease's cgroup, but a descendant of pid {from}, which is not \
+                         the lease's (moved in from outside)"
+                    ),
+                );
+                continue;
+            }
+            self.consider(
+                p,
+                Role::CgroupMember,
+                format!("member of the lease's cgroup {} (id {})", c.path, c.id),
+                false,
+            );
+        }
+        self.close_over_descendants();
+    }
+
+    /// The processes that carry this lease's markers and this gateway's id. A marker proves the
+    /// process that carries it, not its descendants: markers can be set by anyone for the
+    /// processes they start, so a descendant is the lease's only through the verified root or
+    /// the verified cgroup (or its own markers).
+    fn admit_marker_carriers(&mut self) {
+        let (snap, lease, gateway) = (self.snap, self.lease, self.expect.gateway_instance_id);
+        let marked = snap.marked(&lease.lease_id).filter(|p| {
+            p.env
+                .as_ref()
+                .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(gateway))
+        });
+        for p in marked {
+            let fresh = !self.members.contains_key(&p.pid);
+            self.consider(
+                p,
+                Role::Marked,
+                "environment carries this lease id and gateway id".into(),
+                true,
+            );
+            if fresh {
+                self.no_descent.insert(p.pid);
+            }
+        }
+    }
+
+    /// The recorded process group, last: whoever in it is not already a member (or excluded) by
+    /// the evidence above is not proven (its id may have been recycled, or the row may name a
+    /// stranger's group), and is reported as excluded unless it carries the markers.
+    fn look_at_recorded_group(&mut self) {
+        let Some(pgid) = self.lease.process_group_id.filter(|&g| g > 1) else {
+            return;
+        };
+        let snap = self.snap;
+        for p in snap.group(pgid) {
+            self.consider(
+                p,
+                Role::GroupMember,
+                format!("member of the lease's process group {pgid} and carries its markers"),
+                true,
+            );
         }
     }
 
@@ -761,8 +814,8 @@ impl<'a> TreeBuilder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::LeaseState;
-    use crate::proc::LeaseEnv;
+    use crate::model::LeaseEnv;
+    use crate::model::LeaseState;
 
     const GW: &str = "5f0c2b1e-8d3a-4c6e-9b7f-1a2b3c4d5e6f";
     const ROOT: &str = "/s/wrappers";
