@@ -12,8 +12,8 @@
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
 use super::protocol::{
-    Attached, Cancelled, Code, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status,
-    StreamItem, MAX_LINE,
+    self, Code, ErrorData, Frame, LineReader, Message, OpRequest, StatusRequest, StreamItem,
+    MAX_LINE,
 };
 use super::{lock_path, LockInfo};
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
@@ -225,18 +225,30 @@ impl Client {
         })
     }
 
+    /// Sends one request of the op `T` (see [`Client::request`]) and reads its reply as the
+    /// type the op is answered with ([`OpRequest::Reply`]).
+    pub fn op<T: OpRequest>(&mut self, fields: Value) -> Result<T::Reply, ClientError>
+    where
+        T::Reply: DeserializeOwned,
+    {
+        self.request(T::NAME, fields)
+    }
+
     /// `status`.
-    pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.request("status", json!({}))
+    pub fn status(&mut self) -> Result<protocol::Status, ClientError> {
+        self.op::<StatusRequest>(json!({}))
     }
 
     /// `leases`, of one state or all.
-    pub fn leases(&mut self, state: Option<LeaseState>) -> Result<Vec<LeaseRow>, ClientError> {
+    pub fn leases(
+        &mut self,
+        state: Option<LeaseState>,
+    ) -> Result<Vec<protocol::LeaseRow>, ClientError> {
         let fields = match state {
             Some(s) => json!({"state": s.as_str()}),
             None => json!({}),
         };
-        self.request("leases", fields)
+        self.op::<protocol::Leases>(fields)
     }
 
     /// `close` of these targets.
@@ -252,8 +264,7 @@ impl Client {
                 LeaseRef::Session(k) => sessions.push(k.as_str()),
             }
         }
-        self.request(
-            "close",
+        self.op::<protocol::Close>(
             json!({"leases": leases, "sessions": sessions, "graceMs": grace_ms}),
         )
     }
@@ -263,12 +274,12 @@ impl Client {
         &mut self,
         target: &LeaseRef,
         acp: Option<&str>,
-    ) -> Result<Cancelled, ClientError> {
+    ) -> Result<protocol::Cancelled, ClientError> {
         let mut fields = target_fields(target);
         if let Some(acp) = acp {
             fields["acpSessionId"] = json!(acp);
         }
-        self.request("cancel", fields)
+        self.op::<protocol::Cancel>(fields)
     }
 
     fn reap_fields(opts: &crate::plan::ReapOptions, dry_run: bool) -> Value {
@@ -282,12 +293,12 @@ impl Client {
 
     /// `reap {dryRun: true}`: the plan.
     pub fn reap_plan(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapPlan, ClientError> {
-        self.request("reap", Self::reap_fields(opts, true))
+        self.request(protocol::Reap::NAME, Self::reap_fields(opts, true))
     }
 
     /// `reap`: the report.
     pub fn reap(&mut self, opts: &crate::plan::ReapOptions) -> Result<ReapReport, ClientError> {
-        self.request("reap", Self::reap_fields(opts, false))
+        self.request(protocol::Reap::NAME, Self::reap_fields(opts, false))
     }
 
     /// `verify`.
@@ -295,7 +306,7 @@ impl Client {
         &mut self,
         target: &LeaseRef,
     ) -> Result<crate::controller::verify::VerifyReport, ClientError> {
-        self.request("verify", target_fields(target))
+        self.op::<protocol::Verify>(target_fields(target))
     }
 
     /// `sessions` with a `query` (`list`, `history` or `status`), as `view`'s requester: the
@@ -323,18 +334,18 @@ impl Client {
         if let Some(k) = key {
             req["session"] = k.into();
         }
-        self.request("sessions", req)
+        self.request(protocol::SessionsRequest::NAME, req)
     }
 
     /// `send`.
-    pub fn send(&mut self, key: &str, line: &str) -> Result<Sent, ClientError> {
-        self.request("send", json!({"session": key, "line": line}))
+    pub fn send(&mut self, key: &str, line: &str) -> Result<protocol::Sent, ClientError> {
+        self.op::<protocol::Send>(json!({"session": key, "line": line}))
     }
 
     /// `attach`: its reply; the items follow ([`Client::next_item`]), tagged with the id this
     /// request got (the last one sent).
-    pub fn attach(&mut self, key: &str, since: i64) -> Result<Attached, ClientError> {
-        self.request("attach", json!({"session": key, "since": since}))
+    pub fn attach(&mut self, key: &str, since: i64) -> Result<protocol::Attached, ClientError> {
+        self.op::<protocol::Attach>(json!({"session": key, "since": since}))
     }
 
     /// The next stream item (replies to other requests are skipped).

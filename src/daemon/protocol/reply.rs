@@ -375,15 +375,8 @@ pub struct Ensured {
     pub session_key: String,
 }
 
-/// `send`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Sent {
-    pub busy: bool,
-    /// The line's length with its newline.
-    pub bytes: usize,
-    pub session_key: String,
-}
+/// `send`: the controller's receipt of a delivered line, which is what the daemon replies.
+pub use crate::controller::sessions::Sent;
 
 /// `attach`'s reply, before the stream items.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -605,6 +598,24 @@ pub struct Pong {
 pub struct Detached {
     pub attach_id: Value,
     pub detached: usize,
+}
+
+/// `reap`: the plan of a dry run, or the report.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Reaped {
+    Plan(crate::plan::ReapPlan),
+    Report(crate::controller::ReapReport),
+}
+
+/// `sessions`: the plain rows, or the answer to a query.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum SessionsAnswer {
+    Rows(Vec<SessionEntry>),
+    List(crate::controller::sessions::Listing),
+    History(crate::controller::sessions::History),
+    Status(Box<crate::controller::sessions::SessionStatus>),
 }
 
 #[cfg(test)]
