@@ -393,6 +393,38 @@ mod tests {
         assert_eq!(OPS.len(), cases.len());
     }
 
+    /// The table is the one list of ops: each name once, each parses to the op of that name
+    /// (a field-less request is either accepted or refused for its fields, never `unknown_op`),
+    /// and the refusal of an unknown op lists them all.
+    #[test]
+    fn the_table_names_every_op_once() {
+        let mut seen = std::collections::HashSet::new();
+        for name in OPS {
+            assert!(seen.insert(*name), "{name} is in the table twice");
+            let line = format!(r#"{{"id":1,"op":"{name}"}}"#);
+            match parse_request(line.as_bytes()) {
+                Ok(r) => assert_eq!(r.op.name(), *name),
+                Err(e) => assert_eq!(e.code, Code::BadRequest, "{name}: {}", e.message),
+            }
+        }
+        let e = parse_request(br#"{"id":1,"op":"nope"}"#).unwrap_err();
+        assert_eq!(e.code, Code::UnknownOp);
+        assert!(
+            e.message
+                .ends_with(&format!("(one of: {})", OPS.join(", "))),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            OPS,
+            [
+                "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases",
+                "sessions", "events", "verify", "metrics", "hello", "ping", "detach"
+            ],
+            "the order docs/protocol.md lists them in"
+        );
+    }
+
     #[test]
     fn malformed_requests_get_codes_and_keep_the_id_when_readable() {
         assert_eq!(code_of(b"{nope"), Code::BadJson);
