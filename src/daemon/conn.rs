@@ -9,6 +9,9 @@
 //! ends its own streams: sessions never wait for clients (an attach reads from the session's
 //! replay buffer, and a reader that falls behind the buffer is told so instead of slowing the
 //! adapter down).
+//!
+//! Each request is parsed against the table of ops (`protocol/mod.rs`) and handed to its op's
+//! handler ([`Cx`], a `Handles<Request>` impl in the op's own file under `conn/`).
 
 use super::protocol::{
     self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,

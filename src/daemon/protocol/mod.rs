@@ -5,7 +5,7 @@
 //! so a malformed line always gets a reply and never takes the connection down. A fuzz target
 //! can call [`parse_request`] on arbitrary bytes.
 //!
-//! By concern: this file holds the table of ops ([`ops!`](ops)) and the request envelope;
+//! By concern: this file holds the table of ops (`ops!`) and the request envelope;
 //! `requests.rs` the request types, one per op, with their [`OpRequest`] (name, parse, reply
 //! type); `reply.rs` the replies and stream items (the daemon builds them, the client reads them
 //! back into the same types) and the `*_line` functions that render them; `codes.rs` the

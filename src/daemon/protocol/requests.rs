@@ -44,11 +44,41 @@ pub struct Hello {
     pub events: bool,
 }
 
+impl OpRequest for Hello {
+    const NAME: &'static str = "hello";
+    type Reply = Welcome;
+
+    fn parse(fields: Value) -> Result<Self, (Code, String)> {
+        let op = Self::NAME;
+        let h: Hello = fields_of(op, fields)?;
+        if let Some(c) = &h.client {
+            check_key("client", c)?;
+        }
+        Ok(h)
+    }
+}
+
 /// `detach`: ends the attach whose request id is `attach_id`, on this connection.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Detach {
     pub attach_id: Value,
+}
+
+impl OpRequest for Detach {
+    const NAME: &'static str = "detach";
+    type Reply = Detached;
+
+    fn parse(fields: Value) -> Result<Self, (Code, String)> {
+        let op = Self::NAME;
+        let d: Detach = fields_of(op, fields)?;
+        if !matches!(d.attach_id, Value::String(_) | Value::Number(_)) {
+            return Err(bad(
+                "detach: \"attachId\" must be the id (a string or a number) of an attach on this connection",
+            ));
+        }
+        Ok(d)
+    }
 }
 
 /// Spawn a session's adapter under a lease, or return the running one.
@@ -122,165 +152,6 @@ impl Ensure {
     pub fn wants_stored_spec(&self) -> bool {
         self.argv.is_empty()
     }
-}
-
-/// Write one line to the adapter's stdin.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Send {
-    pub session: String,
-    pub line: String,
-    /// How long to wait for an adapter that does not read its stdin (default
-    /// [`SEND_TIMEOUT_MS`], at most [`MAX_SEND_TIMEOUT_MS`]).
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-}
-
-/// Default `send` timeout.
-pub const SEND_TIMEOUT_MS: u64 = 10_000;
-/// Longest `send` timeout a request may ask for.
-pub const MAX_SEND_TIMEOUT_MS: u64 = 600_000;
-
-/// Stream the adapter's output and lifecycle events with a seq above `since`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Attach {
-    pub session: String,
-    #[serde(default)]
-    pub since: i64,
-    /// Also stream the adapter's stderr lines (`stderr` items); off for clients that predate them.
-    #[serde(default)]
-    pub stderr: bool,
-}
-
-/// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
-/// the library's one name for that, [`LeaseRef`].
-pub use crate::controller::LeaseRef;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cancel {
-    pub target: LeaseRef,
-    /// The ACP session whose turn is cancelled; inferred when the daemon knows exactly one.
-    pub acp_session_id: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Close {
-    pub targets: Vec<LeaseRef>,
-    pub grace_ms: Option<u64>,
-    /// Also delete what the daemon keeps to resume the sessions (their stored specs, their
-    /// resumable entries): the design's `closeSession({discardPersistentState})`.
-    pub discard_persistent_state: bool,
-    /// Why the gateway closes (logged with the close).
-    pub reason: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Reap {
-    #[serde(default)]
-    pub dry_run: bool,
-    #[serde(default)]
-    pub include_live: bool,
-    /// Closed and lost leases older than this are deleted (default 7 days).
-    #[serde(default)]
-    pub retention_ms: Option<u64>,
-    #[serde(default)]
-    pub grace_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Leases {
-    #[serde(default)]
-    pub state: Option<String>,
-}
-
-/// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
-/// [`leash_core::visibility`], the same check `leash sessions` uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionsRequest {
-    /// Without a requester every row is listed (an operator's view).
-    pub requester: Option<String>,
-    pub scope: Scope,
-    /// `leash sessions list|history|status` run in the daemon (same answers, same JSON as the
-    /// CLI's `--json`); `None` is the plain row listing.
-    pub query: Option<SessionQuery>,
-}
-
-/// One of the `leash sessions` read operations, asked of the daemon by the thin client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionQuery {
-    List,
-    History(String),
-    Status(String),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawSessions {
-    #[serde(default)]
-    requester_session_key: Option<String>,
-    #[serde(default)]
-    visibility: Option<String>,
-    #[serde(default)]
-    a2a: Option<bool>,
-    #[serde(default)]
-    a2a_allow: Vec<String>,
-    #[serde(default)]
-    sandboxed: bool,
-    #[serde(default)]
-    query: Option<String>,
-    #[serde(default)]
-    session: Option<String>,
-}
-
-/// The lifecycle events persisted for a session, with a seq above `since`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Events {
-    pub session: String,
-    #[serde(default)]
-    pub since: i64,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawTarget {
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default)]
-    lease: Option<String>,
-    #[serde(default)]
-    acp_session_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawVerify {
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default)]
-    lease: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawClose {
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default)]
-    lease: Option<String>,
-    #[serde(default)]
-    sessions: Vec<String>,
-    #[serde(default)]
-    leases: Vec<String>,
-    #[serde(default)]
-    grace_ms: Option<u64>,
-    #[serde(default)]
-    discard_persistent_state: bool,
-    #[serde(default)]
-    reason: Option<String>,
 }
 
 impl OpRequest for Box<Ensure> {
@@ -388,6 +259,18 @@ impl OpRequest for Box<Ensure> {
     }
 }
 
+/// Write one line to the adapter's stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Send {
+    pub session: String,
+    pub line: String,
+    /// How long to wait for an adapter that does not read its stdin (default
+    /// [`SEND_TIMEOUT_MS`], at most [`MAX_SEND_TIMEOUT_MS`]).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
 impl OpRequest for Send {
     const NAME: &'static str = "send";
     type Reply = Sent;
@@ -412,6 +295,23 @@ impl OpRequest for Send {
     }
 }
 
+/// Default `send` timeout.
+pub const SEND_TIMEOUT_MS: u64 = 10_000;
+/// Longest `send` timeout a request may ask for.
+pub const MAX_SEND_TIMEOUT_MS: u64 = 600_000;
+
+/// Stream the adapter's output and lifecycle events with a seq above `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Attach {
+    pub session: String,
+    #[serde(default)]
+    pub since: i64,
+    /// Also stream the adapter's stderr lines (`stderr` items); off for clients that predate them.
+    #[serde(default)]
+    pub stderr: bool,
+}
+
 impl OpRequest for Attach {
     const NAME: &'static str = "attach";
     type Reply = Attached;
@@ -423,6 +323,17 @@ impl OpRequest for Attach {
         check_since(op, a.since)?;
         Ok(a)
     }
+}
+
+/// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
+/// the library's one name for that, [`LeaseRef`].
+pub use crate::controller::LeaseRef;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    pub target: LeaseRef,
+    /// The ACP session whose turn is cancelled; inferred when the daemon knows exactly one.
+    pub acp_session_id: Option<String>,
 }
 
 impl OpRequest for Cancel {
@@ -441,6 +352,17 @@ impl OpRequest for Cancel {
             acp_session_id: raw.acp_session_id,
         })
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    pub targets: Vec<LeaseRef>,
+    pub grace_ms: Option<u64>,
+    /// Also delete what the daemon keeps to resume the sessions (their stored specs, their
+    /// resumable entries): the design's `closeSession({discardPersistentState})`.
+    pub discard_persistent_state: bool,
+    /// Why the gateway closes (logged with the close).
+    pub reason: Option<String>,
 }
 
 impl OpRequest for Close {
@@ -481,6 +403,20 @@ impl OpRequest for Close {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reap {
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub include_live: bool,
+    /// Closed and lost leases older than this are deleted (default 7 days).
+    #[serde(default)]
+    pub retention_ms: Option<u64>,
+    #[serde(default)]
+    pub grace_ms: Option<u64>,
+}
+
 impl OpRequest for Reap {
     const NAME: &'static str = "reap";
     type Reply = Reaped;
@@ -499,6 +435,13 @@ impl OpRequest for Reap {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Leases {
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
 impl OpRequest for Leases {
     const NAME: &'static str = "leases";
     type Reply = Vec<LeaseRow>;
@@ -512,6 +455,18 @@ impl OpRequest for Leases {
         }
         Ok(l)
     }
+}
+
+/// The visibility inputs of a session listing (the seed's `SessionVisibilityInput`); checked by
+/// [`leash_core::visibility`], the same check `leash sessions` uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsRequest {
+    /// Without a requester every row is listed (an operator's view).
+    pub requester: Option<String>,
+    pub scope: Scope,
+    /// `leash sessions list|history|status` run in the daemon (same answers, same JSON as the
+    /// CLI's `--json`); `None` is the plain row listing.
+    pub query: Option<SessionQuery>,
 }
 
 impl OpRequest for SessionsRequest {
@@ -571,6 +526,42 @@ impl OpRequest for SessionsRequest {
     }
 }
 
+/// One of the `leash sessions` read operations, asked of the daemon by the thin client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionQuery {
+    List,
+    History(String),
+    Status(String),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSessions {
+    #[serde(default)]
+    requester_session_key: Option<String>,
+    #[serde(default)]
+    visibility: Option<String>,
+    #[serde(default)]
+    a2a: Option<bool>,
+    #[serde(default)]
+    a2a_allow: Vec<String>,
+    #[serde(default)]
+    sandboxed: bool,
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+}
+
+/// The lifecycle events persisted for a session, with a seq above `since`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Events {
+    pub session: String,
+    #[serde(default)]
+    pub since: i64,
+}
+
 impl OpRequest for Events {
     const NAME: &'static str = "events";
     type Reply = Vec<Event>;
@@ -584,34 +575,43 @@ impl OpRequest for Events {
     }
 }
 
-impl OpRequest for Hello {
-    const NAME: &'static str = "hello";
-    type Reply = Welcome;
-
-    fn parse(fields: Value) -> Result<Self, (Code, String)> {
-        let op = Self::NAME;
-        let h: Hello = fields_of(op, fields)?;
-        if let Some(c) = &h.client {
-            check_key("client", c)?;
-        }
-        Ok(h)
-    }
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawTarget {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    acp_session_id: Option<String>,
 }
 
-impl OpRequest for Detach {
-    const NAME: &'static str = "detach";
-    type Reply = Detached;
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawVerify {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
+}
 
-    fn parse(fields: Value) -> Result<Self, (Code, String)> {
-        let op = Self::NAME;
-        let d: Detach = fields_of(op, fields)?;
-        if !matches!(d.attach_id, Value::String(_) | Value::Number(_)) {
-            return Err(bad(
-                "detach: \"attachId\" must be the id (a string or a number) of an attach on this connection",
-            ));
-        }
-        Ok(d)
-    }
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawClose {
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    sessions: Vec<String>,
+    #[serde(default)]
+    leases: Vec<String>,
+    #[serde(default)]
+    grace_ms: Option<u64>,
+    #[serde(default)]
+    discard_persistent_state: bool,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 /// `verify`: is this lease's process alive and ours, dead, or unknowable? (`leash verify`)
