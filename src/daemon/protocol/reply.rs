@@ -1,5 +1,5 @@
-//! The daemon's replies and stream items as types (`Serialize + Deserialize`): `conn.rs` builds
-//! them and writes them with [`ok_line`]/[`err_line`], the client (`client.rs`, and through it the
+//! The daemon's replies and stream items as types (`Serialize + Deserialize`): the op handlers
+//! (`conn/`) build them and write them with [`ok_line`]/[`err_line`], the client (`client.rs`, and through it the
 //! CLI and `leash mcp`) reads them back into the same types, so no side reads a reply by
 //! indexing a `serde_json::Value` and the two cannot drift. The wire format is the one
 //! `docs/protocol.md` documents: camelCase fields, `null` for a field that has no value unless
