@@ -1,7 +1,7 @@
 //! The daemon's replies and stream items as types (`Serialize + Deserialize`): the op handlers
-//! (`conn/`) build them and write them with [`ok_line`]/[`err_line`], the client (`client.rs`, and through it the
-//! CLI and `leash mcp`) reads them back into the same types, so no side reads a reply by
-//! indexing a `serde_json::Value` and the two cannot drift. The wire format is the one
+//! (`conn/`) build them and write them with [`ok_line`]/[`err_line`], the client (`client.rs`,
+//! and through it the CLI and `leash mcp`) reads them back into the same types, so no side reads
+//! a reply by indexing a `serde_json::Value` and the two cannot drift. The wire format is the one
 //! `docs/protocol.md` documents: camelCase fields, `null` for a field that has no value unless
 //! the doc says the field is absent (those are `skip_serializing_if`). Fields are declared in
 //! the order of their wire names, so a reply renders byte for byte as the `json!` objects these
