@@ -16,6 +16,7 @@ fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensur
         phase: st.phase,
         root_pid: st.root_pid,
         session_key: s.key.clone(),
+        initialize: None,
     }
 }
 
@@ -186,8 +187,10 @@ fn start(
         // The reply is the close's (see `ensure`); the adapter is not watched any more.
         return Ok(describe(&s, true, true));
     }
+    let initialize = handshake(d, e, &s)?;
     after_start(d, e, &s)?;
     let mut r = describe(&s, true, true);
+    r.initialize = initialize;
     // The answer is the start's: the adapter was started. What it did after (an exit before
     // its first line is the stream's `start_failed` end) is not raced into the reply.
     if !matches!(r.phase, Phase::Closing) {
@@ -267,6 +270,72 @@ fn on_running(d: &Daemon, e: &Ensure) {
             tracing::warn!(session_key = %e.session, error = %err, "cannot delete the session's stored spec");
         }
     }
+}
+
+/// `ensure` with `initialize` (the handshake deadline, issue 23.2): once the adapter started,
+/// the daemon sends it `initialize` and waits for the response within `handshakeTimeoutMs`. The
+/// response is the reply's `initialize`. None in time: the session is closed (TERM, the grace,
+/// KILL) and ended before the ensure answers `handshake_timeout` with the adapter's last stderr
+/// lines, so a retry starts afresh and no process is left per retry. An adapter that closed
+/// its stdin or died first fails the same way (it will never answer); a close that began
+/// meanwhile answers for the ensure (`closed`).
+fn handshake(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<Option<Value>, OpError> {
+    use crate::daemon::session::HandshakeFailure;
+    let Some(params) = &e.initialize else {
+        return Ok(None);
+    };
+    let ms = e
+        .handshake_timeout_ms
+        .unwrap_or(crate::limits::DEFAULT_HANDSHAKE_TIMEOUT_MS);
+    let why = match s.handshake(params, Duration::from_millis(ms)) {
+        Ok(response) => return Ok(Some(response)),
+        Err(HandshakeFailure::Ended) if s.phase() != Phase::Ended => return Ok(None),
+        Err(HandshakeFailure::Ended) => {
+            // An exit before its first line is the start's failure, as without a handshake.
+            s.await_early_exit(Duration::ZERO)?;
+            "the adapter ended before it answered".to_string()
+        }
+        Err(HandshakeFailure::TimedOut) => format!("no response within {ms} ms"),
+        Err(HandshakeFailure::Write(err)) => format!("initialize could not be written ({err})"),
+    };
+    let lease = s.lease_id().map(str::to_owned);
+    tracing::warn!(session_key = %e.session, lease_id = lease.as_deref(), reason = %why, "handshake failed; closing the session");
+    let closed = match &lease {
+        Some(id) => d
+            .close(
+                &[crate::controller::LeaseRef::Id(id.clone())],
+                None,
+                "handshake timeout",
+            )
+            .map(|out| {
+                out.iter()
+                    .map(|o| format!("{:?}", o.result).to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|err| format!("close failed: {err}")),
+        None => "no lease".into(),
+    };
+    // Ended (the wrapper reaped) before the answer: an ensure right after starts afresh.
+    s.wait_while_closing(Duration::from_secs(30));
+    let stderr = s.stderr_tail();
+    Err(OpError {
+        code: Code::HandshakeTimeout,
+        message: format!(
+            "session {}: the adapter did not answer initialize ({why}); the session was closed ({closed}){}",
+            e.session,
+            if stderr.is_empty() {
+                String::new()
+            } else {
+                format!("; its last stderr lines: {}", stderr.join(" | "))
+            }
+        ),
+        data: Box::new(ErrorData {
+            lease_id: lease,
+            stderr: Some(stderr),
+            ..Default::default()
+        }),
+    })
 }
 
 impl Handles<Box<Ensure>> for Cx<'_> {

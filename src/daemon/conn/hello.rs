@@ -19,6 +19,8 @@ pub const FEATURES: &[&str] = &[
     "attach.startFailed",
     // A close that meets an ensure in flight closes what it started; the ensure says `closed`.
     "ensure.closedInFlight",
+    // `initialize` and `handshakeTimeoutMs`: the daemon sends the handshake (`handshake_timeout`).
+    "ensure.handshake",
 ];
 
 fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {

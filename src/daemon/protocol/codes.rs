@@ -42,13 +42,16 @@ pub enum Code {
     /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
     /// exec`): only sessions started with `ensure` take input or stream output.
     NotSupervised,
+    /// `ensure` with `initialize`: the adapter did not answer the `initialize` the daemon sent
+    /// within `handshakeTimeoutMs`; the session was closed (TERM, grace, KILL).
+    HandshakeTimeout,
     /// Anything else (database, I/O); the message says what failed.
     Internal,
 }
 
 /// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
 /// gives the CLI's exit code through [`crate::kind::KINDS`]). The only place a code is named.
-pub const CODES: [(Code, &str, Kind); 18] = [
+pub const CODES: [(Code, &str, Kind); 19] = [
     (Code::BadUtf8, "bad_utf8", Kind::Usage),
     (Code::BadJson, "bad_json", Kind::Usage),
     (Code::LineTooLong, "line_too_long", Kind::Usage),
@@ -68,6 +71,12 @@ pub const CODES: [(Code, &str, Kind); 18] = [
     // A session `leash exec` started has no stdin the daemon could write to: a conflict with
     // how it runs, not a missing daemon.
     (Code::NotSupervised, "not_supervised", Kind::Conflict),
+    // The adapter never became usable: a failed start, as the CLI counts it.
+    (
+        Code::HandshakeTimeout,
+        "handshake_timeout",
+        Kind::SpawnFailed,
+    ),
     (Code::Internal, "internal", Kind::Internal),
 ];
 
@@ -133,6 +142,7 @@ mod tests {
             Code::ShuttingDown,
             Code::SendTimeout,
             Code::NotSupervised,
+            Code::HandshakeTimeout,
             Code::Internal,
         ];
         for c in all {
@@ -154,6 +164,7 @@ mod tests {
                 | Code::ShuttingDown
                 | Code::SendTimeout
                 | Code::NotSupervised
+                | Code::HandshakeTimeout
                 | Code::Internal => {}
             }
         }

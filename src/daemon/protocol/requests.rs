@@ -141,6 +141,15 @@ pub struct Ensure {
     /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
     #[serde(default)]
     pub queue_timeout_ms: Option<u64>,
+    /// The params of the ACP `initialize` request the daemon sends a new adapter itself (id
+    /// `"leash-handshake"`) before it answers: the reply carries the response (`initialize`), or
+    /// the ensure fails `handshake_timeout` and the session is closed. Per call, never stored.
+    #[serde(default)]
+    pub initialize: Option<Value>,
+    /// How long that `initialize` may go unanswered (default 30000 with `initialize`; needs
+    /// `initialize`). At most [`crate::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
+    #[serde(default)]
+    pub handshake_timeout_ms: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -242,6 +251,25 @@ impl OpRequest for Box<Ensure> {
             e.queue_timeout_ms,
             crate::limits::check_ensure_queue_ms,
         )?;
+        check_ms(
+            op,
+            "handshakeTimeoutMs",
+            e.handshake_timeout_ms,
+            crate::limits::check_handshake_ms,
+        )?;
+        match (&e.initialize, e.handshake_timeout_ms) {
+            (Some(p), _) if !p.is_object() => {
+                return Err(bad(
+                    "ensure: \"initialize\" must be an object: the params of the ACP initialize request the daemon sends",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "ensure: \"handshakeTimeoutMs\" times the initialize request the daemon sends: give \"initialize\" (its params) too",
+                ))
+            }
+            _ => {}
+        }
         // The limits by the CLI's own rules (`leash exec --memory-max/--pids-max/--cpu-max`),
         // here at the edge: a bad one is a bad request, never a failed spawn.
         check_ms(
