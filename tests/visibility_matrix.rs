@@ -163,7 +163,7 @@ fn visible_through(s: &Controller<'_>, op: Op, view: &View, key: &str) -> bool {
             Err(e) => panic!("history {key}: unexpected {e}"),
         },
         Op::Send => match s.send(view, key, "hello") {
-            Ok(sent) => panic!("send {key}: no daemon runs for this root, yet it sent: {sent}"),
+            Ok(sent) => panic!("send {key}: no daemon runs for this root, yet it sent: {sent:?}"),
             Err(SessionsError::DaemonNeeded { key: k, .. }) => {
                 assert_eq!(k, key);
                 true

@@ -304,12 +304,7 @@ impl Controller<'_> {
     /// `daemon::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
-    pub fn send(
-        &self,
-        view: &View,
-        key: &str,
-        line: &str,
-    ) -> Result<serde_json::Value, SessionsError> {
+    pub fn send(&self, view: &View, key: &str, line: &str) -> Result<Sent, SessionsError> {
         self.authorize(view, key)?;
         if line.contains('\n') || line.contains('\r') {
             return Err(SessionsError::MultiLine);
@@ -324,16 +319,23 @@ impl Controller<'_> {
     }
 }
 
+/// A line delivered to a session's adapter: the daemon's `send` reply (`protocol::Sent` is this
+/// type).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sent {
+    /// The adapter was in the middle of a turn when the line was written.
+    pub busy: bool,
+    /// The line's length with its newline.
+    pub bytes: usize,
+    pub session_key: String,
+}
+
 /// Whoever holds the adapters' stdin for a state root: the daemon serving it. The controller
 /// decides whether a line may be sent; this delivers it.
 pub trait SessionInput {
     /// Sends one line (no newline in it) to the session's adapter; the daemon's reply.
-    fn send_line(
-        &self,
-        root: &StateRoot,
-        key: &str,
-        line: &str,
-    ) -> Result<serde_json::Value, SessionsError>;
+    fn send_line(&self, root: &StateRoot, key: &str, line: &str) -> Result<Sent, SessionsError>;
 }
 
 /// No way to a session's stdin: every send needs a daemon ([`SessionsError::DaemonNeeded`]).
@@ -341,12 +343,7 @@ pub trait SessionInput {
 pub struct NoSessionInput;
 
 impl SessionInput for NoSessionInput {
-    fn send_line(
-        &self,
-        root: &StateRoot,
-        key: &str,
-        _line: &str,
-    ) -> Result<serde_json::Value, SessionsError> {
+    fn send_line(&self, root: &StateRoot, key: &str, _line: &str) -> Result<Sent, SessionsError> {
         Err(SessionsError::DaemonNeeded {
             key: key.to_string(),
             socket: root.socket_path(),

@@ -12,14 +12,12 @@
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
 use super::protocol::{
-    Attached, Cancelled, ErrorData, Frame, LeaseRow, LineReader, Message, Sent, Status, StreamItem,
-    MAX_LINE,
+    self, ErrorData, Frame, LineReader, Message, OpRequest, StatusRequest, StreamItem, MAX_LINE,
 };
 use super::{lock_path, LockInfo};
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
 use crate::state::StateRoot;
-use leash_core::kind::Code;
-use leash_core::kind::{HasKind, Kind};
+use leash_core::kind::{Code, HasKind, Kind};
 use leash_core::model::LeaseState;
 use leash_core::plan::ReapPlan;
 use serde::de::DeserializeOwned;
@@ -226,18 +224,30 @@ impl Client {
         })
     }
 
+    /// Sends one request of the op `T` (see [`Client::request`]) and reads its reply as the
+    /// type the op is answered with ([`OpRequest::Reply`]).
+    pub fn op<T: OpRequest>(&mut self, fields: Value) -> Result<T::Reply, ClientError>
+    where
+        T::Reply: DeserializeOwned,
+    {
+        self.request(T::NAME, fields)
+    }
+
     /// `status`.
-    pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.request("status", json!({}))
+    pub fn status(&mut self) -> Result<protocol::Status, ClientError> {
+        self.op::<StatusRequest>(json!({}))
     }
 
     /// `leases`, of one state or all.
-    pub fn leases(&mut self, state: Option<LeaseState>) -> Result<Vec<LeaseRow>, ClientError> {
+    pub fn leases(
+        &mut self,
+        state: Option<LeaseState>,
+    ) -> Result<Vec<protocol::LeaseRow>, ClientError> {
         let fields = match state {
             Some(s) => json!({"state": s.as_str()}),
             None => json!({}),
         };
-        self.request("leases", fields)
+        self.op::<protocol::Leases>(fields)
     }
 
     /// `close` of these targets.
@@ -253,8 +263,7 @@ impl Client {
                 LeaseRef::Session(k) => sessions.push(k.as_str()),
             }
         }
-        self.request(
-            "close",
+        self.op::<protocol::Close>(
             json!({"leases": leases, "sessions": sessions, "graceMs": grace_ms}),
         )
     }
@@ -264,12 +273,12 @@ impl Client {
         &mut self,
         target: &LeaseRef,
         acp: Option<&str>,
-    ) -> Result<Cancelled, ClientError> {
+    ) -> Result<protocol::Cancelled, ClientError> {
         let mut fields = target_fields(target);
         if let Some(acp) = acp {
             fields["acpSessionId"] = json!(acp);
         }
-        self.request("cancel", fields)
+        self.op::<protocol::Cancel>(fields)
     }
 
     fn reap_fields(opts: &leash_core::plan::ReapOptions, dry_run: bool) -> Value {
@@ -286,7 +295,7 @@ impl Client {
         &mut self,
         opts: &leash_core::plan::ReapOptions,
     ) -> Result<ReapPlan, ClientError> {
-        self.request("reap", Self::reap_fields(opts, true))
+        self.request(protocol::Reap::NAME, Self::reap_fields(opts, true))
     }
 
     /// `reap`: the report.
@@ -294,7 +303,7 @@ impl Client {
         &mut self,
         opts: &leash_core::plan::ReapOptions,
     ) -> Result<ReapReport, ClientError> {
-        self.request("reap", Self::reap_fields(opts, false))
+        self.request(protocol::Reap::NAME, Self::reap_fields(opts, false))
     }
 
     /// `verify`.
@@ -302,7 +311,7 @@ impl Client {
         &mut self,
         target: &LeaseRef,
     ) -> Result<crate::controller::verify::VerifyReport, ClientError> {
-        self.request("verify", target_fields(target))
+        self.op::<protocol::Verify>(target_fields(target))
     }
 
     /// `sessions` with a `query` (`list`, `history` or `status`), as `view`'s requester: the
@@ -330,18 +339,18 @@ impl Client {
         if let Some(k) = key {
             req["session"] = k.into();
         }
-        self.request("sessions", req)
+        self.request(protocol::SessionsRequest::NAME, req)
     }
 
     /// `send`.
-    pub fn send(&mut self, key: &str, line: &str) -> Result<Sent, ClientError> {
-        self.request("send", json!({"session": key, "line": line}))
+    pub fn send(&mut self, key: &str, line: &str) -> Result<protocol::Sent, ClientError> {
+        self.op::<protocol::Send>(json!({"session": key, "line": line}))
     }
 
     /// `attach`: its reply; the items follow ([`Client::next_item`]), tagged with the id this
     /// request got (the last one sent).
-    pub fn attach(&mut self, key: &str, since: i64) -> Result<Attached, ClientError> {
-        self.request("attach", json!({"session": key, "since": since}))
+    pub fn attach(&mut self, key: &str, since: i64) -> Result<protocol::Attached, ClientError> {
+        self.op::<protocol::Attach>(json!({"session": key, "since": since}))
     }
 
     /// The next stream item (replies to other requests are skipped).

@@ -3,7 +3,7 @@
 //! process that holds the adapters' stdin. It lives here, beside the client, so the controller
 //! never calls the daemon: `leash sessions send` and the MCP server's `sessions_send` pass it in.
 
-use crate::controller::sessions::{SessionInput, SessionsError};
+use crate::controller::sessions::{Sent, SessionInput, SessionsError};
 use crate::daemon::client::{socket_for, Client, ClientError};
 use crate::state::StateRoot;
 
@@ -13,20 +13,14 @@ use crate::state::StateRoot;
 pub struct DaemonInput;
 
 impl SessionInput for DaemonInput {
-    fn send_line(
-        &self,
-        root: &StateRoot,
-        key: &str,
-        line: &str,
-    ) -> Result<serde_json::Value, SessionsError> {
+    fn send_line(&self, root: &StateRoot, key: &str, line: &str) -> Result<Sent, SessionsError> {
         let Some(mut daemon) = Client::probe(root) else {
             return Err(SessionsError::DaemonNeeded {
                 key: key.to_string(),
                 socket: socket_for(root),
             });
         };
-        let sent = daemon.send(key, line).map_err(|e| undelivered(key, e))?;
-        Ok(serde_json::to_value(sent).expect("replies serialise"))
+        daemon.send(key, line).map_err(|e| undelivered(key, e))
     }
 }
 

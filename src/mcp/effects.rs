@@ -142,13 +142,11 @@ impl Tools for SessionTools {
     fn send(&mut self, key: &str, message: &str) -> Result<SendResult, ToolError> {
         let view = self.view.clone();
         key_rule(&view, key)?;
-        let v = self
+        // The daemon's `send` reply, as `DaemonInput` passed it on.
+        let sent = self
             .sessions()?
             .send(&view, key, message)
             .map_err(|e| refusal(&view, key, e))?;
-        // The daemon's `send` reply, as `DaemonInput` passed it on.
-        let sent: crate::daemon::protocol::Sent = serde_json::from_value(v)
-            .map_err(|e| ToolError(format!("the daemon's send reply does not parse ({e})")))?;
         Ok(SendResult {
             session_key: key.to_string(),
             bytes: sent.bytes as u64,

@@ -1,7 +1,7 @@
-//! The daemon's replies and stream items as types (`Serialize + Deserialize`): `conn.rs` builds
-//! them and writes them with [`ok_line`]/[`err_line`], the client (`client.rs`, and through it the
-//! CLI and `leash mcp`) reads them back into the same types, so no side reads a reply by
-//! indexing a `serde_json::Value` and the two cannot drift. The wire format is the one
+//! The daemon's replies and stream items as types (`Serialize + Deserialize`): the op handlers
+//! (`conn/`) build them and write them with [`ok_line`]/[`err_line`], the client (`client.rs`,
+//! and through it the CLI and `leash mcp`) reads them back into the same types, so no side reads
+//! a reply by indexing a `serde_json::Value` and the two cannot drift. The wire format is the one
 //! `docs/protocol.md` documents: camelCase fields, `null` for a field that has no value unless
 //! the doc says the field is absent (those are `skip_serializing_if`). Fields are declared in
 //! the order of their wire names, so a reply renders byte for byte as the `json!` objects these
@@ -11,11 +11,11 @@
 //! hand-written, escape-aware renderer, see `session/stdio.rs`): [`StreamItem`] is how clients read
 //! them, and a unit test checks that the renderer's bodies parse as it.
 
-use super::Code;
 use crate::controller::CancelOutcome;
 use crate::controller::StoreStatus;
 use crate::ps::Totals;
 use crate::store::SessionRow;
+use leash_core::kind::Code;
 use leash_core::model::Lease;
 use leash_core::visibility::Grant;
 use serde::{Deserialize, Serialize};
@@ -380,15 +380,8 @@ pub struct Ensured {
     pub initialize: Option<Value>,
 }
 
-/// `send`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Sent {
-    pub busy: bool,
-    /// The line's length with its newline.
-    pub bytes: usize,
-    pub session_key: String,
-}
+/// `send`: the controller's receipt of a delivered line, which is what the daemon replies.
+pub use crate::controller::sessions::Sent;
 
 /// `attach`'s reply, before the stream items.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -610,6 +603,24 @@ pub struct Pong {
 pub struct Detached {
     pub attach_id: Value,
     pub detached: usize,
+}
+
+/// `reap`: the plan of a dry run, or the report.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Reaped {
+    Plan(leash_core::plan::ReapPlan),
+    Report(crate::controller::ReapReport),
+}
+
+/// `sessions`: the plain rows, or the answer to a query.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum SessionsAnswer {
+    Rows(Vec<SessionEntry>),
+    List(crate::controller::sessions::Listing),
+    History(crate::controller::sessions::History),
+    Status(Box<crate::controller::sessions::SessionStatus>),
 }
 
 #[cfg(test)]

@@ -1,0 +1,15 @@
+//! `metrics`: the OpenMetrics text, as `--metrics` serves it over HTTP.
+
+use super::*;
+
+impl Handles<MetricsRequest> for Cx<'_> {
+    type Done = Timed;
+
+    fn handle(self, _: MetricsRequest) -> Timed {
+        let text = crate::daemon::metrics::render(self.d);
+        self.answer::<MetricsRequest>(Ok(MetricsText {
+            content_type: "application/openmetrics-text; version=1.0.0".into(),
+            text,
+        }))
+    }
+}
