@@ -11,7 +11,7 @@
 //! adapter down).
 
 use super::protocol::{
-    self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,
+    self, err_line, item_body, ok_line, parse_request, stream_line, Attach,
     Attached, CancelNotice, Cancelled, Code, EndError, EndReason, Ensured, ErrorData, Frame,
     LeaseRow, LineReader, MetricsText, Op, Sent, SessionEntry, StreamItem,
 };
@@ -842,7 +842,7 @@ fn stream(
                     buf.shrink_to(ATTACH_BUF);
                 }
                 for it in items.iter().filter(|it| a.stderr || !it.stderr) {
-                    stream_line_into(&mut buf, &id_json, &it.body);
+                    it.write_line(&mut buf, &id_json);
                     if buf.len() >= ATTACH_WRITE {
                         if !out.send(&buf) {
                             return;
