@@ -210,6 +210,12 @@ impl Replay {
         };
     }
 
+    /// Whether a live attach governs the buffer and the reader (one is registered and no close
+    /// began).
+    pub(super) fn governed(&self) -> bool {
+        self.slowest.is_some()
+    }
+
     /// Whether the output reader must wait: the buffer is at a bound and its oldest item has
     /// not been sent to the slowest live attach yet.
     pub(super) fn behind(&self) -> bool {

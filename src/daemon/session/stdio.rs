@@ -47,8 +47,10 @@ impl Supervised {
         let mut buf = vec![0u8; FIRST_READ];
         let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
         let mut batch = OutBatch::default();
+        let mut priority = ReaderPriority::default();
         loop {
-            self.hold_while_behind();
+            let attached = self.hold_while_behind();
+            priority.follow(attached);
             let n = match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -81,16 +83,18 @@ impl Supervised {
     /// Waits, before the next read of the adapter's stdout, while the slowest live attach has not
     /// been sent the oldest item of a full buffer (see `replay.rs`): the adapter then blocks in
     /// `write` on its full pipe, as behind a pipe. One lock per chunk, no publish when not held.
-    fn hold_while_behind(&self) {
+    /// Returns whether a live attach governs the output (see [`ReaderPriority`]).
+    fn hold_while_behind(&self) -> bool {
         let mut g = self.lock();
         if !g.replay.behind() {
-            return;
+            return g.replay.governed();
         }
         while g.replay.behind() && !g.life.is_ended() {
             g.quiet_mut().reader_waiting = true;
             g = g.wait_drained(HOLD_TICK);
         }
         g.quiet_mut().reader_waiting = false;
+        g.replay.governed()
     }
 
     /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
@@ -209,14 +213,78 @@ fn output_nice() -> i32 {
 /// faster than the host can take, a hundred readers at the daemon's priority would queue every
 /// request (`status`, `ping`, `send`) behind them on the CPU; niced, they yield to the control
 /// plane, and an adapter that outpaces its reader meets backpressure on its full stdout pipe.
-/// Output is still read, in order, with every line numbered as before.
+/// Output is still read, in order, with every line numbered as before. The stdout reader leaves
+/// this priority while a live attach reads its session ([`ReaderPriority`]).
 pub(super) fn lower_reader_priority() {
+    let base = crate::sys::thread_nice().ok();
+    BASE_NICE.with(|b| b.set(base));
     let nice = output_nice();
     if nice == 0 {
         return;
     }
     if let Err(e) = crate::sys::set_thread_nice(nice) {
         tracing::debug!(error = %e, "cannot lower the output reader's priority");
+    }
+}
+
+thread_local! {
+    /// The output reader's nice value before [`lower_reader_priority`] (the daemon's own).
+    static BASE_NICE: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Set once raising an output reader was refused (no `CAP_SYS_NICE` and an `RLIMIT_NICE` that
+/// does not allow it): no reader tries again.
+static RAISE_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The stdout reader's priority follows its session's readers. While a live attach reads the
+/// stream (and so governs the output, see `replay.rs`), the reader runs at the attach's own
+/// priority — the connection threads', raised [`crate::daemon::priority::BOOST`] steps above
+/// the daemon when it may raise them — so the two halves of the relay are scheduled alike and
+/// the output reaches the client at the pace of a pipe, not at the pace a niced thread is given
+/// on a busy host (measured at load 12: the niced reader spent 5.7 s waiting for a CPU against
+/// 0.4 s running, and relayed at 0.1× the pipe). With no live attach it runs niced again
+/// ([`lower_reader_priority`]): unread output yields to the control plane, as before. One
+/// `setpriority` per change, none per read.
+#[derive(Default)]
+pub(super) struct ReaderPriority {
+    attached: bool,
+}
+
+impl ReaderPriority {
+    pub(super) fn follow(&mut self, attached: bool) {
+        if attached == self.attached {
+            return;
+        }
+        self.attached = attached;
+        let Some(base) = BASE_NICE.with(|b| b.get()) else {
+            return;
+        };
+        let idle = match output_nice() {
+            0 => base,
+            n => n,
+        };
+        if !attached {
+            if let Err(e) = crate::sys::set_thread_nice(idle) {
+                tracing::debug!(error = %e, "cannot lower the output reader's priority again");
+            }
+            return;
+        }
+        if RAISE_REFUSED.load(AtomicOrdering::Relaxed) {
+            return;
+        }
+        let raised = (base - crate::daemon::priority::BOOST).max(-20);
+        // The attach's priority; else at least the daemon's own.
+        for target in [raised, base] {
+            if target >= idle {
+                return;
+            }
+            if crate::sys::set_thread_nice(target).is_ok() {
+                return;
+            }
+        }
+        if !RAISE_REFUSED.swap(true, AtomicOrdering::Relaxed) {
+            tracing::info!("cannot raise an attached session's output reader above its niced priority (needs CAP_SYS_NICE or RLIMIT_NICE); attached output is read at nice {idle}");
+        }
     }
 }
 
