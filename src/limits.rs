@@ -31,6 +31,12 @@ pub const MAX_ENSURE_WAIT_MS: u64 = 60_000;
 /// (`queueTimeoutMs`): ten minutes.
 pub const MAX_ENSURE_QUEUE_MS: u64 = 600_000;
 
+/// The longest handshake deadline an `ensure` may ask for (`handshakeTimeoutMs`): ten minutes.
+pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 600_000;
+
+/// The handshake deadline of an `ensure` that gives `initialize` without `handshakeTimeoutMs`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
+
 /// A value outside its range, or a duration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
@@ -82,6 +88,15 @@ pub fn check_ensure_wait_ms(what: &'static str, ms: u64) -> Result<u64, ValueErr
 /// Checks `queueTimeoutMs` of an `ensure`: `0..=MAX_ENSURE_QUEUE_MS`.
 pub fn check_ensure_queue_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
     at_most(what, ms, MAX_ENSURE_QUEUE_MS)
+}
+
+/// Checks `handshakeTimeoutMs` of an `ensure`: `1..=MAX_HANDSHAKE_TIMEOUT_MS` (0 would fail
+/// every handshake before the adapter could read the request).
+pub fn check_handshake_ms(what: &'static str, ms: u64) -> Result<u64, ValueError> {
+    if ms == 0 {
+        return Err(ValueError::Zero { what });
+    }
+    at_most(what, ms, MAX_HANDSHAKE_TIMEOUT_MS)
 }
 
 /// The one rule for a session cgroup's numeric limits (`memory.max` in bytes, `pids.max`), for

@@ -1,9 +1,11 @@
 //! `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure, initialize,
 //! session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its lease settles),
 //! the resumable path after a SIGTERM (resume loads the ACP session), close. And
-//! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController: the
-//! startup reap, two sessions, a prompt, a cancel that keeps the process, two closes, and a
-//! session resumed after a daemon restart with its MCP servers.
+//! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController (and
+//! `leash legacy import --acpx`, the install step): a fake incumbent's state imported and its
+//! orphan reaped, two sessions, a prompt, a cancel that keeps the process, two closes, a silent
+//! adapter's handshake timeout twice with nothing left, two same-key ensures on one adapter, and
+//! a session resumed after a daemon restart with its MCP servers.
 mod common;
 mod node_support;
 use node_support::*;
@@ -68,7 +70,14 @@ fn the_controller_example_runs_against_the_fake_agent() {
         "acpx-gateway.mjs",
         "acpx-gateway-example",
         &[
+            "adopted by this fresh root; imported 1 acpx lease(s)",
+            "\"verdict\":\"owned\",\"decision\":{\"action\":\"terminate\"}",
+            "(the incumbent's)",
             "[reap] startup reap",
+            "[reap] the incumbent's orphan is gone",
+            "[handshake] attempt 1: handshake_timeout; stderr: mute: loading",
+            "[handshake] attempt 2: handshake_timeout; stderr: mute: loading",
+            "[same-key] two ensures of agent:main:acp:same: one lease",
             "[prompt] agent:main:acp:one: stopReason end_turn",
             "[cancel] agent:main:acp:two: stopReason cancelled",
             "[cancel] agent:main:acp:two: process kept",

@@ -243,8 +243,20 @@ fn the_walk_through_runs_as_written() {
     read_until(&out, &mut printed, |l| l == "READY");
     // The daemon the script started in the background: killed by the guard if the test fails.
     let mut daemon = Guard::new();
-    let lock: Value =
-        serde_json::from_str(&std::fs::read_to_string(demo.join("daemon.lock")).unwrap()).unwrap();
+    // The daemon names itself in its lock once its start-up reap is done, which on a loaded host
+    // can take longer than the walk-through's `sleep 1`: wait for the name, not the sleep.
+    let lock_path = demo.join("daemon.lock");
+    let read_lock = || {
+        std::fs::read_to_string(&lock_path)
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+    };
+    assert!(
+        wait_for_within(Duration::from_secs(60), || read_lock().is_some()),
+        "the daemon never named itself in {}",
+        lock_path.display()
+    );
+    let lock = read_lock().unwrap();
     daemon.add(Pid::of(lock["pid"].as_i64().unwrap() as i32).expect("the daemon runs"));
 
     // The exec part printed what the README says it prints.

@@ -158,6 +158,13 @@ export interface EnsureSpec {
    * predecessor started; a new session when that one failed or was closed).
    */
   queueTimeoutMs?: number;
+  /**
+   * The params of the ACP `initialize` the daemon sends a new adapter itself; the reply waits for
+   * its response (`initialize`) within `handshakeTimeoutMs` (default 30000, at most 600000), else
+   * rejects with HandshakeTimeoutError after the session was closed (nothing of it left).
+   */
+  initialize?: Record<string, unknown>;
+  handshakeTimeoutMs?: number;
 }
 
 export interface EnsureResult {
@@ -169,6 +176,8 @@ export interface EnsureResult {
   lastSeq: number;
   /** False when a running session was found with another argv. */
   argvMatches?: boolean;
+  /** With `initialize`, for a session it started: the adapter's response (`{jsonrpc, id: 'leash-handshake', result | error}`). */
+  initialize?: { jsonrpc: '2.0'; id: string; result?: unknown; error?: { code: number; message: string; data?: unknown } } | null;
 }
 
 export interface SendResult {
@@ -325,6 +334,8 @@ export declare class AcpChannel extends EventEmitter {
 export interface AcpOptions extends CallOptions {
   since?: number | 'now';
   highWaterMark?: number;
+  /** The channel's first request must be answered within this (ms), else the session is closed (TERM, grace, KILL) and the request rejects with HandshakeTimeoutError. */
+  handshakeTimeoutMs?: number;
 }
 
 export interface ResumeOptions extends CallOptions {
@@ -445,6 +456,8 @@ export interface SpawnOptions {
   stateDir?: string;
   /** The leash binary (default LEASH_BIN, else `leash` on PATH). */
   leashBin?: string;
+  /** The first JSON-RPC request written to the child's stdin must be answered on its stdout within this (ms), else the lease is closed and the child emits HandshakeTimeoutError ('error'). Needs piped stdio. */
+  handshakeTimeoutMs?: number;
 }
 
 /** `leash exec`'s child: a ChildProcess whose lease id is known before leash exec runs. */
@@ -494,6 +507,8 @@ export declare class SeqEvictedError extends LeashError {}
 export declare class SpawnFailedError extends LeashError {}
 /** The adapter exited before its first line of output (`data.exitStatus`, `data.stderr`). */
 export declare class StartFailedError extends SpawnFailedError {}
+/** The adapter did not answer the handshake in time (`initialize` of ensure, the first request of acp()/spawn() with handshakeTimeoutMs); its session or lease was closed first. `data.stderr`: its last stderr lines; `data.leaseId`. */
+export declare class HandshakeTimeoutError extends LeashError {}
 /** `ensure`: a close of the key arrived while the ensure was in flight and closed what it started. */
 export declare class ClosedError extends LeashError {}
 export declare class ForbiddenError extends LeashError {}
@@ -593,7 +608,7 @@ export type AcpxEnsureInput = Omit<AcpRuntimeEnsureInput, 'mode'> & {
   parentSessionKey?: string;
   /** The session's MCP servers (default: the controller's). */
   mcpServers?: McpServer[];
-  /** Sent to a daemon that supports the handshake deadline. */
+  /** How long a new adapter may leave the `initialize` the daemon sends unanswered (default 30000): then HandshakeTimeoutError, the session closed. */
   handshakeTimeoutMs?: number;
 };
 

@@ -505,6 +505,7 @@ fn describe(s: &session::Supervised, created: bool, argv_matches: bool) -> Ensur
         phase: st.phase,
         root_pid: st.root_pid,
         session_key: s.key.clone(),
+        initialize: None,
     }
 }
 
@@ -677,8 +678,10 @@ fn start(
         // The reply is the close's (see `ensure`); the adapter is not watched any more.
         return Ok(describe(&s, true, true));
     }
+    let initialize = additions::handshake(d, e, &s)?;
     additions::after_start(d, e, &s)?;
     let mut r = describe(&s, true, true);
+    r.initialize = initialize;
     // The answer is the start's: the adapter was started. What it did after (an exit before
     // its first line is the stream's `start_failed` end) is not raced into the reply.
     if !matches!(r.phase, Phase::Closing) {

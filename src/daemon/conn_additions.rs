@@ -32,6 +32,8 @@ pub const FEATURES: &[&str] = &[
     "attach.startFailed",
     // A close that meets an ensure in flight closes what it started; the ensure says `closed`.
     "ensure.closedInFlight",
+    // `initialize` and `handshakeTimeoutMs`: the daemon sends the handshake (`handshake_timeout`).
+    "ensure.handshake",
 ];
 
 pub(super) fn ping() -> Pong {
@@ -239,4 +241,70 @@ impl AttachRegistry {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Arc<AtomicBool>>>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// `ensure` with `initialize` (the handshake deadline, issue 23.2): once the adapter started,
+/// the daemon sends it `initialize` and waits for the response within `handshakeTimeoutMs`. The
+/// response is the reply's `initialize`. None in time: the session is closed (TERM, the grace,
+/// KILL) and ended before the ensure answers `handshake_timeout` with the adapter's last stderr
+/// lines, so a retry starts afresh and no process is left per retry. An adapter that closed
+/// its stdin or died first fails the same way (it will never answer); a close that began
+/// meanwhile answers for the ensure (`closed`).
+pub(super) fn handshake(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<Option<Value>, OpError> {
+    use super::super::session::HandshakeFailure;
+    let Some(params) = &e.initialize else {
+        return Ok(None);
+    };
+    let ms = e
+        .handshake_timeout_ms
+        .unwrap_or(crate::limits::DEFAULT_HANDSHAKE_TIMEOUT_MS);
+    let why = match s.handshake(params, Duration::from_millis(ms)) {
+        Ok(response) => return Ok(Some(response)),
+        Err(HandshakeFailure::Ended) if s.phase() != super::Phase::Ended => return Ok(None),
+        Err(HandshakeFailure::Ended) => {
+            // An exit before its first line is the start's failure, as without a handshake.
+            s.await_early_exit(Duration::ZERO)?;
+            "the adapter ended before it answered".to_string()
+        }
+        Err(HandshakeFailure::TimedOut) => format!("no response within {ms} ms"),
+        Err(HandshakeFailure::Write(err)) => format!("initialize could not be written ({err})"),
+    };
+    let lease = s.lease_id().map(str::to_owned);
+    tracing::warn!(session_key = %e.session, lease_id = lease.as_deref(), reason = %why, "handshake failed; closing the session");
+    let closed = match &lease {
+        Some(id) => d
+            .close(
+                &[crate::controller::LeaseRef::Id(id.clone())],
+                None,
+                "handshake timeout",
+            )
+            .map(|out| {
+                out.iter()
+                    .map(|o| format!("{:?}", o.result).to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|err| format!("close failed: {err}")),
+        None => "no lease".into(),
+    };
+    // Ended (the wrapper reaped) before the answer: an ensure right after starts afresh.
+    s.wait_while_closing(Duration::from_secs(30));
+    let stderr = s.stderr_tail();
+    Err(OpError {
+        code: Code::HandshakeTimeout,
+        message: format!(
+            "session {}: the adapter did not answer initialize ({why}); the session was closed ({closed}){}",
+            e.session,
+            if stderr.is_empty() {
+                String::new()
+            } else {
+                format!("; its last stderr lines: {}", stderr.join(" | "))
+            }
+        ),
+        data: Box::new(super::super::protocol::ErrorData {
+            lease_id: lease,
+            stderr: Some(stderr),
+            ..Default::default()
+        }),
+    })
 }

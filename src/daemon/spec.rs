@@ -123,6 +123,8 @@ impl Spec {
             persist_env,
             wait_ms: asked.wait_ms,
             queue_timeout_ms: asked.queue_timeout_ms,
+            initialize: asked.initialize.clone(),
+            handshake_timeout_ms: asked.handshake_timeout_ms,
         })
     }
 }

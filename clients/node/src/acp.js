@@ -8,7 +8,10 @@
 
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
-import { abortError, AcpError, LeashAbortError, LeashTimeoutError, NotRunningError } from './errors.js';
+import { abortError, AcpError, HandshakeTimeoutError, LeashAbortError, LeashTimeoutError, NotRunningError } from './errors.js';
+
+/** How many of the adapter's last stderr lines a channel keeps (for HandshakeTimeoutError). */
+const STDERR_TAIL = 20;
 
 export class AcpChannel extends EventEmitter {
   #client;
@@ -18,6 +21,9 @@ export class AcpChannel extends EventEmitter {
   #n = 0;
   #pending = new Map();
   #closed = false;
+  /** `handshakeTimeoutMs` of `open`: the deadline of the channel's first request, until it is sent. */
+  #handshakeMs = 0;
+  #stderrTail = [];
   /** The attach's `end` item once the session ended. */
   ended = null;
 
@@ -42,6 +48,11 @@ export class AcpChannel extends EventEmitter {
   }
 
   async #start(opts) {
+    const hs = opts.handshakeTimeoutMs;
+    if (hs !== undefined && !(Number.isInteger(hs) && hs > 0)) {
+      throw new TypeError(`acp: handshakeTimeoutMs must be a positive integer (ms), not ${JSON.stringify(hs)}`);
+    }
+    this.#handshakeMs = hs ?? 0;
     this.#stream = this.#client.attach(this.#session, {
       since: opts.since ?? 'now',
       stderr: true,
@@ -59,6 +70,8 @@ export class AcpChannel extends EventEmitter {
       case 'output':
         return this.#onLine(item);
       case 'stderr':
+        this.#stderrTail.push(item.line);
+        if (this.#stderrTail.length > STDERR_TAIL) this.#stderrTail.shift();
         return this.emit('stderr', item.line, item);
       case 'event':
         return this.emit('event', item);
@@ -119,6 +132,10 @@ export class AcpChannel extends EventEmitter {
     const key = JSON.stringify(id);
     const msg = { jsonrpc: '2.0', id, method };
     if (params !== undefined) msg.params = params;
+    // The handshake deadline (`handshakeTimeoutMs`): the first request of the channel.
+    const handshake = this.#handshakeMs;
+    this.#handshakeMs = 0;
+    if (handshake > 0) return this.#handshake(method, msg, handshake, opts);
     return new Promise((resolve, reject) => {
       let timer = null;
       const signal = opts.signal;
@@ -150,6 +167,38 @@ export class AcpChannel extends EventEmitter {
         }
       });
     });
+  }
+
+  /**
+   * The first request under the handshake deadline: no response within `ms` closes the session
+   * (TERM, grace, KILL, waited for until it ended) and rejects with HandshakeTimeoutError
+   * carrying the adapter's last stderr lines.
+   */
+  async #handshake(method, msg, ms, opts) {
+    const key = JSON.stringify(msg.id);
+    const timeoutMs = opts.timeoutMs > 0 ? Math.min(opts.timeoutMs, ms) : ms;
+    try {
+      return await this.request(method, msg.params, { ...opts, timeoutMs });
+    } catch (e) {
+      if (!(e instanceof LeashTimeoutError) || opts.timeoutMs > 0 && opts.timeoutMs < ms) throw e;
+      this.#pending.delete(key);
+      const session = this.#session;
+      const outcomes = await this.#client.close({ session, reason: 'handshake timeout' }).catch((err) => err);
+      const st = async () => (await this.#client.status()).daemon.sessions.find((s) => s.sessionKey === session);
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const s = await st().catch(() => null);
+        if (!s || s.phase === 'ended' || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const stderr = [...this.#stderrTail];
+      const closed = Array.isArray(outcomes) ? outcomes : [];
+      this.close();
+      throw new HandshakeTimeoutError(
+        `${method}: session ${session}'s adapter did not answer within ${ms} ms; the session was closed${stderr.length ? `; its last stderr lines: ${stderr.join(' | ')}` : ''}`,
+        { cause: e, data: { session, stderr, leaseId: closed[0]?.leaseId, outcomes: closed, closeError: Array.isArray(outcomes) ? undefined : outcomes } },
+      );
+    }
   }
 
   /** Sends a notification (no id: no response). */

@@ -493,7 +493,9 @@ export class LeashClient extends EventEmitter {
    */
   ensure(session, spec = {}, opts = {}) {
     // The reply may come after a wait in the key's queue and the adapter's first-line wait.
-    const waits = (spec.queueTimeoutMs ?? 120_000) + (spec.waitMs ?? 0) + 5_000;
+    // With `initialize`, the handshake's deadline and the close after a timeout as well.
+    const handshake = spec.initialize ? (spec.handshakeTimeoutMs ?? 30_000) + (spec.graceMs ?? 3_000) + 5_000 : 0;
+    const waits = (spec.queueTimeoutMs ?? 120_000) + (spec.waitMs ?? 0) + handshake + 5_000;
     return this.request('ensure', { session, ...spec }, { timeoutMs: Math.max(this.#opts.timeoutMs, 30_000, waits), ...opts });
   }
 

@@ -24,6 +24,15 @@ export class CloseRefusedError extends LeashError {
   }
 }
 
+/** The result of the daemon's initialize (the ensure reply's `initialize` response). */
+function initResult(response, sessionKey) {
+  if (response && typeof response === 'object' && response.error) {
+    const e = response.error;
+    throw new AcpError(`ensureSession ${sessionKey}: initialize: ${e.message ?? 'error'}`, { rpcCode: e.code, data: { rpcError: e } });
+  }
+  return response?.result ?? null;
+}
+
 export class AcpxLifecycleController {
   #client;
   #ownsClient;
@@ -109,7 +118,17 @@ export class AcpxLifecycleController {
     if (input.ownerSessionKey) spec.owner = input.ownerSessionKey;
     if (input.spawnedBy) spec.spawnedBy = input.spawnedBy;
     if (input.parentSessionKey) spec.parent = input.parentSessionKey;
-    if (input.handshakeTimeoutMs !== undefined) spec.handshakeTimeoutMs = input.handshakeTimeoutMs;
+    // The handshake deadline: the daemon sends a new adapter `initialize` itself and answers
+    // only once it responded, or fails HandshakeTimeoutError after closing the session (so a
+    // silent or non-ACP adapter neither hangs this call nor leaves a process per retry).
+    // A daemon without the feature (older) refuses the fields: the controller then sends
+    // initialize itself, and a handshakeTimeoutMs is refused rather than silently not kept.
+    if (this.#client.features.includes('ensure.handshake')) {
+      spec.initialize = { protocolVersion: 1, clientCapabilities: this.#capabilities };
+      if (input.handshakeTimeoutMs !== undefined) spec.handshakeTimeoutMs = input.handshakeTimeoutMs;
+    } else if (input.handshakeTimeoutMs !== undefined) {
+      throw new LeashError(`ensureSession: this daemon has no handshake deadline (feature ensure.handshake); upgrade leash or drop handshakeTimeoutMs`, { code: 'unsupported' });
+    }
     const ensured = await this.#client.ensure(sessionKey, spec, opts);
     const known = this.#open.get(sessionKey);
     if (!ensured.created && known && known.leaseId === ensured.leaseId && !known.acp.ended) {
@@ -137,7 +156,11 @@ export class AcpxLifecycleController {
         }
       }
       if (!backendSessionId) {
-        const init = await acp.request('initialize', { protocolVersion: 1, clientCapabilities: this.#capabilities }, opts);
+        // A new adapter answered the daemon's initialize (the ensure's reply); one found running
+        // was initialised when it started, and is asked again only for its capabilities.
+        const init = ensured.created && ensured.initialize
+          ? initResult(ensured.initialize, sessionKey)
+          : await acp.request('initialize', { protocolVersion: 1, clientCapabilities: this.#capabilities }, opts);
         if (input.resumeSessionId) {
           const target = input.resumeSessionId;
           if (!init?.agentCapabilities?.loadSession) {

@@ -49,6 +49,14 @@ export class StartFailedError extends SpawnFailedError {
     this.code = 'start_failed';
   }
 }
+/**
+ * The adapter did not answer the handshake in time: `ensure` with `initialize` (the daemon sent
+ * it and waited `handshakeTimeoutMs`), the first request of an `acp()` channel opened with
+ * `handshakeTimeoutMs`, or the first request written to a `spawn()` child given one. The session
+ * (the lease) was closed before this error was raised: TERM, the grace, KILL; nothing of it runs.
+ * `data.stderr` holds the adapter's last stderr lines, `data.leaseId` its lease.
+ */
+export class HandshakeTimeoutError extends wire('handshake_timeout') {}
 /** `ensure`: a close of the key arrived while this ensure was starting it and closed what it started. */
 export class ClosedError extends wire('closed') {}
 export class ForbiddenError extends wire('forbidden') {}
@@ -106,6 +114,7 @@ export const WIRE_ERRORS = {
   seq_evicted: SeqEvictedError,
   spawn_failed: SpawnFailedError,
   start_failed: StartFailedError,
+  handshake_timeout: HandshakeTimeoutError,
   closed: ClosedError,
   forbidden: ForbiddenError,
   shutting_down: ShuttingDownError,

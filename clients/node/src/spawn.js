@@ -18,7 +18,7 @@
 
 import { spawn as cpSpawn, execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { ExecFailedError, LeashError, NoDaemonError } from './errors.js';
+import { ExecFailedError, HandshakeTimeoutError, LeashError, NoDaemonError } from './errors.js';
 import { connect } from './client.js';
 
 function leashBin(opts) {
@@ -100,6 +100,11 @@ function envNames(what, list) {
 export function spawn(argv, opts = {}) {
   const leaseId = opts.leaseId ?? uuidv7();
   const args = execArgs(argv, { ...opts, leaseId });
+  const hs = opts.handshakeTimeoutMs;
+  if (hs !== undefined) {
+    if (!(Number.isInteger(hs) && hs > 0)) throw new TypeError(`spawn: handshakeTimeoutMs must be a positive integer (ms), not ${JSON.stringify(hs)}`);
+    if (opts.stdio !== undefined && opts.stdio !== 'pipe') throw new TypeError('spawn: handshakeTimeoutMs watches the adapter\'s stdin and stdout: leave stdio piped');
+  }
   const child = cpSpawn(leashBin(opts), args, {
     cwd: opts.cwd,
     env: opts.env,
@@ -127,7 +132,85 @@ export function spawn(argv, opts = {}) {
     });
     child.emit('error', err);
   });
+  if (hs !== undefined) watchHandshake(child, argv, opts, leaseId, tail, hs);
   return child;
+}
+
+/**
+ * The handshake deadline of `spawn`: the first JSON-RPC request written to the child's stdin
+ * (the gateway's `initialize`) must be answered on its stdout within `ms`, else the lease is
+ * closed (verified TERM, grace, KILL, through the daemon or the CLI), and once leash exec has
+ * exited the child emits a HandshakeTimeoutError with the adapter's last stderr lines.
+ */
+function watchHandshake(child, argv, opts, leaseId, tail, ms) {
+  const write = child.stdin.write;
+  let pending = '';
+  let id;
+  let timer = null;
+  let out = '';
+  const onData = (chunk) => {
+    out += String(chunk);
+    let nl;
+    while ((nl = out.indexOf('\n')) >= 0) {
+      const line = out.slice(0, nl);
+      out = out.slice(nl + 1);
+      let msg;
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        continue;
+      }
+      if (msg && typeof msg === 'object' && !('method' in msg) && ('result' in msg || 'error' in msg) && JSON.stringify(msg.id) === JSON.stringify(id)) {
+        clearTimeout(timer);
+        child.stdout.off('data', onData);
+        return;
+      }
+    }
+  };
+  const expire = async () => {
+    child.stdout.off('data', onData);
+    let outcomes = null;
+    let closeError;
+    try {
+      outcomes = await close({ lease: leaseId }, { stateDir: opts.stateDir, leashBin: opts.leashBin });
+    } catch (e) {
+      closeError = e;
+    }
+    if (child.exitCode === null && child.signalCode === null) {
+      if (closeError) child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    }
+    const stderr = tail.join('').split('\n').filter((l) => l.trim() !== '' && !l.startsWith('{"error"')).slice(-20);
+    child.emit('error', new HandshakeTimeoutError(
+      `spawn ${argv[0]}: the adapter did not answer the first request within ${ms} ms; its lease ${leaseId} was closed${stderr.length ? `; its last stderr lines: ${stderr.join(' | ')}` : ''}`,
+      { data: { argv, leaseId, stderr, outcomes, closeError } },
+    ));
+  };
+  child.stdin.write = function (chunk, ...rest) {
+    if (id === undefined) {
+      pending += String(chunk);
+      for (const line of pending.split('\n').slice(0, -1)) {
+        try {
+          const msg = JSON.parse(line);
+          if (msg && typeof msg === 'object' && typeof msg.method === 'string' && msg.id !== undefined && msg.id !== null) {
+            id = msg.id;
+            break;
+          }
+        } catch {
+          // not a request
+        }
+      }
+      pending = pending.slice(pending.lastIndexOf('\n') + 1);
+      if (id !== undefined) {
+        child.stdin.write = write;
+        pending = '';
+        child.stdout.on('data', onData);
+        timer = setTimeout(expire, ms);
+        child.once('exit', () => clearTimeout(timer));
+      }
+    }
+    return write.call(this, chunk, ...rest);
+  };
 }
 
 /** leash's JSON error line (`{"error":{"code","message","exitCode"}}`) for this exit, if stderr ends in one. */

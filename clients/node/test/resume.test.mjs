@@ -116,6 +116,9 @@ test('no recorded ACP session: ResumeError no_acp_session before anything is spa
   // A stored spec, but the adapter never opened an ACP session; then it is closed.
   await c.ensure('n', { argv: fakeAgent(), cwd: dir });
   await c.close('n');
+  // The close answers once the tree is terminated; the session ends when its wrapper is reaped.
+  const live = async () => (await c.status()).daemon.sessions.some((s) => s.sessionKey === 'n' && s.phase !== 'ended');
+  await waitFor(async () => !(await live()), 'the closed session to end');
   await assert.rejects(c.resume('n'), (e) => e instanceof leash.ResumeError && e.reason === 'no_acp_session');
   const st = await c.status();
   assert.ok(!st.daemon.sessions.some((s) => s.sessionKey === 'n' && s.phase !== 'ended'), 'nothing was ensured');

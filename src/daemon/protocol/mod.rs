@@ -61,13 +61,16 @@ pub enum Code {
     /// `send`/`attach`: the session runs under a lease this daemon did not start (`leash
     /// exec`): only sessions started with `ensure` take input or stream output.
     NotSupervised,
+    /// `ensure` with `initialize`: the adapter did not answer the `initialize` the daemon sent
+    /// within `handshakeTimeoutMs`; the session was closed (TERM, grace, KILL).
+    HandshakeTimeout,
     /// Anything else (database, I/O); the message says what failed.
     Internal,
 }
 
 /// The wire-code table: each code's name on the wire and the [`Kind`] of failure it is (which
 /// gives the CLI's exit code through [`crate::kind::KINDS`]). The only place a code is named.
-pub const CODES: [(Code, &str, Kind); 18] = [
+pub const CODES: [(Code, &str, Kind); 19] = [
     (Code::BadUtf8, "bad_utf8", Kind::Usage),
     (Code::BadJson, "bad_json", Kind::Usage),
     (Code::LineTooLong, "line_too_long", Kind::Usage),
@@ -87,6 +90,12 @@ pub const CODES: [(Code, &str, Kind); 18] = [
     // A session `leash exec` started has no stdin the daemon could write to: a conflict with
     // how it runs, not a missing daemon.
     (Code::NotSupervised, "not_supervised", Kind::Conflict),
+    // The adapter never became usable: a failed start, as the CLI counts it.
+    (
+        Code::HandshakeTimeout,
+        "handshake_timeout",
+        Kind::SpawnFailed,
+    ),
     (Code::Internal, "internal", Kind::Internal),
 ];
 
@@ -289,6 +298,15 @@ pub struct Ensure {
     /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
     #[serde(default)]
     pub queue_timeout_ms: Option<u64>,
+    /// The params of the ACP `initialize` request the daemon sends a new adapter itself (id
+    /// `"leash-handshake"`) before it answers: the reply carries the response (`initialize`), or
+    /// the ensure fails `handshake_timeout` and the session is closed. Per call, never stored.
+    #[serde(default)]
+    pub initialize: Option<Value>,
+    /// How long that `initialize` may go unanswered (default 30000 with `initialize`; needs
+    /// `initialize`). At most [`crate::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
+    #[serde(default)]
+    pub handshake_timeout_ms: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -645,6 +663,25 @@ fn parse_op(op: &str, fields: Map<String, Value>) -> Result<Op, (Code, String)> 
                 e.queue_timeout_ms,
                 crate::limits::check_ensure_queue_ms,
             )?;
+            check_ms(
+                op,
+                "handshakeTimeoutMs",
+                e.handshake_timeout_ms,
+                crate::limits::check_handshake_ms,
+            )?;
+            match (&e.initialize, e.handshake_timeout_ms) {
+                (Some(p), _) if !p.is_object() => {
+                    return Err(bad(
+                        "ensure: \"initialize\" must be an object: the params of the ACP initialize request the daemon sends",
+                    ))
+                }
+                (None, Some(_)) => {
+                    return Err(bad(
+                        "ensure: \"handshakeTimeoutMs\" times the initialize request the daemon sends: give \"initialize\" (its params) too",
+                    ))
+                }
+                _ => {}
+            }
             // The limits by the CLI's own rules (`leash exec --memory-max/--pids-max/--cpu-max`),
             // here at the edge: a bad one is a bad request, never a failed spawn.
             check_ms(
@@ -1280,6 +1317,7 @@ mod tests {
             Code::ShuttingDown,
             Code::SendTimeout,
             Code::NotSupervised,
+            Code::HandshakeTimeout,
             Code::Internal,
         ];
         for c in all {
@@ -1301,6 +1339,7 @@ mod tests {
                 | Code::ShuttingDown
                 | Code::SendTimeout
                 | Code::NotSupervised
+                | Code::HandshakeTimeout
                 | Code::Internal => {}
             }
         }

@@ -373,6 +373,11 @@ pub struct Ensured {
     pub phase: Phase,
     pub root_pid: Option<i32>,
     pub session_key: String,
+    /// `ensure` with `initialize` that started the adapter: its response to that request (the
+    /// whole JSON-RPC response object, `result` or `error`; `null` when it fell out of the
+    /// replay buffer before it was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialize: Option<Value>,
 }
 
 /// `send`.
@@ -665,6 +670,9 @@ mod tests {
             phase: Phase::Starting,
             root_pid: None,
             session_key: "s".into(),
+            initialize: Some(
+                serde_json::json!({"jsonrpc": "2.0", "id": "leash-handshake", "result": {}}),
+            ),
         });
         round_trip(&Sent {
             busy: false,

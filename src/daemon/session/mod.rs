@@ -29,6 +29,7 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 mod busy;
+mod handshake;
 mod phase;
 mod replay;
 mod seq;
@@ -38,6 +39,7 @@ mod spawn;
 mod stdio;
 
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
+pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
 use replay::Replay;
 pub use replay::{Batch, Item};
