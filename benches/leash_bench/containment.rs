@@ -33,10 +33,10 @@ pub fn env_of(s: &Settings) -> Vec<(&'static str, std::ffi::OsString)> {
 }
 
 /// A cgroup root this benchmark made; removed with everything below it on drop.
-struct BenchRoot(PathBuf);
+pub struct BenchRoot(pub PathBuf);
 
 impl BenchRoot {
-    fn new() -> Result<BenchRoot, String> {
+    pub fn new() -> Result<BenchRoot, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("skipped: needs root to create cgroups".into());
         }

@@ -110,8 +110,9 @@ fn host_processes() -> usize {
         .unwrap_or(0)
 }
 
-/// The levels this machine allows: pid_max and RLIMIT_NPROC with room to spare.
-fn levels(cfg: &Config) -> Vec<usize> {
+/// How many unrelated processes this machine has room for: pid_max and RLIMIT_NPROC, less what
+/// runs already, with 2,000 to spare.
+pub fn room() -> usize {
     let read = |p: &str| -> Option<usize> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
     let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(32_768);
     let nproc = {
@@ -126,7 +127,12 @@ fn levels(cfg: &Config) -> Vec<usize> {
             usize::MAX
         }
     };
-    let room = pid_max.min(nproc).saturating_sub(host_processes() + 2_000);
+    pid_max.min(nproc).saturating_sub(host_processes() + 2_000)
+}
+
+/// The levels this machine allows: pid_max and RLIMIT_NPROC with room to spare.
+fn levels(cfg: &Config) -> Vec<usize> {
+    let room = room();
     let want: &[usize] = if cfg.quick {
         &[0, 500, 2_000]
     } else {

@@ -71,6 +71,16 @@ lease, and no process leash started outlives its owner.",
     after_help = EXIT_CODES
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every subcommand takes.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
     /// State directory (one per gateway installation; only `exec`, `serve` and `legacy import`
     /// create it) [default: $XDG_STATE_HOME/leash, else ~/.local/state/leash]
     #[arg(long, global = true, env = "LEASH_STATE_DIR", value_name = "DIR", help_heading = GLOBAL)]
@@ -103,9 +113,42 @@ pub struct Cli {
     /// <cgroup2 mount>/leash for a caller in the root cgroup]
     #[arg(long, global = true, env = "LEASH_CGROUP_ROOT", value_name = "DIR", help_heading = GLOBAL)]
     pub cgroup_root: Option<PathBuf>,
+}
 
+/// `leash exec`'s command line alone: the global options and [`ExecArgs`], without the other
+/// subcommands. Every session start runs `leash exec`, and clap builds every argument of every
+/// subcommand of [`Cli`] before it parses one (issue 24). [`parse`] takes its answer only when it
+/// parses: any refusal, `--help` included, is [`Cli`]'s own, word for word.
+#[derive(Debug, Parser)]
+#[command(name = "leash")]
+struct ExecCli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
-    pub command: Command,
+    command: ExecOnly,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExecOnly {
+    Exec(ExecArgs),
+}
+
+/// Parses a command line: `leash exec ...` through [`ExecCli`] (the same definitions, one
+/// subcommand), else, and whenever that refuses it, through [`Cli`].
+pub fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    if args.get(1).is_some_and(|a| a == "exec") {
+        if let Ok(ExecCli {
+            global,
+            command: ExecOnly::Exec(a),
+        }) = ExecCli::try_parse_from(args)
+        {
+            return Ok(Cli {
+                global,
+                command: Command::Exec(a),
+            });
+        }
+    }
+    Cli::try_parse_from(args)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -566,15 +609,15 @@ pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
 
 pub fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse(&args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, &args),
     };
     match &cli.command {
-        Command::Serve(a) => logging::init(cli.verbose, true, a.log_format),
-        _ => logging::init(cli.verbose, false, logging::LogFormat::Text),
+        Command::Serve(a) => logging::init(cli.global.verbose, true, a.log_format),
+        _ => logging::init(cli.global.verbose, false, logging::LogFormat::Text),
     }
-    let json_errors = match cli.error_format {
+    let json_errors = match cli.global.error_format {
         Some(f) => f == ErrorFormat::Json,
         None => wants_json(&cli.command),
     };
@@ -726,8 +769,8 @@ fn wants_json(c: &Command) -> bool {
 /// `Controller::open` and every `leash exec` the daemon spawns read them.
 fn containment_settings(cli: &Cli) -> crate::cgroup::Settings {
     let settings = crate::cgroup::Settings {
-        requested: cli.containment.unwrap_or_default(),
-        root: cli.cgroup_root.clone(),
+        requested: cli.global.containment.unwrap_or_default(),
+        root: cli.global.cgroup_root.clone(),
     };
     let mode = match settings.requested {
         crate::cgroup::Requested::On => "on",
@@ -750,7 +793,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         _ => {}
     }
     let settings = containment_settings(&cli);
-    let dir = StateRoot::resolve(cli.state_dir.as_deref()).map_err(|e| {
+    let dir = StateRoot::resolve(cli.global.state_dir.as_deref()).map_err(|e| {
         let f = Failure::from(e);
         match cli.command {
             // Every failure of exec itself is 125.
@@ -766,7 +809,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Exec(_) | Command::Serve(_) | Command::Legacy(LegacyCommand::Import { .. })
     );
     if let Command::Exec(a) = cli.command {
-        let json_errors = cli.error_format == Some(ErrorFormat::Json);
+        let json_errors = cli.global.error_format == Some(ErrorFormat::Json);
         return run_exec(&dir, a, settings, json_errors);
     }
     // The first directory of the state root's path that does not exist yet: what a failed
@@ -780,13 +823,13 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     } else {
         StateRoot::open_existing(&dir)?
     };
-    let socket = match cli.socket {
+    let socket = match cli.global.socket {
         Some(p) => Some(crate::state::absolute(&p)?),
         None => None,
     };
     // These commands go through the daemon when one serves the state root, else work on the
     // database directly: the same verb, the same typed result, one rendering (`backend.rs`).
-    let backend = || backend::open(&root, socket.as_deref(), cli.no_daemon);
+    let backend = || backend::open(&root, socket.as_deref(), cli.global.no_daemon);
     match cli.command {
         Command::Exec(_) => unreachable!("handled above"),
         Command::Leases(a) => run_leases(&mut *backend()?, a),
@@ -1052,6 +1095,73 @@ mod tests {
     fn cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_cli_is_well_formed() {
+        use clap::CommandFactory;
+        ExecCli::command().debug_assert();
+    }
+
+    /// `leash exec`'s own parser reads every exec command line as the whole CLI does, global
+    /// options and environment included, and refuses what it refuses (then [`parse`] answers
+    /// with the whole CLI's error).
+    #[test]
+    fn the_exec_parser_reads_exec_lines_as_the_whole_cli() {
+        let words = |line: &str| -> Vec<OsString> { line.split(' ').map(OsString::from).collect() };
+        let accepted = [
+            "leash exec -- /bin/true",
+            "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
+            "leash exec --grace 500ms --owner-pid 1 -- x",
+            "leash exec --grace-ms 700 --lease-id 0190b1f2-7c3a-7d4e-8f00-1234567890ab -- x",
+            "leash exec --memory-max 512M --pids-max 10 --cpu-max 0.5 -- x --flag",
+            "leash exec --unset-env A --unset-env B -- x",
+            "leash exec --clear-env --keep-env PATH -- x",
+            "leash exec --state-dir /tmp/s -vv --error-format json --containment off -- x",
+            "leash exec --cgroup-root /sys/fs/cgroup/x --socket /tmp/x.sock --no-daemon -- x",
+            "leash exec --session=k -- -- x",
+        ];
+        for line in accepted {
+            let fast =
+                ExecCli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let whole = Cli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let ExecOnly::Exec(a) = fast.command;
+            let fast = Cli {
+                global: fast.global,
+                command: Command::Exec(a),
+            };
+            assert_eq!(format!("{fast:?}"), format!("{whole:?}"), "{line}");
+            assert_eq!(
+                format!("{:?}", parse(&words(line)).unwrap()),
+                format!("{whole:?}"),
+                "{line}"
+            );
+        }
+        let refused = [
+            "leash exec",
+            "leash exec /bin/true",
+            "leash exec --help",
+            "leash exec --version",
+            "leash exec --grace 2h -- x",
+            "leash exec --grace 1s --grace-ms 5 -- x",
+            "leash exec --keep-env PATH -- x",
+            "leash exec --clear-env --unset-env A -- x",
+            "leash exec --session  -- x",
+            "leash exec --owner-pid 0 -- x",
+            "leash exec --bogus -- x",
+            "leash exec --containment maybe -- x",
+        ];
+        for line in refused {
+            let whole = Cli::try_parse_from(words(line)).expect_err(line);
+            assert!(ExecCli::try_parse_from(words(line)).is_err(), "{line}");
+            let got = parse(&words(line)).expect_err(line);
+            assert_eq!(got.kind(), whole.kind(), "{line}");
+            assert_eq!(
+                got.render().to_string(),
+                whole.render().to_string(),
+                "{line}"
+            );
+        }
     }
 
     /// The daemon path and the direct path exit alike: a daemon's error reply (read by the

@@ -223,13 +223,38 @@ pub fn is_canonical_uuid(id: &str) -> bool {
     uuid::Uuid::try_parse(id).is_ok_and(|u| !u.is_nil() && u.hyphenated().to_string() == id)
 }
 
-/// Commits the lease and execs the wrapper. Returns only on failure.
+/// Commits the lease and execs the wrapper. Returns only on failure. One step per line; each
+/// step's rules are in its own function below.
 pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
+    check_request(&req)?;
+    let mut store = Store::open(&root.db_path())?;
+    check_lease_id_free(&store, req.lease_id.as_deref())?;
+    let wrapper_path = install_wrapper(root)?;
+    let gateway = store.gateway_instance_id().to_string();
+    let containment = Containment::resolve_lean(&req.containment, &gateway);
+    check_limits_enforceable(&req.limits, &containment)?;
+    let owner = spawner()?;
+    let mut new = new_lease(root, &req, &gateway, &wrapper_path, &owner);
+    let session = session_row(&req, &new);
+    let made = make_cgroup(&containment, &req.limits, &mut new)?;
+    let made = commit(&mut store, root, &containment, &new, &session, made)?;
+    drop(store);
+    let err = wrapper_command(root, &req, &new, &wrapper_path, &owner, made.as_ref()).exec();
+    Err(wrapper_exec_failed(
+        root,
+        &new.lease_id,
+        wrapper_path,
+        made,
+        err,
+    ))
+}
+
+/// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
+/// (our parent), the environment policy and a canonical `--lease-id`, before anything is stored.
+fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
     }
-    // The edge: the same key rule and grace range as the CLI and the daemon, before anything is
-    // stored.
     crate::limits::check_grace_ms("the grace", req.grace_ms)?;
     for (what, v) in [
         ("--session", &req.session_key),
@@ -249,40 +274,65 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
             return Err(ExecError::BadLeaseId(id.clone()));
         }
     }
-    let mut store = Store::open(&root.db_path())?;
-    // Unique over every row, open or settled: a gateway that records its launch under this id
-    // must never find another lease's history under it. Checked before the cgroup (named by the
-    // lease id) is made; two racing execs of one id are told apart by the insert (primary key).
-    if let Some(id) = &req.lease_id {
-        if store.lease(id)?.is_some() {
-            return Err(ExecError::LeaseIdTaken(id.clone()));
-        }
-    }
-    let wrapper_path = install_wrapper(root)?;
-    let gateway = store.gateway_instance_id().to_string();
-    let table = LiveTable;
-    let containment = Containment::resolve_lean(&req.containment, &gateway);
-    if !req.limits.is_empty() && !containment.is_on() {
-        let (_, limit) = req.limits.needs()[0];
-        return Err(CgroupError::LimitWithoutContainment {
-            mode: if containment.mode == "off" {
-                "off"
-            } else {
-                "unavailable"
-            },
-            reason: containment.reason.clone().unwrap_or_default(),
-            limit,
-        }
-        .into());
-    }
+    Ok(())
+}
 
+/// A chosen lease id is unique over every row, open or settled: a gateway that records its
+/// launch under this id must never find another lease's history under it. Checked before the
+/// cgroup (named by the lease id) is made; two racing execs of one id are told apart by the
+/// insert (primary key).
+fn check_lease_id_free(store: &Store, lease_id: Option<&str>) -> Result<(), ExecError> {
+    match lease_id {
+        Some(id) if store.lease(id)?.is_some() => Err(ExecError::LeaseIdTaken(id.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// Limits are refused, before anything is made, where there is no cgroup to enforce them.
+fn check_limits_enforceable(limits: &Limits, containment: &Containment) -> Result<(), ExecError> {
+    if limits.is_empty() || containment.is_on() {
+        return Ok(());
+    }
+    let (_, limit) = limits.needs()[0];
+    Err(CgroupError::LimitWithoutContainment {
+        mode: if containment.mode == "off" {
+            "off"
+        } else {
+            "unavailable"
+        },
+        reason: containment.reason.clone().unwrap_or_default(),
+        limit,
+    }
+    .into())
+}
+
+/// The process that spawned `leash exec` (our parent, the lease's owner) and its start time.
+struct Spawner {
+    pid: i32,
+    start_time: u64,
+}
+
+fn spawner() -> Result<Spawner, ExecError> {
+    let pid = nix::unistd::getppid().as_raw();
+    if pid <= 0 {
+        return Err(ExecError::NoParent(pid));
+    }
+    Ok(Spawner {
+        pid,
+        start_time: proc::start_time_of(pid).unwrap_or(0),
+    })
+}
+
+/// The lease this process roots: its own pid, start time and pidfs inode (the wrapper keeps them
+/// across the exec), the command and its hash, the owner; open, no cgroup yet.
+fn new_lease(
+    root: &StateRoot,
+    req: &ExecRequest,
+    gateway: &str,
+    wrapper_path: &std::path::Path,
+    owner: &Spawner,
+) -> Lease {
     let me = proc::self_id();
-    let parent = nix::unistd::getppid().as_raw();
-    if parent <= 0 {
-        return Err(ExecError::NoParent(parent));
-    }
-    let parent_start = proc::start_time_of(parent).unwrap_or(0);
-
     let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
     let argv: Vec<String> = req
         .command
@@ -293,10 +343,10 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         .session_key
         .clone()
         .unwrap_or_else(|| format!("lease:{lease_id}"));
-    let mut new = Lease {
-        lease_id: lease_id.clone(),
-        gateway_instance_id: gateway.clone(),
-        session_key: session_key.clone(),
+    Lease {
+        lease_id,
+        gateway_instance_id: gateway.to_string(),
+        session_key,
         agent_id: req.agent_id.clone(),
         wrapper_root: root.wrapper_root().display().to_string(),
         wrapper_path: wrapper_path.display().to_string(),
@@ -307,8 +357,8 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         adapter_start_time: None,
         command_hash: command_hash(&argv),
         command: argv,
-        owner_pid: req.owner_pid.unwrap_or(parent),
-        owner_start_time: parent_start,
+        owner_pid: req.owner_pid.unwrap_or(owner.pid),
+        owner_start_time: owner.start_time,
         started_at: lease::now_ms(),
         grace_ms: req.grace_ms,
         state: LeaseState::Open,
@@ -319,94 +369,127 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         root_pidfs_ino: proc::pidfs_ino_of(me.pid),
         cgroup_path: None,
         cgroup_id: None,
-    };
-    let session = SessionRow {
-        session_key: session_key.clone(),
+    }
+}
+
+/// The session row committed with the lease (its ownership, for the visibility rules).
+fn session_row(req: &ExecRequest, new: &Lease) -> SessionRow {
+    SessionRow {
+        session_key: new.session_key.clone(),
         agent_id: req.agent_id.clone(),
         owner_session_key: req.owner_session_key.clone(),
         spawned_by: req.spawned_by.clone(),
         parent_session_key: req.parent_session_key.clone(),
         backend: "acpx".into(),
-        gateway_instance_id: gateway.clone(),
+        gateway_instance_id: new.gateway_instance_id.clone(),
         created_at: new.started_at,
-        lease_id: Some(lease_id.clone()),
-    };
+        lease_id: Some(new.lease_id.clone()),
+    }
+}
 
-    // The lease's cgroup exists, with its limits, before the lease is committed: a crash in
-    // between leaves a stray directory that `reap` sweeps, never a lease without its cgroup.
-    let mut made: Option<Verified> = None;
-    if let (true, LeaseState::Open, Some(gw_root), Some(cg_root)) = (
+/// The lease's cgroup exists, with its limits, before the lease is committed: a crash in
+/// between leaves a stray directory that `reap` sweeps, never a lease without its cgroup. Its
+/// path and id go into the lease. `None` without containment.
+fn make_cgroup(
+    containment: &Containment,
+    limits: &Limits,
+    new: &mut Lease,
+) -> Result<Option<Verified>, ExecError> {
+    let (true, LeaseState::Open, Some(gw_root), Some(cg_root)) = (
         containment.is_on(),
         new.state,
         containment.gateway_root.as_deref(),
         containment.root.as_deref(),
-    ) {
-        let (path, id) = cgroup::create_lease_cgroup(gw_root, &lease_id)?;
-        let handle = Verified::open(&path, id)?;
-        if !req.limits.is_empty() {
-            cgroup::enable_controllers(cg_root, gw_root, &req.limits);
-            let available: Vec<String> = std::fs::read_to_string(path.join("cgroup.controllers"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            let applied = req
-                .limits
-                .check(&available, gw_root)
-                .and_then(|()| req.limits.apply(&path));
-            if let Err(e) = applied {
-                let _ = handle.remove();
-                return Err(e.into());
-            }
-        }
-        new.cgroup_path = Some(path.display().to_string());
-        new.cgroup_id = Some(id);
-        made = Some(handle);
-    }
-    let drop_cgroup = |made: Option<Verified>| {
-        if let Some(h) = made {
-            let _ = h.remove();
-        }
+    ) else {
+        return Ok(None);
     };
-
-    let wrapper_root = root.wrapper_root();
-    let expect = Expect {
-        gateway_instance_id: &gateway,
-        wrapper_root: &wrapper_root,
-        cgroup_root: containment.gateway_root.as_deref(),
-    };
-    // A second exec for a session whose lease is still active proceeds only if nothing of the old
-    // lease is alive; the old lease is then marked lost. Decided from the old root's `stat`, its
-    // cgroup and its group, never from a scan of the host (see `supersede_reason`).
-    let supersede = |old: &Lease| supersede_reason(old, &expect, &table, root, &lease_id);
-    match store.insert_lease(&new, Some(&session), supersede) {
-        Ok(()) => {}
-        Err(StoreError::SessionBusy {
-            session_key,
-            lease_id,
-        }) => {
-            drop_cgroup(made);
-            return Err(ExecError::SessionLive {
-                session_key,
-                lease_id,
-            });
-        }
-        Err(e) => {
-            drop_cgroup(made);
+    let (path, id) = cgroup::create_lease_cgroup(gw_root, &new.lease_id)?;
+    let handle = Verified::open(&path, id)?;
+    if !limits.is_empty() {
+        cgroup::enable_controllers(cg_root, gw_root, limits);
+        let available: Vec<String> = std::fs::read_to_string(path.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let applied = limits
+            .check(&available, gw_root)
+            .and_then(|()| limits.apply(&path));
+        if let Err(e) = applied {
+            let _ = handle.remove();
             return Err(e.into());
         }
     }
-    tracing::debug!(lease_id = %lease_id, session = %session_key, root_pid = me.pid, "lease committed; exec'ing wrapper");
-    drop(store);
+    new.cgroup_path = Some(path.display().to_string());
+    new.cgroup_id = Some(id);
+    Ok(Some(handle))
+}
 
-    let mut cmd = Command::new(&wrapper_path);
+/// Removes a cgroup [`make_cgroup`] made, when nothing will run in it.
+fn discard_cgroup(made: Option<Verified>) {
+    if let Some(h) = made {
+        let _ = h.remove();
+    }
+}
+
+/// Commits the lease (and its session row) in one transaction. A second exec for a session
+/// whose lease is still active proceeds only if nothing of the old lease is alive; the old lease
+/// is then marked lost. Decided from the old root's `stat`, its cgroup and its group, never from
+/// a scan of the host (see [`supersede_reason`]). On failure the cgroup is removed again.
+fn commit(
+    store: &mut Store,
+    root: &StateRoot,
+    containment: &Containment,
+    new: &Lease,
+    session: &SessionRow,
+    made: Option<Verified>,
+) -> Result<Option<Verified>, ExecError> {
+    let wrapper_root = root.wrapper_root();
+    let expect = Expect {
+        gateway_instance_id: &new.gateway_instance_id,
+        wrapper_root: &wrapper_root,
+        cgroup_root: containment.gateway_root.as_deref(),
+    };
+    let supersede = |old: &Lease| supersede_reason(old, &expect, &LiveTable, root, &new.lease_id);
+    match store.insert_lease(new, Some(session), supersede) {
+        Ok(()) => {}
+        Err(e) => {
+            discard_cgroup(made);
+            return Err(match e {
+                StoreError::SessionBusy {
+                    session_key,
+                    lease_id,
+                } => ExecError::SessionLive {
+                    session_key,
+                    lease_id,
+                },
+                e => e.into(),
+            });
+        }
+    }
+    tracing::debug!(lease_id = %new.lease_id, session = %new.session_key, root_pid = new.root_pid, "lease committed; exec'ing wrapper");
+    Ok(made)
+}
+
+/// The wrapper's command line: the grace, the owner it watches, its report file, the cgroup it
+/// starts the adapter in, the error format; the environment policy, then the lease markers
+/// (after it, so no policy can remove them), then the adapter's command.
+fn wrapper_command(
+    root: &StateRoot,
+    req: &ExecRequest,
+    new: &Lease,
+    wrapper_path: &std::path::Path,
+    owner: &Spawner,
+    made: Option<&Verified>,
+) -> Command {
+    let mut cmd = Command::new(wrapper_path);
     cmd.arg("--grace-ms")
         .arg(req.grace_ms.to_string())
         .arg("--owner-pid")
-        .arg(parent.to_string())
+        .arg(owner.pid.to_string())
         .arg("--report")
-        .arg(root.report_path(&lease_id));
-    if let Some(h) = &made {
+        .arg(root.report_path(&new.lease_id));
+    if let Some(h) = made {
         // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
         // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
         cmd.arg("--cgroup")
@@ -417,23 +500,32 @@ pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallib
         cmd.arg("--error-format").arg("json");
     }
     // The scrub, on the wrapper's own exec (no `env` process): the adapter inherits what the
-    // wrapper got. The markers come after it, so no policy can remove them.
+    // wrapper got.
     req.env.apply(&mut cmd);
-    let err = cmd
-        .arg("--")
+    cmd.arg("--")
         .args(&req.command)
-        .env(ENV_LEASE_ID, &lease_id)
-        .env(ENV_GATEWAY_ID, &gateway)
-        .exec();
-    // Still here: the wrapper could not be exec'd. Nothing runs under this lease.
+        .env(ENV_LEASE_ID, &new.lease_id)
+        .env(ENV_GATEWAY_ID, &new.gateway_instance_id);
+    cmd
+}
+
+/// Still here: the wrapper could not be exec'd, and nothing runs under this lease. Its cgroup
+/// goes and the lease is recorded lost, with the reason.
+fn wrapper_exec_failed(
+    root: &StateRoot,
+    lease_id: &str,
+    wrapper_path: PathBuf,
+    made: Option<Verified>,
+    err: std::io::Error,
+) -> ExecError {
     let reason = format!("cannot exec wrapper {}: {err}", wrapper_path.display());
-    drop_cgroup(made);
+    discard_cgroup(made);
     if let Ok(mut store) = Store::open(&root.db_path()) {
-        let _ = store.transition(&lease_id, LeaseState::Open, LeaseState::Lost, None, &reason);
+        let _ = store.transition(lease_id, LeaseState::Open, LeaseState::Lost, None, &reason);
     }
-    Err(ExecError::Exec {
+    ExecError::Exec {
         path: wrapper_path,
-        lease_id,
+        lease_id: lease_id.to_string(),
         source: err,
-    })
+    }
 }

@@ -1,0 +1,223 @@
+//! The fixed cost of `leash exec` against its floor (issue 24): `leash exec -- /bin/true` (the
+//! lease committed to SQLite, the lease's cgroup made, then the wrapper exec'd in place) against
+//! the bare `leash-wrap -- /bin/true` (no lease, no cgroup, no report), run for run in turns, on
+//! a quiet host and with 2,000 unrelated processes. Per round each command's figure is the median
+//! of its runs; the difference and the ratio are taken per round and summarised over rounds
+//! (median, min–max). The targets: exec ≤ the bare wrapper + 1.0 ms, and ≤ 1.5× it.
+//!
+//! Containment is on (a cgroup per lease under `<cgroup2 mount>/leash-bench-<pid>`, which this
+//! section makes and removes) when running as root with cgroup2; otherwise off, and the report
+//! says so. `LEASH_BENCH_BASELINE=/path/to/leash` also times another build's `leash exec` the
+//! same way, in the same turns (its `leash-wrap` must lie next to it).
+
+use crate::containment::BenchRoot;
+use crate::procs::{Children, TempDir};
+use crate::stats::{median, ms, ratio, Summary, Table};
+use crate::{Config, Env};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+struct Subject {
+    name: &'static str,
+    label: String,
+    argv: Vec<OsString>,
+    envs: Vec<(&'static str, OsString)>,
+}
+
+impl Subject {
+    /// One run, in ms; an error when the command fails.
+    fn once(&self) -> Result<f64, String> {
+        let mut c = Command::new(&self.argv[0]);
+        c.args(&self.argv[1..])
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let t = Instant::now();
+        let st = c
+            .status()
+            .map_err(|e| format!("{}: cannot start: {e}", self.name))?;
+        let dt = t.elapsed().as_secs_f64() * 1e3;
+        if !st.success() {
+            return Err(format!("{}: exited with {st}", self.name));
+        }
+        Ok(dt)
+    }
+}
+
+/// Per-round medians of every subject at one level.
+struct Level {
+    n: usize,
+    load_start: String,
+    load_end: String,
+    rounds: Vec<Vec<f64>>,
+}
+
+pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
+    let cg = BenchRoot::new();
+    let scratch = TempDir::new("execfloor");
+    let contain = |state: &str| -> Vec<(&'static str, OsString)> {
+        let mut v = vec![(
+            "LEASH_STATE_DIR",
+            scratch.path().join(state).into_os_string(),
+        )];
+        match &cg {
+            Ok(root) => {
+                v.push(("LEASH_CONTAINMENT", "on".into()));
+                v.push(("LEASH_CGROUP_ROOT", root.0.clone().into_os_string()));
+            }
+            Err(_) => v.push(("LEASH_CONTAINMENT", "off".into())),
+        }
+        v
+    };
+    let exec_argv = |leash: &PathBuf| -> Vec<OsString> {
+        vec![
+            leash.clone().into(),
+            "exec".into(),
+            "--".into(),
+            env.true_bin.clone().into(),
+        ]
+    };
+    let mut subjects = vec![
+        Subject {
+            name: "true",
+            label: "`/bin/true` (direct)".into(),
+            argv: vec![env.true_bin.clone().into()],
+            envs: Vec::new(),
+        },
+        Subject {
+            name: "wrap",
+            label: "`leash-wrap -- /bin/true` (bare: no lease, no cgroup, no report)".into(),
+            argv: vec![
+                env.wrap.clone().into(),
+                "--".into(),
+                env.true_bin.clone().into(),
+            ],
+            envs: Vec::new(),
+        },
+        Subject {
+            name: "exec",
+            label: format!(
+                "`leash exec -- /bin/true` ({})",
+                if cg.is_ok() {
+                    "lease committed, cgroup made"
+                } else {
+                    "lease committed; containment off"
+                }
+            ),
+            argv: exec_argv(&env.leash),
+            envs: contain("state"),
+        },
+    ];
+    if let Some(b) = std::env::var_os("LEASH_BENCH_BASELINE").map(PathBuf::from) {
+        if !b.is_file() {
+            return Err(format!(
+                "LEASH_BENCH_BASELINE={} is not a file",
+                b.display()
+            ));
+        }
+        subjects.push(Subject {
+            name: "baseline",
+            label: format!("the same, baseline build ({})", b.display()),
+            argv: exec_argv(&b),
+            envs: contain("state-baseline"),
+        });
+    }
+    let rounds = cfg.spawn_rounds;
+    let batch = if cfg.quick { 10 } else { 40 };
+    // Warm-up: page cache, state roots, the installed wrappers.
+    for s in &subjects {
+        for _ in 0..5 {
+            s.once()?;
+        }
+    }
+    let room = crate::hostscale::room();
+    let levels: Vec<usize> = [0, 2_000].into_iter().filter(|&n| n <= room).collect();
+    let mut sleepers = Children::new();
+    let mut results = Vec::new();
+    for &n in &levels {
+        eprintln!("leash-bench: execfloor: {n} unrelated processes");
+        sleepers.grow_sleepers(&env.sleep, n)?;
+        let mut level = Level {
+            n,
+            load_start: crate::loadavg(),
+            load_end: String::new(),
+            rounds: vec![Vec::new(); subjects.len()],
+        };
+        for _ in 0..rounds {
+            let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); subjects.len()];
+            for _ in 0..batch {
+                for (s, r) in subjects.iter().zip(runs.iter_mut()) {
+                    r.push(s.once()?);
+                }
+            }
+            for (r, out) in runs.iter().zip(level.rounds.iter_mut()) {
+                out.push(median(r));
+            }
+        }
+        level.load_end = crate::loadavg();
+        results.push(level);
+    }
+    drop(sleepers);
+
+    let mut out = format!(
+        "\n### 10. `leash exec` against the bare wrapper (issue 24)\n\n{rounds} rounds per \
+         level; each round runs every command {batch} times, the commands taking turns run by \
+         run; per command the round's median; shown: median (min–max) over rounds. The \
+         difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \
+         round. {}\n\n",
+        match &cg {
+            Ok(r) => format!("Containment on, under {}.", r.0.display()),
+            Err(e) => format!("Containment off ({e})."),
+        }
+    );
+    let mut t = Table::new(&[
+        "unrelated processes (load start → end)",
+        "command",
+        "wall time",
+        "− bare wrapper",
+        "÷ bare wrapper",
+        "target",
+    ]);
+    let idx = |name: &str| {
+        subjects
+            .iter()
+            .position(|s| s.name == name)
+            .expect("subject")
+    };
+    let wrap = idx("wrap");
+    for level in &results {
+        let base = &level.rounds[wrap];
+        for (i, s) in subjects.iter().enumerate() {
+            let r = &level.rounds[i];
+            let (diff, div, target) = if i == wrap || s.name == "true" {
+                (String::new(), String::new(), String::new())
+            } else {
+                let d: Vec<f64> = r.iter().zip(base).map(|(x, y)| x - y).collect();
+                let q: Vec<f64> = r.iter().zip(base).map(|(x, y)| x / y).collect();
+                let (d, q) = (Summary::of(&d), Summary::of(&q));
+                let target = if s.name == "exec" {
+                    crate::spawn::verdict(
+                        d.median <= 1.0 && q.median <= 1.5,
+                        "≤ +1.0 ms and ≤ 1.5×",
+                    )
+                } else {
+                    String::new()
+                };
+                (d.show(|v| format!("{v:+.2} ms")), q.show(ratio), target)
+            };
+            t.row(vec![
+                format!("{} ({} → {})", level.n, level.load_start, level.load_end),
+                s.label.clone(),
+                Summary::of(r).show(ms),
+                diff,
+                div,
+                target,
+            ]);
+        }
+    }
+    out.push_str(&t.render());
+    Ok(out)
+}
