@@ -63,3 +63,67 @@ fn connections_run_raised_and_sessions_start_at_the_daemons_priority() {
     }
     c.call("close", json!({"session": "s"}));
 }
+
+/// The nice value of the daemon's thread named `name`, if it has one.
+fn thread_nice_named(pid: i32, name: &str) -> Option<i32> {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let tid = e.file_name().to_string_lossy().into_owned();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+        if comm.trim_end() == name {
+            return nice_of(&format!("/proc/{pid}/task/{tid}/stat"));
+        }
+    }
+    None
+}
+
+/// A session's stdout reader runs niced while nobody reads its output, at the attach's own
+/// (raised) priority while a live attach reads it, and niced again once that attach ends
+/// (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's pace).
+#[test]
+fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
+    if !is_root() {
+        common::skip("the attached reader's priority: not root (no CAP_SYS_NICE)");
+        return;
+    }
+    let tmp = TempDir::new("d-priority-attach");
+    let state = tmp.join("state");
+    let daemon = Daemon::start(&state, &[]);
+    let pid = daemon.pid.pid;
+    let own = nice_of(&format!("/proc/{pid}/task/{pid}/stat")).unwrap();
+    let raised = (own - 10).max(-20);
+    let mut c = daemon.connect();
+    ensure(
+        &mut c,
+        "p",
+        &["sh", "-c", "while :; do echo tick; sleep 0.02; done"],
+    );
+    let reader = || thread_nice_named(pid, "out:p");
+    assert!(
+        wait_for(|| reader() == Some(10)),
+        "an unread session's reader runs niced: {:?}",
+        reader()
+    );
+    let mut a = daemon.connect();
+    let (id, r) = a.attach("p", 0);
+    assert_eq!(r["ok"], true, "{r}");
+    // Reading as it goes: the attach stays live and governs the output.
+    assert!(
+        wait_for(|| {
+            let item = a.next_item(&id);
+            assert!(item["seq"].is_i64(), "a stream item: {item}");
+            reader() == Some(raised)
+        }),
+        "the reader of an attached session runs at the attach's priority ({raised}): {:?}",
+        reader()
+    );
+    a.call("detach", json!({"attachId": id}));
+    assert!(
+        wait_for(|| reader() == Some(10)),
+        "the reader runs niced again once the attach ended: {:?}",
+        reader()
+    );
+    c.call("close", json!({"session": "p"}));
+}

@@ -14,11 +14,11 @@
 //! handler ([`Cx`], a `Handles<Request>` impl in the op's own file under `conn/`).
 
 use super::protocol::{
-    self, err_line, item_body, ok_line, parse_request, stream_line, stream_line_into, Attach,
-    Attached, Cancel, CancelNotice, Cancelled, Close, Detach, EndError, EndReason, Ensure, Ensured,
-    ErrorData, Events, Frame, Handles, Hello, LeaseRow, Leases, LineReader, MetricsRequest,
-    MetricsText, OpRequest, Ping, Reap, Reaped, Sent, SessionEntry, SessionsAnswer,
-    SessionsRequest, StatusRequest, StreamItem, Verify,
+    self, err_line, item_body, ok_line, parse_request, stream_line, Attach, Attached, Cancel,
+    CancelNotice, Cancelled, Close, Detach, EndError, EndReason, Ensure, Ensured, ErrorData,
+    Events, Frame, Handles, Hello, LeaseRow, Leases, LineReader, MetricsRequest, MetricsText,
+    OpRequest, Ping, Reap, Reaped, Sent, SessionEntry, SessionsAnswer, SessionsRequest,
+    StatusRequest, StreamItem, Verify,
 };
 use super::session::{self, Batch, Phase, SpawnError, SpawnSpec};
 use super::Daemon;

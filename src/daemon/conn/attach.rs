@@ -116,7 +116,7 @@ fn stream(
                     buf.shrink_to(ATTACH_BUF);
                 }
                 for it in items.iter().filter(|it| a.stderr || !it.stderr) {
-                    stream_line_into(&mut buf, &id_json, &it.body);
+                    it.write_line(&mut buf, &id_json);
                     if buf.len() >= ATTACH_WRITE {
                         if !out.send(&buf) {
                             return;

@@ -75,7 +75,7 @@ impl Supervised {
 fn response_after(replay: &replay::Replay, from: i64, id: &Value) -> Option<Value> {
     let items = replay.after(from, usize::MAX).ok()?;
     items.iter().filter(|i| !i.stderr).find_map(|i| {
-        let item: Value = serde_json::from_str(&format!("{{{}}}", i.body)).ok()?;
+        let item: Value = serde_json::from_str(&format!("{{{}}}", i.body())).ok()?;
         let line = item.get("line")?.as_str()?;
         let msg: Value = serde_json::from_str(line).ok()?;
         (msg.get("id") == Some(id) && msg.get("method").is_none()).then_some(msg)

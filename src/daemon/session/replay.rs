@@ -13,13 +13,108 @@
 
 use super::*;
 
-/// One buffered stream item: its seq and its pre-rendered JSON body (without the request id).
+/// One buffered stream item: its seq and its pre-rendered JSON body after the seq
+/// (`,"type":…`), which the attach writes behind `{"id":…,"seq":N` ([`Item::write_line`]). The
+/// body is a range of a shared text: the output lines of one read of the adapter share one
+/// allocation (one `Arc` for the chunk, not one per line), an event or a stderr line has its own.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub seq: i64,
-    pub body: Arc<str>,
+    text: Arc<str>,
+    start: u32,
+    end: u32,
     /// A line of the adapter's stderr: streamed only to attaches that asked for them.
     pub stderr: bool,
+}
+
+impl Item {
+    /// An item whose body after the seq (`,"type":…`) is `rest`, alone in its allocation.
+    pub(super) fn single(seq: i64, rest: &str, stderr: bool) -> Item {
+        Item::shared(seq, Arc::from(rest), 0..rest.len(), stderr)
+    }
+
+    /// An item whose body after the seq is `text[range]`.
+    pub(super) fn shared(
+        seq: i64,
+        text: Arc<str>,
+        range: std::ops::Range<usize>,
+        stderr: bool,
+    ) -> Item {
+        debug_assert!(text.is_char_boundary(range.start) && text.is_char_boundary(range.end));
+        debug_assert!(text[range.clone()].starts_with(",\"type\":"));
+        Item {
+            seq,
+            start: u32::try_from(range.start).expect("a chunk's text is below 4 GiB"),
+            end: u32::try_from(range.end).expect("a chunk's text is below 4 GiB"),
+            text,
+            stderr,
+        }
+    }
+
+    /// The body after the seq: `,"type":…`.
+    pub fn rest(&self) -> &str {
+        &self.text[self.start as usize..self.end as usize]
+    }
+
+    /// The whole body as `stream_line` takes it: `"seq":N,"type":…`.
+    pub fn body(&self) -> String {
+        let mut b = format!("\"seq\":{}", self.seq);
+        b.push_str(self.rest());
+        b
+    }
+
+    /// The encoded size of the body (`"seq":N,"type":…`): what the replay's byte bound counts,
+    /// the same as when each item held its whole body.
+    pub(super) fn len(&self) -> usize {
+        SEQ_KEY.len() + decimal_len(self.seq) + (self.end - self.start) as usize
+    }
+
+    /// Appends the item's line for attach `id_json` (the id rendered once per attach):
+    /// `{"id":ID,"seq":N,"type":…}` and a newline, byte for byte what
+    /// `stream_line_into(buf, id_json, &self.body())` writes.
+    pub fn write_line(&self, buf: &mut Vec<u8>, id_json: &str) {
+        let rest = self.rest().as_bytes();
+        buf.reserve(id_json.len() + rest.len() + 40);
+        buf.extend_from_slice(b"{\"id\":");
+        buf.extend_from_slice(id_json.as_bytes());
+        buf.push(b',');
+        buf.extend_from_slice(SEQ_KEY.as_bytes());
+        push_decimal(buf, self.seq);
+        buf.extend_from_slice(rest);
+        buf.extend_from_slice(b"}\n");
+    }
+}
+
+const SEQ_KEY: &str = "\"seq\":";
+
+/// The number of characters of `n` in decimal.
+fn decimal_len(n: i64) -> usize {
+    let mut len = usize::from(n < 0) + 1;
+    let mut m = n.unsigned_abs();
+    while m >= 10 {
+        m /= 10;
+        len += 1;
+    }
+    len
+}
+
+/// Appends `n` in decimal, as `format!("{n}")` writes it, without the formatting machinery.
+fn push_decimal(buf: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        buf.push(b'-');
+    }
+    let mut m = n.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
 }
 
 /// What an attached reader gets from [`Supervised::next_batch`].
@@ -115,6 +210,12 @@ impl Replay {
         };
     }
 
+    /// Whether a live attach governs the buffer and the reader (one is registered and no close
+    /// began).
+    pub(super) fn governed(&self) -> bool {
+        self.slowest.is_some()
+    }
+
     /// Whether the output reader must wait: the buffer is at a bound and its oldest item has
     /// not been sent to the slowest live attach yet.
     pub(super) fn behind(&self) -> bool {
@@ -126,10 +227,10 @@ impl Replay {
     }
 
     /// Appends an item, then drops the oldest while over a bound (never the newest).
-    pub(super) fn push(&mut self, seq: i64, body: Arc<str>, stderr: bool) {
-        self.bytes += body.len();
-        self.items.push_back(Item { seq, body, stderr });
-        self.last = seq;
+    pub(super) fn push(&mut self, item: Item) {
+        self.bytes += item.len();
+        self.last = item.seq;
+        self.items.push_back(item);
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1
             && self
@@ -137,7 +238,7 @@ impl Replay {
                 .is_none_or(|c| self.items.front().is_some_and(|i| i.seq <= c))
         {
             let old = self.items.pop_front().expect("non-empty");
-            self.bytes -= old.body.len();
+            self.bytes -= old.len();
             self.evicted_upto = old.seq;
         }
     }
@@ -188,23 +289,18 @@ impl Inner {
             return;
         }
         self.seqs.skip_past(e.seq);
-        let body = format!(
-            "\"seq\":{},\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
-            e.seq,
+        let rest = format!(
+            ",\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
             serde_json::to_string(&e.kind).expect("strings serialise"),
             serde_json::to_string(&e.lease_id).expect("strings serialise"),
             e.detail.unwrap_or(Value::Null),
             e.at
         );
-        self.push(e.seq, body.into());
+        self.push(Item::single(e.seq, &rest, false));
     }
 
-    pub(super) fn push(&mut self, seq: i64, body: Arc<str>) {
-        self.push_item(seq, body, false);
-    }
-
-    pub(super) fn push_item(&mut self, seq: i64, body: Arc<str>, stderr: bool) {
-        self.replay.push(seq, body, stderr);
+    pub(super) fn push(&mut self, item: Item) {
+        self.replay.push(item);
     }
 }
 
@@ -276,12 +372,48 @@ impl Supervised {
 mod tests {
     use super::*;
 
-    fn body(n: usize) -> Arc<str> {
-        Arc::from("x".repeat(n).as_str())
+    /// An item of `units` × 20 bytes as the byte bound counts them (`"seq":N` with a one-digit
+    /// seq and the rest).
+    fn item(seq: i64, units: usize, stderr: bool) -> Item {
+        assert!((0..10).contains(&seq));
+        let it = Item::single(
+            seq,
+            &format!(",\"type\":\"{}\"", "x".repeat(units * 20 - 17)),
+            stderr,
+        );
+        assert_eq!(it.len(), units * 20);
+        it
     }
 
     fn seqs(items: &[Item]) -> Vec<i64> {
         items.iter().map(|i| i.seq).collect()
+    }
+
+    /// An item's line is byte for byte the line of its whole body (`"seq":N,…`) as
+    /// `stream_line` renders it, for any seq and id, and its byte count is that body's length.
+    #[test]
+    fn an_items_line_is_the_line_of_its_whole_body() {
+        use crate::daemon::protocol::{stream_line, stream_line_into};
+        let text: Arc<str> = Arc::from(
+            ",\"type\":\"output\",\"line\":\"a\",\"type\":\"output\",\"line\":\"\\\"é\",\"lossy\":true",
+        );
+        let second = text[1..].find(",\"type\"").unwrap() + 1;
+        for seq in [0, 1, 9, 10, 99, 100, 12345, i64::MAX, -1, i64::MIN] {
+            for (range, stderr) in [(0..second, false), (second..text.len(), true)] {
+                let it = Item::shared(seq, text.clone(), range, stderr);
+                assert_eq!(it.len(), it.body().len(), "seq {seq}");
+                assert_eq!(it.body(), format!("\"seq\":{seq}{}", it.rest()));
+                for id in [Value::from(7), Value::from("a\"b"), Value::Null] {
+                    let id_json = serde_json::to_string(&id).unwrap();
+                    let mut buf = b"before".to_vec();
+                    it.write_line(&mut buf, &id_json);
+                    let mut want = b"before".to_vec();
+                    stream_line_into(&mut want, &id_json, &it.body());
+                    assert_eq!(buf, want);
+                    assert_eq!(&buf[6..], &stream_line(&id, &it.body())[..]);
+                }
+            }
+        }
     }
 
     #[test]
@@ -309,7 +441,7 @@ mod tests {
             0,
         );
         for seq in [1, 2, 5, 6, 7] {
-            r.push(seq, body(1), false);
+            r.push(item(seq, 1, false));
         }
         assert_eq!((r.len(), r.oldest_seq(), r.last_seq()), (3, Some(5), 7));
         assert_eq!(
@@ -330,18 +462,18 @@ mod tests {
         let mut r = Replay::new(
             Limits {
                 lines: 100,
-                bytes: 10,
+                bytes: 200,
             },
             0,
         );
-        r.push(1, body(4), false);
-        r.push(2, body(4), true);
-        assert_eq!((r.len(), r.bytes()), (2, 8));
-        r.push(3, body(4), false);
-        assert_eq!((r.len(), r.bytes(), r.oldest_seq()), (2, 8, Some(2)));
+        r.push(item(1, 4, false));
+        r.push(item(2, 4, true));
+        assert_eq!((r.len(), r.bytes()), (2, 160));
+        r.push(item(3, 4, false));
+        assert_eq!((r.len(), r.bytes(), r.oldest_seq()), (2, 160, Some(2)));
         assert!(r.after(1, 10).unwrap()[0].stderr, "the stderr flag is kept");
-        r.push(4, body(50), false);
-        assert_eq!((r.len(), r.bytes(), r.oldest_seq()), (1, 50, Some(4)));
+        r.push(item(4, 50, false));
+        assert_eq!((r.len(), r.bytes(), r.oldest_seq()), (1, 1000, Some(4)));
         assert_eq!(r.check_since(3), Ok((Some(4), 4)));
     }
 
@@ -357,7 +489,7 @@ mod tests {
         let slow = r.join(0);
         let fast = r.join(0);
         for seq in 1..=5 {
-            r.push(seq, body(1), false);
+            r.push(item(seq, 1, false));
         }
         assert_eq!(r.len(), 5, "nothing unsent is evicted");
         assert!(r.behind(), "a full buffer whose oldest item is unsent");
@@ -365,7 +497,7 @@ mod tests {
         assert!(r.behind(), "the slowest governs");
         r.advance(slow, 1);
         assert!(!r.behind(), "the oldest item was sent");
-        r.push(6, body(1), false);
+        r.push(item(6, 1, false));
         assert_eq!(
             r.oldest_seq(),
             Some(2),
@@ -374,15 +506,15 @@ mod tests {
         assert!(r.behind());
         r.leave(slow);
         assert!(!r.behind(), "an attach that ended holds nothing back");
-        r.push(7, body(1), false);
+        r.push(item(7, 1, false));
         assert_eq!((r.len(), r.oldest_seq()), (3, Some(5)));
         r.advance(fast, 5);
         let slow = r.join(5);
-        r.push(8, body(1), false);
+        r.push(item(8, 1, false));
         assert!(r.behind());
         r.release(true);
         assert!(!r.behind(), "an ended session holds nothing back");
-        r.push(9, body(1), false);
+        r.push(item(9, 1, false));
         assert_eq!(r.oldest_seq(), Some(7));
         r.leave(slow);
     }

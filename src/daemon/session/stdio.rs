@@ -47,8 +47,10 @@ impl Supervised {
         let mut buf = vec![0u8; FIRST_READ];
         let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
         let mut batch = OutBatch::default();
+        let mut priority = ReaderPriority::default();
         loop {
-            self.hold_while_behind();
+            let attached = self.hold_while_behind();
+            priority.follow(attached);
             let n = match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -81,23 +83,28 @@ impl Supervised {
     /// Waits, before the next read of the adapter's stdout, while the slowest live attach has not
     /// been sent the oldest item of a full buffer (see `replay.rs`): the adapter then blocks in
     /// `write` on its full pipe, as behind a pipe. One lock per chunk, no publish when not held.
-    fn hold_while_behind(&self) {
+    /// Returns whether a live attach governs the output (see [`ReaderPriority`]).
+    fn hold_while_behind(&self) -> bool {
         let mut g = self.lock();
         if !g.replay.behind() {
-            return;
+            return g.replay.governed();
         }
         while g.replay.behind() && !g.life.is_ended() {
             g.quiet_mut().reader_waiting = true;
             g = g.wait_drained(HOLD_TICK);
         }
         g.quiet_mut().reader_waiting = false;
+        g.replay.governed()
     }
 
     /// Numbers and buffers a batch of rendered lines in order: under one lock for as many lines
     /// as the reserved block has seqs left, then one wake-up of the attached readers. When the
     /// block runs out the lock is dropped to reserve the next (see [`Supervised::output_seq`]).
     pub(super) fn push_lines(&self, batch: &mut OutBatch) {
-        let mut scratch = String::new();
+        // The batch's rendered items become one shared text: one allocation and one copy per
+        // read of the adapter, made before the lock; under it each line only gets its seq and
+        // its place in the buffer.
+        let text: Arc<str> = Arc::from(batch.rendered.as_str());
         let mut i = 0;
         let total = batch.lines.len();
         while i < total {
@@ -119,17 +126,12 @@ impl Supervised {
                         }
                     }
                 }
-                scratch.clear();
-                use std::fmt::Write as _;
-                let _ = write!(scratch, "\"seq\":{seq},\"type\":\"output\",\"line\":");
-                scratch.push_str(&batch.encoded[line.encoded.clone()]);
-                if line.lossy {
-                    scratch.push_str(",\"lossy\":true");
-                }
-                if line.truncated {
-                    scratch.push_str(",\"truncated\":true");
-                }
-                g.push(seq, Arc::from(scratch.as_str()));
+                g.push(Item::shared(
+                    seq,
+                    text.clone(),
+                    line.rendered.clone(),
+                    false,
+                ));
                 i += 1;
                 if i == total {
                     break;
@@ -164,12 +166,12 @@ impl Supervised {
             if g.stderr_tail.len() == STDERR_TAIL {
                 g.stderr_tail.pop_front();
             }
-            let mut body = format!("\"seq\":{seq},\"type\":\"stderr\",\"line\":{encoded}");
+            let mut rest = format!(",\"type\":\"stderr\",\"line\":{encoded}");
             if truncated {
-                body.push_str(",\"truncated\":true");
+                rest.push_str(",\"truncated\":true");
             }
             g.stderr_tail.push_back(text);
-            g.push_item(seq, body.into(), true);
+            g.push(Item::single(seq, &rest, true));
             drop(g);
             self.changed.notify_all();
         }
@@ -216,8 +218,11 @@ fn output_nice() -> i32 {
 /// faster than the host can take, a hundred readers at the daemon's priority would queue every
 /// request (`status`, `ping`, `send`) behind them on the CPU; niced, they yield to the control
 /// plane, and an adapter that outpaces its reader meets backpressure on its full stdout pipe.
-/// Output is still read, in order, with every line numbered as before.
+/// Output is still read, in order, with every line numbered as before. The stdout reader leaves
+/// this priority while a live attach reads its session ([`ReaderPriority`]).
 pub(super) fn lower_reader_priority() {
+    let base = crate::sys::thread_nice().ok();
+    BASE_NICE.with(|b| b.set(base));
     let nice = output_nice();
     if nice == 0 {
         return;
@@ -227,23 +232,86 @@ pub(super) fn lower_reader_priority() {
     }
 }
 
-/// One rendered output line of a batch: its encoded JSON string lies in [`OutBatch::encoded`].
+thread_local! {
+    /// The output reader's nice value before [`lower_reader_priority`] (the daemon's own).
+    static BASE_NICE: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Set once raising an output reader was refused (no `CAP_SYS_NICE` and an `RLIMIT_NICE` that
+/// does not allow it): no reader tries again.
+static RAISE_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The stdout reader's priority follows its session's readers. While a live attach reads the
+/// stream (and so governs the output, see `replay.rs`), the reader runs at the attach's own
+/// priority — the connection threads', raised [`crate::daemon::priority::BOOST`] steps above
+/// the daemon when it may raise them — so the two halves of the relay are scheduled alike and
+/// the output reaches the client at the pace of a pipe, not at the pace a niced thread is given
+/// on a busy host (measured at load 12: the niced reader spent 5.7 s waiting for a CPU against
+/// 0.4 s running, and relayed at 0.1× the pipe). With no live attach it runs niced again
+/// ([`lower_reader_priority`]): unread output yields to the control plane, as before. One
+/// `setpriority` per change, none per read.
+#[derive(Default)]
+pub(super) struct ReaderPriority {
+    attached: bool,
+}
+
+impl ReaderPriority {
+    pub(super) fn follow(&mut self, attached: bool) {
+        if attached == self.attached {
+            return;
+        }
+        self.attached = attached;
+        let Some(base) = BASE_NICE.with(|b| b.get()) else {
+            return;
+        };
+        let idle = match output_nice() {
+            0 => base,
+            n => n,
+        };
+        if !attached {
+            if let Err(e) = crate::sys::set_thread_nice(idle) {
+                tracing::debug!(error = %e, "cannot lower the output reader's priority again");
+            }
+            return;
+        }
+        if RAISE_REFUSED.load(AtomicOrdering::Relaxed) {
+            return;
+        }
+        let raised = (base - crate::daemon::priority::BOOST).max(-20);
+        // The attach's priority; else at least the daemon's own.
+        for target in [raised, base] {
+            if target >= idle {
+                return;
+            }
+            if crate::sys::set_thread_nice(target).is_ok() {
+                return;
+            }
+        }
+        if !RAISE_REFUSED.swap(true, AtomicOrdering::Relaxed) {
+            tracing::info!("cannot raise an attached session's output reader above its niced priority (needs CAP_SYS_NICE or RLIMIT_NICE); attached output is read at nice {idle}");
+        }
+    }
+}
+
+/// One rendered output line of a batch: its item's body after the seq
+/// (`,"type":"output","line":…` and its flags) lies in [`OutBatch::rendered`].
 pub(super) struct OutLine {
-    encoded: std::ops::Range<usize>,
-    lossy: bool,
-    truncated: bool,
+    rendered: std::ops::Range<usize>,
     /// The id (as its JSON text) and ACP session id of a JSON-RPC response in the line.
     response: Option<(String, Option<String>)>,
 }
 
 /// The lines of one read, rendered before any lock is taken: the lossy UTF-8 check, the bounded
-/// JSON encoding (into one buffer for the whole batch), and — only while requests await
-/// responses — the JSON-RPC classification.
+/// JSON encoding and the flags, each line's item body after its seq into one buffer for the
+/// whole batch, and — only while requests await responses — the JSON-RPC classification.
 #[derive(Default)]
 pub(super) struct OutBatch {
-    encoded: String,
+    rendered: String,
     lines: Vec<OutLine>,
 }
+
+/// What every output item's body has between its seq and its line.
+const OUTPUT_HEAD: &str = ",\"type\":\"output\",\"line\":";
 
 impl OutBatch {
     pub(super) fn add(&mut self, raw: &[u8], truncated: bool, cap: usize, tracking: bool) {
@@ -255,8 +323,15 @@ impl OutBatch {
             Err(_) => String::from_utf8_lossy(raw),
         };
         let lossy = matches!(text, std::borrow::Cow::Owned(_));
-        let start = self.encoded.len();
-        let cut = encode_bounded_into(&mut self.encoded, &text, cap);
+        let start = self.rendered.len();
+        self.rendered.push_str(OUTPUT_HEAD);
+        let cut = encode_bounded_into(&mut self.rendered, &text, cap);
+        if lossy {
+            self.rendered.push_str(",\"lossy\":true");
+        }
+        if truncated || cut {
+            self.rendered.push_str(",\"truncated\":true");
+        }
         let response = if tracking {
             match classify_incoming(&text) {
                 Incoming::Response { id, session_id } => Some((id.to_string(), session_id)),
@@ -266,19 +341,17 @@ impl OutBatch {
             None
         };
         self.lines.push(OutLine {
-            encoded: start..self.encoded.len(),
-            lossy,
-            truncated: truncated || cut,
+            rendered: start..self.rendered.len(),
             response,
         });
     }
 
     pub(super) fn clear(&mut self) {
         self.lines.clear();
-        self.encoded.clear();
+        self.rendered.clear();
         // A batch that held one huge line does not keep its buffer.
-        if self.encoded.capacity() > 4 * READ_CHUNK {
-            self.encoded.shrink_to(READ_CHUNK);
+        if self.rendered.capacity() > 4 * READ_CHUNK {
+            self.rendered.shrink_to(READ_CHUNK);
         }
     }
 }
@@ -625,19 +698,52 @@ mod tests {
             100,
             true,
         );
-        let enc = |i: usize| &b.encoded[b.lines[i].encoded.clone()];
-        assert_eq!(enc(0), "\"plain\"");
-        assert_eq!(enc(1), "\"\u{fffd}\\\"q\\\"\"");
-        assert!(b.lines[1].lossy && !b.lines[0].lossy);
-        assert_eq!(enc(2).len(), 20);
-        assert!(b.lines[2].truncated && b.lines[3].truncated);
+        let rest = |i: usize| &b.rendered[b.lines[i].rendered.clone()];
+        assert_eq!(rest(0), r#","type":"output","line":"plain""#);
+        assert_eq!(
+            rest(1),
+            ",\"type\":\"output\",\"line\":\"\u{fffd}\\\"q\\\"\",\"lossy\":true"
+        );
+        assert_eq!(
+            rest(2),
+            format!(
+                r#","type":"output","line":"{}","truncated":true"#,
+                "x".repeat(18)
+            )
+        );
+        assert!(rest(3).ends_with(r#"}","truncated":true"#));
         assert_eq!(
             b.lines[3].response,
             Some(("7".to_string(), Some("a".to_string())))
         );
         assert_eq!(b.lines[0].response, None);
+        // Each body, behind its seq and an id, is the line clients have always been sent: the
+        // output item's fields in their order, the line as serde_json encodes it.
+        let text: Arc<str> = Arc::from(b.rendered.as_str());
+        let wants = [
+            (r#"{"id":3,"seq":41,"type":"output","line":"plain"}"#.to_string()),
+            (format!(
+                r#"{{"id":3,"seq":42,"type":"output","line":{},"lossy":true}}"#,
+                serde_json::to_string("\u{fffd}\"q\"").unwrap()
+            )),
+            (format!(
+                r#"{{"id":3,"seq":43,"type":"output","line":"{}","truncated":true}}"#,
+                "x".repeat(18)
+            )),
+        ];
+        for (i, want) in wants.iter().enumerate() {
+            let it = Item::shared(
+                41 + i as i64,
+                text.clone(),
+                b.lines[i].rendered.clone(),
+                false,
+            );
+            let mut line = Vec::new();
+            it.write_line(&mut line, "3");
+            assert_eq!(String::from_utf8(line).unwrap(), format!("{want}\n"));
+        }
         b.clear();
-        assert!(b.lines.is_empty() && b.encoded.is_empty());
+        assert!(b.lines.is_empty() && b.rendered.is_empty());
     }
 
     #[test]
