@@ -4,8 +4,9 @@
 //
 //   0. a fake incumbent (the acpx extension) left an orphan: a wrapper generated its way,
 //      launched with its command line and markers by a gateway that was SIGKILLed, recorded in
-//      its own acpx/process-leases.json and gateway-instance-id; `leash legacy import --acpx`
-//      (the one install-time step outside the interface) makes that state the root's own;
+//      its own acpx/process-leases.json and gateway-instance-id; the controller's migration step
+//      AcpxLifecycleController.importAcpxState() (`leash legacy import --acpx`, before the daemon
+//      starts) makes that state the root's own, and a dry-run reap shows what will be ended;
 //   1. reapStartupOrphans() at startup (from the leases on disk, each verified): the incumbent's
 //      orphan, wrapper and detached adapter, is ended;
 //   2. ensureSession() for two sessions of the fake agent, each with its cwd and MCP servers;
@@ -25,13 +26,13 @@
 // The daemon is started by this script and stopped at the end; only processes it started are
 // signalled, by pid.
 
-import { spawn as spawnProcess, spawnSync } from 'node:child_process';
+import { spawn as spawnProcess } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, openSync, closeSync, existsSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AcpxLifecycleController, HandshakeTimeoutError, connect } from '../clients/node/src/index.js';
+import { AcpxLifecycleController, HandshakeTimeoutError, connect, reap } from '../clients/node/src/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
@@ -141,13 +142,11 @@ async function main() {
   inc = await fakeIncumbent();
   check(alive(inc.wrapperPid) && alive(inc.adapterPid), 'the incumbent left an orphan');
   log('incumbent', `gateway ${inc.gatewayId} died; its wrapper ${inc.wrapperPid} and adapter ${inc.adapterPid} run on`);
-  const leashCli = (...a) => {
-    const r = spawnSync(leashBin, ['--state-dir', stateDir, ...a], { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`leash ${a.join(' ')} failed (${r.status}): ${r.stderr}`);
-    return `${r.stdout}${r.stderr}`.trim();
-  };
-  log('import', leashCli('legacy', 'import', '--acpx', inc.acpx).split('\n').join('; '));
-  const plan = JSON.parse(leashCli('reap', '--dry-run', '--json'));
+  // The migration step, before the daemon starts on the root: the incumbent's own state in.
+  const imported = await AcpxLifecycleController.importAcpxState(inc.acpx, { stateDir, leashBin });
+  log('import', imported.report.join('; '));
+  // What the start-up reap will do with it (no daemon yet: the client asks the CLI).
+  const plan = await reap({ dryRun: true }, { stateDir, leashBin });
   const mine = (plan.legacy ?? []).find((l) => JSON.stringify(l).includes(inc.leaseId));
   check(mine, 'the dry run plans the imported lease');
   log('import', `reap --dry-run: ${JSON.stringify(mine).slice(0, 200)}`);

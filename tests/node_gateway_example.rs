@@ -1,8 +1,8 @@
 //! `examples/gateway.mjs` runs end to end against the fake agent in the repo: ensure, initialize,
 //! session/new, a prompt, a cancelled turn, a daemon SIGKILL (the session dies, its lease settles),
 //! the resumable path after a SIGTERM (resume loads the ACP session), close. And
-//! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController (and
-//! `leash legacy import --acpx`, the install step): a fake incumbent's state imported and its
+//! `examples/acpx-gateway.mjs`, written only against the design's AcpxLifecycleController (its
+//! migration step `importAcpxState` runs `leash legacy import --acpx`): a fake incumbent's state imported and its
 //! orphan reaped, two sessions, a prompt, a cancel that keeps the process, two closes, a silent
 //! adapter's handshake timeout twice with nothing left, two same-key ensures on one adapter, and
 //! a session resumed after a daemon restart with its MCP servers.

@@ -629,6 +629,21 @@ export interface OwnedProcessTree {
   evidence: string[];
 }
 
+export interface ImportAcpxOptions {
+  stateDir?: string;
+  /** The leash binary (default: LEASH_BIN, else `leash` on PATH). */
+  leashBin?: string;
+  /** The OpenClaw state directory (default: the parent of acpxDir). */
+  openclawState?: string;
+  /** The acpx session records' directory (default: <acpxDir>/sessions). */
+  acpxSessions?: string;
+  /** Adopt the incumbent's gateway id although the root already uses another. */
+  adoptGatewayId?: boolean;
+}
+
+/** `leash legacy import --acpx DIR`: the incumbent's own state into the state root, all or nothing. */
+export declare function importAcpxState(acpxDir: string, opts?: ImportAcpxOptions): Promise<{ report: string[] }>;
+
 /** The design's interface, method for method. */
 export interface AcpxLifecycleControllerContract {
   ensureSession(input: AcpRuntimeEnsureInput): Promise<AcpRuntimeHandle>;
@@ -652,6 +667,8 @@ export interface AcpxLifecycleControllerOptions {
 export declare class AcpxLifecycleController implements AcpxLifecycleControllerContract {
   constructor(opts: AcpxLifecycleControllerOptions);
   static connect(opts: ConnectOptions & Omit<AcpxLifecycleControllerOptions, 'client' | 'ownsClient'>): Promise<AcpxLifecycleController>;
+  /** The migration step: `leash legacy import --acpx DIR`, before `leash serve` starts on the root. */
+  static importAcpxState(acpxDir: string, opts?: ImportAcpxOptions): Promise<{ report: string[] }>;
   readonly client: LeashClient;
   gatewayInstanceId(): Promise<GatewayInstanceId>;
   ensureSession(input: AcpxEnsureInput, opts?: CallOptions): Promise<AcpxRuntimeHandle>;

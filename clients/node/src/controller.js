@@ -13,6 +13,7 @@
 // recorded for it. The handle is the incumbent's AcpRuntimeHandle plus the lease id.
 
 import { connect } from './client.js';
+import { importAcpxState } from './spawn.js';
 import { AcpError, LeashError, NotFoundError, ResumeError } from './errors.js';
 
 const DEFAULT_CAPABILITIES = { fs: { readTextFile: false, writeTextFile: false }, terminal: false };
@@ -55,6 +56,16 @@ export class AcpxLifecycleController {
     this.#agents = opts.agents;
     this.#mcpServers = opts.mcpServers ?? [];
     this.#capabilities = opts.clientCapabilities ?? DEFAULT_CAPABILITIES;
+  }
+
+  /**
+   * The migration step before the first start on an existing install: imports the acpx
+   * extension's own state (its process leases, gateway instance id and session records) into the
+   * state root, so the daemon's start-up reap (and `reapStartupOrphans`) ends its orphans,
+   * fail-safe. Run it before `leash serve` starts on the root.
+   */
+  static importAcpxState(acpxDir, opts = {}) {
+    return importAcpxState(acpxDir, opts);
   }
 
   /** Connects to the daemon of a state root and returns a controller that owns the connection. */

@@ -3,7 +3,7 @@
 export { connect, LeashClient } from './client.js';
 export { AttachStream } from './attach.js';
 export { AcpChannel } from './acp.js';
-export { spawn, execArgs, uuidv7, close, reap, verify } from './spawn.js';
+export { spawn, execArgs, uuidv7, close, reap, verify, importAcpxState } from './spawn.js';
 export { AcpxLifecycleController, CloseRefusedError } from './controller.js';
 export { resolveStateDir, findSocket } from './locate.js';
 export * from './errors.js';

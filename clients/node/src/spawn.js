@@ -268,6 +268,33 @@ export async function close(target, opts = {}) {
   return runCli(opts, args);
 }
 
+/**
+ * Imports the acpx extension's own state from its acpx directory (`leash legacy import --acpx`):
+ * its process leases, gateway instance id and session records, all or nothing. A migration step
+ * that runs before `leash serve` starts on the state root (the daemon's start-up reap then ends
+ * the imported leases' orphans, fail-safe). Resolves with the import's report lines; rejects with
+ * a LeashError (code `cli_failed`, the exit status and stderr in its data) when leash refuses.
+ * @param {string} acpxDir the incumbent's `<OpenClaw state dir>/acpx`
+ * @param {{stateDir?: string, leashBin?: string, openclawState?: string, acpxSessions?: string, adoptGatewayId?: boolean}} opts
+ */
+export function importAcpxState(acpxDir, opts = {}) {
+  if (typeof acpxDir !== 'string' || acpxDir === '') throw new TypeError('importAcpxState: acpxDir must be a non-empty string');
+  const args = ['legacy', 'import', '--acpx', acpxDir];
+  if (opts.openclawState) args.push('--openclaw-state', opts.openclawState);
+  if (opts.acpxSessions) args.push('--acpx-sessions', opts.acpxSessions);
+  if (opts.adoptGatewayId) args.push('--adopt-gateway-id');
+  return new Promise((resolve, reject) => {
+    execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      const text = `${stdout}${stderr}`.trim();
+      if (err) {
+        const exitStatus = typeof err.code === 'number' ? err.code : null;
+        return reject(new LeashError(`leash legacy import --acpx failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus, stderr: String(stderr) } }));
+      }
+      resolve({ report: text === '' ? [] : text.split('\n') });
+    });
+  });
+}
+
 /** The startup reap through the daemon, or the CLI without one. */
 export async function reap(options = {}, opts = {}) {
   const r = await viaDaemon(opts, (c) => c.reap(options, opts));

@@ -31,6 +31,8 @@ export async function designGateway(ctl: AcpxLifecycleControllerContract, lease:
 }
 
 export async function controllerOverTheDaemon(): Promise<void> {
+  const imported: { report: string[] } = await AcpxLifecycleController.importAcpxState('/srv/openclaw/acpx', { stateDir: '/tmp/state', adoptGatewayId: false });
+  console.log(imported.report.length);
   const ctl = await AcpxLifecycleController.connect({ stateDir: '/tmp/state', agents: { codex: ['codex-acp'] }, mcpServers: [] });
   const contract: AcpxLifecycleControllerContract = ctl;
   const id: GatewayInstanceId = await ctl.gatewayInstanceId();
