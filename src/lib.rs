@@ -51,6 +51,7 @@ pub mod install;
 pub mod lease;
 pub mod legacy;
 pub mod limits;
+pub mod logvalue;
 pub mod mcp;
 pub mod proc;
 pub mod ps;

@@ -4,7 +4,7 @@
 //! a log pipeline can index. journald takes either from the daemon's stderr under systemd.
 //! Every field is the protocol's value: numbers as numbers, an absent value absent, an enum by its
 //! serde name (`"role":"adapter"`), an argv or a summary as a JSON array or object: call sites log
-//! such values through [`json`].
+//! such values through [`crate::logvalue::json`].
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -36,44 +36,6 @@ pub(super) fn init(verbose: u8, daemon: bool, format: LogFormat) {
             .try_init(),
     };
 }
-
-/// A log field holding `value` as the protocol spells it: `role = logging::json(&s.role)` logs
-/// `"adapter"` (the serde name, not the Rust `Adapter`), `argv = logging::json(&argv)` an array,
-/// a summary an object. The JSON log emits it as that JSON value; the text log prints it compact
-/// (a string bare: `role=adapter`, `argv=["cat"]`). tracing-subscriber has no stable way to nest a
-/// value in a field (its `valuable` support needs `--cfg tracing_unstable`), and a visitor sees
-/// every other kind of field only as text, so the value travels as an error: the one field kind a
-/// visitor receives as a `'static` type it can downcast ([`JsonVisitor::record_error`]).
-pub fn json<T: serde::Serialize + ?Sized>(
-    value: &T,
-) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-    Box::new(LogJson(
-        serde_json::to_value(value).unwrap_or(serde_json::Value::Null),
-    ))
-}
-
-/// A line received as JSON text (a request), logged as its JSON value; a line that is not JSON
-/// is logged as its text.
-pub fn json_line(line: &[u8]) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-    Box::new(LogJson(serde_json::from_slice(line).unwrap_or_else(|_| {
-        String::from_utf8_lossy(line).into_owned().into()
-    })))
-}
-
-/// A field's value as JSON (see [`json`]).
-#[derive(Debug)]
-struct LogJson(serde_json::Value);
-
-impl std::fmt::Display for LogJson {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            serde_json::Value::String(s) => f.write_str(s),
-            v => write!(f, "{v}"),
-        }
-    }
-}
-
-impl std::error::Error for LogJson {}
 
 /// One JSON object per event: `timestamp`, `level`, the fields of every span the event is in
 /// (outermost first: a request's `op` and `session`, a terminated lease's `lease_id`), then the
@@ -136,7 +98,7 @@ impl tracing::field::Visit for JsonVisitor<'_> {
         field: &tracing::field::Field,
         value: &(dyn std::error::Error + 'static),
     ) {
-        let v = match value.downcast_ref::<LogJson>() {
+        let v = match value.downcast_ref::<crate::logvalue::LogJson>() {
             Some(j) => j.0.clone(),
             None => value.to_string().into(),
         };

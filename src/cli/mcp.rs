@@ -53,7 +53,7 @@ pub(super) fn run(root: StateRoot, a: McpArgs) -> Result<u8, Failure> {
         json: false,
     }
     .view()?;
-    tracing::info!(requester = %view.requester, scope = super::logging::json(&view.scope), "leash mcp serving on stdio");
+    tracing::info!(requester = %view.requester, scope = crate::logvalue::json(&view.scope), "leash mcp serving on stdio");
     let requester = view.requester.clone();
     let mut tools = SessionTools::new(root, view);
     match crate::mcp::serve(

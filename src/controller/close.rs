@@ -426,7 +426,7 @@ impl<'t> Controller<'t> {
             if changed && f.to.is_terminal() && report.is_some() {
                 report::remove_report(&self.root, &f.lease.lease_id);
             }
-            tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = crate::cli::logging::json(&result), reason = %f.reason, "close finished");
+            tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = crate::logvalue::json(&result), reason = %f.reason, "close finished");
             outcomes.push(CloseOutcome {
                 exit_status: report.and_then(|r| r.exit_status).or(f.lease.exit_status),
                 lease_id: f.lease.lease_id,

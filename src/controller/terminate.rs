@@ -168,9 +168,9 @@ impl Engine<'_> {
                     Ok(delivery) => {
                         tracing::info!(
                             pid = s.pid,
-                            role = crate::cli::logging::json(&s.role),
+                            role = crate::logvalue::json(&s.role),
                             signal = sig.name(),
-                            delivery = crate::cli::logging::json(&delivery),
+                            delivery = crate::logvalue::json(&delivery),
                             "signalled"
                         );
                         signals.push(SignalRecord {

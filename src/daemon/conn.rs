@@ -335,8 +335,8 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
     let span = tracing::info_span!("request", op = op_name);
     let _in = span.enter();
     tracing::debug!(
-        id = crate::cli::logging::json(&req.id),
-        request = crate::cli::logging::json_line(line),
+        id = crate::logvalue::json(&req.id),
+        request = crate::logvalue::json_line(line),
         "request"
     );
     let cx = Cx { d, out, id: req.id };

@@ -51,7 +51,7 @@ fn record(d: &Daemon, result: Result<PassReport, crate::controller::LifecycleErr
                 }
             }
             for o in &r.outcomes {
-                tracing::info!(op = "reconcile", lease_id = %o.lease_id, session = %o.session_key, result = crate::cli::logging::json(&o.result), reason = %o.reason, "reconcile settled a lease");
+                tracing::info!(op = "reconcile", lease_id = %o.lease_id, session = %o.session_key, result = crate::logvalue::json(&o.result), reason = %o.reason, "reconcile settled a lease");
             }
             let level_info = r.acted();
             let s = json!({

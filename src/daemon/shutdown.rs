@@ -112,7 +112,7 @@ pub(super) fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
-                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = crate::cli::logging::json(&o.result), "closed at shutdown");
+                    tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = crate::logvalue::json(&o.result), "closed at shutdown");
                 }
             }
             Err(e) => tracing::error!(error = %e, "closing sessions at shutdown failed"),

@@ -35,7 +35,7 @@ pub(super) fn startup_reap(
         .startup_reap_seconds
         .set(reap_started.elapsed().as_secs_f64());
     tracing::info!(
-        summary = crate::cli::logging::json(&summary),
+        summary = crate::logvalue::json(&summary),
         "startup reap done"
     );
     Ok(summary)

@@ -173,7 +173,7 @@ impl<'t> Server<'t> {
             Some(Ok(call)) => {
                 tracing::info!(
                     tool = name,
-                    arguments = crate::cli::logging::json(&arguments),
+                    arguments = crate::logvalue::json(&arguments),
                     "tool call"
                 );
                 jsonrpc::result(id, tools::call(self.tools, &call))

@@ -488,7 +488,7 @@ impl Store {
         })?;
         Ok(repaired.map(|(lease, fixed, was)| {
             if let Some(was) = was {
-                tracing::warn!(lease_id, reset = crate::cli::logging::json(&fixed), was = %was, "repaired an unreadable lease row");
+                tracing::warn!(lease_id, reset = crate::logvalue::json(&fixed), was = %was, "repaired an unreadable lease row");
             }
             (lease, fixed)
         }))

@@ -107,7 +107,7 @@ fn existing(
         Phase::Starting | Phase::Running => {
             let matches = e.wants_stored_spec() || s.argv == e.argv;
             if !matches {
-                tracing::warn!(session_key = %e.session, running = crate::cli::logging::json(&s.argv), asked = crate::cli::logging::json(&e.argv), "ensure found the session running another argv");
+                tracing::warn!(session_key = %e.session, running = crate::logvalue::json(&s.argv), asked = crate::logvalue::json(&e.argv), "ensure found the session running another argv");
             }
             on_running(d, e);
             Some(Ok(describe(&s, false, matches)))

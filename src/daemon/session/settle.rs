@@ -184,7 +184,7 @@ impl Supervised {
             match ctl.close(&[LeaseRef::Id(info.lease_id.clone())], None) {
                 Ok(out) => {
                     for o in out {
-                        tracing::info!(lease_id = %o.lease_id, result = crate::cli::logging::json(&o.result), reason = %o.reason, "lease settled after the wrapper exited");
+                        tracing::info!(lease_id = %o.lease_id, result = crate::logvalue::json(&o.result), reason = %o.reason, "lease settled after the wrapper exited");
                     }
                 }
                 Err(e) => {

@@ -189,7 +189,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         drained: Condvar::new(),
         tracking: AtomicBool::new(false),
     });
-    tracing::info!(session = %req.session, pid = child_pid, argv = crate::cli::logging::json(&req.argv), "session spawned");
+    tracing::info!(session = %req.session, pid = child_pid, argv = crate::logvalue::json(&req.argv), "session spawned");
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let s = session.clone();
