@@ -64,7 +64,9 @@ test('a root of another gateway refuses unless adoptGatewayId', async (t) => {
   const dir = scratch(t, 'import-adopt');
   const state = join(dir, 'state');
   // The root is in use: a session ran and ended under its own gateway id.
-  execFileSync(LEASH_BIN, ['--state-dir', state, 'exec', '--session', 'used', '--', '/bin/true']);
+  // (Without containment: the scratch root is removed with the test, and a lease cgroup made
+  // under the default cgroup root would outlive it, empty.)
+  execFileSync(LEASH_BIN, ['--state-dir', state, 'exec', '--session', 'used', '--', '/bin/true'], { env: { ...process.env, LEASH_CONTAINMENT: 'off' } });
   const before = status(state).gatewayInstanceId;
   const gw = randomUUID();
   const acpx = join(dir, 'openclaw', 'acpx');
