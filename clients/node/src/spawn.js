@@ -225,9 +225,19 @@ function leashError(text, code) {
   return null;
 }
 
+/** Runs `leash ARGS` on the state root; `done(err, stdout, stderr)` as execFile calls it. */
+function execCli(opts, args, done) {
+  execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 64 << 20 }, done);
+}
+
+/** The `cli_failed` error of a leash command that exited non-zero. */
+function cliFailed(what, err, stderr) {
+  return new LeashError(`leash ${what} failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: String(stderr) } });
+}
+
 function runCli(opts, args) {
   return new Promise((resolve, reject) => {
-    execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+    execCli(opts, args, (err, stdout, stderr) => {
       let parsed = null;
       try {
         parsed = stdout.trim() ? JSON.parse(stdout) : null;
@@ -235,7 +245,7 @@ function runCli(opts, args) {
         parsed = null;
       }
       if (parsed !== null) return resolve(parsed);
-      if (err) return reject(new LeashError(`leash ${args[0]} failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: String(stderr) } }));
+      if (err) return reject(cliFailed(args[0], err, stderr));
       resolve(parsed);
     });
   });
@@ -284,12 +294,9 @@ export function importAcpxState(acpxDir, opts = {}) {
   if (opts.acpxSessions) args.push('--acpx-sessions', opts.acpxSessions);
   if (opts.adoptGatewayId) args.push('--adopt-gateway-id');
   return new Promise((resolve, reject) => {
-    execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    execCli(opts, args, (err, stdout, stderr) => {
+      if (err) return reject(cliFailed('legacy import --acpx', err, stderr));
       const text = `${stdout}${stderr}`.trim();
-      if (err) {
-        const exitStatus = typeof err.code === 'number' ? err.code : null;
-        return reject(new LeashError(`leash legacy import --acpx failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus, stderr: String(stderr) } }));
-      }
       resolve({ report: text === '' ? [] : text.split('\n') });
     });
   });
