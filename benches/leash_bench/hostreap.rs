@@ -14,26 +14,17 @@ use crate::stats::{median, Summary, Table};
 use crate::{Config, Env};
 use leash::cgroup::{Requested, Settings};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SESSIONS: usize = 100;
 
 fn reap(env: &Env, state: &std::path::Path, settings: &Settings) -> Result<f64, String> {
-    let t0 = Instant::now();
-    let st = Command::new(&env.leash)
-        .arg("reap")
-        .env("LEASH_STATE_DIR", state)
-        .envs(env_of(settings))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| e.to_string())?;
-    let dt = t0.elapsed().as_secs_f64() * 1e3;
-    if !st.success() {
-        return Err(format!("leash reap failed: {st}"));
-    }
-    Ok(dt)
+    crate::hostscale::timed(
+        Command::new(&env.leash)
+            .arg("reap")
+            .env("LEASH_STATE_DIR", state)
+            .envs(env_of(settings)),
+    )
 }
 
 pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {

@@ -36,7 +36,7 @@ struct Subject {
     state: PathBuf,
 }
 
-fn timed(cmd: &mut Command) -> Result<f64, String> {
+pub(crate) fn timed(cmd: &mut Command) -> Result<f64, String> {
     let t0 = Instant::now();
     let st = cmd
         .stdin(Stdio::null())
