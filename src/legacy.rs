@@ -4,6 +4,7 @@
 //! fail-safe verification is pure and lives in `leash_core::legacy` (`verify_legacy`,
 //! `shell_split`).
 
+use crate::store::legacy::{NewAcpxRecord, NewAcpxSession};
 use crate::store::{NewLegacyRecord, Store, StoreError};
 use leash_core::kind::{HasKind, Kind};
 use serde::Deserialize;
@@ -131,8 +132,6 @@ pub fn note(store: &mut Store, id: i64, reason: &str) -> Result<(), StoreError> 
 
 /// The session record schemas (`legacy-session-migration.ts`).
 pub const ACPX_SESSION_SCHEMAS: [&str; 2] = ["acpx.session.v1", "openclaw.acpx.session.v1"];
-
-pub use crate::store::legacy::{AcpxImported, Adoption, NewAcpxRecord, NewAcpxSession};
 
 /// What is wrong with one part of the incumbent's state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

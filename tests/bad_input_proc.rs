@@ -3,7 +3,7 @@
 //! half-read process); a zombie is dead; fields that cannot be read (`exe`, `environ`) make a lease
 //! unverifiable or a process excluded, never a signal.
 use leash::proc::{FixtureTable, LiveTable, ProcessTable};
-use leash::signal::Caller;
+use leash_core::guard::Caller;
 use leash_core::model::{command_hash, Lease, LeaseState};
 use leash_core::plan::{plan_lease, Decision};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};

@@ -15,9 +15,10 @@
 //! live tests stay.
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::proc::FixtureTable;
-use leash::signal::{Caller, Delivery, Exit, RecordingSignaller, Sig, SimEvent, SimWhat};
+use leash::signal::{Delivery, Exit, RecordingSignaller, SimEvent, SimWhat};
 use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
+use leash_core::guard::{Caller, Sig};
 use leash_core::model::{command_hash, Lease, LeaseState};
 use leash_core::plan::ReapOptions;
 use serde_json::Value;
@@ -227,8 +228,8 @@ fn timeline_line(e: &SimEvent) -> String {
 /// What an outcome signalled, as `"SIGTERM 1205 marked"` (delivery named unless delivered), and
 /// what it refused, as `"4000: <why>"`.
 fn signalled_and_refused(
-    signals: &[leash::controller::SignalRecord],
-    refused: &[leash::controller::RefusedSignal],
+    signals: &[leash::controller::terminate::SignalRecord],
+    refused: &[leash_core::plan::RefusedSignal],
 ) -> (Value, Value) {
     let signals: Vec<String> = signals
         .iter()

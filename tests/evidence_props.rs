@@ -8,7 +8,7 @@
 //! `reap --include-live` and a close of that one lease. A stranger is a process that is neither
 //! a descendant of the real wrapper, nor a process of the lease in its cgroup, nor a carrier of
 //! its markers; the live twin of this test is `tests/evidence_strangers.rs`.
-use leash::signal::Caller;
+use leash_core::guard::Caller;
 use leash_core::model::Observation;
 use leash_core::model::{command_hash, Lease, LeaseState};
 use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};

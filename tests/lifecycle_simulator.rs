@@ -5,7 +5,7 @@
 //! order (children first), and pids that must never be signalled. The planner runs against the
 //! fixture table exactly as it runs against /proc.
 use leash::proc::{FixtureTable, ProcessTable};
-use leash::signal::{Caller, Sig};
+use leash_core::guard::{Caller, Sig};
 use leash_core::model::LegacyRecord;
 use leash_core::model::{command_hash, Lease};
 use leash_core::plan::{plan_reap, Decision, ReapOptions};

@@ -13,7 +13,7 @@ use leash::controller::sessions::View;
 use leash::controller::Controller;
 use leash::proc::FixtureTable;
 use leash::state::StateRoot;
-use leash::store::SessionRow;
+use leash_core::model::SessionRow;
 use leash_core::visibility::{visible_rows, A2aPolicy, A2aRule, Scope, Visibility};
 use mcp_support::{initialize, mcp_once, tool_call};
 use proptest::prelude::*;

@@ -3,7 +3,8 @@
 //! with deadlines, and the few `/proc` reads the measurements need (RSS, children, exe).
 
 use leash::proc::{LiveTable, ProcessTable};
-use leash::signal::{self, Caller, CurrentCaller, Sig};
+use leash::signal::{self, CurrentCaller};
+use leash_core::guard::{Caller, Sig};
 use leash_core::model::ProcessId;
 use std::path::{Path, PathBuf};
 use std::process::Child;

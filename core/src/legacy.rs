@@ -42,57 +42,75 @@ impl HasKind for TokenError {
     }
 }
 
-/// Splits a command line the way a POSIX shell would for plain words (the `shlex` crate):
-/// spaces, tabs and newlines separate tokens; single quotes keep everything literally; double
-/// quotes keep everything but the `\"`, `\\`, `\$` and `` \` `` escapes; a backslash outside
-/// quotes escapes the next character; a `#` that starts a word starts a comment up to the end of
-/// the line. No expansion of any kind is performed.
+/// Splits a command line the way a POSIX shell would for plain words, exactly as the `shlex`
+/// crate's `split` (1.x and 2.x) does, which leash used before the core had its own; a test and
+/// the fuzz target `shell_split` compare the two. Spaces, tabs and newlines separate words;
+/// single quotes keep everything literally; double quotes keep everything but the `\"`, `\\`,
+/// `\$` and `` \` `` escapes and a backslash-newline (dropped); a backslash outside quotes
+/// escapes the next character (a newline it drops); a `#` that starts a word starts a comment up
+/// to the end of the line. No expansion of any kind is performed. A quote left open or a
+/// backslash with nothing after it is an error, never a guess.
 pub fn shell_split(s: &str) -> Result<Vec<String>, TokenError> {
-    shlex::split(s).ok_or_else(|| why_unsplittable(s))
-}
-
-/// Why `shlex` refused a command line (it says only that it did): the quote left open, or a
-/// backslash with nothing after it. Follows the same quoting rules, reading no further than the
-/// error.
-fn why_unsplittable(s: &str) -> TokenError {
     let mut chars = s.chars();
-    let mut word_start = true;
-    while let Some(c) = chars.next() {
-        match c {
-            ' ' | '\t' | '\n' => word_start = true,
-            '#' if word_start => {
-                if !chars.by_ref().any(|c| c == '\n') {
-                    break;
-                }
-            }
-            '\'' => {
-                word_start = false;
-                if !chars.by_ref().any(|c| c == '\'') {
-                    return TokenError::Unterminated('\'');
-                }
-            }
-            '"' => {
-                word_start = false;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') if chars.next().is_some() => {}
-                        Some('\\') | None => return TokenError::Unterminated('"'),
-                        Some(_) => {}
+    let mut words = Vec::new();
+    loop {
+        // Between words: blanks, and a comment from a `#` up to its newline.
+        let first = loop {
+            match chars.next() {
+                None => return Ok(words),
+                Some(' ' | '\t' | '\n') => {}
+                Some('#') => {
+                    if !chars.by_ref().any(|c| c == '\n') {
+                        return Ok(words);
                     }
                 }
+                Some(c) => break c,
             }
-            '\\' => {
-                word_start = false;
-                if chars.next().is_none() {
-                    return TokenError::TrailingBackslash;
-                }
-            }
-            _ => word_start = false,
-        }
+        };
+        words.push(shell_word(first, &mut chars)?);
     }
-    // shlex refuses only the three cases above; say the likeliest if it ever refuses another.
-    TokenError::Unterminated('"')
+}
+
+/// One word, from its first character up to the blank that ends it (read) or the end of the line.
+fn shell_word(first: char, chars: &mut std::str::Chars<'_>) -> Result<String, TokenError> {
+    let mut word = String::new();
+    let mut next = Some(first);
+    while let Some(c) = next {
+        match c {
+            ' ' | '\t' | '\n' => break,
+            '\'' => loop {
+                match chars.next() {
+                    Some('\'') => break,
+                    Some(c) => word.push(c),
+                    None => return Err(TokenError::Unterminated('\'')),
+                }
+            },
+            '"' => loop {
+                match chars.next() {
+                    Some('"') => break,
+                    Some('\\') => match chars.next() {
+                        Some(c @ ('$' | '`' | '"' | '\\')) => word.push(c),
+                        Some('\n') => {}
+                        Some(c) => {
+                            word.push('\\');
+                            word.push(c);
+                        }
+                        None => return Err(TokenError::Unterminated('"')),
+                    },
+                    Some(c) => word.push(c),
+                    None => return Err(TokenError::Unterminated('"')),
+                }
+            },
+            '\\' => match chars.next() {
+                Some('\n') => {}
+                Some(c) => word.push(c),
+                None => return Err(TokenError::TrailingBackslash),
+            },
+            c => word.push(c),
+        }
+        next = chars.next();
+    }
+    Ok(word)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +118,28 @@ pub enum LegacyVerdict {
     Owned { tree: OwnedTree, reason: String },
     Gone { reason: String },
     Refused { reason: String },
+}
+
+/// The wrapper root a record's wrapper must lie under (the one recorded with it, else the one
+/// leash expects), or why the recorded wrapper is refused: it lies outside it. The leash-format
+/// and the acpx records' check alike.
+fn wrapper_root<'a>(
+    rec: &'a LegacyRecord,
+    expect: &Expect<'a>,
+    wrapper: &str,
+) -> Result<&'a Path, String> {
+    let root = rec
+        .wrapper_root
+        .as_deref()
+        .map(Path::new)
+        .unwrap_or(expect.wrapper_root);
+    if !Path::new(wrapper).starts_with(root) {
+        return Err(format!(
+            "recorded wrapper {wrapper} is outside the wrapper root {}",
+            root.display()
+        ));
+    }
+    Ok(root)
 }
 
 /// The hard refusals of a stored pid, before anything is read of it: pid 1 or lower, the reaper
@@ -166,17 +206,10 @@ pub fn verify_legacy(
     };
     let reason = match &rec.wrapper_path {
         Some(wrapper) => {
-            let root = rec
-                .wrapper_root
-                .as_deref()
-                .map(Path::new)
-                .unwrap_or(expect.wrapper_root);
-            if !Path::new(wrapper).starts_with(root) {
-                return refuse(format!(
-                    "recorded wrapper {wrapper} is outside the wrapper root {}",
-                    root.display()
-                ));
-            }
+            let root = match wrapper_root(rec, expect, wrapper) {
+                Ok(root) => root,
+                Err(why) => return refuse(why),
+            };
             let runs_it =
                 p.exe_path() == Some(wrapper.as_str()) || argv.iter().any(|a| a == wrapper);
             if !runs_it {
@@ -367,7 +400,6 @@ fn json_string(s: &str) -> String {
 /// OPENCLAW_GATEWAY_INSTANCE_ID=<gid> <command> --openclaw-acpx-lease-id <id>
 /// --openclaw-gateway-instance-id <gid>`, with `<command>` the wrapper command string.
 pub fn acpx_command_hash(command: &str, lease_id: &str, gateway_id: &str) -> String {
-    use sha2::{Digest, Sha256};
     let (l, g) = (acpx_quote_env(lease_id), acpx_quote_env(gateway_id));
     let leased = [
         "env".to_string(),
@@ -380,10 +412,7 @@ pub fn acpx_command_hash(command: &str, lease_id: &str, gateway_id: &str) -> Str
         g,
     ]
     .join(" ");
-    Sha256::digest(leased.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::sha256::hex(&crate::sha256::digest(leased.as_bytes()))
 }
 
 /// The command parts of a live argv that ends with this lease's markers (`None` otherwise).
@@ -528,17 +557,10 @@ fn verify_acpx(
     let Some(argv) = &p.argv else {
         return refuse(format!("pid {}: its command line is unreadable", p.pid));
     };
-    let root = rec
-        .wrapper_root
-        .as_deref()
-        .map(Path::new)
-        .unwrap_or(expect.wrapper_root);
-    if !Path::new(wrapper).starts_with(root) {
-        return refuse(format!(
-            "recorded wrapper {wrapper} is outside the recorded wrapper root {}",
-            root.display()
-        ));
-    }
+    let root = match wrapper_root(rec, expect, wrapper) {
+        Ok(root) => root,
+        Err(why) => return refuse(why),
+    };
     let Some(parts) = acpx_parts(argv, lease, gw) else {
         return refuse(format!(
             "pid {} does not carry lease {lease}'s markers ({ACPX_LEASE_ARG} {lease} \
@@ -633,6 +655,7 @@ fn escapees_only(marked: &[&ProcessInfo], reason: String) -> LegacyVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn splits_like_a_shell() {
@@ -679,6 +702,40 @@ mod tests {
             shell_split("\"a\\\"").unwrap_err(),
             TokenError::Unterminated('"')
         );
+    }
+
+    /// Whatever the input, the words (or the refusal) of `shlex::split`, which leash used before
+    /// the core had its own splitter; and a refusal names what is open: of the three endings
+    /// that would close a single quote, a double quote or a trailing backslash, exactly the one
+    /// it names makes the line split.
+    fn splits_as_shlex_does(s: &str) -> Result<(), TestCaseError> {
+        let ours = shell_split(s);
+        prop_assert_eq!(ours.clone().ok(), shlex::split(s), "{:?}", s);
+        if let Err(e) = ours {
+            for (names, ending) in [
+                (TokenError::Unterminated('\''), "x'"),
+                (TokenError::Unterminated('"'), "x\""),
+                (TokenError::TrailingBackslash, "x"),
+            ] {
+                let closes = shlex::split(&format!("{s}{ending}")).is_some();
+                prop_assert_eq!(closes, names == e, "{:?} refused as {:?}", s, e);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Lines of the characters the splitter treats specially (and a few it does not).
+        #[test]
+        fn splits_shell_lines_as_shlex_does(s in "[ \t\n'\"\\\\#$`ab\r\u{e9}]{0,32}") {
+            splits_as_shlex_does(&s)?;
+        }
+
+        /// Any text at all.
+        #[test]
+        fn splits_any_text_as_shlex_does(s in any::<String>()) {
+            splits_as_shlex_does(&s)?;
+        }
     }
 
     /// The hash as the incumbent computes it: these vectors are the output of its own

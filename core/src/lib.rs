@@ -11,10 +11,13 @@
 //!   group, another uid) and the only signals leash may send.
 //! - [`visibility`]: which session rows a requester may see.
 //! - [`kind`]: the error vocabulary and its two tables, exit codes and wire codes.
+//! - [`sha256`] and [`uuid_text`]: the hash of a command and a lease id's text and time, written
+//!   here rather than depended on.
 //!
 //! That this code is pure is a compile-time fact, not a convention: the crate depends on serde
-//! and pure computation crates only (sha2, shlex, uuid without its clock or random features: no
-//! rusqlite, nix or libc, so it cannot name the database, a pidfd or kill(2)), forbids `unsafe`
+//! alone (no rusqlite, nix or libc, so it cannot name the database, a pidfd or kill(2); the
+//! crates its own SHA-256, shell splitter and UUID reader are tested against, sha2, shlex and
+//! uuid, are dev-dependencies only), forbids `unsafe`
 //! (so it cannot call the kernel by hand), and its `clippy.toml` makes the file system,
 //! processes, the environment and the clock clippy errors. Reading `/proc`, the cgroup files and
 //! the store, and sending signals, are the `leash` crate's.
@@ -26,5 +29,7 @@ pub mod kind;
 pub mod legacy;
 pub mod model;
 pub mod plan;
+pub mod sha256;
+pub mod uuid_text;
 pub mod verify;
 pub mod visibility;

@@ -2,14 +2,14 @@
 //! transitions, so no code path can move a lease from `closed` back to `open` by accident), a
 //! process instance ([`ProcessId`]), what is known of a live process ([`ProcessInfo`], its lease
 //! markers in [`LeaseEnv`]), a [`Snapshot`] of the process table with its walks, what was seen of
-//! a cgroup ([`Observation`]) and a legacy record ([`LegacyRecord`]).
+//! a cgroup ([`Observation`]), a legacy record ([`LegacyRecord`]) and a session's row
+//! ([`SessionRow`]).
 //!
 //! Reading them is the `leash` crate's business (`/proc` behind its `ProcessTable`, the cgroup
 //! files, the store); here they are only data, built by the caller.
 
 use crate::kind::{HasKind, Kind};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -211,15 +211,34 @@ impl Lease {
 /// Hash of an argv as the adapter will receive it. NUL separates tokens because no token can
 /// contain one, so `["a b"]` and `["a", "b"]` never collide; quoting plays no part.
 pub fn command_hash<S: AsRef<[u8]>>(argv: &[S]) -> String {
-    let mut h = Sha256::new();
+    let mut h = crate::sha256::Sha256::new();
     for (i, a) in argv.iter().enumerate() {
         if i > 0 {
-            h.update([0u8]);
+            h.update(&[0u8]);
         }
         h.update(a.as_ref());
     }
-    let digest = h.finalize();
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    crate::sha256::hex(&h.finalize())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+/// A session row as the store keeps it: its ownership metadata (who owns it, who spawned it, its
+/// parent), its agent, and its lease. The store reads and writes it; the visibility check
+/// (`crate::visibility`) reads only its fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRow {
+    pub session_key: String,
+    pub agent_id: Option<String>,
+    pub owner_session_key: Option<String>,
+    pub spawned_by: Option<String>,
+    pub parent_session_key: Option<String>,
+    pub backend: String,
+    pub gateway_instance_id: String,
+    pub created_at: i64,
+    pub lease_id: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,5 +543,42 @@ mod tests {
         assert_ne!(command_hash(&["a b"]), command_hash(&["a", "b"]));
         assert_eq!(command_hash(&["x", "y"]), command_hash(&["x", "y"]));
         assert_eq!(command_hash(&["x"]).len(), 64);
+    }
+
+    /// The hash stored in every lease row, as `sha2` computed it before the core had its own
+    /// SHA-256: NUL between tokens, lowercase hex.
+    fn command_hash_by_sha2(argv: &[Vec<u8>]) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        for (i, a) in argv.iter().enumerate() {
+            if i > 0 {
+                h.update([0u8]);
+            }
+            h.update(a);
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn command_hash_of_a_known_argv() {
+        // sha256 of "node", "/opt/adapter.js", "--stdio" joined by NUL (Python's hashlib).
+        assert_eq!(
+            command_hash(&["node", "/opt/adapter.js", "--stdio"]),
+            "7a3ceef00b0a733887c79105443ffaaccd3451e3845597ef64430ac944772aad"
+        );
+        assert_eq!(
+            command_hash::<&str>(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    proptest::proptest! {
+        /// Byte for byte the hash `sha2` gave: rows stored before the switch still match.
+        #[test]
+        fn command_hash_is_the_one_sha2_gave(
+            argv in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..90), 0..8)
+        ) {
+            proptest::prop_assert_eq!(command_hash(&argv), command_hash_by_sha2(&argv));
+        }
     }
 }

@@ -480,7 +480,7 @@ pub fn plan_strays(
             reason,
             processes: Vec::new(),
         };
-        let Ok(uuid) = uuid::Uuid::parse_str(name) else {
+        let Some(uuid) = crate::uuid_text::parse(name) else {
             out.push(stray(
                 CgroupAction::Leave,
                 "not named for a lease id: leash did not make it".into(),
@@ -503,13 +503,7 @@ pub fn plan_strays(
                 )),
             },
             None => {
-                let made_ms = uuid
-                    .get_timestamp()
-                    .map(|t| {
-                        let (s, n) = t.to_unix();
-                        (s as i64) * 1000 + (n as i64) / 1_000_000
-                    })
-                    .unwrap_or(0);
+                let made_ms = crate::uuid_text::time_ms(&uuid).unwrap_or(0);
                 if now_ms - made_ms < min_age_ms {
                     out.push(stray(
                         CgroupAction::Leave,

@@ -50,6 +50,7 @@
 //!   never need a rule.
 
 use crate::kind::{HasKind, Kind};
+use crate::model::SessionRow;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -271,23 +272,6 @@ impl fmt::Display for A2aPolicy {
             }
         }
     }
-}
-
-/// A session row as the store keeps it: its ownership metadata (who owns it, who spawned it, its
-/// parent), its agent, and its lease. The store reads and writes it (`leash::store::SessionRow`
-/// is this type); the check reads only its fields.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionRow {
-    pub session_key: String,
-    pub agent_id: Option<String>,
-    pub owner_session_key: Option<String>,
-    pub spawned_by: Option<String>,
-    pub parent_session_key: Option<String>,
-    pub backend: String,
-    pub gateway_instance_id: String,
-    pub created_at: i64,
-    pub lease_id: Option<String>,
 }
 
 /// The ownership metadata the check reads: the seed's `SessionVisibilityInput.row`.

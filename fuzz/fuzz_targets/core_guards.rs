@@ -9,7 +9,8 @@
 
 use arbitrary::Arbitrary;
 use leash_core::guard::{check_group, check_process, Caller};
-use leash_core::visibility::{visible_rows, A2aPolicy, Scope, SessionRow, Visibility};
+use leash_core::model::SessionRow;
+use leash_core::visibility::{visible_rows, A2aPolicy, Scope, Visibility};
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeSet;
 

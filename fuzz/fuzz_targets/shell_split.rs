@@ -1,9 +1,11 @@
-//! Fuzz target: the legacy command tokeniser (`leash_core::legacy::shell_split`, the `shlex` crate
-//! behind leash's error type), which reads command lines an old gateway stored, possibly
-//! shell-quoted, to compare them token by token with a live argv. Any input must give tokens or
-//! a clear error, never a panic; and the tokens must survive a round trip: quoted back (POSIX
-//! single quotes, and the crate's own quoter) and split again, they come out the same. A
-//! tokeniser that lost or merged tokens would make the legacy argv check compare the wrong thing.
+//! Fuzz target: the legacy command tokeniser (`leash_core::legacy::shell_split`, the core's own
+//! POSIX word splitter), which reads command lines an old gateway stored, possibly shell-quoted,
+//! to compare them token by token with a live argv. Differential: whatever the input, it gives
+//! the words `shlex::split` gives (the crate leash used before), or refuses where shlex refuses.
+//! Any input must give tokens or a clear error, never a panic; and the tokens must survive a
+//! round trip: quoted back (POSIX single quotes, and shlex's quoter) and split again, they come
+//! out the same. A tokeniser that lost or merged tokens would make the legacy argv check compare
+//! the wrong thing.
 #![no_main]
 
 use leash_core::legacy::shell_split;
@@ -18,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(tokens) = shell_split(text) else {
+    let ours = shell_split(text);
+    assert_eq!(ours.clone().ok(), shlex::split(text), "split of {text:?}");
+    let Ok(tokens) = ours else {
         return;
     };
     let requoted: Vec<String> = tokens.iter().map(|t| quote(t)).collect();

@@ -26,12 +26,11 @@ use leash_core::kind::{HasKind, Kind};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-pub mod lifecycle;
-pub mod limits;
-pub mod observe;
-pub mod root;
+mod lifecycle;
+mod limits;
+mod observe;
+mod root;
 
 pub use lifecycle::{create_lease_cgroup, remove_gateway_dir_if_empty, Verified};
 pub use limits::{enable_controllers, parse_cpu_max, parse_size, Limits};
@@ -40,9 +39,6 @@ pub use root::{
     cgroup2_mount, default_root, move_self_to_leaf, own_cgroup, Containment, Requested, Settings,
     DAEMON_LEAF, ENV_CGROUP_ROOT, ENV_CONTAINMENT,
 };
-
-/// How long to wait for `populated 0` after `cgroup.kill` before reporting the cgroup as stuck.
-pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

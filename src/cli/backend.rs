@@ -9,11 +9,13 @@
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
 use super::Failure;
-use crate::controller::sessions::{History, Listing, SessionStatus, View};
+use crate::controller::sessions::Sent;
+use crate::controller::sessions::{Listing, SessionStatus, View};
 use crate::controller::verify::VerifyReport;
+use crate::controller::History;
 use crate::controller::{CloseOutcome, Controller, LeaseRef, ReapReport};
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{Cancelled, LeaseRow, Sent, Status};
+use crate::daemon::protocol::{Cancelled, LeaseRow, Status};
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use leash_core::kind::{HasKind, Kind};

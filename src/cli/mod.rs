@@ -22,9 +22,10 @@ mod serve;
 pub mod sessions;
 mod verify;
 
-use crate::controller::exec::{ExecError, ExecRequest, DEFAULT_GRACE_MS};
+use crate::controller::exec::{ExecError, ExecRequest};
 use crate::controller::Controller;
 use crate::controller::{CloseResult, LeaseRef};
+use crate::limits::DEFAULT_GRACE_MS;
 use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use clap::{Args, Parser, Subcommand};
@@ -1047,9 +1048,9 @@ fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
                 .legacy_import_acpx(&src, adopt_gateway_id)
                 .map_err(Failure::from)?;
             let how = match r.adoption {
-                crate::legacy::Adoption::Same => "already this root's",
-                crate::legacy::Adoption::Fresh => "adopted by this fresh root",
-                crate::legacy::Adoption::Adopted => "adopted (--adopt-gateway-id)",
+                crate::store::legacy::Adoption::Same => "already this root's",
+                crate::store::legacy::Adoption::Fresh => "adopted by this fresh root",
+                crate::store::legacy::Adoption::Adopted => "adopted (--adopt-gateway-id)",
             };
             eprintln!(
                 "leash: gateway instance id {} {how}; imported {} acpx lease(s) as legacy \

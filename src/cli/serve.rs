@@ -2,9 +2,9 @@
 //! running daemon is `backend.rs`.
 
 use super::{Failure, GraceArg};
-use crate::controller::exec::DEFAULT_GRACE_MS;
 use crate::daemon::session::Limits;
 use crate::daemon::{serve, ServeConfig};
+use crate::limits::DEFAULT_GRACE_MS;
 use crate::state::StateRoot;
 use clap::Args;
 use leash_core::kind::exitcode;

@@ -4,7 +4,8 @@
 //! themselves are [`crate::controller::Controller`], shared with the daemon.
 
 use super::Failure;
-use crate::controller::sessions::{describe, History, Listing, ProcState, SessionStatus, View};
+use crate::controller::sessions::{describe, Listing, ProcState, SessionStatus, View};
+use crate::controller::History;
 use clap::{Args, Subcommand, ValueEnum};
 use leash_core::kind::exitcode;
 use leash_core::kind::Kind;

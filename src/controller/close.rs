@@ -85,7 +85,7 @@ fn remove_cgroups(
             }
         }
     }
-    let deadline = started + cgroup::KILL_WAIT;
+    let deadline = started + super::terminate::KILL_WAIT;
     loop {
         let busy = open
             .iter()

@@ -17,16 +17,15 @@ use crate::install::{install_wrapper, InstallError};
 use crate::lease::{self};
 use crate::proc::{self, LiveTable, ProcessTable};
 use crate::state::{StateError, StateRoot};
-use crate::store::{SessionRow, Store, StoreError};
+use crate::store::{Store, StoreError};
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::SessionRow;
 use leash_core::model::{command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
-
-pub use crate::limits::DEFAULT_GRACE_MS;
 
 /// What to run, and the session it belongs to.
 #[derive(Debug, Clone, Default)]

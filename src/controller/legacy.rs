@@ -6,7 +6,7 @@
 //! are pure, in [`crate::legacy`]) and imports it in one transaction.
 
 use super::*;
-use crate::legacy::{AcpxImported, NewAcpxRecord, NewAcpxSession};
+use crate::store::legacy::{AcpxImported, NewAcpxRecord, NewAcpxSession};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -51,7 +51,7 @@ impl<'t> Controller<'t> {
                 Decision::Terminate => jobs.push(Job::new(
                     JobKind::Legacy(rec.clone()),
                     rec.session_key.clone(),
-                    grace_override.unwrap_or(crate::controller::exec::DEFAULT_GRACE_MS),
+                    grace_override.unwrap_or(crate::limits::DEFAULT_GRACE_MS),
                     lp.signals.clone(),
                     lp.refused.clone(),
                     self.clock.now(),
@@ -135,7 +135,7 @@ fn keyed_entries(
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| bad(format!("cannot open the incumbent's SQLite store: {e}")))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
+    conn.busy_timeout(crate::store::DEFAULT_BUSY_TIMEOUT)
         .map_err(|e| bad(e.to_string()))?;
     let mut stmt = conn
         .prepare(

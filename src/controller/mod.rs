@@ -36,20 +36,19 @@
 //! recording one.
 
 use crate::cgroup::{self, Containment, Verified};
-use crate::controller::terminate::{Engine, Job};
+use crate::controller::terminate::{Engine, Job, SignalRecord};
 use crate::proc::{self, ProcessTable};
 use crate::report::{self, WrapperReport};
-use crate::signal::{
-    Caller, Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock,
-};
+use crate::signal::{Clock, CurrentCaller, Delivery, PidfdSignaller, Signaller, SystemClock};
 use crate::state::StateRoot;
 use crate::store::{Store, StoreError, Transition};
+use leash_core::guard::Caller;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::LegacyRecord;
 use leash_core::model::Snapshot;
 use leash_core::model::TableError;
 use leash_core::model::{Lease, LeaseState, ProcessId};
-use leash_core::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan};
+use leash_core::plan::{self, CgroupAction, Decision, ReapOptions, ReapPlan, RefusedSignal};
 use leash_core::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -75,7 +74,6 @@ pub use events::{EventsError, History};
 pub use legacy::{AcpxSources, LegacyOutcome};
 pub use reap::{ReapReport, SweptCgroup};
 pub use status::{store_status, store_status_with, StoreStatus};
-pub use terminate::{RefusedSignal, SignalRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {

@@ -8,13 +8,12 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
-/// `history` is the events verb's (`controller/events.rs`); its reply keeps this address too.
-pub use super::events::History;
 use super::verify::LiveMember;
 use super::Controller;
 use crate::state::StateRoot;
-use crate::store::{SessionRow, StoreError};
+use crate::store::StoreError;
 use leash_core::kind::{HasKind, Kind};
+use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use leash_core::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
@@ -319,8 +318,8 @@ impl Controller<'_> {
     }
 }
 
-/// A line delivered to a session's adapter: the daemon's `send` reply (`protocol::Sent` is this
-/// type).
+/// A line delivered to a session's adapter; also the daemon's `send` reply (the `send` request's
+/// `OpRequest::Reply`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sent {

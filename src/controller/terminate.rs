@@ -13,17 +13,17 @@
 
 use crate::cgroup::Verified;
 use crate::proc::ProcessTable;
-use crate::signal::{
-    Caller, CgroupKillError, Clock, Delivery, Pinned, Sig, SignalError, Signaller,
-};
+use crate::signal::{CgroupKillError, Clock, Delivery, Pinned, SignalError, Signaller};
+use leash_core::guard::{Caller, Sig};
 use leash_core::model::{Lease, LeaseState, ProcessId};
-use leash_core::plan::{self, Decision, PlannedSignal};
+use leash_core::plan::{self, Decision, PlannedSignal, RefusedSignal};
 use leash_core::verify::{Expect, MemberRule, Role};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// After SIGKILL, how long to wait for the kernel to finish the processes off before reporting.
+/// After SIGKILL (or `cgroup.kill`), how long to wait for the kernel to finish the processes off
+/// (or for the cgroup's `populated 0`) before reporting them (it) as stuck.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// After its tree got SIGKILL, how long the wrapper gets to reap it and exit on its own (so its
@@ -44,9 +44,6 @@ pub struct SignalRecord {
     pub signal: Sig,
     pub delivery: Delivery,
 }
-
-/// A process not signalled, and why (the record a plan carries, passed on as it is).
-pub use leash_core::plan::RefusedSignal;
 
 /// One batch member being terminated; `K` is what the caller terminates (a lease, a legacy
 /// record) and gets back.

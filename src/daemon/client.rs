@@ -343,7 +343,11 @@ impl Client {
     }
 
     /// `send`.
-    pub fn send(&mut self, key: &str, line: &str) -> Result<protocol::Sent, ClientError> {
+    pub fn send(
+        &mut self,
+        key: &str,
+        line: &str,
+    ) -> Result<crate::controller::sessions::Sent, ClientError> {
         self.op::<protocol::Send>(json!({"session": key, "line": line}))
     }
 

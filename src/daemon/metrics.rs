@@ -10,7 +10,6 @@
 //! CPU of each session's tree) are read at scrape time, so a scrape costs a count query plus one
 //! `/proc` read per supervised process — nothing when nobody scrapes.
 
-use super::session;
 use crate::controller::{CloseOutcome, CloseResult};
 use crate::signal::Delivery;
 use leash_core::verify::Role;
@@ -593,7 +592,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
                 busy: st.busy.to_string(),
             })
             .inc();
-        if st.phase == session::Phase::Ended {
+        if st.phase == crate::daemon::protocol::Phase::Ended {
             continue;
         }
         let label = SessionLabel {
@@ -602,8 +601,10 @@ pub(super) fn render(d: &super::Daemon) -> String {
         m.replay_bytes
             .get_or_create(&label)
             .set(st.buffered_bytes as i64);
-        if let (Some(root), session::Phase::Starting | session::Phase::Running) =
-            (st.root_pid, st.phase)
+        if let (
+            Some(root),
+            crate::daemon::protocol::Phase::Starting | crate::daemon::protocol::Phase::Running,
+        ) = (st.root_pid, st.phase)
         {
             if let Some((rss, cpu)) = tree_usage(root) {
                 m.session_rss.get_or_create(&label).set(rss as i64);

@@ -221,4 +221,35 @@ mod tests {
         assert_eq!(req.grace_ms, Some(7));
         assert_eq!(req.wait_ms, Some(5));
     }
+
+    /// Both [`Ensure`] and [`Spec`] are declared through one field list; what they read and write
+    /// stays as it was: a stored spec byte for byte (rows already in databases are read back by
+    /// the same names), and an unknown ensure field refused with every field, in order.
+    #[test]
+    fn the_stored_spec_and_the_ensure_fields_stay_as_they_were() {
+        let asked: Ensure = serde_json::from_str(
+            r#"{"session":"s","argv":["a","b"],"cwd":"/w","env":{"K":"v"},"unsetEnv":["U"],"clearEnv":true,"keepEnv":["P"],"owner":"o","parent":"p","graceMs":9,"memoryMax":4096,"cpuMax":"0.5","waitMs":3}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&Spec::of(&asked)).unwrap(),
+            r#"{"argv":["a","b"],"cwd":"/w","env":{},"envNames":["K"],"unsetEnv":["U"],"clearEnv":true,"keepEnv":["P"],"agent":null,"owner":"o","spawnedBy":null,"parent":"p","graceMs":9,"memoryMax":4096,"pidsMax":null,"cpuMax":"0.5"}"#
+        );
+        let bare: Ensure = serde_json::from_str(r#"{"session":"s","argv":["a"]}"#).unwrap();
+        let refused = crate::daemon::protocol::parse_request(
+            br#"{"id":1,"op":"ensure","session":"s","argv":["a"],"bogus":1}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            serde_json::to_string(&Spec::of(&bare)).unwrap(),
+            r#"{"argv":["a"],"cwd":null,"env":{},"agent":null,"owner":null,"spawnedBy":null,"parent":null,"graceMs":null,"memoryMax":null,"pidsMax":null,"cpuMax":null}"#
+        );
+        assert_eq!(
+            refused.message,
+            "ensure: unknown field `bogus`, expected one of `session`, `argv`, `cwd`, `env`, \
+             `unsetEnv`, `clearEnv`, `keepEnv`, `agent`, `owner`, `spawnedBy`, `parent`, \
+             `graceMs`, `memoryMax`, `pidsMax`, `cpuMax`, `persistSpec`, `persistEnv`, `waitMs`, \
+             `queueTimeoutMs`, `initialize`, `handshakeTimeoutMs`"
+        );
+    }
 }

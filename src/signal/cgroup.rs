@@ -7,9 +7,10 @@
 //! like every other signal (start time, hard refusals) and gets SIGKILL through its pidfd, and
 //! the cgroup is thawed.
 
-use super::{Caller, Sig, Signaller};
+use super::Signaller;
 use crate::cgroup::{CgroupError, Verified};
 use crate::proc::ProcessTable;
+use leash_core::guard::{Caller, Sig};
 use leash_core::verify::MemberRule;
 use std::io;
 

@@ -42,7 +42,7 @@ use leash_core::verify::MemberRule;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-pub use leash_core::guard::{check_group, Caller, Refusal, Sig};
+use leash_core::guard::{check_group, Caller, Refusal, Sig};
 use serde::{Deserialize, Serialize};
 
 /// The current process as a [`Caller`]: `Caller::current()` (the type lives in the pure core,

@@ -4,13 +4,12 @@
 //! re-check, so what was checked is exactly what gets the signal.
 
 use super::{
-    check_group_pin, recheck, Caller, CgroupKillError, Delivery, Handle, Pinned, Sig, SignalError,
-    Signaller,
+    check_group_pin, recheck, CgroupKillError, Delivery, Handle, Pinned, SignalError, Signaller,
 };
 use crate::cgroup::Verified;
 use crate::proc::ProcessTable;
 use crate::sys;
-use leash_core::guard::check_pid;
+use leash_core::guard::{check_pid, Caller, Sig};
 use leash_core::model::ProcessId;
 use leash_core::verify::MemberRule;
 use std::os::fd::{AsFd, BorrowedFd};

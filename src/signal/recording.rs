@@ -8,12 +8,12 @@
 //! exits moves the clock forward to the next exit or the deadline, whichever comes first.
 
 use super::{
-    cgroup_kill_allowed, check_group_pin, recheck, Caller, CgroupKillError, Clock, Delivery,
-    Handle, Pinned, Sig, SignalError, Signaller,
+    cgroup_kill_allowed, check_group_pin, recheck, CgroupKillError, Clock, Delivery, Handle,
+    Pinned, SignalError, Signaller,
 };
 use crate::cgroup::Verified;
 use crate::proc::{FixtureTable, ProcessTable};
-use leash_core::guard::check_pid;
+use leash_core::guard::{check_pid, Caller, Sig};
 use leash_core::model::ProcessId;
 use leash_core::model::TableError;
 use leash_core::model::{ProcessInfo, Snapshot};

@@ -4,8 +4,8 @@
 //! repair of a row that does not read.
 
 use super::events::insert_event;
-use super::sessions::SessionRow;
 use super::{Store, StoreError};
+use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};

@@ -23,7 +23,6 @@ pub use events::Event;
 pub use leases::{Counts, ReportUpdate, Transition};
 pub use legacy::NewLegacyRecord;
 pub use meta::SPEC_KEY_PREFIX;
-pub use sessions::SessionRow;
 
 use leash_core::kind::{HasKind, Kind};
 use rusqlite::config::DbConfig;

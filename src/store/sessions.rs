@@ -4,9 +4,8 @@
 use super::{Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
 
+use leash_core::model::SessionRow;
 use leash_core::visibility::SessionMeta;
-/// A session row: the type lives with the visibility check that reads it (the pure core).
-pub use leash_core::visibility::SessionRow;
 
 impl Store {
     pub fn session(&self, session_key: &str) -> Result<Option<SessionRow>, StoreError> {

@@ -54,7 +54,7 @@ fn cancel(d: &Daemon, target: &LeaseRef, acp: Option<String>) -> Reply<Cancelled
         None => Some("a send to the adapter is blocked (it does not read its stdin)".to_string()),
         Some(_) => match s.write_line(&session::cancel_notification(&acp), CANCEL_WAIT) {
             Ok(()) => None,
-            Err(e @ session::PipeError::TimedOut { .. }) => Some(e.to_string()),
+            Err(e @ crate::daemon::stdin_pipe::PipeError::TimedOut { .. }) => Some(e.to_string()),
             Err(e) => return Err(write_failed(&s.key, e)),
         },
     };

@@ -1,11 +1,13 @@
 //! `send`: one line to the adapter's stdin.
 
 use super::*;
+use crate::controller::sessions::Sent;
+use crate::daemon::stdin_pipe::PipeError;
 
 /// A write to the adapter's stdin that failed, as an error reply.
-pub(super) fn write_failed(key: &str, e: session::PipeError) -> OpError {
+pub(super) fn write_failed(key: &str, e: PipeError) -> OpError {
     match e {
-        session::PipeError::TimedOut { written, total, .. } => OpError {
+        PipeError::TimedOut { written, total, .. } => OpError {
             code: Code::SendTimeout,
             message: format!("session {key}: {e}"),
             data: Box::new(ErrorData {

@@ -19,6 +19,7 @@ pub use framing::*;
 pub use reply::*;
 pub use requests::*;
 
+use crate::controller::LeaseRef;
 use leash_core::kind::Code;
 use serde::Serialize;
 use serde_json::Value;

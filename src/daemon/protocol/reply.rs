@@ -14,9 +14,9 @@
 use crate::controller::CancelOutcome;
 use crate::controller::StoreStatus;
 use crate::ps::Totals;
-use crate::store::SessionRow;
 use leash_core::kind::Code;
 use leash_core::model::Lease;
+use leash_core::model::SessionRow;
 use leash_core::visibility::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -380,9 +380,6 @@ pub struct Ensured {
     pub initialize: Option<Value>,
 }
 
-/// `send`: the controller's receipt of a delivered line, which is what the daemon replies.
-pub use crate::controller::sessions::Sent;
-
 /// `attach`'s reply, before the stream items.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -619,13 +616,14 @@ pub enum Reaped {
 pub enum SessionsAnswer {
     Rows(Vec<SessionEntry>),
     List(crate::controller::sessions::Listing),
-    History(crate::controller::sessions::History),
+    History(crate::controller::History),
     Status(Box<crate::controller::sessions::SessionStatus>),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::sessions::Sent;
     use serde::de::DeserializeOwned;
 
     /// Serialises `v`, reads it back as the client does, and checks nothing was lost.

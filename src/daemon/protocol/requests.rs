@@ -5,11 +5,12 @@
 
 use super::{
     bad, check_key, check_ms, check_since, fields_of, no_nul, one_target, Attached, Cancelled,
-    Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, Sent, SessionsAnswer,
-    Status, Welcome,
+    Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, SessionsAnswer, Status,
+    Welcome,
 };
+use crate::controller::sessions::Sent;
 use crate::controller::verify::VerifyReport;
-use crate::controller::CloseOutcome;
+use crate::controller::{CloseOutcome, LeaseRef};
 use crate::store::Event;
 use leash_core::kind::Code;
 use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
@@ -353,10 +354,6 @@ impl OpRequest for Attach {
         Ok(a)
     }
 }
-
-/// A request names a lease by id (`lease`), or as the active lease of a session (`session`):
-/// the library's one name for that, [`LeaseRef`].
-pub use crate::controller::LeaseRef;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {

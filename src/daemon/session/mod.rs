@@ -50,9 +50,8 @@ use stdio::*;
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef};
 use crate::daemon::protocol::Ensure;
-pub use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
-pub use crate::daemon::stdin_pipe::PipeError;
-use crate::daemon::stdin_pipe::StdinPipe;
+use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
+use crate::daemon::stdin_pipe::{PipeError, StdinPipe};
 use crate::lease::now_ms;
 use crate::report::WrapperReport;
 use crate::state::StateRoot;
