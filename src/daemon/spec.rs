@@ -19,41 +19,20 @@ use std::collections::BTreeMap;
 
 const PREFIX: &str = crate::store::SPEC_KEY_PREFIX;
 
-/// A session's ensure request without its per-call fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Spec {
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    /// The env values, only when the ensure asked for them to be stored (`persistEnv`).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// The names of an env whose values were not stored: a resume must give them again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env_names: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unset_env: Vec<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub clear_env: bool,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub keep_env: Vec<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    #[serde(default)]
-    pub spawned_by: Option<String>,
-    #[serde(default)]
-    pub parent: Option<String>,
-    #[serde(default)]
-    pub grace_ms: Option<u64>,
-    #[serde(default)]
-    pub memory_max: Option<u64>,
-    #[serde(default)]
-    pub pids_max: Option<u64>,
-    #[serde(default)]
-    pub cpu_max: Option<String>,
+crate::daemon::protocol::with_launch_fields! {
+    /// A session's ensure request without its per-call fields.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Spec {
+        ..argv_cwd,
+        /// The env values, only when the ensure asked for them to be stored (`persistEnv`).
+        #[serde(default)]
+        pub env: BTreeMap<String, String>,
+        /// The names of an env whose values were not stored: a resume must give them again.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub env_names: Vec<String>,
+        ..launch,
+    }
 }
 
 impl Spec {

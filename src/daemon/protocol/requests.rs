@@ -83,75 +83,111 @@ impl OpRequest for Detach {
     }
 }
 
-/// Spawn a session's adapter under a lease, or return the running one.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Ensure {
-    pub session: String,
-    /// Empty when the request gave none: the session's stored spec is used (resume).
-    #[serde(default)]
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    /// Added to (or overriding) the daemon's environment, after the scrub: a name set here
-    /// reaches the adapter whatever `unsetEnv`, `clearEnv` and the default scrub say.
-    #[serde(default)]
-    pub env: std::collections::BTreeMap<String, String>,
-    /// Removed from the daemon's environment (beside the default scrub of provider credentials,
-    /// [`crate::envpolicy::PROVIDER_CREDENTIALS`]).
-    #[serde(default)]
-    pub unset_env: Vec<String>,
-    /// Start from an empty environment: only `keepEnv`, `env` and the lease markers pass.
-    #[serde(default)]
-    pub clear_env: bool,
-    /// With `clearEnv`: the daemon's variables that pass; without: names spared from the
-    /// default scrub (e.g. `["ANTHROPIC_API_KEY"]` for an adapter that needs the gateway's key).
-    #[serde(default)]
-    pub keep_env: Vec<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    #[serde(default)]
-    pub spawned_by: Option<String>,
-    #[serde(default)]
-    pub parent: Option<String>,
-    #[serde(default)]
-    pub grace_ms: Option<u64>,
-    /// Limits of the session's cgroup (`leash exec --memory-max` etc.): bytes, a count, and
-    /// `cpu.max` as CPUs ("0.5") or "QUOTA PERIOD". Refused where they cannot be enforced.
-    #[serde(default)]
-    pub memory_max: Option<u64>,
-    #[serde(default)]
-    pub pids_max: Option<u64>,
-    #[serde(default)]
-    pub cpu_max: Option<String>,
-    /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default true).
-    #[serde(default = "yes")]
-    pub persist_spec: bool,
-    /// Store the values of `env` with the spec (default false: only their names are stored,
-    /// and `ensure {session}` must give `env` again with a value for each).
-    #[serde(default)]
-    pub persist_env: bool,
-    /// How long `ensure` waits for a new adapter's first line of output (default `serve
-    /// --ensure-wait-ms`, 0): an exit before it within the wait is the ensure's `start_failed`
-    /// (after it, the stream's `start_failed` end). At most [`crate::limits::MAX_ENSURE_WAIT_MS`].
-    #[serde(default)]
-    pub wait_ms: Option<u64>,
-    /// How long this ensure waits behind an ensure of the same key in flight (FIFO, at most 16
-    /// queued) before it answers `conflict` (default 120000; 0: at once). At most
-    /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
-    #[serde(default)]
-    pub queue_timeout_ms: Option<u64>,
-    /// The params of the ACP `initialize` request the daemon sends a new adapter itself (id
-    /// `"leash-handshake"`) before it answers: the reply carries the response (`initialize`), or
-    /// the ensure fails `handshake_timeout` and the session is closed. Per call, never stored.
-    #[serde(default)]
-    pub initialize: Option<Value>,
-    /// How long that `initialize` may go unanswered (default 30000 with `initialize`; needs
-    /// `initialize`). At most [`crate::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
-    #[serde(default)]
-    pub handshake_timeout_ms: Option<u64>,
+/// Declares a struct with the fields of an `ensure` that say what to run, where and as whom: the
+/// part of the request a stored spec keeps. [`Ensure`] and `daemon::spec::Spec` are both declared
+/// through it, so the list (its names on the wire and in the database, its defaults) is written
+/// once. A struct gives its own fields before `argv`, in the place of the environment (after
+/// `cwd`: the request's values; the spec's values or names) and after the list.
+macro_rules! with_launch_fields {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$head_meta:meta])* pub $head:ident: $head_ty:ty,)*
+            ..argv_cwd,
+            $($(#[$env_meta:meta])* pub $env:ident: $env_ty:ty,)*
+            ..launch,
+            $($(#[$tail_meta:meta])* pub $tail:ident: $tail_ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$head_meta])* pub $head: $head_ty,)*
+            /// The adapter's command line. Empty when a request gave none: the session's stored
+            /// spec is used (resume); a stored spec always has one.
+            #[serde(default)]
+            pub argv: Vec<String>,
+            #[serde(default)]
+            pub cwd: Option<String>,
+            $($(#[$env_meta])* pub $env: $env_ty,)*
+            /// Removed from the daemon's environment (beside the default scrub of provider
+            /// credentials, [`crate::envpolicy::PROVIDER_CREDENTIALS`]).
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub unset_env: Vec<String>,
+            /// Start from an empty environment: only `keepEnv`, `env` and the lease markers pass.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            pub clear_env: bool,
+            /// With `clearEnv`: the daemon's variables that pass; without: names spared from the
+            /// default scrub (e.g. `["ANTHROPIC_API_KEY"]` for an adapter that needs the
+            /// gateway's key).
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            pub keep_env: Vec<String>,
+            #[serde(default)]
+            pub agent: Option<String>,
+            #[serde(default)]
+            pub owner: Option<String>,
+            #[serde(default)]
+            pub spawned_by: Option<String>,
+            #[serde(default)]
+            pub parent: Option<String>,
+            #[serde(default)]
+            pub grace_ms: Option<u64>,
+            /// Limits of the session's cgroup (`leash exec --memory-max` etc.): bytes, a count,
+            /// and `cpu.max` as CPUs ("0.5") or "QUOTA PERIOD". Refused where they cannot be
+            /// enforced.
+            #[serde(default)]
+            pub memory_max: Option<u64>,
+            #[serde(default)]
+            pub pids_max: Option<u64>,
+            #[serde(default)]
+            pub cpu_max: Option<String>,
+            $($(#[$tail_meta])* pub $tail: $tail_ty,)*
+        }
+    };
+}
+pub(crate) use with_launch_fields;
+
+with_launch_fields! {
+    /// Spawn a session's adapter under a lease, or return the running one.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct Ensure {
+        pub session: String,
+        ..argv_cwd,
+        /// Added to (or overriding) the daemon's environment, after the scrub: a name set here
+        /// reaches the adapter whatever `unsetEnv`, `clearEnv` and the default scrub say.
+        #[serde(default)]
+        pub env: std::collections::BTreeMap<String, String>,
+        ..launch,
+        /// Keep this spec in the state database so `ensure {session}` can re-spawn it (default
+        /// true).
+        #[serde(default = "yes")]
+        pub persist_spec: bool,
+        /// Store the values of `env` with the spec (default false: only their names are stored,
+        /// and `ensure {session}` must give `env` again with a value for each).
+        #[serde(default)]
+        pub persist_env: bool,
+        /// How long `ensure` waits for a new adapter's first line of output (default `serve
+        /// --ensure-wait-ms`, 0): an exit before it within the wait is the ensure's
+        /// `start_failed` (after it, the stream's `start_failed` end). At most
+        /// [`crate::limits::MAX_ENSURE_WAIT_MS`].
+        #[serde(default)]
+        pub wait_ms: Option<u64>,
+        /// How long this ensure waits behind an ensure of the same key in flight (FIFO, at most
+        /// 16 queued) before it answers `conflict` (default 120000; 0: at once). At most
+        /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
+        #[serde(default)]
+        pub queue_timeout_ms: Option<u64>,
+        /// The params of the ACP `initialize` request the daemon sends a new adapter itself (id
+        /// `"leash-handshake"`) before it answers: the reply carries the response
+        /// (`initialize`), or the ensure fails `handshake_timeout` and the session is closed. Per
+        /// call, never stored.
+        #[serde(default)]
+        pub initialize: Option<Value>,
+        /// How long that `initialize` may go unanswered (default 30000 with `initialize`; needs
+        /// `initialize`). At most [`crate::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
+        #[serde(default)]
+        pub handshake_timeout_ms: Option<u64>,
+    }
 }
 
 fn yes() -> bool {
