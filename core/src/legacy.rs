@@ -120,6 +120,27 @@ pub enum LegacyVerdict {
     Refused { reason: String },
 }
 
+/// The refusals of the live process at a record's stored pid, before its evidence is read: it
+/// started after the import (the pid was reused), or it runs as another uid. `imported` names
+/// what was imported in the message (a record, an acpx lease).
+fn live_root_refusal(
+    rec: &LegacyRecord,
+    p: &ProcessInfo,
+    caller: &Caller,
+    imported: &str,
+) -> Option<String> {
+    if rec.imported_ticks > 0 && p.start_time > rec.imported_ticks {
+        return Some(format!(
+            "pid {} started after the {imported} was imported: the pid was reused",
+            p.pid
+        ));
+    }
+    if p.uid != caller.uid {
+        return Some(format!("pid {} runs as uid {}, not ours", p.pid, p.uid));
+    }
+    None
+}
+
 /// The wrapper root a record's wrapper must lie under (the one recorded with it, else the one
 /// leash expects), or why the recorded wrapper is refused: it lies outside it. The leash-format
 /// and the acpx records' check alike.
@@ -179,14 +200,8 @@ pub fn verify_legacy(
             reason: format!("stored pid {} is not running", rec.pid),
         };
     };
-    if rec.imported_ticks > 0 && p.start_time > rec.imported_ticks {
-        return refuse(format!(
-            "pid {} started after the record was imported: the pid was reused",
-            p.pid
-        ));
-    }
-    if p.uid != caller.uid {
-        return refuse(format!("pid {} runs as uid {}, not ours", p.pid, p.uid));
+    if let Some(why) = live_root_refusal(rec, p, caller, "record") {
+        return refuse(why);
     }
     if let Some(env) = &p.env {
         if let Some(g) = env.gateway_instance_id.as_deref() {
@@ -288,7 +303,7 @@ fn owned_tree(
                         Some(l) => format!("child of {pid}, carries the lease's env marker {l}"),
                         None => format!("child of {pid}"),
                     };
-                    members.push(member(k, Role::Descendant, depth + 1, evidence));
+                    members.push(Member::of(k, Role::Descendant, depth + 1, evidence));
                     stack.push((k.pid, depth + 1));
                 }
             }
@@ -297,27 +312,13 @@ fn owned_tree(
     members.sort_by(|a, b| b.depth.cmp(&a.depth).then(a.pid.cmp(&b.pid)));
     LegacyVerdict::Owned {
         tree: OwnedTree {
-            root: Some(member(p, Role::Root, 0, reason.clone())),
+            root: Some(Member::of(p, Role::Root, 0, reason.clone())),
             members,
             excluded,
             evidence: vec![reason.clone()],
             member_uid: Some(p.uid),
         },
         reason,
-    }
-}
-
-fn member(p: &ProcessInfo, role: Role, depth: usize, evidence: String) -> Member {
-    Member {
-        pid: p.pid,
-        start_time: p.start_time,
-        ppid: p.ppid,
-        pgid: p.pgid,
-        uid: p.uid,
-        role,
-        depth,
-        argv0: p.argv.as_ref().and_then(|a| a.first().cloned()),
-        evidence,
     }
 }
 
@@ -545,14 +546,8 @@ fn verify_acpx(
             pids(&candidates)
         ));
     };
-    if rec.imported_ticks > 0 && p.start_time > rec.imported_ticks {
-        return refuse(format!(
-            "pid {} started after the lease was imported: the pid was reused",
-            p.pid
-        ));
-    }
-    if p.uid != caller.uid {
-        return refuse(format!("pid {} runs as uid {}, not ours", p.pid, p.uid));
+    if let Some(why) = live_root_refusal(rec, p, caller, "lease") {
+        return refuse(why);
     }
     let Some(argv) = &p.argv else {
         return refuse(format!("pid {}: its command line is unreadable", p.pid));
@@ -621,7 +616,7 @@ fn verify_acpx(
                 || tree.members.iter().any(|x| x.pid == m.pid)
                 || tree.excluded.iter().any(|x| x.pid == m.pid);
             if !known && m.start_time >= p.start_time {
-                tree.members.push(member(
+                tree.members.push(Member::of(
                     m,
                     Role::Marked,
                     0,
@@ -637,7 +632,7 @@ fn verify_acpx(
 fn escapees_only(marked: &[&ProcessInfo], reason: String) -> LegacyVerdict {
     let mut members: Vec<Member> = marked
         .iter()
-        .map(|m| member(m, Role::Marked, 0, reason.clone()))
+        .map(|m| Member::of(m, Role::Marked, 0, reason.clone()))
         .collect();
     members.sort_by_key(|m| std::cmp::Reverse(m.pid));
     LegacyVerdict::Owned {

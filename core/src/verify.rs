@@ -95,6 +95,24 @@ pub struct Member {
     pub evidence: String,
 }
 
+impl Member {
+    /// A process as a member of the tree, in its role, `depth` members below its topmost member
+    /// ancestor, with the evidence that admitted it.
+    pub fn of(p: &ProcessInfo, role: Role, depth: usize, evidence: String) -> Member {
+        Member {
+            pid: p.pid,
+            start_time: p.start_time,
+            ppid: p.ppid,
+            pgid: p.pgid,
+            uid: p.uid,
+            role,
+            depth,
+            argv0: p.argv.as_ref().and_then(|a| a.first().cloned()),
+            evidence,
+        }
+    }
+}
+
 /// A process that looked related but failed its own check; it is never signalled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -655,20 +673,7 @@ impl<'a> TreeBuilder<'a> {
         } else {
             role
         };
-        self.members.insert(
-            p.pid,
-            Member {
-                pid: p.pid,
-                start_time: p.start_time,
-                ppid: p.ppid,
-                pgid: p.pgid,
-                uid: p.uid,
-                role,
-                depth: 0,
-                argv0: p.argv.as_ref().and_then(|a| a.first().cloned()),
-                evidence,
-            },
-        );
+        self.members.insert(p.pid, Member::of(p, role, 0, evidence));
     }
 
     /// The per-member check: a process joins the tree only if it started no earlier than the
