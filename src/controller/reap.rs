@@ -365,15 +365,20 @@ impl<'t> Controller<'t> {
     /// directory directly under this gateway's root, named for a lease id, with the id seen when
     /// it was listed), killed, and removed. Nothing happens when containment is not on.
     pub fn sweep_stray_cgroups(&self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
-        if self.cgroup_root().is_none() {
+        let Some(root) = self.cgroup_root() else {
             return Ok(Vec::new());
+        };
+        // Only the rows the directories there are named for (the sweep looks at nothing else):
+        // one lookup per cgroup left, not a read of the retained history.
+        let mut leases: Vec<Result<Lease, String>> = Vec::new();
+        for (name, _) in cgroup::children(&root) {
+            match self.store().lease(&name) {
+                Ok(Some(l)) => leases.push(Ok(l)),
+                Ok(None) => {}
+                Err(e @ StoreError::BadRow { .. }) => leases.push(Err(e.to_string())),
+                Err(e) => return Err(e),
+            }
         }
-        let leases: Vec<Result<Lease, String>> = self
-            .store()
-            .leases(&[])?
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
         Ok(self.sweep_stray_cgroups_among(&leases, now_ms))
     }
 
