@@ -729,6 +729,8 @@ fn forward(adapter: &Adapter, sig: i32) {
 /// the wrapper's median 0.07-0.1 ms slower than tini's (traced with perf: docs/benchmarks.md,
 /// "Parent death: where the time went"). tini sleeps right after its one kill(2); we yield, and
 /// go on once what we signalled has had its turn.
+#[cold]
+#[inline(never)]
 fn sweep(adapter: &Adapter, sig: i32, cgroup: Option<&sys::Cgroup>) -> usize {
     signal_group(adapter, sig);
     sys::yield_cpu();
