@@ -615,7 +615,8 @@ fn supervise(
                 parent_died = true;
                 if matches!(phase, Phase::Running) {
                     // Signals first, words after: the line costs formatting and a write, and
-                    // the adapter should not wait for them.
+                    // the adapter should not wait for them (nor for the rest of the sweep: it
+                    // yields the CPU right after the group's signal).
                     let n = sweep(adapter, libc::SIGTERM, cgroup);
                     phase = Phase::Terminating {
                         deadline: deadline_after(grace),
@@ -720,8 +721,19 @@ fn forward(adapter: &Adapter, sig: i32) {
 /// wrapper found by walking `/proc/<pid>/task/<tid>/children`, including those re-parented to us
 /// after escaping the group with `setsid()`. Returns how many descendants were signalled
 /// individually.
+///
+/// Between the group and the rest it yields the CPU. The rest (the walk of `/proc` for
+/// re-parented descendants and the cgroup's members) is some 30 syscalls; the adapter, just
+/// woken by the group's signal, is often queued on this very CPU, and the scheduler does not
+/// preempt us for it: after its owner's death it waited until we slept, 0.1-0.2 ms, which made
+/// the wrapper's median 0.07-0.1 ms slower than tini's (traced with perf: docs/benchmarks.md,
+/// "Parent death: where the time went"). tini sleeps right after its one kill(2); we yield, and
+/// go on once what we signalled has had its turn.
+#[cold]
+#[inline(never)]
 fn sweep(adapter: &Adapter, sig: i32, cgroup: Option<&sys::Cgroup>) -> usize {
     signal_group(adapter, sig);
+    sys::yield_cpu();
     if let Some(cg) = cgroup {
         cg.for_each_member(|pidfd| send_one(pidfd, sig));
     }

@@ -116,6 +116,13 @@ pub fn set_child_subreaper() -> io::Result<()> {
     cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(|_| ())
 }
 
+/// Gives the CPU to whatever else is runnable on it (sched_yield(2)); returns at once when
+/// nothing is.
+pub fn yield_cpu() {
+    // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+    unsafe { libc::sched_yield() };
+}
+
 pub fn getppid() -> i32 {
     // SAFETY: getppid cannot fail.
     unsafe { libc::getppid() }

@@ -207,3 +207,122 @@ fn an_oversize_grace_is_capped_at_one_hour() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(text.contains("SIGKILL after 3600000 ms"), "{text}");
 }
+
+/// Fields of `/proc/<pid>/status` (`State`, `ShdPnd`, `SigPnd`, ...), or none once it is gone.
+fn status_field(pid: i32, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// Waits until the wrapper has taken every signal sent to it and sleeps again in its loop:
+/// nothing pending for the process, and state S (or it exited). Whatever it did about those
+/// signals (a wrongful SIGTERM to the adapter included) it did before it slept.
+fn wait_until_wrapper_idle(wrapper: i32, deadline: std::time::Instant) {
+    loop {
+        let text = std::fs::read_to_string(format!("/proc/{wrapper}/status")).unwrap_or_default();
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let nothing_pending =
+            field("ShdPnd").chars().all(|c| c == '0') && field("SigPnd").chars().all(|c| c == '0');
+        let state = field("State");
+        if nothing_pending && state.starts_with('S') || state.starts_with('Z') || text.is_empty() {
+            return; // asleep again, or it exited: either way it has done what it did
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the wrapper never went back to sleep: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Kills, by pid, the wrapper this test started if the test fails before it reaped it (disarmed
+/// once reaped: the pid may be anyone's after that). Its adapter follows by its own
+/// PR_SET_PDEATHSIG; the adapter's pid is not signalled, the wrapper may have reaped it.
+struct KillOnDrop(Vec<i32>);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: kill(2) on the wrapper, our unreaped child until `wait`: the pid is its.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn the_exit_of_the_parent_thread_is_not_the_parents_death() {
+    // The wrapper watches its parent *process* (a pidfd on it). When the thread that forked the
+    // wrapper exits while that process lives on, the kernel hands the wrapper to a sibling
+    // thread, and would send a PR_SET_PDEATHSIG (which tini's -p relies on; the wrapper does not
+    // arm one, see docs/benchmarks.md). That is not the parent's death: the adapter must not be
+    // signalled, and the wrapper keeps supervising.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (mut child, tid, adapter) = std::thread::spawn(move || {
+        // SAFETY: gettid cannot fail.
+        let tid = unsafe { libc::gettid() };
+        let child = wrap()
+            .args(["--grace-ms", "100", "--", "sleep", "1000"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let wrapper = child.id() as i32;
+        // The thread exits only once the wrapper runs its loop (adapter started).
+        let adapter = loop {
+            let kids = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+                .unwrap_or_default();
+            if let Some(a) = kids.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                break a;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "adapter never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        (child, tid, adapter)
+    })
+    .join()
+    .unwrap();
+    let wrapper = child.id() as i32;
+    let mut guard = KillOnDrop(vec![wrapper]);
+    // pthread_join returns when the thread's tid is cleared, early in its exit; the kernel
+    // re-parents the wrapper (and would send a PR_SET_PDEATHSIG) later, in its exit_notify,
+    // before the thread is released and its task entry goes.
+    while std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spawning thread never went"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let untouched = |when: &str| {
+        assert_eq!(
+            status_field(adapter, "PPid").as_deref(),
+            Some(wrapper.to_string().as_str()),
+            "{when}: the adapter is gone"
+        );
+        let state = status_field(adapter, "State").unwrap_or_default();
+        assert!(state.starts_with('S'), "{when}: adapter state {state}");
+        for key in ["ShdPnd", "SigPnd"] {
+            let pending = status_field(adapter, key).unwrap_or_default();
+            assert!(
+                pending.chars().all(|c| c == '0'),
+                "{when}: the adapter was signalled ({key} {pending})"
+            );
+        }
+    };
+    wait_until_wrapper_idle(wrapper, deadline);
+    untouched("after the parent thread's exit");
+    // Still supervising: a SIGTERM is forwarded and the wrapper exits with the adapter's status.
+    // SAFETY: kill(2) on the wrapper this test started (our unreaped child).
+    unsafe { libc::kill(wrapper, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    guard.0.clear();
+    assert_eq!(status.code(), Some(143));
+}
