@@ -74,7 +74,7 @@ impl ExecDaemon for ExecThroughDaemon<'_> {
         }
         let line = Line {
             id: 1,
-            op: <ExecAsk as super::protocol::OpRequest>::NAME,
+            op: <Box<ExecAsk> as super::protocol::OpRequest>::NAME,
             ask,
         };
         let mut bytes = match serde_json::to_vec(&line) {

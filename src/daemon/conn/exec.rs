@@ -155,11 +155,11 @@ fn test_pause(at: &str) {
 /// See [`test_pause`].
 pub const ENV_TEST_PAUSE: &str = "LEASH_TEST_EXEC_PAUSE";
 
-impl Handles<ExecAsk> for Cx<'_> {
+impl Handles<Box<ExecAsk>> for Cx<'_> {
     type Done = Timed;
 
-    fn handle(self, ask: ExecAsk) -> Timed {
-        let r = exec(self.d, self.peer, ask);
-        self.answer::<ExecAsk>(r)
+    fn handle(self, ask: Box<ExecAsk>) -> Timed {
+        let r = exec(self.d, self.peer, *ask);
+        self.answer::<Box<ExecAsk>>(r)
     }
 }

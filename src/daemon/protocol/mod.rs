@@ -118,7 +118,8 @@ ops! {
     Hello(Hello),
     Ping(Ping),
     Detach(Detach),
-    Exec(crate::controller::exec::ExecAsk),
+    /// Boxed, as `ensure`: large beside the other requests.
+    Exec(Box<crate::controller::exec::ExecAsk>),
 }
 
 /// A request that could not be parsed, with what is needed to answer it.

@@ -694,7 +694,7 @@ impl OpRequest for Ping {
 /// `exec`: commit the lease of the calling `leash exec` process (issue 24). The request is the
 /// library's [`ExecAsk`](crate::controller::exec::ExecAsk); the root and the owner are never in
 /// it (the daemon reads them from the socket's peer).
-impl OpRequest for crate::controller::exec::ExecAsk {
+impl OpRequest for Box<crate::controller::exec::ExecAsk> {
     const NAME: &'static str = "exec";
     type Reply = crate::controller::exec::ExecAnswer;
 
@@ -764,6 +764,6 @@ impl OpRequest for crate::controller::exec::ExecAsk {
         if a.owner_pid.is_some_and(|p| p <= 0) {
             return Err(bad("exec: \"ownerPid\" must be a pid (> 0)"));
         }
-        Ok(a)
+        Ok(Box::new(a))
     }
 }
