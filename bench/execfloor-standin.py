@@ -13,7 +13,18 @@ def env_for(state):
 subs = [("true", ["/bin/true"], dict(os.environ)),
         ("wrap", [WRAP, "--", "/bin/true"], dict(os.environ)),
         ("exec", [NEW, "exec", "--", "/bin/true"], env_for("new")),
+        ("execd", [NEW, "exec", "--", "/bin/true"], env_for("newd")),
         ("base", [BASE, "exec", "--", "/bin/true"], env_for("base"))]
+# "execd": the same state root layout with a `leash serve` of it running (the daemon commits).
+daemon = subprocess.Popen([NEW, "serve"], env=env_for("newd"), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/serve.log", "w"))
+for _ in range(3000):
+    try:
+        if f'"pid":{daemon.pid},' in open(f"{tmp}/newd/daemon.lock").read(): break
+    except OSError: pass
+    time.sleep(0.01)
+else:
+    daemon.kill(); sys.exit("leash serve did not start")
 def once(argv, env):
     t = time.perf_counter()
     pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),(os.POSIX_SPAWN_DUP2, devnull, 1),(os.POSIX_SPAWN_DUP2, devnull, 2)])
@@ -41,14 +52,17 @@ try:
         def show(v): return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
         for n in per:
             line = f"  {n:5s} {show(per[n])} ms"
-            if n in ("exec", "base"):
+            if n in ("exec", "execd", "base"):
                 d = [x - y for x, y in zip(per[n], per["wrap"])]; q = [x / y for x, y in zip(per[n], per["wrap"])]
                 line += f"   -wrap {show(d)} ms   /wrap {show(q)}"
             print(line, flush=True)
         if "base" in per:
             q = [x / y for x, y in zip(per["exec"], per["base"])]
             print(f"  exec/base per round {show(q)}", flush=True)
+        q = [x / y for x, y in zip(per["execd"], per["exec"])]
+        print(f"  execd/exec per round {show(q)}", flush=True)
 finally:
+    daemon.terminate(); daemon.wait()
     for p in sleepers: p.kill()
     for p in sleepers: p.wait()
     for d in sorted((os.path.join(r, x) for r, ds, _ in os.walk(cg) for x in ds), key=len, reverse=True):

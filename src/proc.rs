@@ -310,6 +310,22 @@ fn stat_start_and_state(pid: i32) -> Option<(u64, char)> {
     Some((start, state))
 }
 
+/// Fields 4 (the parent's pid) and 22 (start time) of `/proc/<pid>/stat`.
+pub fn parent_and_start_of(pid: i32) -> Option<(i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let ppid = fields.nth(1)?.parse().ok()?;
+    let start = fields.nth(17)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+/// The pidfs inode of the process at the other end of a connected Unix socket (see
+/// `sys::peer_pidfs_ino`).
+pub fn peer_pidfs_ino(sock: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+    crate::sys::peer_pidfs_ino(sock)
+}
+
 /// The pidfs inode of a process (see [`ProcessInfo::pidfs_ino`]).
 pub fn pidfs_ino_of(pid: i32) -> Option<u64> {
     crate::sys::pidfs_ino(pid)

@@ -2,7 +2,7 @@
 //! needs. All `unsafe` of the leash library lives here.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Takes ownership of a descriptor this process was handed when it started (socket activation:
@@ -114,6 +114,11 @@ const PIDFS_MAGIC: i64 = 0x5049_4446;
 /// on older kernels, where all pidfds share one anonymous inode, or when the process is gone.
 pub fn pidfs_ino(pid: i32) -> Option<u64> {
     let fd = pidfd_open(pid).ok()?;
+    pidfd_ino(fd.as_fd())
+}
+
+/// The pidfs inode of the process a pidfd refers to (`None` before Linux 6.9).
+fn pidfd_ino(fd: BorrowedFd<'_>) -> Option<u64> {
     // SAFETY: fstatfs/fstat fill locals we own; the fd is live for the duration.
     unsafe {
         let mut sfs: libc::statfs = std::mem::zeroed();
@@ -126,6 +131,31 @@ pub fn pidfs_ino(pid: i32) -> Option<u64> {
         }
         Some(st.st_ino)
     }
+}
+
+/// The pidfs inode of the process at the other end of a connected Unix socket, as the kernel
+/// recorded it when that process connected (`SO_PEERPIDFD`, Linux >= 6.5; the inode needs
+/// pidfs, >= 6.9): unlike the peer's pid, it names that process instance and no other, even
+/// once the pid is recycled. `None` where the kernel cannot say.
+pub fn peer_pidfs_ino(sock: BorrowedFd<'_>) -> Option<u64> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the local `fd`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    pidfd_ino(fd.as_fd())
 }
 
 /// The calling thread's nice value.

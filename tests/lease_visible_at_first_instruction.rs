@@ -1,12 +1,35 @@
 //! The lease row (right pid, start time, owner) is in the database before the wrapper's first
-//! instruction, so the adapter itself can read it when it starts.
+//! instruction, so the adapter itself can read it when it starts: committed by `leash exec`
+//! itself, and by the daemon serving the state root (issue 24: the `exec` op).
 mod common;
+mod daemon_support;
 use common::*;
+use daemon_support::Daemon;
 
 #[test]
 fn adapter_reads_its_own_lease_at_start() {
     let tmp = TempDir::new("visible");
+    check_visible_at_start(&tmp, &tmp.join("state"));
+}
+
+/// The same with a `leash serve` of the state root running: the daemon commits the lease (its
+/// log says so), rooted at the `leash exec` process, before the wrapper's first instruction.
+#[test]
+fn adapter_reads_its_own_lease_at_start_when_the_daemon_commits_it() {
+    let tmp = TempDir::new("visible-daemon");
     let state = tmp.join("state");
+    let mut daemon = Daemon::start_logging(&state, &[], "debug");
+    check_visible_at_start(&tmp, &state);
+    let log = daemon.log_text();
+    assert!(
+        log.contains("exec: lease committed for the peer"),
+        "the daemon did not commit the lease:\n{log}"
+    );
+    assert!(daemon.terminate().success());
+}
+
+fn check_visible_at_start(tmp: &TempDir, state: &std::path::Path) {
+    let state = state.to_path_buf();
     let out = tmp.join("leases.json");
     let ppid_file = tmp.join("ppid");
     // The adapter's first act is to ask leash for its lease.

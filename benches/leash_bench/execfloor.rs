@@ -9,6 +9,11 @@
 //! section makes and removes) when running as root with cgroup2; otherwise off, and the report
 //! says so. `LEASH_BENCH_BASELINE=/path/to/leash` also times another build's `leash exec` the
 //! same way, in the same turns (its `leash-wrap` must lie next to it).
+//!
+//! `leash exec` is timed both ways in the same turns: on a state root no daemon serves (it
+//! commits the lease to SQLite itself), and on one a `leash serve` started by this section
+//! serves (the daemon commits the lease on its warm connection: the `exec` op; stopped with
+//! SIGTERM at the end of the section).
 
 use crate::containment::BenchRoot;
 use crate::procs::{Children, TempDir};
@@ -110,7 +115,19 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             argv: exec_argv(&env.leash),
             envs: contain("state"),
         },
+        Subject {
+            name: "exec-daemon",
+            label: "the same, a `leash serve` of the state root running (it commits the lease)"
+                .into(),
+            argv: exec_argv(&env.leash),
+            envs: contain("state-daemon"),
+        },
     ];
+    let _daemon = Serve::start(
+        &env.leash,
+        &contain("state-daemon"),
+        &scratch.path().join("state-daemon"),
+    )?;
     if let Some(b) = std::env::var_os("LEASH_BENCH_BASELINE").map(PathBuf::from) {
         if !b.is_file() {
             return Err(format!(
@@ -198,7 +215,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 let d: Vec<f64> = r.iter().zip(base).map(|(x, y)| x - y).collect();
                 let q: Vec<f64> = r.iter().zip(base).map(|(x, y)| x / y).collect();
                 let (d, q) = (Summary::of(&d), Summary::of(&q));
-                let target = if s.name == "exec" {
+                let target = if s.name == "exec" || s.name == "exec-daemon" {
                     crate::spawn::verdict(
                         d.median <= 1.0 && q.median <= 1.5,
                         "≤ +1.0 ms and ≤ 1.5×",
@@ -220,4 +237,44 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     }
     out.push_str(&t.render());
     Ok(out)
+}
+
+/// The `leash serve` of the daemon subject's state root, stopped (SIGTERM, then waited for) on
+/// drop.
+struct Serve(std::process::Child);
+
+impl Serve {
+    fn start(
+        leash: &PathBuf,
+        envs: &[(&'static str, OsString)],
+        state: &std::path::Path,
+    ) -> Result<Serve, String> {
+        let child = Command::new(leash)
+            .arg("serve")
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start leash serve: {e}"))?;
+        let serve = Serve(child);
+        let pid = serve.0.id() as i32;
+        let lock = state.join("daemon.lock");
+        let socket = state.join("leash.sock");
+        let up = crate::procs::wait_for(std::time::Duration::from_secs(30), || {
+            std::fs::read_to_string(&lock).is_ok_and(|t| t.contains(&format!("\"pid\":{pid},")))
+                && std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        if !up {
+            return Err("leash serve did not start listening within 30 s".into());
+        }
+        Ok(serve)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        crate::procs::term_child(&self.0);
+        let _ = self.0.wait();
+    }
 }

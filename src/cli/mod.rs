@@ -22,7 +22,7 @@ mod serve;
 pub mod sessions;
 mod verify;
 
-use crate::controller::exec::{ExecError, ExecRequest};
+use crate::controller::exec::ExecRequest;
 use crate::controller::Controller;
 use crate::controller::{CloseResult, LeaseRef};
 use crate::limits::DEFAULT_GRACE_MS;
@@ -811,7 +811,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     );
     if let Command::Exec(a) = cli.command {
         let json_errors = cli.global.error_format == Some(ErrorFormat::Json);
-        return run_exec(&dir, a, settings, json_errors);
+        return run_exec(&dir, a, settings, json_errors, cli.global.no_daemon);
     }
     // The first directory of the state root's path that does not exist yet: what a failed
     // `leash serve` removes again (see `remove_unused_root`).
@@ -905,6 +905,7 @@ fn run_exec(
     a: ExecArgs,
     containment: crate::cgroup::Settings,
     json_errors: bool,
+    no_daemon: bool,
 ) -> Result<u8, Failure> {
     // Before the state root is made: a refused exec changes nothing.
     crate::controller::exec::check_owner(a.owner_pid).map_err(|e| {
@@ -936,22 +937,16 @@ fn run_exec(
         lease_id: a.lease_id,
         command: a.command,
     };
-    match crate::controller::exec::exec(&root, req) {
+    // A daemon of this state root commits the lease on its warm connection (issue 24); without
+    // one (or with --no-daemon) the lease is committed here.
+    let through = crate::daemon::exec_client::ExecThroughDaemon { root: &root };
+    let through: &dyn crate::controller::exec::ExecDaemon = &through;
+    let daemon = (!no_daemon).then_some(through);
+    match crate::controller::exec::exec(&root, req, daemon) {
         Ok(never) => match never {},
         Err(e) => {
             let kind = e.kind();
-            let msg = match &e {
-                // Said once: some of these errors say it themselves ("…; nothing started").
-                ExecError::Store(_)
-                | ExecError::State(_)
-                | ExecError::Install(_)
-                | ExecError::Cgroup(_)
-                    if !e.to_string().contains("nothing started") =>
-                {
-                    format!("{e}; nothing started")
-                }
-                _ => e.to_string(),
-            };
+            let msg = crate::controller::exec::cli_message(&e);
             Err(Failure::new(kind, msg).of_exec())
         }
     }

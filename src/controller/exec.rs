@@ -11,6 +11,13 @@
 //! pid and start time. So the lease is in the database before the wrapper's first instruction,
 //! always, and the gateway that spawned `leash exec` is the wrapper's parent (the lease's owner).
 //! Nothing is printed on stdout: it is the adapter's.
+//!
+//! With a `leash serve` of the state root running, the commit is the daemon's (issue 24): this
+//! process resolves what only it can (its containment, the installed wrapper, a lease id of its
+//! choosing), sends one `exec` request and waits for the answer, and opens no database; the
+//! daemon runs [`decide_and_commit`] — the same steps, errors and messages — with the socket's
+//! peer (this process, as the kernel names it) as the root. Whatever the daemon cannot honour
+//! is decided here as without a daemon.
 
 use crate::cgroup::{self, CgroupError, Containment, Limits, Settings, Verified};
 use crate::install::{install_wrapper, InstallError};
@@ -22,6 +29,7 @@ use leash_core::kind::{HasKind, Kind};
 use leash_core::model::SessionRow;
 use leash_core::model::{command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -89,6 +97,9 @@ pub enum ExecError {
         actual: i32,
         why: &'static str,
     },
+    /// The daemon's refusal of its `exec` op: the decision's error as [`cli_message`] says it.
+    #[error("{message}")]
+    Daemon { kind: Kind, message: String },
     #[error("cannot exec the wrapper {path}: {source}; lease {lease_id} recorded lost")]
     Exec {
         path: PathBuf,
@@ -109,6 +120,7 @@ impl HasKind for ExecError {
             | ExecError::NoCommand
             | ExecError::BadLeaseId(_) => Kind::Usage,
             ExecError::LeaseIdTaken(_) => Kind::Conflict,
+            ExecError::Daemon { kind, .. } => *kind,
             ExecError::Store(StoreError::Unstorable { .. }) => Kind::Usage,
             ExecError::Store(_) | ExecError::State(_) => Kind::Internal,
             ExecError::Install(_)
@@ -117,6 +129,22 @@ impl HasKind for ExecError {
             | ExecError::Exec { .. }
             | ExecError::Cgroup(_) => Kind::SpawnFailed,
         }
+    }
+}
+
+/// How `leash exec` words a failure (the daemon's `exec` op sends the same text): said once
+/// that nothing started, where the error does not say it itself.
+pub fn cli_message(e: &ExecError) -> String {
+    match e {
+        ExecError::Store(_)
+        | ExecError::State(_)
+        | ExecError::Install(_)
+        | ExecError::Cgroup(_)
+            if !e.to_string().contains("nothing started") =>
+        {
+            format!("{e}; nothing started")
+        }
+        _ => e.to_string(),
     }
 }
 
@@ -196,10 +224,14 @@ pub fn supersede_reason(
 /// its owner could never be watched. Refused before anything is stored: no lease row, no
 /// cgroup. Checked again by the wrapper (it watches the parent it was given).
 pub fn check_owner(owner_pid: Option<i32>) -> Result<(), ExecError> {
+    check_owner_is(owner_pid, nix::unistd::getppid().as_raw())
+}
+
+/// [`check_owner`] against a parent read elsewhere (the daemon reads its peer's).
+pub fn check_owner_is(owner_pid: Option<i32>, parent: i32) -> Result<(), ExecError> {
     let Some(expected) = owner_pid else {
         return Ok(());
     };
-    let parent = nix::unistd::getppid().as_raw();
     if expected == parent {
         return Ok(());
     }
@@ -225,28 +257,316 @@ pub fn is_canonical_uuid(id: &str) -> bool {
 
 /// Commits the lease and execs the wrapper. Returns only on failure. One step per line; each
 /// step's rules are in its own function below.
-pub fn exec(root: &StateRoot, req: ExecRequest) -> Result<std::convert::Infallible, ExecError> {
+///
+/// `daemon`: the way to a `leash serve` of this state root, if one may be asked (issue 24).
+/// When one answers and can honour the request, it runs the same decision
+/// ([`decide_and_commit`]) on its warm connection and this process opens no database at all;
+/// otherwise (no daemon, another state root, settings the daemon did not resolve) the lease is
+/// committed here, as it always was.
+pub fn exec(
+    root: &StateRoot,
+    mut req: ExecRequest,
+    daemon: Option<&dyn ExecDaemon>,
+) -> Result<std::convert::Infallible, ExecError> {
     check_request(&req)?;
+    if let Some(d) = daemon {
+        if let Some(launch) = through_daemon(root, &mut req, d)? {
+            return Err(launch_wrapper(root, &req, launch));
+        }
+    }
     let mut store = Store::open(&root.db_path())?;
-    check_lease_id_free(&store, req.lease_id.as_deref())?;
-    let wrapper_path = install_wrapper(root)?;
-    let gateway = store.gateway_instance_id().to_string();
-    let containment = Containment::resolve_lean(&req.containment, &gateway);
-    check_limits_enforceable(&req.limits, &containment)?;
-    let owner = spawner()?;
-    let mut new = new_lease(root, &req, &gateway, &wrapper_path, &owner);
-    let session = session_row(&req, &new);
-    let made = make_cgroup(&containment, &req.limits, &mut new)?;
-    let made = commit(&mut store, root, &containment, &new, &session, made)?;
+    let origin = Origin::of_self()?;
+    let wrapper = || install_wrapper(root).map_err(ExecError::from);
+    let resolve = |gateway: &str| Containment::resolve_lean(&req.containment, gateway);
+    let (new, made) = decide_and_commit(&mut store, root, &req, &origin, wrapper, resolve)?;
     drop(store);
-    let err = wrapper_command(root, &req, &new, &wrapper_path, &owner, made.as_ref()).exec();
-    Err(wrapper_exec_failed(
-        root,
-        &new.lease_id,
-        wrapper_path,
+    let launch = Launch {
+        wrapper_path: PathBuf::from(&new.wrapper_path),
+        owner_pid: origin.owner.pid,
+        cgroup: made.as_ref().map(|h| h.path().to_path_buf()),
         made,
-        err,
-    ))
+        cgroup_id: new.cgroup_id,
+        lease_id: new.lease_id,
+        gateway_id: new.gateway_instance_id,
+    };
+    Err(launch_wrapper(root, &req, launch))
+}
+
+/// The decision between "the store is open" and "the wrapper's command line", one function for
+/// both front doors: `leash exec` on its own connection, and the daemon's `exec` op on its warm
+/// one (`daemon/conn/exec.rs`), so the errors, their messages and the rows are the same either
+/// way. `origin` is the lease's root and owner as the kernel says (this process and its parent;
+/// or, in the daemon, the peer of the socket); `wrapper` installs (or checks) the wrapper;
+/// `containment` resolves the containment for the gateway id. Returns the committed lease and
+/// its cgroup.
+pub fn decide_and_commit(
+    store: &mut Store,
+    root: &StateRoot,
+    req: &ExecRequest,
+    origin: &Origin,
+    wrapper: impl FnOnce() -> Result<PathBuf, ExecError>,
+    containment: impl FnOnce(&str) -> Containment,
+) -> Result<(Lease, Option<Verified>), ExecError> {
+    check_lease_id_free(store, req.lease_id.as_deref())?;
+    let wrapper_path = wrapper()?;
+    let gateway = store.gateway_instance_id().to_string();
+    let containment = containment(&gateway);
+    check_limits_enforceable(&req.limits, &containment)?;
+    let mut new = new_lease(root, req, &gateway, &wrapper_path, origin);
+    let session = session_row(req, &new);
+    let made = make_cgroup(&containment, &req.limits, &mut new)?;
+    let made = commit(store, root, &containment, &new, &session, made)?;
+    Ok((new, made))
+}
+
+/// What the wrapper is exec'd with once the lease is committed (here or by the daemon).
+struct Launch {
+    lease_id: String,
+    gateway_id: String,
+    wrapper_path: PathBuf,
+    owner_pid: i32,
+    cgroup: Option<PathBuf>,
+    cgroup_id: Option<u64>,
+    /// The cgroup's handle when this process made it (to remove it if the exec fails).
+    made: Option<Verified>,
+}
+
+/// Execs the wrapper; returns only when that failed (the lease is then recorded lost).
+fn launch_wrapper(root: &StateRoot, req: &ExecRequest, launch: Launch) -> ExecError {
+    let err = wrapper_command(root, req, &launch).exec();
+    let made = match (launch.made, &launch.cgroup, launch.cgroup_id) {
+        (Some(h), _, _) => Some(h),
+        (None, Some(p), Some(id)) => Verified::open(p, id).ok(),
+        _ => None,
+    };
+    wrapper_exec_failed(root, &launch.lease_id, launch.wrapper_path, made, err)
+}
+
+/// The lease's root (the process that becomes the wrapper) and its owner (that process's
+/// parent), as the kernel says.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin {
+    pub root: leash_core::model::ProcessId,
+    pub root_pidfs_ino: Option<u64>,
+    pub owner: Spawner,
+}
+
+impl Origin {
+    /// This process and its parent.
+    fn of_self() -> Result<Origin, ExecError> {
+        let me = proc::self_id();
+        Ok(Origin {
+            root: me,
+            root_pidfs_ino: proc::pidfs_ino_of(me.pid),
+            owner: spawner()?,
+        })
+    }
+}
+
+/// The way to the daemon serving the state root, for [`exec`]: the front door passes it in
+/// (`daemon::exec_client`), so this verb names no client type.
+pub trait ExecDaemon {
+    /// Asks the daemon to commit the lease rooted at the calling process.
+    fn commit(&self, ask: &ExecAsk) -> DaemonAnswer;
+}
+
+/// What the daemon said to an [`ExecAsk`].
+#[derive(Debug)]
+pub enum DaemonAnswer {
+    /// No daemon was asked (none runs, another state root's, an old one): the direct path.
+    NotAsked(String),
+    /// The daemon answered: committed, or it cannot honour these settings.
+    Answered(ExecAnswer),
+    /// The daemon refused: the decision's error, as the direct path would have said it.
+    Refused { kind: Kind, message: String },
+    /// The request was sent but no answer came (the daemon died, or closed the connection):
+    /// the lease may or may not be committed; [`exec`] looks its id up.
+    Lost(String),
+}
+
+/// The daemon's `exec` request: what [`decide_and_commit`] needs that only the client knows.
+/// The root and the owner are not in it: the daemon takes them from the socket's peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecAsk {
+    /// The state root the client means (the daemon serves one).
+    pub state_dir: PathBuf,
+    /// Chosen by the client (a fresh UUIDv7, or `--lease-id`): a lost answer is looked up by it.
+    pub lease_id: String,
+    /// Whether `lease_id` came from `--lease-id` (so a fresh one may not replace it).
+    #[serde(default)]
+    pub lease_id_given: bool,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub spawned_by: Option<String>,
+    #[serde(default)]
+    pub parent: Option<String>,
+    pub grace_ms: u64,
+    /// `--owner-pid`: checked against the peer's parent as the kernel says.
+    #[serde(default)]
+    pub owner_pid: Option<i32>,
+    #[serde(default)]
+    pub limits: Limits,
+    /// The adapter's argv (as the lease records it: lossy UTF-8).
+    pub argv: Vec<String>,
+    /// The wrapper the client installed (under the state root's wrapper root).
+    pub wrapper: PathBuf,
+    /// The containment the client resolved: the daemon commits only when it resolved the same.
+    pub containment: String,
+    #[serde(default)]
+    pub cgroup_root: Option<PathBuf>,
+}
+
+/// The daemon's answer to [`ExecAsk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum ExecAnswer {
+    /// The lease is committed (and its cgroup made): exec the wrapper.
+    #[serde(rename_all = "camelCase")]
+    Committed {
+        lease_id: String,
+        gateway_id: String,
+        root_pid: i32,
+        root_start_time: u64,
+        wrapper_path: PathBuf,
+        #[serde(default)]
+        cgroup_path: Option<PathBuf>,
+        #[serde(default)]
+        cgroup_id: Option<u64>,
+    },
+    /// The daemon cannot honour the request (another containment, another state root, a
+    /// kernel without the peer's pidfd): nothing was made; commit directly.
+    Direct { why: String },
+}
+
+/// The daemon path of [`exec`]: `Some` when the daemon committed the lease (or committed it
+/// and died before answering), `None` for the direct path; an error when it refused.
+fn through_daemon(
+    root: &StateRoot,
+    req: &mut ExecRequest,
+    d: &dyn ExecDaemon,
+) -> Result<Option<Launch>, ExecError> {
+    // The containment this process would resolve (the gateway's directory aside, which needs the
+    // store): the daemon honours only the same. A refusal it would give (limits without
+    // containment) is the direct path's, word for word.
+    let mine = Containment::resolve_lean(&req.containment, "");
+    if check_limits_enforceable(&req.limits, &mine).is_err() {
+        return Ok(None);
+    }
+    // Any failure here is the direct path's to report, in its order.
+    let Ok(wrapper_path) = install_wrapper(root) else {
+        return Ok(None);
+    };
+    let given = req.lease_id.is_some();
+    let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
+    let ask = ExecAsk {
+        state_dir: root.dir().to_path_buf(),
+        lease_id: lease_id.clone(),
+        lease_id_given: given,
+        session: req.session_key.clone(),
+        agent: req.agent_id.clone(),
+        owner: req.owner_session_key.clone(),
+        spawned_by: req.spawned_by.clone(),
+        parent: req.parent_session_key.clone(),
+        grace_ms: req.grace_ms,
+        owner_pid: req.owner_pid,
+        limits: req.limits.clone(),
+        argv: req
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        wrapper: wrapper_path,
+        containment: mine.mode.clone(),
+        cgroup_root: mine.root.clone(),
+    };
+    let me = proc::self_id();
+    let owner_pid = nix::unistd::getppid().as_raw();
+    match d.commit(&ask) {
+        DaemonAnswer::NotAsked(why) | DaemonAnswer::Answered(ExecAnswer::Direct { why }) => {
+            tracing::debug!(%why, "committing the lease directly");
+            Ok(None)
+        }
+        DaemonAnswer::Refused { kind, message } => Err(ExecError::Daemon { kind, message }),
+        DaemonAnswer::Answered(ExecAnswer::Committed {
+            lease_id: got,
+            gateway_id,
+            root_pid,
+            root_start_time,
+            wrapper_path,
+            cgroup_path,
+            cgroup_id,
+        }) => {
+            if got != lease_id || root_pid != me.pid || root_start_time != me.start_time {
+                return Err(ExecError::Daemon {
+                    kind: Kind::Internal,
+                    message: format!(
+                        "the daemon committed lease {got} rooted at pid {root_pid} (start time \
+                         {root_start_time}), not lease {lease_id} at this process (pid {}, start \
+                         time {}); nothing started",
+                        me.pid, me.start_time
+                    ),
+                });
+            }
+            Ok(Some(Launch {
+                lease_id,
+                gateway_id,
+                wrapper_path,
+                owner_pid,
+                cgroup: cgroup_path,
+                cgroup_id,
+                made: None,
+            }))
+        }
+        DaemonAnswer::Lost(why) => {
+            tracing::debug!(%why, %lease_id, "the daemon did not answer; looking the lease up");
+            after_lost_answer(root, req, &lease_id, given, me, owner_pid)
+        }
+    }
+}
+
+/// The daemon took the request and did not answer: the row decides. Present with this
+/// process as its root (pid and start time): the daemon committed it, exec the wrapper.
+/// Absent: nothing was committed, the direct path (with a fresh id unless `--lease-id` chose
+/// it: a cgroup the daemon may have made for the first id is a stray `reap` sweeps).
+fn after_lost_answer(
+    root: &StateRoot,
+    req: &mut ExecRequest,
+    lease_id: &str,
+    given: bool,
+    me: leash_core::model::ProcessId,
+    owner_pid: i32,
+) -> Result<Option<Launch>, ExecError> {
+    let store = Store::open(&root.db_path())?;
+    match store.lease(lease_id)? {
+        Some(l)
+            if l.root_pid == me.pid
+                && l.root_start_time == me.start_time
+                && l.state == LeaseState::Open =>
+        {
+            Ok(Some(Launch {
+                lease_id: l.lease_id,
+                gateway_id: l.gateway_instance_id,
+                wrapper_path: PathBuf::from(l.wrapper_path),
+                owner_pid,
+                cgroup: l.cgroup_path.map(PathBuf::from),
+                cgroup_id: l.cgroup_id,
+                made: None,
+            }))
+        }
+        Some(_) => Err(ExecError::LeaseIdTaken(lease_id.to_string())),
+        None => {
+            if !given {
+                req.lease_id = None;
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
@@ -307,9 +627,10 @@ fn check_limits_enforceable(limits: &Limits, containment: &Containment) -> Resul
 }
 
 /// The process that spawned `leash exec` (our parent, the lease's owner) and its start time.
-struct Spawner {
-    pid: i32,
-    start_time: u64,
+#[derive(Debug, Clone, Copy)]
+pub struct Spawner {
+    pub pid: i32,
+    pub start_time: u64,
 }
 
 fn spawner() -> Result<Spawner, ExecError> {
@@ -330,9 +651,9 @@ fn new_lease(
     req: &ExecRequest,
     gateway: &str,
     wrapper_path: &std::path::Path,
-    owner: &Spawner,
+    origin: &Origin,
 ) -> Lease {
-    let me = proc::self_id();
+    let (me, owner) = (origin.root, &origin.owner);
     let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
     let argv: Vec<String> = req
         .command
@@ -366,7 +687,7 @@ fn new_lease(
         closed_at: None,
         exit_status: None,
         claimed_by: None,
-        root_pidfs_ino: proc::pidfs_ino_of(me.pid),
+        root_pidfs_ino: origin.root_pidfs_ino,
         cgroup_path: None,
         cgroup_id: None,
     }
@@ -474,27 +795,18 @@ fn commit(
 /// The wrapper's command line: the grace, the owner it watches, its report file, the cgroup it
 /// starts the adapter in, the error format; the environment policy, then the lease markers
 /// (after it, so no policy can remove them), then the adapter's command.
-fn wrapper_command(
-    root: &StateRoot,
-    req: &ExecRequest,
-    new: &Lease,
-    wrapper_path: &std::path::Path,
-    owner: &Spawner,
-    made: Option<&Verified>,
-) -> Command {
-    let mut cmd = Command::new(wrapper_path);
+fn wrapper_command(root: &StateRoot, req: &ExecRequest, launch: &Launch) -> Command {
+    let mut cmd = Command::new(&launch.wrapper_path);
     cmd.arg("--grace-ms")
         .arg(req.grace_ms.to_string())
         .arg("--owner-pid")
-        .arg(owner.pid.to_string())
+        .arg(launch.owner_pid.to_string())
         .arg("--report")
-        .arg(root.report_path(&new.lease_id));
-    if let Some(h) = made {
+        .arg(root.report_path(&launch.lease_id));
+    if let Some(path) = &launch.cgroup {
         // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
         // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
-        cmd.arg("--cgroup")
-            .arg(h.path())
-            .arg("--remove-empty-parent");
+        cmd.arg("--cgroup").arg(path).arg("--remove-empty-parent");
     }
     if req.json_errors {
         cmd.arg("--error-format").arg("json");
@@ -504,8 +816,8 @@ fn wrapper_command(
     req.env.apply(&mut cmd);
     cmd.arg("--")
         .args(&req.command)
-        .env(ENV_LEASE_ID, &new.lease_id)
-        .env(ENV_GATEWAY_ID, &new.gateway_instance_id);
+        .env(ENV_LEASE_ID, &launch.lease_id)
+        .env(ENV_GATEWAY_ID, &launch.gateway_id);
     cmd
 }
 

@@ -90,7 +90,7 @@ pub const ACTIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(
 
 /// The pid of the daemon holding the lock file, if one holds it: the file is not a symlink, a
 /// shared lock on it cannot be taken (the daemon's exclusive lock is held), and it names a pid.
-fn daemon_pid(lock: &Path) -> Option<LockInfo> {
+pub(super) fn daemon_pid(lock: &Path) -> Option<LockInfo> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)

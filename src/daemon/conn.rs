@@ -47,6 +47,7 @@ mod close;
 mod detach;
 mod ensure;
 mod events;
+mod exec;
 mod hello;
 mod leases;
 mod metrics;
@@ -261,16 +262,19 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
         broken: AtomicBool::new(false),
         attaches: AttachRegistry::default(),
     });
-    if let Err(msg) = check_peer(&stream) {
-        tracing::warn!("{msg}");
-        out.send(&err_line(
-            &Value::Null,
-            Code::Forbidden,
-            &msg,
-            &ErrorData::default(),
-        ));
-        return;
-    }
+    let peer = match check_peer(&stream) {
+        Ok(p) => p,
+        Err(msg) => {
+            tracing::warn!("{msg}");
+            out.send(&err_line(
+                &Value::Null,
+                Code::Forbidden,
+                &msg,
+                &ErrorData::default(),
+            ));
+            return;
+        }
+    };
     // Above the adapters for the connection's life (see `priority`).
     super::priority::raise();
     let mut reader = LineReader::new(stream, protocol::MAX_LINE);
@@ -280,7 +284,7 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue; // blank lines (a human at socat) are ignored
                 }
-                handle(&d, &out, &line);
+                handle(&d, &out, &peer, &line);
             }
             Ok(Some(Frame::TooLong)) => {
                 let msg = format!(
@@ -306,13 +310,24 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
     }
 }
 
+/// The process at the other end of a connection, as the kernel recorded it when it connected.
+struct Peer {
+    pid: i32,
+    /// Its pidfs inode (`SO_PEERPIDFD`): that process instance, whatever its pid names later.
+    /// `None` on kernels that cannot say (before 6.9).
+    pidfs_ino: Option<u64>,
+}
+
 /// Only the daemon's own user may talk to it (the socket is 0600 as well; root bypasses modes,
 /// the peer check does not).
-fn check_peer(stream: &UnixStream) -> Result<(), String> {
+fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let ours = nix::unistd::geteuid().as_raw();
     match getsockopt(stream, PeerCredentials) {
-        Ok(c) if c.uid() == ours => Ok(()),
+        Ok(c) if c.uid() == ours => Ok(Peer {
+            pid: c.pid(),
+            pidfs_ino: crate::proc::peer_pidfs_ino(stream.as_fd()),
+        }),
         Ok(c) => Err(format!(
             "peer pid {} runs as uid {}, not as the daemon's uid {ours}: refused",
             c.pid(),
@@ -322,7 +337,7 @@ fn check_peer(stream: &UnixStream) -> Result<(), String> {
     }
 }
 
-fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
+fn handle(d: &Arc<Daemon>, out: &Arc<Out>, peer: &Peer, line: &[u8]) {
     let req = match parse_request(line) {
         Ok(r) => r,
         Err(e) => {
@@ -341,7 +356,12 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
         request = crate::logvalue::json_line(line),
         "request"
     );
-    let cx = Cx { d, out, id: req.id };
+    let cx = Cx {
+        d,
+        out,
+        peer,
+        id: req.id,
+    };
     // Long ops (close, reap) are timed where they reply, in off_thread.
     if let Timed::Here = req.op.dispatch(cx) {
         d.metrics.observe_request(op_name, started.elapsed());
@@ -353,6 +373,8 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, line: &[u8]) {
 struct Cx<'a> {
     d: &'a Arc<Daemon>,
     out: &'a Arc<Out>,
+    /// Who connected (the `exec` op roots its lease there).
+    peer: &'a Peer,
     id: Value,
 }
 

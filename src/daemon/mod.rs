@@ -34,6 +34,7 @@ pub use lock::{lock_path, LockInfo, LOCK_FILE};
 use socket::MAX_SOCKET_PATH;
 pub mod client;
 mod conn;
+pub mod exec_client;
 pub mod metrics;
 pub(crate) mod priority;
 pub mod protocol;
@@ -176,6 +177,9 @@ pub(crate) struct Daemon {
     /// The one connection all sessions write their seqs and events through (a connection per
     /// session leaked two descriptors per session that ever ran).
     session_store: session::SharedStore,
+    /// The connection the `exec` op commits leases through (`conn/exec.rs`): not the sessions'
+    /// writer, so a lease commit never waits behind their output, nor they behind it.
+    exec_store: Mutex<Store>,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<protocol::Resumable>>,
@@ -217,6 +221,11 @@ impl Daemon {
     /// The write connection the sessions share, for the daemon's own writes.
     fn writer(&self) -> MutexGuard<'_, Store> {
         self.session_store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The `exec` op's write connection (see the field).
+    fn exec_store(&self) -> MutexGuard<'_, Store> {
+        self.exec_store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn session(&self, key: &str) -> Option<Arc<Supervised>> {
@@ -337,6 +346,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         store: Mutex::new(store),
         health_store: Mutex::new(Store::open(&root_db)?),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
+        exec_store: Mutex::new(Store::open(&root_db)?),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,

@@ -119,6 +119,8 @@ ops! {
     Hello(Hello),
     Ping(Ping),
     Detach(Detach),
+    /// Boxed, as `ensure`: large beside the other requests.
+    Exec(Box<crate::controller::exec::ExecAsk>),
 }
 
 /// A request that could not be parsed, with what is needed to answer it.
@@ -385,6 +387,10 @@ mod tests {
                 r#"{"id":14,"op":"detach","attachId":7}"#,
                 |o| matches!(o, Op::Detach(d) if d.attach_id == 7),
             ),
+            (
+                r#"{"id":15,"op":"exec","stateDir":"/s","leaseId":"0190b1f2-7c3a-7d4e-8f00-1234567890ab","graceMs":5,"argv":["true"],"wrapper":"/s/wrappers/leash-wrap-1-2","containment":"off"}"#,
+                |o| matches!(o, Op::Exec(a) if a.argv == ["true"] && a.grace_ms == 5),
+            ),
         ];
         for (line, check) in cases {
             let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));
@@ -419,7 +425,7 @@ mod tests {
             OPS,
             [
                 "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases",
-                "sessions", "events", "verify", "metrics", "hello", "ping", "detach"
+                "sessions", "events", "verify", "metrics", "hello", "ping", "detach", "exec"
             ],
             "the order docs/protocol.md lists them in"
         );

@@ -723,3 +723,80 @@ impl OpRequest for Ping {
         fields_of(Self::NAME, fields)
     }
 }
+
+/// `exec`: commit the lease of the calling `leash exec` process (issue 24). The request is the
+/// library's [`ExecAsk`](crate::controller::exec::ExecAsk); the root and the owner are never in
+/// it (the daemon reads them from the socket's peer).
+impl OpRequest for Box<crate::controller::exec::ExecAsk> {
+    const NAME: &'static str = "exec";
+    type Reply = crate::controller::exec::ExecAnswer;
+
+    fn parse(fields: Value) -> Result<Self, (Code, String)> {
+        let op = Self::NAME;
+        let a: crate::controller::exec::ExecAsk = fields_of(op, fields)?;
+        if !crate::controller::exec::is_canonical_uuid(&a.lease_id) {
+            return Err(bad(format!(
+                "exec: \"leaseId\" must be a UUID in canonical form, got {:?}",
+                super::truncate(&a.lease_id, 64)
+            )));
+        }
+        for (name, v) in [
+            ("session", &a.session),
+            ("agent", &a.agent),
+            ("owner", &a.owner),
+            ("spawnedBy", &a.spawned_by),
+            ("parent", &a.parent),
+        ] {
+            if let Some(v) = v {
+                check_key(name, v)?;
+            }
+        }
+        check_ms(
+            op,
+            "graceMs",
+            Some(a.grace_ms),
+            crate::limits::check_grace_ms,
+        )?;
+        if a.argv.is_empty() || a.argv[0].is_empty() {
+            return Err(bad("exec: \"argv\" must name a command"));
+        }
+        for v in &a.argv {
+            no_nul("argv", v)?;
+        }
+        for (name, v) in [
+            ("stateDir", Some(&a.state_dir)),
+            ("wrapper", Some(&a.wrapper)),
+            ("cgroupRoot", a.cgroup_root.as_ref()),
+        ] {
+            if let Some(p) = v {
+                if !p.is_absolute() {
+                    return Err(bad(format!("exec: \"{name}\" must be an absolute path")));
+                }
+            }
+        }
+        if !matches!(a.containment.as_str(), "on" | "off" | "unavailable") {
+            return Err(bad("exec: \"containment\" must be on, off or unavailable"));
+        }
+        check_ms(
+            op,
+            "limits.memoryMax",
+            a.limits.memory_max,
+            crate::limits::check_cgroup_limit,
+        )?;
+        check_ms(
+            op,
+            "limits.pidsMax",
+            a.limits.pids_max,
+            crate::limits::check_cgroup_limit,
+        )?;
+        if let Some(c) = &a.limits.cpu_max {
+            if c.is_empty() || c.contains(['\0', '\n']) {
+                return Err(bad("exec: \"limits.cpuMax\" must be one line"));
+            }
+        }
+        if a.owner_pid.is_some_and(|p| p <= 0) {
+            return Err(bad("exec: \"ownerPid\" must be a pid (> 0)"));
+        }
+        Ok(Box::new(a))
+    }
+}
