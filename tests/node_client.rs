@@ -41,6 +41,9 @@ fn node_client_suite_passes_against_a_real_daemon() {
     let _ = common::wrap_bin();
     let files = node_test_files(&repo().join("clients/node/test"));
     assert!(files.len() >= 3, "client tests missing: {files:?}");
+    // Each test file's process makes its own cgroup root (test/cgroup-root.mjs); none may make
+    // cgroups under the default root a real gateway uses.
+    let watch = DefaultRootWatch::start();
     let out = run_ok(
         "node --test clients/node/test/*.test.mjs",
         Command::new(node)
@@ -57,4 +60,5 @@ fn node_client_suite_passes_against_a_real_daemon() {
     assert!(text.contains("# fail 0"), "{text}");
     assert!(text.contains("# cancelled 0"), "{text}");
     assert!(!text.contains("# pass 0"), "{text}");
+    watch.assert_unchanged("node --test clients/node/test/*.test.mjs");
 }

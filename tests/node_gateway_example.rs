@@ -24,16 +24,29 @@ fn run_example(script: &str, scratch: &str, want: &[&str]) {
     };
     let _ = common::wrap_bin();
     let tmp = common::TempDir::new(scratch);
-    let out = run_ok(
-        &format!("node examples/{script}"),
-        Command::new(node)
-            .arg(repo().join("examples").join(script))
-            .arg("--leash")
-            .arg(common::leash_bin())
-            .arg("--state-dir")
-            .arg(tmp.join("state"))
-            .env_remove("LEASH_STATE_DIR"),
-    );
+    // The run's own cgroup root (removed on drop, also when the run fails), so that the example,
+    // written as a gateway that takes leash's default root, makes no cgroup under it here.
+    let watch = DefaultRootWatch::start();
+    let contained = std::env::var("LEASH_CONTAINMENT").as_deref() != Ok("off")
+        && common::containment_available();
+    let cg = contained
+        .then(|| common::CgroupRoot::new(scratch))
+        .flatten();
+    let mut cmd = Command::new(node);
+    cmd.arg(repo().join("examples").join(script))
+        .arg("--leash")
+        .arg(common::leash_bin())
+        .arg("--state-dir")
+        .arg(tmp.join("state"))
+        .env_remove("LEASH_STATE_DIR");
+    match &cg {
+        Some(cg) => cmd
+            .env("LEASH_CGROUP_ROOT", cg.path())
+            .env("LEASH_CONTAINMENT", "on"),
+        None => cmd.env("LEASH_CONTAINMENT", "off"),
+    };
+    let out = run_ok(&format!("node examples/{script}"), &mut cmd);
+    watch.assert_unchanged(&format!("node examples/{script}"));
     let text = String::from_utf8_lossy(&out.stdout);
     for w in want {
         assert!(

@@ -5,11 +5,20 @@
 //! lease. The reap still does its work: the session whose wrapper was SIGKILLed is reaped through
 //! its verified cgroup (its `setsid` escapee with it), the live sessions are skipped, a closed
 //! lease's cgroup is gone, and every unrelated process survives. Real cgroups, real processes.
+//!
+//! The retained history costs nothing either: 2,000 closed contained leases (kept for days by
+//! the retention, their cgroups long gone, their recorded pids reused by the unrelated
+//! processes) add no `/proc` read. What can still hold a process of ours is read all the same:
+//! a closed lease whose wrapper still runs (its cgroup still there) is found and its tree
+//! reaped, also when its cgroup emptied while the wrapper was stopped and a stray sweep ran
+//! first.
 mod common;
 use common::counting::Counting;
 use common::*;
 use leash::controller::{CloseResult, Controller};
 use leash::state::StateRoot;
+use leash::store::Store;
+use leash_core::model::{LeaseState, ProcessId};
 use leash_core::plan::ReapOptions;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,6 +26,123 @@ use std::process::{Command, Stdio};
 /// Unrelated processes on the host: the test's own `sleep`s, of the reaper's uid (the costly
 /// case: their environ is what a host-wide pass reads).
 const UNRELATED: usize = 1000;
+
+/// Retained terminal leases: closed, contained, their cgroups gone (what days of history leave).
+const HISTORY: usize = 2000;
+
+/// A controller over the counting table, containment on under the test's root.
+fn controller<'t>(cg: &CgroupRoot, state: &Path, t: &'t Counting) -> Controller<'t> {
+    let settings = leash::cgroup::Settings {
+        requested: leash::cgroup::Requested::On,
+        root: Some(cg.path().to_path_buf()),
+    };
+    let c = Controller::open(StateRoot::open(state).unwrap(), t)
+        .unwrap()
+        .with_containment(&settings);
+    assert!(c.containment().is_on(), "{:?}", c.containment());
+    c
+}
+
+fn reap_options() -> ReapOptions {
+    ReapOptions {
+        include_live: false,
+        retention_ms: 3_600_000,
+        now_ms: leash::lease::now_ms(),
+        grace_ms: Some(500),
+    }
+}
+
+/// This test process as a claimant (pid and start time).
+fn me() -> ProcessId {
+    let pid = std::process::id() as i32;
+    ProcessId {
+        pid,
+        start_time: start_time(pid).unwrap(),
+    }
+}
+
+/// One contained session of [`adapter`]'s, its processes in the guard.
+struct Session {
+    wrapper: Pid,
+    adapter: Pid,
+    escapee: Pid,
+    cgroup: std::path::PathBuf,
+}
+
+impl Session {
+    fn start(cg: &CgroupRoot, dir: &Path, state: &Path, key: &str, guard: &mut Guard) -> Session {
+        let child = guard.child(
+            cg.leash(state)
+                .args(["exec", "--grace-ms", "200", "--session", key, "--"])
+                .arg(adapter(dir, key))
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let wrapper = Pid::of(child.id() as i32).unwrap();
+        let escapee = read_pid_file(&dir.join(format!("{key}.escapee.pid")));
+        let adapter = read_pid_file(&dir.join(format!("{key}.adapter.pid")));
+        guard.add(escapee);
+        guard.add(adapter);
+        let cgroup = lease_of(state, key)["cgroupPath"].as_str().unwrap().into();
+        Session {
+            wrapper,
+            adapter,
+            escapee,
+            cgroup,
+        }
+    }
+}
+
+/// Records the session's lease `closed` while its wrapper still runs: what a store says after a
+/// close whose kills the wrapper outlived (or restored from a copy taken before the close's end).
+fn mark_closed_while_running(state: &Path, key: &str) -> String {
+    let root = StateRoot::open(state).unwrap();
+    let mut store = Store::open(&root.db_path()).unwrap();
+    let id = store
+        .active_lease_for_session(key)
+        .unwrap()
+        .unwrap()
+        .lease_id;
+    assert!(store.claim(&id, me(), |_| false).unwrap().is_some());
+    assert!(store
+        .transition(
+            &id,
+            LeaseState::Closing,
+            LeaseState::Closed,
+            Some(me()),
+            "closed (test: its wrapper outlived the close)"
+        )
+        .unwrap());
+    id
+}
+
+/// Adds `n` retained closed leases, each a copy of `template`'s row with its own id and key,
+/// ended a minute ago, contained (a cgroup where this gateway puts them, long removed), its
+/// root and adapter pids those of live unrelated processes (reused pids, other start times).
+fn add_history(state: &Path, template: &str, n: usize, reused: &[Pid]) {
+    let root = StateRoot::open(state).unwrap();
+    let mut store = Store::open(&root.db_path()).unwrap();
+    let t = store.lease(template).unwrap().unwrap();
+    let gateway_dir = Path::new(t.cgroup_path.as_deref().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for i in 0..n {
+        let mut l = t.clone();
+        l.lease_id = leash::lease::new_lease_id();
+        l.session_key = format!("history-{i}");
+        l.state = LeaseState::Closed;
+        l.state_reason = Some("terminated 2 process(es) children first".into());
+        l.closed_at = Some(leash::lease::now_ms() - 60_000);
+        l.claimed_by = None;
+        l.root_pid = reused[(2 * i) % reused.len()].pid;
+        l.adapter_pid = Some(reused[(2 * i + 1) % reused.len()].pid);
+        l.cgroup_path = Some(gateway_dir.join(&l.lease_id).display().to_string());
+        l.cgroup_id = Some(1_000_000 + i as u64);
+        store.insert_lease(&l, None, |_| None).unwrap();
+    }
+}
 
 /// An adapter with a `setsid` child (out of the group, still in the lease's cgroup).
 fn adapter(dir: &Path, key: &str) -> std::path::PathBuf {
@@ -109,23 +235,16 @@ fn a_reap_of_contained_leases_reads_their_members_not_the_host() {
         unrelated.push(Pid::of(c.id() as i32).unwrap());
     }
 
-    let t = Counting::default();
-    let settings = leash::cgroup::Settings {
-        requested: leash::cgroup::Requested::On,
-        root: Some(cg.path().to_path_buf()),
-    };
-    let c = Controller::open(StateRoot::open(&state).unwrap(), &t)
+    // Days of history: closed leases the retention keeps, whose pids are now other processes'.
+    let b_id = lease_of(&state, "b")["leaseId"]
+        .as_str()
         .unwrap()
-        .with_containment(&settings);
-    assert!(c.containment().is_on(), "{:?}", c.containment());
-    let report = c
-        .reap(&ReapOptions {
-            include_live: false,
-            retention_ms: 3_600_000,
-            now_ms: leash::lease::now_ms(),
-            grace_ms: Some(500),
-        })
-        .unwrap();
+        .to_string();
+    add_history(&state, &b_id, HISTORY, &unrelated);
+
+    let t = Counting::default();
+    let c = controller(&cg, &state, &t);
+    let report = c.reap(&reap_options()).unwrap();
     let (scans, entries) = (t.scans(), t.entries());
     drop(c);
 
@@ -160,12 +279,106 @@ fn a_reap_of_contained_leases_reads_their_members_not_the_host() {
     );
     assert!(
         entries <= 20 * keys.len(),
-        "reap read {entries} /proc entries for {} leases",
+        "reap read {entries} /proc entries for {} leases and {HISTORY} retained closed ones",
         keys.len()
     );
+    assert!(report.escapees.is_empty(), "{:?}", report.escapees);
+    assert_eq!(report.expired, 0, "the history is retained");
 
     for (i, key) in [(2, "c"), (3, "d")] {
         close(&cg, &state, key);
         sessions[i].0.wait().unwrap();
     }
+}
+
+/// A closed lease whose wrapper still runs (the store says closed; the wrapper, outside its
+/// cgroup as always, carries the lease's markers, and its adapter and `setsid` escapee are in
+/// the cgroup): reap finds it, from the cgroup that is still there, and takes the whole tree as
+/// the lease's escapees, leaving the lease closed; no host-wide pass.
+#[test]
+fn a_closed_lease_whose_wrapper_still_runs_is_reaped() {
+    let Some(cg) = CgroupRoot::new("reapclosedlive") else {
+        return;
+    };
+    let tmp = TempDir::new("reapclosedlive");
+    let mut guard = Guard::new();
+    let (state, key) = (tmp.join("state"), "z");
+    let Session {
+        wrapper,
+        adapter,
+        escapee,
+        cgroup,
+    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+    assert!(cgroup_procs(&cgroup).contains(&escapee.pid));
+    let id = mark_closed_while_running(&state, key);
+
+    let t = Counting::default();
+    let c = controller(&cg, &state, &t);
+    let report = c.reap(&reap_options()).unwrap();
+    drop(c);
+    let out = report
+        .escapees
+        .iter()
+        .find(|o| o.lease_id == id)
+        .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
+    assert!(
+        out.signals.iter().any(|s| s.pid == wrapper.pid),
+        "the wrapper was signalled: {out:?}"
+    );
+    for (what, p) in [
+        ("wrapper", wrapper),
+        ("adapter", adapter),
+        ("escapee", escapee),
+    ] {
+        assert!(wait_for(|| !p.alive()), "the {what} is gone");
+    }
+    assert_eq!(lease_of(&state, key)["state"], "closed");
+    assert_eq!(t.scans(), 0, "no host-wide pass");
+    assert!(wait_for(|| !cgroup.exists()), "its cgroup went with it");
+}
+
+/// The same with its cgroup emptied while the wrapper was stopped: a stray sweep (the daemon's,
+/// between reaps) must not take the cgroup away while the wrapper runs, or no later reap would
+/// look for the wrapper; the reap then ends the wrapper (SIGTERM, SIGCONT) and the cgroup goes.
+#[test]
+fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_sweep() {
+    let Some(cg) = CgroupRoot::new("reapclosedstopped") else {
+        return;
+    };
+    let tmp = TempDir::new("reapclosedstopped");
+    let mut guard = Guard::new();
+    let (state, key) = (tmp.join("state"), "w");
+    let Session {
+        wrapper,
+        adapter,
+        escapee,
+        cgroup,
+    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+    // The wrapper stopped, its adapter and escapee gone: the cgroup is empty, the wrapper runs.
+    signal(wrapper, libc::SIGSTOP);
+    assert!(
+        wait_for(|| stat_fields(wrapper.pid).is_some_and(|f| f[0] == "T")),
+        "the wrapper stopped"
+    );
+    signal(adapter, libc::SIGKILL);
+    signal(escapee, libc::SIGKILL);
+    assert!(
+        wait_for(|| !cgroup_populated(&cgroup) && cgroup_procs(&cgroup).is_empty()),
+        "the cgroup emptied"
+    );
+    let id = mark_closed_while_running(&state, key);
+
+    let t = Counting::default();
+    let c = controller(&cg, &state, &t);
+    let swept = c.sweep_stray_cgroups(leash::lease::now_ms()).unwrap();
+    let report = c.reap(&reap_options()).unwrap();
+    drop(c);
+    assert!(
+        report.escapees.iter().any(|o| o.lease_id == id),
+        "the stopped wrapper was not reaped (sweep: {swept:?}): {report:?}"
+    );
+    assert!(wait_for(|| !wrapper.alive()), "the wrapper is gone");
+    assert_eq!(lease_of(&state, key)["state"], "closed");
+    assert_eq!(t.scans(), 0, "no host-wide pass");
+    assert!(wait_for(|| !cgroup.exists()), "its cgroup went with it");
 }

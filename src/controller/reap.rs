@@ -7,6 +7,7 @@
 //! dry run.
 
 use super::*;
+use crate::controller::terminate;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,9 +157,12 @@ impl<'t> Controller<'t> {
     /// be in its cgroup, which is read if it still exists), no legacy record, and no active
     /// lease that needs the whole table by [`Controller::read_down`]'s rule (a wrapper gone
     /// with no verified cgroup, or its process group left behind). It holds the active leases'
-    /// roots and their cgroups' members (added by [`Controller::with_cgroups`]), every row's
-    /// recorded root, adapter, owner and claimant, and what is in a terminal lease's cgroup.
-    /// `None`: the host-wide pass is needed.
+    /// roots and their cgroups' members (added by [`Controller::with_cgroups`]), every active
+    /// row's recorded root, adapter, owner and claimant, and of the terminal rows only those
+    /// that can still hold a process of ours ([`Controller::terminal_may_hold`]): what is in
+    /// such a lease's cgroup, its root and its adapter. The retained history (closed, lost and
+    /// ended leases are kept for days) costs no `/proc` read. `None`: the host-wide pass is
+    /// needed.
     fn reap_read_down(
         &self,
         leases: &[Result<Lease, String>],
@@ -177,6 +181,11 @@ impl<'t> Controller<'t> {
         {
             return None;
         }
+        // The lease cgroups that still exist: one listing of this gateway's directory, not a
+        // look per retained row.
+        let dirs: std::collections::HashSet<String> = root
+            .map(|r| cgroup::children(r).into_iter().map(|(n, _)| n).collect())
+            .unwrap_or_default();
         let read = || -> Result<Option<Snapshot>, TableError> {
             let roots = active
                 .iter()
@@ -188,14 +197,20 @@ impl<'t> Controller<'t> {
             let mut seen: std::collections::HashSet<i32> = list.iter().map(|p| p.pid).collect();
             let mut named: Vec<i32> = Vec::new();
             for l in &rows {
-                named.push(l.root_pid);
-                named.extend(l.adapter_pid);
                 if l.state.is_active() {
+                    named.push(l.root_pid);
+                    named.extend(l.adapter_pid);
                     named.push(l.owner_pid);
                     named.extend(l.claimed_by.map(|c| c.pid));
                 } else if ours(l) {
-                    let path = std::path::PathBuf::from(l.cgroup_path.as_deref().unwrap_or(""));
-                    if path.exists() {
+                    let cgroup_left = dirs.contains(&l.lease_id);
+                    if !Self::terminal_may_hold(l, cgroup_left) {
+                        continue;
+                    }
+                    named.push(l.root_pid);
+                    named.extend(l.adapter_pid);
+                    if cgroup_left {
+                        let path = std::path::PathBuf::from(l.cgroup_path.as_deref().unwrap_or(""));
                         named.extend(self.table.cgroup(&path).procs);
                     }
                 }
@@ -208,6 +223,31 @@ impl<'t> Controller<'t> {
             Ok(Some(Snapshot::new(list)))
         };
         read().transpose()
+    }
+
+    /// Whether a contained lease of this gateway that has ended (closed, lost, ended) can still
+    /// hold a process of ours, so that reap reads its root, adapter and cgroup members and looks
+    /// for its escapees there:
+    /// - its cgroup still exists (`cgroup_left`): whatever it holds may carry the markers, and
+    ///   its wrapper, which stays outside it, may still run, since nothing removes a lease's
+    ///   cgroup while the lease's wrapper runs (the wrapper removes it last, as it exits; close
+    ///   removes it only after the root was seen gone or killed; the stray sweep leaves it while
+    ///   the root runs);
+    /// - or its root outlived the close's SIGKILL ([`terminate::SURVIVED_SIGKILL`] in its
+    ///   reason: a process in uninterruptible sleep).
+    ///
+    /// Every other way to a terminal state saw the root gone first: `ended` only once the wrapper
+    /// is no longer alive, `lost` only when nothing of the lease was alive (or the wrapper could
+    /// not be exec'd), `closed` only after every pinned process, the root included, was seen to
+    /// exit. So such a row, without its cgroup, can hold nothing: the days of retained history
+    /// cost reap no read at all (issue 24). (A process that moved itself out of its lease's cgroup
+    /// and out of its wrapper's tree is not looked for: docs/security.md.)
+    fn terminal_may_hold(l: &Lease, cgroup_left: bool) -> bool {
+        cgroup_left
+            || (l.state == LeaseState::Closed
+                && l.state_reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains(terminate::SURVIVED_SIGKILL)))
     }
 
     /// Reap's one pass over the host, shared by every lease (issue 16), when its leases alone
@@ -278,9 +318,46 @@ impl<'t> Controller<'t> {
         .into_iter()
         .map(|s| {
             let obs = self.table.cgroup(std::path::Path::new(&s.path));
-            plan::settle_stray(s, &obs, command)
+            self.keep_while_wrapper_runs(plan::settle_stray(s, &obs, command), leases)
         })
         .collect()
+    }
+
+    /// A stray the sweep would remove stays while the wrapper of its (ended) lease still runs:
+    /// the lease's cgroup is what tells reap to look for that wrapper
+    /// ([`Controller::terminal_may_hold`]), so it goes only once the root is gone (the wrapper
+    /// removes it itself as it exits). One `/proc` read per stray that would be removed, none
+    /// for the leases' history.
+    fn keep_while_wrapper_runs(
+        &self,
+        mut s: plan::StrayCgroup,
+        leases: &[Result<Lease, String>],
+    ) -> plan::StrayCgroup {
+        if s.action != CgroupAction::Remove {
+            return s;
+        }
+        let name = std::path::Path::new(&s.path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        let Some(l) = leases
+            .iter()
+            .filter_map(|l| l.as_ref().ok())
+            .find(|l| l.lease_id == name && l.state.is_terminal())
+        else {
+            return s;
+        };
+        if matches!(
+            self.table.liveness(l.root(), l.root_pidfs_ino),
+            Ok(proc::Liveness::Alive) | Err(_)
+        ) {
+            s.action = CgroupAction::Leave;
+            s.reason = format!(
+                "{}; but its wrapper (pid {}) still runs, so it stays until the wrapper ends",
+                s.reason, l.root_pid
+            );
+        }
+        s
     }
 
     /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
@@ -288,15 +365,20 @@ impl<'t> Controller<'t> {
     /// directory directly under this gateway's root, named for a lease id, with the id seen when
     /// it was listed), killed, and removed. Nothing happens when containment is not on.
     pub fn sweep_stray_cgroups(&self, now_ms: i64) -> Result<Vec<SweptCgroup>, StoreError> {
-        if self.cgroup_root().is_none() {
+        let Some(root) = self.cgroup_root() else {
             return Ok(Vec::new());
+        };
+        // Only the rows the directories there are named for (the sweep looks at nothing else):
+        // one lookup per cgroup left, not a read of the retained history.
+        let mut leases: Vec<Result<Lease, String>> = Vec::new();
+        for (name, _) in cgroup::children(&root) {
+            match self.store().lease(&name) {
+                Ok(Some(l)) => leases.push(Ok(l)),
+                Ok(None) => {}
+                Err(e @ StoreError::BadRow { .. }) => leases.push(Err(e.to_string())),
+                Err(e) => return Err(e),
+            }
         }
-        let leases: Vec<Result<Lease, String>> = self
-            .store()
-            .leases(&[])?
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
         Ok(self.sweep_stray_cgroups_among(&leases, now_ms))
     }
 

@@ -441,6 +441,11 @@ impl Engine<'_> {
     }
 }
 
+/// The clause a lease's reason gets when something it signalled outlived SIGKILL (a process in
+/// uninterruptible sleep): the one way a lease ends `closed` while a process it pinned, its
+/// wrapper perhaps, may still run. `reap` reads such a lease's root again (issue 24).
+pub const SURVIVED_SIGKILL: &str = "still alive after SIGKILL";
+
 /// [`Engine::lease_end`], from the facts alone: `pinned` members were signalled, `survivors`
 /// were still alive at the end.
 pub fn lease_end(
@@ -469,7 +474,7 @@ pub fn lease_end(
         }
     );
     if !survivors.is_empty() {
-        reason.push_str(&format!("; still alive after SIGKILL: {survivors:?}"));
+        reason.push_str(&format!("; {SURVIVED_SIGKILL}: {survivors:?}"));
     }
     let mut cgroup_members = 0;
     if pinned == 0 {

@@ -184,6 +184,14 @@ fn init_containment() {
     });
 }
 
+/// [`sweep_dead_test_roots`] where this process makes its cgroups (nothing where it cannot):
+/// what a run of other test processes (Node's, SIGKILLed when they hung) calls once they are gone.
+pub fn sweep_dead_test_roots_here() {
+    if let Ok(parent) = cgroup_parent() {
+        sweep_dead_test_roots(&parent);
+    }
+}
+
 /// Removes `leash-test-<pid>-*` roots whose test process is gone (killed before its clean-up).
 fn sweep_dead_test_roots(parent: &Path) {
     let Ok(rd) = std::fs::read_dir(parent) else {

@@ -167,3 +167,66 @@ pub fn node_test_files(dir: &Path) -> Vec<PathBuf> {
     v.sort();
     v
 }
+
+/// The default cgroup root (the one leash takes without `LEASH_CGROUP_ROOT`, a real gateway's:
+/// `<cgroup2 mount>/leash` as root) and the directories under it when the watch began. A Node
+/// run must make its cgroups only under roots it made for itself (clients/node/test/
+/// cgroup-root.mjs, or the test's [`common::CgroupRoot`]); [`DefaultRootWatch::assert_unchanged`]
+/// fails naming every directory the default root gained meanwhile. Dropped (also when the run
+/// failed or hung, its Node processes SIGKILLed before their own clean-up), it removes the roots
+/// of Node test processes that are gone (`leash-test-<dead pid>-node`).
+pub struct DefaultRootWatch {
+    root: Option<PathBuf>,
+    before: std::collections::BTreeSet<PathBuf>,
+}
+
+impl DefaultRootWatch {
+    pub fn start() -> DefaultRootWatch {
+        let root = crate::common::cgroup2_mount().and_then(|mount| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+            let rel = leash::cgroup::own_cgroup(&own)?;
+            Some(leash::cgroup::default_root(&mount, &rel))
+        });
+        let before = root.as_deref().map(dirs_under).unwrap_or_default();
+        DefaultRootWatch { root, before }
+    }
+
+    /// Fails when the default root gained a directory since [`DefaultRootWatch::start`].
+    pub fn assert_unchanged(&self, what: &str) {
+        let Some(root) = &self.root else { return };
+        let gained: Vec<PathBuf> = dirs_under(root)
+            .into_iter()
+            .filter(|d| !self.before.contains(d))
+            .collect();
+        assert!(
+            gained.is_empty(),
+            "{what} made cgroups under the default cgroup root {} instead of a root of its own: \
+             {gained:?}",
+            root.display()
+        );
+    }
+}
+
+impl Drop for DefaultRootWatch {
+    fn drop(&mut self) {
+        crate::common::sweep_dead_test_roots_here();
+    }
+}
+
+/// `dir` and every directory below it (none when it does not exist).
+fn dirs_under(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            }
+        }
+        out.insert(d);
+    }
+    out
+}

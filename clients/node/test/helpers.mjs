@@ -1,6 +1,9 @@
 // Shared helpers of the client's tests: a real `leash serve` (the binary cargo built, from
 // LEASH_BIN) on a scratch state root, polling with deadlines, and the fake agent's argv. Every
-// test stops (by pid) the daemons it started and removes its scratch directory.
+// test stops (by pid) the daemons it started and removes its scratch directory. The cgroups
+// leash makes for the tests' sessions are under this process's own cgroup root
+// (cgroup-root.mjs, imported first: in place before any leash command), removed at exit.
+import './cgroup-root.mjs';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, readFileSync, openSync, closeSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +18,7 @@ export const LEASH_BIN = process.env.LEASH_BIN ?? join(repoRoot, 'target/debug/l
 export const FAKE_AGENT = join(here, 'fixtures/fake-agent.mjs');
 export const fakeAgent = () => [process.execPath, FAKE_AGENT];
 export const PATIENCE_MS = 30_000;
+export { CGROUP_ROOT } from './cgroup-root.mjs';
 
 if (!existsSync(LEASH_BIN)) {
   throw new Error(`${LEASH_BIN} is missing: build it with \`cargo build --workspace\` or set LEASH_BIN`);
