@@ -263,9 +263,22 @@ fn count_lines(r: &mut impl Read, n: usize) -> Result<(), String> {
         if k == 0 {
             return Err(format!("the stream ended after {seen} of {n} lines"));
         }
-        seen += buf[..k].iter().filter(|&&b| b == b'\n').count();
+        seen += newlines(&buf[..k]);
     }
     Ok(())
+}
+
+/// The number of newlines in `b`, summed 64 bytes at a time into a byte (a loop the compiler
+/// vectorises: ~20 GB/s on the bench VM). The plain `filter(..).count()` it replaces ran at
+/// ~1.8 GB/s, which made the reader a third of a CPU at the pipe's pace on 1 KiB lines, and
+/// charged the daemon side more for the same lines (its JSON lines are 1.05–1.45× the bytes).
+fn newlines(b: &[u8]) -> usize {
+    let mut blocks = b.chunks_exact(64);
+    let mut n = 0;
+    for c in &mut blocks {
+        n += c.iter().map(|&x| u8::from(x == b'\n')).sum::<u8>() as usize;
+    }
+    n + blocks.remainder().iter().filter(|&&x| x == b'\n').count()
 }
 
 /// Lines per second from a pipe and through the daemon, one pair per round, interleaved.

@@ -94,9 +94,13 @@ fn stream(
 ) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
+    // `{"id":ID,"seq":`, the start of every item line of this attach, rendered once.
+    let prefix = session::line_prefix(&id_json);
     // One write buffer for the whole attach: a fresh one per batch grew by doubling past the
     // allocator's mmap threshold, so every batch paid an mmap, page faults and an munmap.
     let mut buf = Vec::new();
+    // The items of a batch: plain slots and one reference per text, reused.
+    let mut run = session::Run::default();
     loop {
         if stop.load(Ordering::SeqCst) {
             let body = item_body(&StreamItem::End {
@@ -107,16 +111,16 @@ fn stream(
             out.send(&stream_line(id, &body));
             return;
         }
-        match s.next_batch(token, cursor, ATTACH_BATCH, ATTACH_TICK) {
+        match s.next_batch(token, cursor, ATTACH_BATCH, ATTACH_TICK, &mut run) {
             // Detached while waiting: nothing more goes out on this attach.
             _ if stop.load(Ordering::SeqCst) => continue,
-            Batch::Items(items) => {
+            Batch::Items => {
                 buf.clear();
                 if buf.capacity() > 4 * ATTACH_BUF {
                     buf.shrink_to(ATTACH_BUF);
                 }
-                for it in items.iter().filter(|it| a.stderr || !it.stderr) {
-                    it.write_line(&mut buf, &id_json);
+                for (slot, rest) in run.iter().filter(|(it, _)| a.stderr || !it.stderr) {
+                    session::Run::write_line(&mut buf, &prefix, slot, rest);
                     if buf.len() >= ATTACH_WRITE {
                         if !out.send(&buf) {
                             return;
@@ -127,7 +131,7 @@ fn stream(
                 if !buf.is_empty() && !out.send(&buf) {
                     return;
                 }
-                cursor = items.last().map_or(cursor, |i| i.seq);
+                cursor = run.last_seq().unwrap_or(cursor);
             }
             Batch::Idle => {
                 if out.hung_up() {

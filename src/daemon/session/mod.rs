@@ -4,7 +4,8 @@
 //!
 //! **Seqs.** Output lines and lifecycle events share one per-session, monotonic seq space, the
 //! same one the store's `events` table uses. Output is never written to SQLite line by line: the
-//! session reserves blocks of [`SEQ_BLOCK`] seqs in the store (one write per block), and any event
+//! session reserves blocks of [`SEQ_BLOCK`] seqs in the store (one write per block; larger blocks,
+//! up to [`MAX_SEQ_BLOCK`], while output floods in), and any event
 //! recorded meanwhile — by the daemon, by a `Controller`, by another process — gets a seq above
 //! the block. Stored events are merged into the stream in seq order whenever a block is reserved
 //! and after every lifecycle action, so a client sees every item exactly once, in seq order, and
@@ -42,7 +43,7 @@ pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incomi
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
 use replay::Replay;
-pub use replay::{Batch, Item};
+pub use replay::{line_prefix, Batch, Item, Run, Slot};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
@@ -68,8 +69,17 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Seqs reserved in the store at a time for output lines.
+/// Seqs reserved in the store at a time for output lines, at first and whenever output is slow.
 pub const SEQ_BLOCK: i64 = 1024;
+
+/// The largest block of seqs reserved at a time: while an adapter prints so fast that a block
+/// runs out within [`SEQ_BLOCK_FAST`] of its reservation, each block doubles up to this (see
+/// [`seq::Seqs::block_len`]). At 1,024 lines a block, a flood of 3 M lines/s cost the output
+/// reader some 3,000 SQLite write transactions a second.
+pub const MAX_SEQ_BLOCK: i64 = 64 * SEQ_BLOCK;
+
+/// A block used up within this of its reservation makes the next one twice as large.
+const SEQ_BLOCK_FAST: Duration = Duration::from_secs(1);
 
 /// An adapter line longer than this is cut (and marked `truncated`).
 pub const MAX_ADAPTER_LINE: usize = 8 << 20;
@@ -173,6 +183,8 @@ struct Inner {
     attached: usize,
     /// The output reader waits on `drained` (see `replay.rs`).
     reader_waiting: bool,
+    /// Threads waiting on `changed` ([`shown::Locked::wait_timeout`]).
+    changed_waiters: usize,
     stderr_tail: VecDeque<String>,
     /// Why output is held (seqs cannot be reserved), while it is.
     held: Option<String>,
@@ -225,6 +237,7 @@ impl Inner {
             output_lines: 0,
             attached: 0,
             reader_waiting: false,
+            changed_waiters: 0,
             stderr_tail: VecDeque::new(),
             held: None,
             output_dropped: 0,

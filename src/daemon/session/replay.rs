@@ -13,10 +13,12 @@
 
 use super::*;
 
-/// One buffered stream item: its seq and its pre-rendered JSON body after the seq
+/// One stream item with its text: its seq and its pre-rendered JSON body after the seq
 /// (`,"type":…`), which the attach writes behind `{"id":…,"seq":N` ([`Item::write_line`]). The
 /// body is a range of a shared text: the output lines of one read of the adapter share one
-/// allocation (one `Arc` for the chunk, not one per line), an event or a stderr line has its own.
+/// allocation, an event or a stderr line has its own. The buffer itself keeps no `Item`s: it
+/// keeps a [`Slot`] per item and each text once ([`Replay`]), so that neither the output reader
+/// nor an attach touches a reference count per line.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub seq: i64,
@@ -64,7 +66,8 @@ impl Item {
     }
 
     /// The encoded size of the body (`"seq":N,"type":…`): what the replay's byte bound counts,
-    /// the same as when each item held its whole body.
+    /// the same as when each item held its whole body (the buffer counts its [`Slot`]s alike).
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         SEQ_KEY.len() + decimal_len(self.seq) + (self.end - self.start) as usize
     }
@@ -73,15 +76,124 @@ impl Item {
     /// `{"id":ID,"seq":N,"type":…}` and a newline, byte for byte what
     /// `stream_line_into(buf, id_json, &self.body())` writes.
     pub fn write_line(&self, buf: &mut Vec<u8>, id_json: &str) {
-        let rest = self.rest().as_bytes();
-        buf.reserve(id_json.len() + rest.len() + 40);
-        buf.extend_from_slice(b"{\"id\":");
-        buf.extend_from_slice(id_json.as_bytes());
-        buf.push(b',');
-        buf.extend_from_slice(SEQ_KEY.as_bytes());
-        push_decimal(buf, self.seq);
-        buf.extend_from_slice(rest);
-        buf.extend_from_slice(b"}\n");
+        write_item_line(buf, &line_prefix(id_json), self.seq, self.rest());
+    }
+}
+
+/// What every item line of attach `id_json` starts with: `{"id":ID,"seq":`. Rendered once per
+/// attach ([`Run::write_line`] takes it).
+pub fn line_prefix(id_json: &str) -> Vec<u8> {
+    let mut p = Vec::with_capacity(id_json.len() + 12);
+    p.extend_from_slice(b"{\"id\":");
+    p.extend_from_slice(id_json.as_bytes());
+    p.push(b',');
+    p.extend_from_slice(SEQ_KEY.as_bytes());
+    p
+}
+
+/// Appends `prefix` (see [`line_prefix`]) + N + `rest` + `}` and a newline: an item's line. Four
+/// copies and no formatting machinery: the attach runs this once per line.
+fn write_item_line(buf: &mut Vec<u8>, prefix: &[u8], seq: i64, rest: &str) {
+    let mut digits = [0u8; 20];
+    let d = decimal(&mut digits, seq);
+    buf.extend_from_slice(prefix);
+    buf.extend_from_slice(d);
+    buf.extend_from_slice(rest.as_bytes());
+    buf.extend_from_slice(b"}\n");
+}
+
+/// `n` in decimal, as `format!("{n}")` writes it, in `out` (two digits a step).
+fn decimal(out: &mut [u8; 20], n: i64) -> &[u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut m = n.unsigned_abs();
+    let mut i = out.len();
+    while m >= 100 {
+        let p = (m % 100) as usize * 2;
+        m /= 100;
+        i -= 2;
+        out[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+    if m >= 10 {
+        let p = m as usize * 2;
+        i -= 2;
+        out[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    } else {
+        i -= 1;
+        out[i] = b'0' + m as u8;
+    }
+    if n < 0 {
+        // i64::MIN has 19 digits: there is room for the sign.
+        i -= 1;
+        out[i] = b'-';
+    }
+    &out[i..]
+}
+
+/// What the buffer keeps of one item: its seq, the serial of the text its body lies in
+/// ([`Replay`]'s `texts`) and the body's range there. Plain data: buffering, evicting and handing
+/// out a slot costs no reference count.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    pub seq: i64,
+    text: u64,
+    start: u32,
+    end: u32,
+    /// A line of the adapter's stderr: streamed only to attaches that asked for them.
+    pub stderr: bool,
+}
+
+impl Slot {
+    /// The encoded size of the body (`"seq":N,"type":…`), as an [`Item`]'s.
+    fn len(&self) -> usize {
+        SEQ_KEY.len() + decimal_len(self.seq) + (self.end - self.start) as usize
+    }
+}
+
+/// A run of items handed to an attach ([`Supervised::next_batch`]): their slots, and the texts
+/// they lie in (one reference per text, not per item). Reused from batch to batch.
+#[derive(Debug, Default)]
+pub struct Run {
+    slots: Vec<Slot>,
+    texts: Vec<Arc<str>>,
+    /// The serial of `texts[0]`.
+    first: u64,
+}
+
+impl Run {
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The seq of the run's last item.
+    pub fn last_seq(&self) -> Option<i64> {
+        self.slots.last().map(|s| s.seq)
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.texts.clear();
+    }
+
+    /// Each item: its slot and its body after the seq.
+    pub fn iter(&self) -> impl Iterator<Item = (&Slot, &str)> + '_ {
+        self.slots.iter().map(move |s| {
+            let text = &self.texts[(s.text - self.first) as usize];
+            (s, &text[s.start as usize..s.end as usize])
+        })
+    }
+
+    /// Appends item `slot`'s line for the attach whose [`line_prefix`] is `prefix`, as
+    /// [`Item::write_line`] does.
+    pub fn write_line(buf: &mut Vec<u8>, prefix: &[u8], slot: &Slot, rest: &str) {
+        write_item_line(buf, prefix, slot.seq, rest);
     }
 }
 
@@ -98,29 +210,11 @@ fn decimal_len(n: i64) -> usize {
     len
 }
 
-/// Appends `n` in decimal, as `format!("{n}")` writes it, without the formatting machinery.
-fn push_decimal(buf: &mut Vec<u8>, n: i64) {
-    if n < 0 {
-        buf.push(b'-');
-    }
-    let mut m = n.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
-}
-
 /// What an attached reader gets from [`Supervised::next_batch`].
 #[derive(Debug)]
 pub enum Batch {
-    Items(Vec<Item>),
+    /// The run passed to [`Supervised::next_batch`] holds new items.
+    Items,
     /// The session ended and every item up to `last_seq` was handed out.
     Ended {
         last_seq: i64,
@@ -141,7 +235,13 @@ pub enum Batch {
 #[derive(Debug)]
 pub(super) struct Replay {
     limits: Limits,
-    items: VecDeque<Item>,
+    items: VecDeque<Slot>,
+    /// The texts the items' bodies lie in, oldest first; `texts[0]` has serial `first_text`.
+    /// A text is dropped once no buffered item lies in it. Items' serials never go down: an
+    /// output batch whose numbering was interrupted (an event between two seq blocks) registers
+    /// its text again.
+    texts: VecDeque<Arc<str>>,
+    first_text: u64,
     bytes: usize,
     /// The highest seq that was dropped from the buffer.
     evicted_upto: i64,
@@ -162,6 +262,8 @@ impl Replay {
         Replay {
             limits,
             items: VecDeque::new(),
+            texts: VecDeque::new(),
+            first_text: 0,
             bytes: 0,
             evicted_upto: 0,
             last,
@@ -228,9 +330,36 @@ impl Replay {
 
     /// Appends an item, then drops the oldest while over a bound (never the newest).
     pub(super) fn push(&mut self, item: Item) {
-        self.bytes += item.len();
-        self.last = item.seq;
-        self.items.push_back(item);
+        let range = item.start as usize..item.end as usize;
+        self.push_shared(item.seq, &item.text, range, item.stderr);
+    }
+
+    /// Appends the item whose body after the seq is `text[range]`: the text is registered once
+    /// (when it is not the newest text already), the item gets a slot. Then drops the oldest
+    /// items while over a bound (never the newest), and the texts no item lies in any more.
+    pub(super) fn push_shared(
+        &mut self,
+        seq: i64,
+        text: &Arc<str>,
+        range: std::ops::Range<usize>,
+        stderr: bool,
+    ) {
+        debug_assert!(text.is_char_boundary(range.start) && text.is_char_boundary(range.end));
+        debug_assert!(text[range.clone()].starts_with(",\"type\":"));
+        if !self.texts.back().is_some_and(|t| Arc::ptr_eq(t, text)) {
+            self.texts.push_back(text.clone());
+        }
+        let slot = Slot {
+            seq,
+            text: self.first_text + self.texts.len() as u64 - 1,
+            start: u32::try_from(range.start).expect("a chunk's text is below 4 GiB"),
+            end: u32::try_from(range.end).expect("a chunk's text is below 4 GiB"),
+            stderr,
+        };
+        self.bytes += slot.len();
+        self.last = seq;
+        self.items.push_back(slot);
+        let mut evicted = false;
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1
             && self
@@ -240,6 +369,14 @@ impl Replay {
             let old = self.items.pop_front().expect("non-empty");
             self.bytes -= old.len();
             self.evicted_upto = old.seq;
+            evicted = true;
+        }
+        if evicted {
+            let keep = self.items.front().expect("the newest is kept").text;
+            while self.first_text < keep {
+                self.texts.pop_front();
+                self.first_text += 1;
+            }
         }
     }
 
@@ -274,11 +411,43 @@ impl Replay {
     /// Up to `max` items with a seq above `cursor` (none yet: empty), or `Err((oldest, last))`
     /// when the cursor fell out of the buffer.
     pub(super) fn after(&self, cursor: i64, max: usize) -> Result<Vec<Item>, (i64, i64)> {
+        let mut run = Run::default();
+        self.run_after(cursor, max, &mut run)?;
+        Ok(run
+            .slots
+            .iter()
+            .map(|s| Item {
+                seq: s.seq,
+                text: run.texts[(s.text - run.first) as usize].clone(),
+                start: s.start,
+                end: s.end,
+                stderr: s.stderr,
+            })
+            .collect())
+    }
+
+    /// [`Replay::after`] into `run` (cleared first): the slots are copied, and each text they
+    /// lie in is referenced once.
+    pub(super) fn run_after(
+        &self,
+        cursor: i64,
+        max: usize,
+        run: &mut Run,
+    ) -> Result<(), (i64, i64)> {
+        run.clear();
         if cursor < self.evicted_upto {
             return Err((self.oldest_seq().unwrap_or(self.last), self.last));
         }
         let start = self.items.partition_point(|i| i.seq <= cursor);
-        Ok(self.items.range(start..).take(max).cloned().collect())
+        run.slots
+            .extend(self.items.range(start..).take(max).copied());
+        if let (Some(first), Some(last)) = (run.slots.first(), run.slots.last()) {
+            run.first = first.text;
+            let from = (first.text - self.first_text) as usize;
+            let to = (last.text - self.first_text) as usize;
+            run.texts.extend(self.texts.range(from..=to).cloned());
+        }
+        Ok(())
     }
 }
 
@@ -331,7 +500,15 @@ impl Supervised {
     /// Items with a seq above `cursor` (at most `max`), waiting up to `wait` for new ones.
     /// `cursor` is what attach `token` has been sent: the output reader, held back by it, is
     /// woken once it is no longer.
-    pub fn next_batch(&self, token: u64, cursor: i64, max: usize, wait: Duration) -> Batch {
+    /// New items go into `run` ([`Batch::Items`]).
+    pub fn next_batch(
+        &self,
+        token: u64,
+        cursor: i64,
+        max: usize,
+        wait: Duration,
+        run: &mut Run,
+    ) -> Batch {
         let mut g = self.lock();
         {
             // Not shown in status: no publish per batch.
@@ -343,15 +520,15 @@ impl Supervised {
         }
         let deadline = Instant::now() + wait;
         loop {
-            match g.replay.after(cursor, max) {
+            match g.replay.run_after(cursor, max, run) {
                 Err((oldest_seq, last_seq)) => {
                     return Batch::Evicted {
                         oldest_seq,
                         last_seq,
                     }
                 }
-                Ok(items) if !items.is_empty() => return Batch::Items(items),
-                Ok(_) => {}
+                Ok(()) if !run.is_empty() => return Batch::Items,
+                Ok(()) => {}
             }
             if g.life.is_ended() {
                 return Batch::Ended {
@@ -414,6 +591,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The buffer keeps each text once, however many items lie in it, hands an attach one
+    /// reference per text (not per item), and lets a text go with the last item in it. An
+    /// output batch interrupted by an event registers its text again, so the texts' order
+    /// follows the items'.
+    #[test]
+    fn texts_are_kept_once_and_go_with_their_last_item() {
+        let parts = [",\"type\":\"a\"", ",\"type\":\"b\"", ",\"type\":\"c\""];
+        let whole: Arc<str> = Arc::from(parts.concat());
+        let range = |i: usize| {
+            let start: usize = parts[..i].iter().map(|p| p.len()).sum();
+            start..start + parts[i].len()
+        };
+        let mut r = Replay::new(
+            Limits {
+                lines: 4,
+                bytes: 1 << 20,
+            },
+            0,
+        );
+        r.push_shared(1, &whole, range(0), false);
+        r.push_shared(2, &whole, range(1), false);
+        r.push(Item::single(3, ",\"type\":\"event\"", false));
+        r.push_shared(4, &whole, range(2), false);
+        assert_eq!(r.texts.len(), 3, "the batch's text, the event's, the batch's again");
+        assert_eq!(Arc::strong_count(&whole), 3);
+        let mut run = Run::default();
+        r.run_after(1, 10, &mut run).unwrap();
+        let got: Vec<(i64, String)> = run.iter().map(|(s, t)| (s.seq, t.to_string())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (2, parts[1].to_string()),
+                (3, ",\"type\":\"event\"".to_string()),
+                (4, parts[2].to_string())
+            ]
+        );
+        assert_eq!(run.texts.len(), 3, "one reference per text of the run");
+        assert_eq!(Arc::strong_count(&whole), 5);
+        r.run_after(4, 10, &mut run).unwrap();
+        assert!(run.is_empty() && run.texts.is_empty());
+        // Items 1 and 2 go: the batch's first registration with them.
+        r.push(Item::single(5, ",\"type\":\"x\"", false));
+        r.push(Item::single(6, ",\"type\":\"x\"", false));
+        assert_eq!(r.oldest_seq(), Some(3));
+        assert_eq!(Arc::strong_count(&whole), 2);
+        r.push(Item::single(7, ",\"type\":\"x\"", false));
+        r.push(Item::single(8, ",\"type\":\"x\"", false));
+        assert_eq!(r.oldest_seq(), Some(5));
+        assert_eq!(Arc::strong_count(&whole), 1, "no item lies in it any more");
+        assert_eq!(r.texts.len(), 4);
+        assert_eq!(r.after(0, 10).unwrap_err(), (5, 8));
+        assert_eq!(seqs(&r.after(4, 10).unwrap()), vec![5, 6, 7, 8]);
     }
 
     #[test]

@@ -10,6 +10,9 @@ use super::*;
 pub(super) struct Seqs {
     next: i64,
     reserved_upto: i64,
+    /// The length of the block last reserved, and when it was asked for.
+    block: i64,
+    reserved_at: Option<Instant>,
     /// The highest stored event seq merged into the stream.
     last_synced: i64,
 }
@@ -20,6 +23,8 @@ impl Seqs {
         Seqs {
             next: last + 1,
             reserved_upto: last,
+            block: SEQ_BLOCK,
+            reserved_at: None,
             last_synced: last,
         }
     }
@@ -32,6 +37,22 @@ impl Seqs {
         let seq = self.next;
         self.next += 1;
         Some(seq)
+    }
+
+    /// How many seqs to reserve next, asked at `now`: [`SEQ_BLOCK`], or twice the last block
+    /// (up to [`MAX_SEQ_BLOCK`]) when that one was reserved less than [`SEQ_BLOCK_FAST`] ago.
+    /// A flood of output then costs one store write per up to 65,536 lines instead of per
+    /// 1,024; a quiet session keeps small blocks (what a block leaves unused is skipped, as
+    /// ever: seqs never repeat or go back).
+    pub(super) fn block_len(&mut self, now: Instant) -> i64 {
+        self.block = match self.reserved_at {
+            Some(at) if now.saturating_duration_since(at) < SEQ_BLOCK_FAST => {
+                (self.block * 2).min(MAX_SEQ_BLOCK)
+            }
+            _ => SEQ_BLOCK,
+        };
+        self.reserved_at = Some(now);
+        self.block
     }
 
     /// The store reserved `len` seqs from `start` (all above the events it returned with them).
@@ -95,14 +116,18 @@ impl Supervised {
     /// all lie below it). On failure the error is kept for `status` and returned.
     pub(super) fn reserve_block(&self) -> Result<(), StoreError> {
         let mut store = self.store();
-        let after = self.lock().seqs.last_synced();
-        match store.reserve_seqs(&self.key, SEQ_BLOCK, after) {
+        let (after, len) = {
+            let mut g = self.lock();
+            let seqs = &mut g.quiet_mut().seqs;
+            (seqs.last_synced(), seqs.block_len(Instant::now()))
+        };
+        match store.reserve_seqs(&self.key, len, after) {
             Ok((start, events)) => {
                 let mut g = self.lock();
                 for e in events {
                     g.push_event(e);
                 }
-                g.seqs.reserved(start, SEQ_BLOCK);
+                g.seqs.reserved(start, len);
                 if g.held.take().is_some() {
                     tracing::info!(session = %self.key, "seqs reserved again; output resumes");
                 }
@@ -150,6 +175,26 @@ impl Supervised {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_grow_while_output_floods_in_and_shrink_when_it_slows() {
+        let mut s = Seqs::new(0);
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        assert_eq!(s.block_len(t), SEQ_BLOCK, "the first block");
+        assert_eq!(s.block_len(ms(10)), 2 * SEQ_BLOCK);
+        assert_eq!(s.block_len(ms(20)), 4 * SEQ_BLOCK);
+        for i in 0..10 {
+            s.block_len(ms(30 + i));
+        }
+        assert_eq!(s.block_len(ms(50)), MAX_SEQ_BLOCK, "never past the largest");
+        assert_eq!(
+            s.block_len(ms(50) + SEQ_BLOCK_FAST),
+            SEQ_BLOCK,
+            "a block that lasted a while: back to the first size"
+        );
+        assert_eq!(s.block_len(ms(60) + SEQ_BLOCK_FAST), 2 * SEQ_BLOCK);
+    }
 
     #[test]
     fn nothing_is_handed_out_before_a_block_is_reserved() {

@@ -84,16 +84,33 @@ impl<'a> Locked<'a> {
     }
 
     /// Waits on the session's condition variable (publishing first: a waiter lets the lock go).
+    /// Counted in `changed_waiters` while it waits, so that [`Locked::notify_changed`] makes no
+    /// wake-up call when nobody waits.
     pub(super) fn wait_timeout(mut self, wait: Duration) -> Locked<'a> {
         self.publish();
-        let guard = self.guard.take().expect("held until dropped");
-        let guard = self
+        let mut guard = self.guard.take().expect("held until dropped");
+        guard.changed_waiters += 1;
+        let mut guard = self
             .session
             .changed
             .wait_timeout(guard, wait)
             .unwrap_or_else(|p| p.into_inner())
             .0;
+        guard.changed_waiters -= 1;
         Locked::new(self.session, guard)
+    }
+
+    /// Lets the lock go (publishing), then wakes whoever waits on the session's condition
+    /// variable: no system call when nobody does (the output reader calls this once per read of
+    /// the adapter; an attach that keeps up is mostly busy writing, not waiting). A waiter
+    /// counts itself under the lock before it waits, so none is missed.
+    pub(super) fn notify_changed(self) {
+        let session = self.session;
+        let waiting = self.changed_waiters > 0;
+        drop(self);
+        if waiting {
+            session.changed.notify_all();
+        }
     }
 }
 

@@ -126,12 +126,8 @@ impl Supervised {
                         }
                     }
                 }
-                g.push(Item::shared(
-                    seq,
-                    text.clone(),
-                    line.rendered.clone(),
-                    false,
-                ));
+                g.replay
+                    .push_shared(seq, &text, line.rendered.clone(), false);
                 i += 1;
                 if i == total {
                     break;
@@ -144,8 +140,7 @@ impl Supervised {
             if g.pending.is_empty() && g.opening.is_empty() {
                 self.tracking.store(false, AtomicOrdering::SeqCst);
             }
-            drop(g);
-            self.changed.notify_all();
+            g.notify_changed();
         }
         batch.clear();
     }
@@ -172,8 +167,7 @@ impl Supervised {
             }
             g.stderr_tail.push_back(text);
             g.push(Item::single(seq, &rest, true));
-            drop(g);
-            self.changed.notify_all();
+            g.notify_changed();
         }
     }
 }
