@@ -224,10 +224,7 @@ pub enum Batch {
     /// Nothing new within the wait.
     Idle,
     /// The cursor fell out of the buffer.
-    Evicted {
-        oldest_seq: i64,
-        last_seq: i64,
-    },
+    Evicted { oldest_seq: i64, last_seq: i64 },
 }
 
 /// The buffered items of one session, oldest first, within its [`Limits`]. Seqs only go up:
@@ -616,7 +613,11 @@ mod tests {
         r.push_shared(2, &whole, range(1), false);
         r.push(Item::single(3, ",\"type\":\"event\"", false));
         r.push_shared(4, &whole, range(2), false);
-        assert_eq!(r.texts.len(), 3, "the batch's text, the event's, the batch's again");
+        assert_eq!(
+            r.texts.len(),
+            3,
+            "the batch's text, the event's, the batch's again"
+        );
         assert_eq!(Arc::strong_count(&whole), 3);
         let mut run = Run::default();
         r.run_after(1, 10, &mut run).unwrap();
