@@ -311,6 +311,14 @@ fn a_closed_lease_whose_wrapper_still_runs_is_reaped() {
     } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
     assert!(cgroup_procs(&cgroup).contains(&escapee.pid));
     let id = mark_closed_while_running(&state, key);
+    // Stopped, the wrapper cannot end by itself once reap's TERM has ended its adapter (it
+    // exits with its adapter, and under load that came before reap's turn to signal it): so
+    // whether reap signals the wrapper itself is what is tested, not the wrapper's speed.
+    signal(wrapper, libc::SIGSTOP);
+    assert!(
+        wait_for(|| stat_fields(wrapper.pid).is_some_and(|f| f[0] == "T")),
+        "the wrapper stopped"
+    );
 
     let t = Counting::default();
     let c = controller(&cg, &state, &t);
