@@ -366,8 +366,10 @@ impl Origin {
 /// The way to the daemon serving the state root, for [`exec`]: the front door passes it in
 /// (`daemon::exec_client`), so this verb names no client type.
 pub trait ExecDaemon {
-    /// Asks the daemon to commit the lease rooted at the calling process.
-    fn commit(&self, ask: &ExecAsk) -> DaemonAnswer;
+    /// Asks the daemon to commit the lease rooted at the calling process. `ask` is called only
+    /// once a daemon is reached (so `leash exec` without one does the request's work once, on
+    /// the direct path); `None` from it: not asked.
+    fn commit(&self, ask: &dyn Fn() -> Option<ExecAsk>) -> DaemonAnswer;
 }
 
 /// What the daemon said to an [`ExecAsk`].
@@ -451,39 +453,37 @@ fn through_daemon(
     req: &mut ExecRequest,
     d: &dyn ExecDaemon,
 ) -> Result<Option<Launch>, ExecError> {
-    // The containment this process would resolve (the gateway's directory aside, which needs the
-    // store): the daemon honours only the same. A refusal it would give (limits without
-    // containment) is the direct path's, word for word.
-    let mine = Containment::resolve_lean(&req.containment, "");
-    if check_limits_enforceable(&req.limits, &mine).is_err() {
-        return Ok(None);
-    }
-    // Any failure here is the direct path's to report, in its order.
-    let Ok(wrapper_path) = install_wrapper(root) else {
-        return Ok(None);
-    };
     let given = req.lease_id.is_some();
     let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
-    let ask = ExecAsk {
-        state_dir: root.dir().to_path_buf(),
-        lease_id: lease_id.clone(),
-        lease_id_given: given,
-        session: req.session_key.clone(),
-        agent: req.agent_id.clone(),
-        owner: req.owner_session_key.clone(),
-        spawned_by: req.spawned_by.clone(),
-        parent: req.parent_session_key.clone(),
-        grace_ms: req.grace_ms,
-        owner_pid: req.owner_pid,
-        limits: req.limits.clone(),
-        argv: req
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        wrapper: wrapper_path,
-        containment: mine.mode.clone(),
-        cgroup_root: mine.root.clone(),
+    let ask = || -> Option<ExecAsk> {
+        // The containment this process would resolve (the gateway's directory aside, which
+        // needs the store): the daemon honours only the same. A refusal it would give (limits
+        // without containment) is the direct path's, word for word.
+        let mine = Containment::resolve_lean(&req.containment, "");
+        check_limits_enforceable(&req.limits, &mine).ok()?;
+        // Any failure here is the direct path's to report, in its order.
+        let wrapper_path = install_wrapper(root).ok()?;
+        Some(ExecAsk {
+            state_dir: root.dir().to_path_buf(),
+            lease_id: lease_id.clone(),
+            lease_id_given: given,
+            session: req.session_key.clone(),
+            agent: req.agent_id.clone(),
+            owner: req.owner_session_key.clone(),
+            spawned_by: req.spawned_by.clone(),
+            parent: req.parent_session_key.clone(),
+            grace_ms: req.grace_ms,
+            owner_pid: req.owner_pid,
+            limits: req.limits.clone(),
+            argv: req
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            wrapper: wrapper_path,
+            containment: mine.mode.clone(),
+            cgroup_root: mine.root.clone(),
+        })
     };
     let me = proc::self_id();
     let owner_pid = nix::unistd::getppid().as_raw();

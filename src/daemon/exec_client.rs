@@ -46,7 +46,7 @@ struct ReplyError {
 }
 
 impl ExecDaemon for ExecThroughDaemon<'_> {
-    fn commit(&self, ask: &ExecAsk) -> DaemonAnswer {
+    fn commit(&self, ask: &dyn Fn() -> Option<ExecAsk>) -> DaemonAnswer {
         use DaemonAnswer::NotAsked;
         let Some(info) = daemon_pid(&lock_path(self.root)) else {
             return NotAsked("no daemon holds the state root's lock".into());
@@ -72,10 +72,13 @@ impl ExecDaemon for ExecThroughDaemon<'_> {
             }
             Err(e) => return NotAsked(format!("cannot read the peer's credentials: {e}")),
         }
+        let Some(ask) = ask() else {
+            return NotAsked("the direct path reports what is wrong with the request".into());
+        };
         let line = Line {
             id: 1,
             op: <Box<ExecAsk> as super::protocol::OpRequest>::NAME,
-            ask,
+            ask: &ask,
         };
         let mut bytes = match serde_json::to_vec(&line) {
             Ok(b) => b,
