@@ -308,6 +308,13 @@ impl<'t> Controller<'t> {
                 _ => p.exe.unwrap_or_else(|| "?".into()),
             })
         };
+        // The ended leases by id, once: each stray to remove is looked up here, not searched for.
+        let ended: std::collections::HashMap<&str, &Lease> = leases
+            .iter()
+            .filter_map(|l| l.as_ref().ok())
+            .filter(|l| l.state.is_terminal())
+            .map(|l| (l.lease_id.as_str(), l))
+            .collect();
         plan::plan_strays(
             root,
             &cgroup::children(root),
@@ -318,7 +325,7 @@ impl<'t> Controller<'t> {
         .into_iter()
         .map(|s| {
             let obs = self.table.cgroup(std::path::Path::new(&s.path));
-            self.keep_while_wrapper_runs(plan::settle_stray(s, &obs, command), leases)
+            self.keep_while_wrapper_runs(plan::settle_stray(s, &obs, command), &ended)
         })
         .collect()
     }
@@ -331,7 +338,7 @@ impl<'t> Controller<'t> {
     fn keep_while_wrapper_runs(
         &self,
         mut s: plan::StrayCgroup,
-        leases: &[Result<Lease, String>],
+        ended: &std::collections::HashMap<&str, &Lease>,
     ) -> plan::StrayCgroup {
         if s.action != CgroupAction::Remove {
             return s;
@@ -340,11 +347,7 @@ impl<'t> Controller<'t> {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("");
-        let Some(l) = leases
-            .iter()
-            .filter_map(|l| l.as_ref().ok())
-            .find(|l| l.lease_id == name && l.state.is_terminal())
-        else {
+        let Some(l) = ended.get(name) else {
             return s;
         };
         if matches!(
