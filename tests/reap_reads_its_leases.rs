@@ -291,6 +291,15 @@ fn a_reap_of_contained_leases_reads_their_members_not_the_host() {
     }
 }
 
+/// Stops `p` (SIGSTOP) and waits until `/proc` shows it stopped.
+fn stop(p: Pid) {
+    signal(p, libc::SIGSTOP);
+    assert!(
+        wait_for(|| stat_fields(p.pid).is_some_and(|f| f[0] == "T")),
+        "the wrapper stopped"
+    );
+}
+
 /// A closed lease whose wrapper still runs (the store says closed; the wrapper, outside its
 /// cgroup as always, carries the lease's markers, and its adapter and `setsid` escapee are in
 /// the cgroup): reap finds it, from the cgroup that is still there, and takes the whole tree as
@@ -314,11 +323,7 @@ fn a_closed_lease_whose_wrapper_still_runs_is_reaped() {
     // Stopped, the wrapper cannot end by itself once reap's TERM has ended its adapter (it
     // exits with its adapter, and under load that came before reap's turn to signal it): so
     // whether reap signals the wrapper itself is what is tested, not the wrapper's speed.
-    signal(wrapper, libc::SIGSTOP);
-    assert!(
-        wait_for(|| stat_fields(wrapper.pid).is_some_and(|f| f[0] == "T")),
-        "the wrapper stopped"
-    );
+    stop(wrapper);
 
     let t = Counting::default();
     let c = controller(&cg, &state, &t);
@@ -363,11 +368,7 @@ fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_s
         cgroup,
     } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
     // The wrapper stopped, its adapter and escapee gone: the cgroup is empty, the wrapper runs.
-    signal(wrapper, libc::SIGSTOP);
-    assert!(
-        wait_for(|| stat_fields(wrapper.pid).is_some_and(|f| f[0] == "T")),
-        "the wrapper stopped"
-    );
+    stop(wrapper);
     signal(adapter, libc::SIGKILL);
     signal(escapee, libc::SIGKILL);
     assert!(
