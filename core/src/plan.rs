@@ -568,6 +568,65 @@ pub fn settle_stray(
     s
 }
 
+/// Settles every stray [`plan_strays`] found, from what the live system shows of each: `observe`
+/// reads a stray's cgroup now, `command` names a pid's command line, and `wrapper_may_run` says
+/// whether an ended lease's wrapper may still run (alive, or not readable). [`settle_stray`]
+/// first; then a stray it would remove stays while the wrapper of its ended lease may still run
+/// ([`keep_while_wrapper_runs`]). The dry run and the sweep both come here, so they say the same.
+pub fn settle_strays(
+    strays: Vec<StrayCgroup>,
+    leases: &[Result<Lease, String>],
+    observe: impl Fn(&str) -> crate::model::Observation,
+    command: impl Fn(i32) -> Option<String>,
+    wrapper_may_run: impl Fn(&Lease) -> bool,
+) -> Vec<StrayCgroup> {
+    // The ended leases by id, once: each stray to remove is looked up here, not searched for.
+    let ended: std::collections::HashMap<&str, &Lease> = leases
+        .iter()
+        .filter_map(|l| l.as_ref().ok())
+        .filter(|l| l.state.is_terminal())
+        .map(|l| (l.lease_id.as_str(), l))
+        .collect();
+    strays
+        .into_iter()
+        .map(|s| {
+            let obs = observe(&s.path);
+            let s = settle_stray(s, &obs, &command);
+            keep_while_wrapper_runs(s, &ended, &wrapper_may_run)
+        })
+        .collect()
+}
+
+/// A stray the sweep would remove stays while the wrapper of its (ended) lease may still run:
+/// the lease's cgroup is what tells reap to look for that wrapper, so it goes only once the
+/// wrapper is gone (the wrapper removes it itself as it exits). `wrapper_may_run` is asked only
+/// for a stray that would be removed and is named for an ended lease: one live read per such
+/// stray, none for the leases' history.
+pub fn keep_while_wrapper_runs(
+    mut s: StrayCgroup,
+    ended: &std::collections::HashMap<&str, &Lease>,
+    wrapper_may_run: impl Fn(&Lease) -> bool,
+) -> StrayCgroup {
+    if s.action != CgroupAction::Remove {
+        return s;
+    }
+    let name = std::path::Path::new(&s.path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let Some(l) = ended.get(name) else {
+        return s;
+    };
+    if wrapper_may_run(l) {
+        s.action = CgroupAction::Leave;
+        s.reason = format!(
+            "{}; but its wrapper (pid {}) still runs, so it stays until the wrapper ends",
+            s.reason, l.root_pid
+        );
+    }
+    s
+}
+
 pub fn plan_legacy(
     rec: &LegacyRecord,
     expect: &Expect<'_>,
@@ -617,4 +676,111 @@ pub fn plan_legacy(
         }
     }
     lp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Observation;
+    use std::cell::Cell;
+
+    const LID: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8a";
+    const OTHER: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8b";
+    const ROOT: &str = "/cg/leash/gw";
+
+    fn ended_lease(id: &str, cgroup_id: u64) -> Lease {
+        Lease {
+            lease_id: id.into(),
+            gateway_instance_id: "gw".into(),
+            session_key: "s".into(),
+            agent_id: None,
+            wrapper_root: "/s/wrappers".into(),
+            wrapper_path: "/s/wrappers/leash-wrap".into(),
+            root_pid: 100,
+            root_start_time: 1000,
+            root_pidfs_ino: None,
+            cgroup_path: Some(format!("{ROOT}/{id}")),
+            cgroup_id: Some(cgroup_id),
+            process_group_id: Some(101),
+            adapter_pid: Some(101),
+            adapter_start_time: Some(1001),
+            command_hash: String::new(),
+            command: vec!["adapter".into()],
+            owner_pid: 50,
+            owner_start_time: 10,
+            started_at: 0,
+            grace_ms: 100,
+            state: LeaseState::Closed,
+            state_reason: None,
+            closed_at: Some(1),
+            exit_status: None,
+            claimed_by: None,
+        }
+    }
+
+    fn seen(path: &str, id: u64, procs: Vec<i32>) -> Observation {
+        Observation {
+            path: path.into(),
+            id: Some(id),
+            populated: !procs.is_empty(),
+            procs,
+            error: None,
+        }
+    }
+
+    /// One stray per case: the ended lease's empty cgroup (7), an ended lease's populated one
+    /// (8), and a directory no lease names, old enough to go (9).
+    fn settle(wrapper_runs: bool, asked: &Cell<usize>) -> Vec<StrayCgroup> {
+        let old = "01000000-0000-7000-8000-000000000000";
+        let leases = vec![Ok(ended_lease(LID, 7)), Ok(ended_lease(OTHER, 8))];
+        let dirs = vec![
+            (LID.to_string(), 7),
+            (OTHER.to_string(), 8),
+            (old.to_string(), 9),
+        ];
+        let strays = plan_strays(std::path::Path::new(ROOT), &dirs, &leases, i64::MAX / 2, 1);
+        let observe = |path: &str| {
+            let id = dirs
+                .iter()
+                .find(|(n, _)| path.ends_with(n.as_str()))
+                .map(|d| d.1)
+                .unwrap();
+            seen(path, id, if id == 8 { vec![4242] } else { vec![] })
+        };
+        let wrapper_may_run = |l: &Lease| {
+            asked.set(asked.get() + 1);
+            assert_eq!(l.lease_id, LID, "asked only of the removable ended lease");
+            wrapper_runs
+        };
+        settle_strays(strays, &leases, observe, |_| None, wrapper_may_run)
+    }
+
+    #[test]
+    fn an_ended_leases_empty_cgroup_stays_while_its_wrapper_may_run() {
+        let asked = Cell::new(0);
+        let s = settle(true, &asked);
+        assert_eq!(asked.get(), 1);
+        assert_eq!(s[0].action, CgroupAction::Leave);
+        assert_eq!(
+            s[0].reason,
+            "its lease is closed; but its wrapper (pid 100) still runs, so it stays until the \
+             wrapper ends"
+        );
+        // The populated one is reported and left whatever the wrapper does; the one no lease
+        // names goes.
+        assert_eq!(s[1].action, CgroupAction::Leave);
+        assert_eq!(s[1].processes.len(), 1);
+        assert_eq!(s[2].action, CgroupAction::Remove);
+    }
+
+    #[test]
+    fn an_ended_leases_empty_cgroup_goes_once_its_wrapper_is_gone() {
+        let asked = Cell::new(0);
+        let s = settle(false, &asked);
+        assert_eq!(asked.get(), 1);
+        assert_eq!(s[0].action, CgroupAction::Remove);
+        assert_eq!(s[0].reason, "its lease is closed");
+        assert_eq!(s[1].action, CgroupAction::Leave);
+        assert_eq!(s[2].action, CgroupAction::Remove);
+    }
 }

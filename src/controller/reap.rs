@@ -294,7 +294,7 @@ impl<'t> Controller<'t> {
     }
 
     /// The strays under this gateway's cgroup root, each settled by a look at what is in it
-    /// now ([`plan::settle_stray`]): the dry run and the sweep say the same.
+    /// now ([`plan::settle_strays`]): the dry run and the sweep say the same.
     fn strays(
         &self,
         root: &std::path::Path,
@@ -308,59 +308,21 @@ impl<'t> Controller<'t> {
                 _ => p.exe.unwrap_or_else(|| "?".into()),
             })
         };
-        // The ended leases by id, once: each stray to remove is looked up here, not searched for.
-        let ended: std::collections::HashMap<&str, &Lease> = leases
-            .iter()
-            .filter_map(|l| l.as_ref().ok())
-            .filter(|l| l.state.is_terminal())
-            .map(|l| (l.lease_id.as_str(), l))
-            .collect();
-        plan::plan_strays(
+        let strays = plan::plan_strays(
             root,
             &cgroup::children(root),
             leases,
             now_ms,
             stray_min_age_ms(),
-        )
-        .into_iter()
-        .map(|s| {
-            let obs = self.table.cgroup(std::path::Path::new(&s.path));
-            self.keep_while_wrapper_runs(plan::settle_stray(s, &obs, command), &ended)
-        })
-        .collect()
-    }
-
-    /// A stray the sweep would remove stays while the wrapper of its (ended) lease still runs:
-    /// the lease's cgroup is what tells reap to look for that wrapper
-    /// ([`Controller::terminal_may_hold`]), so it goes only once the root is gone (the wrapper
-    /// removes it itself as it exits). One `/proc` read per stray that would be removed, none
-    /// for the leases' history.
-    fn keep_while_wrapper_runs(
-        &self,
-        mut s: plan::StrayCgroup,
-        ended: &std::collections::HashMap<&str, &Lease>,
-    ) -> plan::StrayCgroup {
-        if s.action != CgroupAction::Remove {
-            return s;
-        }
-        let name = std::path::Path::new(&s.path)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("");
-        let Some(l) = ended.get(name) else {
-            return s;
+        );
+        let observe = |path: &str| self.table.cgroup(std::path::Path::new(path));
+        let wrapper_may_run = |l: &Lease| {
+            matches!(
+                self.table.liveness(l.root(), l.root_pidfs_ino),
+                Ok(proc::Liveness::Alive) | Err(_)
+            )
         };
-        if matches!(
-            self.table.liveness(l.root(), l.root_pidfs_ino),
-            Ok(proc::Liveness::Alive) | Err(_)
-        ) {
-            s.action = CgroupAction::Leave;
-            s.reason = format!(
-                "{}; but its wrapper (pid {}) still runs, so it stays until the wrapper ends",
-                s.reason, l.root_pid
-            );
-        }
-        s
+        plan::settle_strays(strays, leases, observe, command, wrapper_may_run)
     }
 
     /// Sweeps the stray cgroups under this gateway's cgroup root: those of closed, lost or
