@@ -1,5 +1,6 @@
 //! The socket and the signals: binding the socket (0600, replacing a stale one), the
-//! termination signals as a readable socket, and the accept loop (one thread per connection).
+//! termination signals as a readable socket, and the accept loop (one thread per connection,
+//! taken from the idle connection threads when one waits: [`Workers`]).
 
 use super::*;
 
@@ -143,6 +144,7 @@ pub(super) fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
 
 pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let workers = Workers::new();
     loop {
         let mut fds = [
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
@@ -168,15 +170,7 @@ pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Un
         }
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    let d = d.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("conn".into())
-                        .spawn(move || conn::serve_connection(d, stream));
-                    if let Err(e) = spawned {
-                        tracing::error!(error = %e, "cannot start a connection thread");
-                    }
-                }
+                Ok((stream, _)) => workers.serve(d, stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -186,6 +180,88 @@ pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Un
                     break;
                 }
             }
+        }
+    }
+}
+
+/// How many connection threads wait, idle, for the next connection.
+const IDLE_WORKERS: usize = 2;
+
+/// The connection threads that finished a connection and wait for the next one. Each
+/// connection still has a thread of its own for its whole life, as before; a thread that is
+/// done with one takes the next instead of exiting, so a short request (`leash exec`'s one
+/// `exec`, a `ping`) is not preceded by a thread's start and followed by its teardown (issue
+/// 24). At most [`IDLE_WORKERS`] wait; when none does, a new one starts. They end with the
+/// accept loop (its sender dropped).
+struct Workers {
+    /// Connections for the idle threads: sent only when one is counted in `idle`.
+    send: std::sync::mpsc::Sender<UnixStream>,
+    take: Arc<Mutex<std::sync::mpsc::Receiver<UnixStream>>>,
+    /// Threads that wait for a connection on `take` (each counted before it waits, uncounted
+    /// here when it is handed one: the accept loop is the only one that takes from it).
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Workers {
+    fn new() -> Workers {
+        let (send, take) = std::sync::mpsc::channel();
+        Workers {
+            send,
+            take: Arc::new(Mutex::new(take)),
+            idle: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+
+    /// Serves the connection on an idle thread, else on a new one.
+    fn serve(&self, d: &Arc<Daemon>, stream: UnixStream) {
+        let waiting = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        let stream = if waiting {
+            match self.send.send(stream) {
+                Ok(()) => return,
+                // No receiver: cannot happen while `self` holds one; start a thread.
+                Err(e) => e.0,
+            }
+        } else {
+            stream
+        };
+        let (d, take, idle) = (d.clone(), self.take.clone(), self.idle.clone());
+        let spawned = std::thread::Builder::new()
+            .name("conn".into())
+            .spawn(move || worker(d, stream, &take, &idle));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a connection thread");
+        }
+    }
+}
+
+/// A connection thread: serves its first connection, then the ones it is handed while idle.
+fn worker(
+    d: Arc<Daemon>,
+    first: UnixStream,
+    take: &Mutex<std::sync::mpsc::Receiver<UnixStream>>,
+    idle: &std::sync::atomic::AtomicUsize,
+) {
+    let mut stream = first;
+    loop {
+        conn::serve_connection(d.clone(), stream);
+        let room = idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < IDLE_WORKERS).then_some(n + 1)
+            })
+            .is_ok();
+        if !room {
+            return;
+        }
+        // Counted idle: the accept loop may now hand this thread (or another idle one) a
+        // connection. The lock is held while waiting: one idle thread waits on the channel, the
+        // others on the lock.
+        let next = take.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        match next {
+            Ok(s) => stream = s,
+            Err(_) => return, // the accept loop ended
         }
     }
 }
