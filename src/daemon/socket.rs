@@ -187,79 +187,71 @@ pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Un
 /// How many connection threads wait, idle, for the next connection.
 const IDLE_WORKERS: usize = 2;
 
+/// A connection for an idle connection thread, sent on that thread's own channel.
+type Handoff = std::sync::mpsc::SyncSender<UnixStream>;
+
 /// The connection threads that finished a connection and wait for the next one. Each
 /// connection still has a thread of its own for its whole life, as before; a thread that is
 /// done with one takes the next instead of exiting, so a short request (`leash exec`'s one
 /// `exec`, a `ping`) is not preceded by a thread's start and followed by its teardown (issue
-/// 24). At most [`IDLE_WORKERS`] wait; when none does, a new one starts. They end with the
-/// accept loop (its sender dropped).
+/// 24). At most [`IDLE_WORKERS`] wait, each on a channel of its own (a handoff wakes that one
+/// thread only), the last to finish served first; when none waits, a new one starts. They end
+/// with the accept loop (their channels are dropped with it).
 struct Workers {
-    /// Connections for the idle threads: sent only when one is counted in `idle`.
-    send: std::sync::mpsc::Sender<UnixStream>,
-    take: Arc<Mutex<std::sync::mpsc::Receiver<UnixStream>>>,
-    /// Threads that wait for a connection on `take` (each counted before it waits, uncounted
-    /// here when it is handed one: the accept loop is the only one that takes from it).
-    idle: Arc<std::sync::atomic::AtomicUsize>,
+    idle: Arc<Mutex<Vec<Handoff>>>,
 }
 
 impl Workers {
     fn new() -> Workers {
-        let (send, take) = std::sync::mpsc::channel();
         Workers {
-            send,
-            take: Arc::new(Mutex::new(take)),
-            idle: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            idle: Arc::new(Mutex::new(Vec::with_capacity(IDLE_WORKERS))),
         }
     }
 
     /// Serves the connection on an idle thread, else on a new one.
     fn serve(&self, d: &Arc<Daemon>, stream: UnixStream) {
-        let waiting = self
-            .idle
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok();
-        let stream = if waiting {
-            match self.send.send(stream) {
+        let waiting = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let stream = match waiting {
+            Some(handoff) => match handoff.send(stream) {
                 Ok(()) => return,
-                // No receiver: cannot happen while `self` holds one; start a thread.
+                // That thread is gone (it cannot be while it waits): start another.
                 Err(e) => e.0,
-            }
-        } else {
-            stream
+            },
+            None => stream,
         };
-        let (d, take, idle) = (d.clone(), self.take.clone(), self.idle.clone());
+        let (d, idle) = (d.clone(), self.idle.clone());
         let spawned = std::thread::Builder::new()
             .name("conn".into())
-            .spawn(move || worker(d, stream, &take, &idle));
+            .spawn(move || worker(d, stream, &idle));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start a connection thread");
         }
     }
 }
 
+impl Drop for Workers {
+    /// The accept loop ended: the idle threads' channels close, and they end.
+    fn drop(&mut self) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
 /// A connection thread: serves its first connection, then the ones it is handed while idle.
-fn worker(
-    d: Arc<Daemon>,
-    first: UnixStream,
-    take: &Mutex<std::sync::mpsc::Receiver<UnixStream>>,
-    idle: &std::sync::atomic::AtomicUsize,
-) {
+fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Vec<Handoff>>) {
     let mut stream = first;
     loop {
         conn::serve_connection(d.clone(), stream);
-        let room = idle
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < IDLE_WORKERS).then_some(n + 1)
-            })
-            .is_ok();
-        if !room {
-            return;
+        // The only sender goes to the idle list: dropped from there (the accept loop ended),
+        // the wait below ends too.
+        let (handoff, next) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() >= IDLE_WORKERS {
+                return;
+            }
+            idle.push(handoff);
         }
-        // Counted idle: the accept loop may now hand this thread (or another idle one) a
-        // connection. The lock is held while waiting: one idle thread waits on the channel, the
-        // others on the lock.
-        let next = take.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        match next {
+        match next.recv() {
             Ok(s) => stream = s,
             Err(_) => return, // the accept loop ended
         }
