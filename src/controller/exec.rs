@@ -841,3 +841,56 @@ fn wrapper_exec_failed(
         source: err,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `exec` request on the wire, every field set: pinned, so a change in how the struct is
+    /// declared (the ownership fields are shared with `ensure` and the stored spec) cannot move,
+    /// rename or drop a field.
+    #[test]
+    fn the_exec_request_is_pinned_on_the_wire() {
+        let ask = ExecAsk {
+            state_dir: "/s".into(),
+            lease_id: "01a2376c-fe0f-72d8-9e81-df0983079ff7".into(),
+            lease_id_given: true,
+            session: Some("k".into()),
+            agent: Some("a".into()),
+            owner: Some("o".into()),
+            spawned_by: Some("b".into()),
+            parent: Some("p".into()),
+            grace_ms: 3000,
+            owner_pid: Some(7),
+            limits: Limits {
+                memory_max: Some(1 << 20),
+                ..Limits::default()
+            },
+            argv: vec!["/bin/true".into()],
+            wrapper: "/s/wrappers/leash-wrap-1".into(),
+            containment: "on".into(),
+            cgroup_root: Some("/sys/fs/cgroup/x".into()),
+        };
+        let json = serde_json::to_string(&ask).unwrap();
+        assert_eq!(
+            json,
+            r#"{"stateDir":"/s","leaseId":"01a2376c-fe0f-72d8-9e81-df0983079ff7","leaseIdGiven":true,"session":"k","agent":"a","owner":"o","spawnedBy":"b","parent":"p","graceMs":3000,"ownerPid":7,"limits":{"memoryMax":1048576},"argv":["/bin/true"],"wrapper":"/s/wrappers/leash-wrap-1","containment":"on","cgroupRoot":"/sys/fs/cgroup/x"}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecAsk>(&json).unwrap(), ask);
+        // Left out, the optional ones read as absent.
+        let bare: ExecAsk = serde_json::from_str(
+            r#"{"stateDir":"/s","leaseId":"x","graceMs":1,"argv":["t"],"wrapper":"/w","containment":"off"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                bare.session,
+                bare.agent,
+                bare.owner,
+                bare.spawned_by,
+                bare.parent
+            ),
+            (None, None, None, None, None)
+        );
+    }
+}
