@@ -386,42 +386,67 @@ pub enum DaemonAnswer {
     Lost(String),
 }
 
-/// The daemon's `exec` request: what [`decide_and_commit`] needs that only the client knows.
-/// The root and the owner are not in it: the daemon takes them from the socket's peer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecAsk {
-    /// The state root the client means (the daemon serves one).
-    pub state_dir: PathBuf,
-    /// Chosen by the client (a fresh UUIDv7, or `--lease-id`): a lost answer is looked up by it.
-    pub lease_id: String,
-    /// Whether `lease_id` came from `--lease-id` (so a fresh one may not replace it).
-    #[serde(default)]
-    pub lease_id_given: bool,
-    #[serde(default)]
-    pub session: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    #[serde(default)]
-    pub spawned_by: Option<String>,
-    #[serde(default)]
-    pub parent: Option<String>,
-    pub grace_ms: u64,
-    /// `--owner-pid`: checked against the peer's parent as the kernel says.
-    #[serde(default)]
-    pub owner_pid: Option<i32>,
-    #[serde(default)]
-    pub limits: Limits,
-    /// The adapter's argv (as the lease records it: lossy UTF-8).
-    pub argv: Vec<String>,
-    /// The wrapper the client installed (under the state root's wrapper root).
-    pub wrapper: PathBuf,
-    /// The containment the client resolved: the daemon commits only when it resolved the same.
-    pub containment: String,
-    #[serde(default)]
-    pub cgroup_root: Option<PathBuf>,
+/// Declares a struct with the fields that say whose a session is (`agent`, `owner`,
+/// `spawnedBy`, `parent`: optional, absent by default), in the place of `..ownership`. The
+/// `exec` request ([`ExecAsk`]), `ensure` and a stored spec (both through
+/// `daemon::protocol::with_launch_fields!`) are declared through it, so the list is written once.
+macro_rules! with_ownership_fields {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$head_meta:meta])* pub $head:ident: $head_ty:ty,)*
+            ..ownership,
+            $($(#[$tail_meta:meta])* pub $tail:ident: $tail_ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$head_meta])* pub $head: $head_ty,)*
+            #[serde(default)]
+            pub agent: Option<String>,
+            #[serde(default)]
+            pub owner: Option<String>,
+            #[serde(default)]
+            pub spawned_by: Option<String>,
+            #[serde(default)]
+            pub parent: Option<String>,
+            $($(#[$tail_meta])* pub $tail: $tail_ty,)*
+        }
+    };
+}
+pub(crate) use with_ownership_fields;
+
+with_ownership_fields! {
+    /// The daemon's `exec` request: what [`decide_and_commit`] needs that only the client knows.
+    /// The root and the owner are not in it: the daemon takes them from the socket's peer.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct ExecAsk {
+        /// The state root the client means (the daemon serves one).
+        pub state_dir: PathBuf,
+        /// Chosen by the client (a fresh UUIDv7, or `--lease-id`): a lost answer is looked up by it.
+        pub lease_id: String,
+        /// Whether `lease_id` came from `--lease-id` (so a fresh one may not replace it).
+        #[serde(default)]
+        pub lease_id_given: bool,
+        #[serde(default)]
+        pub session: Option<String>,
+        ..ownership,
+        pub grace_ms: u64,
+        /// `--owner-pid`: checked against the peer's parent as the kernel says.
+        #[serde(default)]
+        pub owner_pid: Option<i32>,
+        #[serde(default)]
+        pub limits: Limits,
+        /// The adapter's argv (as the lease records it: lossy UTF-8).
+        pub argv: Vec<String>,
+        /// The wrapper the client installed (under the state root's wrapper root).
+        pub wrapper: PathBuf,
+        /// The containment the client resolved: the daemon commits only when it resolved the same.
+        pub containment: String,
+        #[serde(default)]
+        pub cgroup_root: Option<PathBuf>,
+    }
 }
 
 /// The daemon's answer to [`ExecAsk`].
