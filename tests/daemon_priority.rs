@@ -16,18 +16,20 @@ fn nice_of(stat_path: &str) -> Option<i32> {
     rest.split_whitespace().nth(16)?.parse().ok()
 }
 
-fn thread_nices(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+/// The ids of the daemon's threads.
+fn tids(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
-    {
-        let tid = e.file_name().to_string_lossy().into_owned();
-        if let Some(n) = nice_of(&format!("/proc/{pid}/task/{tid}/stat")) {
-            out.push(n);
-        }
-    }
-    out
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn thread_nices(pid: i32) -> Vec<i32> {
+    tids(pid)
+        .iter()
+        .filter_map(|tid| nice_of(&format!("/proc/{pid}/task/{tid}/stat")))
+        .collect()
 }
 
 #[test]
@@ -130,17 +132,13 @@ fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
 
 /// The ids of the daemon's connection threads (named `conn`).
 fn conn_threads(pid: i32) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let tid = e.file_name().to_string_lossy().into_owned();
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"));
-        if comm.is_ok_and(|c| c.trim_end() == "conn") {
-            out.push(tid);
-        }
-    }
+    let mut out: Vec<String> = tids(pid)
+        .into_iter()
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "conn")
+        })
+        .collect();
     out.sort();
     out
 }
