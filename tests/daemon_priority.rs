@@ -16,18 +16,20 @@ fn nice_of(stat_path: &str) -> Option<i32> {
     rest.split_whitespace().nth(16)?.parse().ok()
 }
 
-fn thread_nices(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+/// The ids of the daemon's threads.
+fn tids(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
-    {
-        let tid = e.file_name().to_string_lossy().into_owned();
-        if let Some(n) = nice_of(&format!("/proc/{pid}/task/{tid}/stat")) {
-            out.push(n);
-        }
-    }
-    out
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn thread_nices(pid: i32) -> Vec<i32> {
+    tids(pid)
+        .iter()
+        .filter_map(|tid| nice_of(&format!("/proc/{pid}/task/{tid}/stat")))
+        .collect()
 }
 
 #[test]
@@ -126,4 +128,63 @@ fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
         reader()
     );
     c.call("close", json!({"session": "p"}));
+}
+
+/// The ids of the daemon's connection threads (named `conn`).
+fn conn_threads(pid: i32) -> Vec<String> {
+    let mut out: Vec<String> = tids(pid)
+        .into_iter()
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "conn")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A connection thread that is done with its connection waits for the next one instead of
+/// exiting (issue 24: a short request such as `leash exec`'s one `exec` is not preceded by a
+/// thread's start and followed by its teardown), and it stays raised once, not a further
+/// 10 nice steps per connection it serves.
+#[test]
+fn a_connections_thread_serves_the_next_connection_raised_once() {
+    let tmp = TempDir::new("d-conn-reuse");
+    let state = tmp.join("state");
+    let daemon = Daemon::start(&state, &[]);
+    let pid = daemon.pid.pid;
+    let own = nice_of(&format!("/proc/{pid}/task/{pid}/stat")).unwrap();
+    // Whatever served the start-up's probes is idle by now: one connection at a time from
+    // here, each closed (and its end seen by the daemon) before the next is opened.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let idle = conn_threads(pid);
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        let mut c = daemon.connect();
+        c.call("ping", json!({}));
+        served.push(conn_threads(pid));
+        drop(c);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let after = conn_threads(pid);
+    assert!(
+        !after.is_empty(),
+        "no connection thread waits for the next connection (served by {served:?})"
+    );
+    assert!(
+        served.iter().all(|s| s.iter().all(|t| after.contains(t))),
+        "a connection got a thread of its own: idle before {idle:?}, while serving {served:?}, after {after:?}"
+    );
+    if is_root() {
+        let raised = (own - 10).max(-20);
+        for tid in &after {
+            assert_eq!(
+                nice_of(&format!("/proc/{pid}/task/{tid}/stat")),
+                Some(raised),
+                "connection thread {tid} after 4 connections"
+            );
+        }
+    } else {
+        common::skip("the raised-once check: not root (no CAP_SYS_NICE)");
+    }
 }

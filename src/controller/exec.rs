@@ -386,42 +386,67 @@ pub enum DaemonAnswer {
     Lost(String),
 }
 
-/// The daemon's `exec` request: what [`decide_and_commit`] needs that only the client knows.
-/// The root and the owner are not in it: the daemon takes them from the socket's peer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecAsk {
-    /// The state root the client means (the daemon serves one).
-    pub state_dir: PathBuf,
-    /// Chosen by the client (a fresh UUIDv7, or `--lease-id`): a lost answer is looked up by it.
-    pub lease_id: String,
-    /// Whether `lease_id` came from `--lease-id` (so a fresh one may not replace it).
-    #[serde(default)]
-    pub lease_id_given: bool,
-    #[serde(default)]
-    pub session: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    #[serde(default)]
-    pub spawned_by: Option<String>,
-    #[serde(default)]
-    pub parent: Option<String>,
-    pub grace_ms: u64,
-    /// `--owner-pid`: checked against the peer's parent as the kernel says.
-    #[serde(default)]
-    pub owner_pid: Option<i32>,
-    #[serde(default)]
-    pub limits: Limits,
-    /// The adapter's argv (as the lease records it: lossy UTF-8).
-    pub argv: Vec<String>,
-    /// The wrapper the client installed (under the state root's wrapper root).
-    pub wrapper: PathBuf,
-    /// The containment the client resolved: the daemon commits only when it resolved the same.
-    pub containment: String,
-    #[serde(default)]
-    pub cgroup_root: Option<PathBuf>,
+/// Declares a struct with the fields that say whose a session is (`agent`, `owner`,
+/// `spawnedBy`, `parent`: optional, absent by default), in the place of `..ownership`. The
+/// `exec` request ([`ExecAsk`]), `ensure` and a stored spec (both through
+/// `daemon::protocol::with_launch_fields!`) are declared through it, so the list is written once.
+macro_rules! with_ownership_fields {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$head_meta:meta])* pub $head:ident: $head_ty:ty,)*
+            ..ownership,
+            $($(#[$tail_meta:meta])* pub $tail:ident: $tail_ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$head_meta])* pub $head: $head_ty,)*
+            #[serde(default)]
+            pub agent: Option<String>,
+            #[serde(default)]
+            pub owner: Option<String>,
+            #[serde(default)]
+            pub spawned_by: Option<String>,
+            #[serde(default)]
+            pub parent: Option<String>,
+            $($(#[$tail_meta])* pub $tail: $tail_ty,)*
+        }
+    };
+}
+pub(crate) use with_ownership_fields;
+
+with_ownership_fields! {
+    /// The daemon's `exec` request: what [`decide_and_commit`] needs that only the client knows.
+    /// The root and the owner are not in it: the daemon takes them from the socket's peer.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct ExecAsk {
+        /// The state root the client means (the daemon serves one).
+        pub state_dir: PathBuf,
+        /// Chosen by the client (a fresh UUIDv7, or `--lease-id`): a lost answer is looked up by it.
+        pub lease_id: String,
+        /// Whether `lease_id` came from `--lease-id` (so a fresh one may not replace it).
+        #[serde(default)]
+        pub lease_id_given: bool,
+        #[serde(default)]
+        pub session: Option<String>,
+        ..ownership,
+        pub grace_ms: u64,
+        /// `--owner-pid`: checked against the peer's parent as the kernel says.
+        #[serde(default)]
+        pub owner_pid: Option<i32>,
+        #[serde(default)]
+        pub limits: Limits,
+        /// The adapter's argv (as the lease records it: lossy UTF-8).
+        pub argv: Vec<String>,
+        /// The wrapper the client installed (under the state root's wrapper root).
+        pub wrapper: PathBuf,
+        /// The containment the client resolved: the daemon commits only when it resolved the same.
+        pub containment: String,
+        #[serde(default)]
+        pub cgroup_root: Option<PathBuf>,
+    }
 }
 
 /// The daemon's answer to [`ExecAsk`].
@@ -839,5 +864,58 @@ fn wrapper_exec_failed(
         path: wrapper_path,
         lease_id: lease_id.to_string(),
         source: err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `exec` request on the wire, every field set: pinned, so a change in how the struct is
+    /// declared (the ownership fields are shared with `ensure` and the stored spec) cannot move,
+    /// rename or drop a field.
+    #[test]
+    fn the_exec_request_is_pinned_on_the_wire() {
+        let ask = ExecAsk {
+            state_dir: "/s".into(),
+            lease_id: "01a2376c-fe0f-72d8-9e81-df0983079ff7".into(),
+            lease_id_given: true,
+            session: Some("k".into()),
+            agent: Some("a".into()),
+            owner: Some("o".into()),
+            spawned_by: Some("b".into()),
+            parent: Some("p".into()),
+            grace_ms: 3000,
+            owner_pid: Some(7),
+            limits: Limits {
+                memory_max: Some(1 << 20),
+                ..Limits::default()
+            },
+            argv: vec!["/bin/true".into()],
+            wrapper: "/s/wrappers/leash-wrap-1".into(),
+            containment: "on".into(),
+            cgroup_root: Some("/sys/fs/cgroup/x".into()),
+        };
+        let json = serde_json::to_string(&ask).unwrap();
+        assert_eq!(
+            json,
+            r#"{"stateDir":"/s","leaseId":"01a2376c-fe0f-72d8-9e81-df0983079ff7","leaseIdGiven":true,"session":"k","agent":"a","owner":"o","spawnedBy":"b","parent":"p","graceMs":3000,"ownerPid":7,"limits":{"memoryMax":1048576},"argv":["/bin/true"],"wrapper":"/s/wrappers/leash-wrap-1","containment":"on","cgroupRoot":"/sys/fs/cgroup/x"}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecAsk>(&json).unwrap(), ask);
+        // Left out, the optional ones read as absent.
+        let bare: ExecAsk = serde_json::from_str(
+            r#"{"stateDir":"/s","leaseId":"x","graceMs":1,"argv":["t"],"wrapper":"/w","containment":"off"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                bare.session,
+                bare.agent,
+                bare.owner,
+                bare.spawned_by,
+                bare.parent
+            ),
+            (None, None, None, None, None)
+        );
     }
 }

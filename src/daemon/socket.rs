@@ -1,5 +1,6 @@
 //! The socket and the signals: binding the socket (0600, replacing a stale one), the
-//! termination signals as a readable socket, and the accept loop (one thread per connection).
+//! termination signals as a readable socket, and the accept loop (one thread per connection,
+//! taken from the idle connection threads when one waits: [`Workers`]).
 
 use super::*;
 
@@ -143,6 +144,7 @@ pub(super) fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
 
 pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let workers = Workers::new();
     loop {
         let mut fds = [
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
@@ -168,15 +170,7 @@ pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Un
         }
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    let d = d.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("conn".into())
-                        .spawn(move || conn::serve_connection(d, stream));
-                    if let Err(e) = spawned {
-                        tracing::error!(error = %e, "cannot start a connection thread");
-                    }
-                }
+                Ok((stream, _)) => workers.serve(d, stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -186,6 +180,80 @@ pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Un
                     break;
                 }
             }
+        }
+    }
+}
+
+/// How many connection threads wait, idle, for the next connection.
+const IDLE_WORKERS: usize = 2;
+
+/// A connection for an idle connection thread, sent on that thread's own channel.
+type Handoff = std::sync::mpsc::SyncSender<UnixStream>;
+
+/// The connection threads that finished a connection and wait for the next one. Each
+/// connection still has a thread of its own for its whole life, as before; a thread that is
+/// done with one takes the next instead of exiting, so a short request (`leash exec`'s one
+/// `exec`, a `ping`) is not preceded by a thread's start and followed by its teardown (issue
+/// 24). At most [`IDLE_WORKERS`] wait, each on a channel of its own (a handoff wakes that one
+/// thread only), the last to finish served first; when none waits, a new one starts. They end
+/// with the accept loop (their channels are dropped with it).
+struct Workers {
+    idle: Arc<Mutex<Vec<Handoff>>>,
+}
+
+impl Workers {
+    fn new() -> Workers {
+        Workers {
+            idle: Arc::new(Mutex::new(Vec::with_capacity(IDLE_WORKERS))),
+        }
+    }
+
+    /// Serves the connection on an idle thread, else on a new one.
+    fn serve(&self, d: &Arc<Daemon>, stream: UnixStream) {
+        let waiting = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let stream = match waiting {
+            Some(handoff) => match handoff.send(stream) {
+                Ok(()) => return,
+                // That thread is gone (it cannot be while it waits): start another.
+                Err(e) => e.0,
+            },
+            None => stream,
+        };
+        let (d, idle) = (d.clone(), self.idle.clone());
+        let spawned = std::thread::Builder::new()
+            .name("conn".into())
+            .spawn(move || worker(d, stream, &idle));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a connection thread");
+        }
+    }
+}
+
+impl Drop for Workers {
+    /// The accept loop ended: the idle threads' channels close, and they end.
+    fn drop(&mut self) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// A connection thread: serves its first connection, then the ones it is handed while idle.
+fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Vec<Handoff>>) {
+    let mut stream = first;
+    loop {
+        conn::serve_connection(d.clone(), stream);
+        // The only sender goes to the idle list: dropped from there (the accept loop ended),
+        // the wait below ends too.
+        let (handoff, next) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() >= IDLE_WORKERS {
+                return;
+            }
+            idle.push(handoff);
+        }
+        match next.recv() {
+            Ok(s) => stream = s,
+            Err(_) => return, // the accept loop ended
         }
     }
 }

@@ -232,3 +232,37 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod pinned {
+    use super::*;
+
+    /// A stored spec, every field set, as the database keeps it: pinned, so a change in how the
+    /// struct is declared cannot move, rename or drop a field.
+    #[test]
+    fn a_stored_spec_is_pinned() {
+        let spec = Spec {
+            argv: vec!["a".into()],
+            cwd: Some("/c".into()),
+            env: BTreeMap::from([("K".to_string(), "v".to_string())]),
+            env_names: vec!["N".into()],
+            unset_env: vec!["U".into()],
+            clear_env: true,
+            keep_env: vec!["P".into()],
+            agent: Some("ag".into()),
+            owner: Some("ow".into()),
+            spawned_by: Some("sb".into()),
+            parent: Some("pa".into()),
+            grace_ms: Some(5),
+            memory_max: Some(6),
+            pids_max: Some(7),
+            cpu_max: Some("0.5".into()),
+        };
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(
+            json,
+            r#"{"argv":["a"],"cwd":"/c","env":{"K":"v"},"envNames":["N"],"unsetEnv":["U"],"clearEnv":true,"keepEnv":["P"],"agent":"ag","owner":"ow","spawnedBy":"sb","parent":"pa","graceMs":5,"memoryMax":6,"pidsMax":7,"cpuMax":"0.5"}"#
+        );
+        assert_eq!(serde_json::from_str::<Spec>(&json).unwrap(), spec);
+    }
+}

@@ -66,12 +66,12 @@ impl Store {
         let now = crate::lease::now_ms();
         self.write(|tx, ctx| {
         let err = |e| ctx.err(e);
+        // The statements of a lease's commit are prepared once per connection (the daemon
+        // commits every `leash exec` on one warm connection: issue 24).
         let existing = tx
-            .query_row(
-                &format!("SELECT {LEASE_COLS} FROM leases WHERE session_key = ?1 AND state IN ('open','closing')"),
-                [&lease.session_key],
-                |r| Ok(lease_from_row(r)),
-            )
+            .prepare_cached(&format!("SELECT {LEASE_COLS} FROM leases WHERE session_key = ?1 AND state IN ('open','closing')"))
+            .map_err(err)?
+            .query_row([&lease.session_key], |r| Ok(lease_from_row(r)))
             .optional()
             .map_err(err)?;
         if let Some(old) = existing {
@@ -103,7 +103,7 @@ impl Store {
                 }
             }
         }
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO leases (lease_id, gateway_instance_id, session_key, agent_id, wrapper_root, \
              wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, \
              adapter_start_time, command_hash, command_json, owner_pid, owner_start_time, \
@@ -111,7 +111,9 @@ impl Store {
              root_pidfs_ino, cgroup_path, cgroup_id) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
              ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
-            params![
+        )
+        .map_err(err)?
+        .execute(params![
                 lease.lease_id,
                 lease.gateway_instance_id,
                 lease.session_key,
@@ -137,18 +139,15 @@ impl Store {
                 lease.root_pidfs_ino.map(|v| v as i64),
                 lease.cgroup_path,
                 lease.cgroup_id.map(|v| v as i64),
-            ],
-        )
+            ])
         .map_err(err)?;
         // Store only what reads back: the row just written must parse as the lease it came from,
         // else the transaction is dropped (rolled back) and nothing is stored. A row that does
         // not read can be neither listed nor closed nor reaped.
         let back = tx
-            .query_row(
-                &format!("SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"),
-                [&lease.lease_id],
-                |r| Ok(lease_from_row(r)),
-            )
+            .prepare_cached(&format!("SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"))
+            .map_err(err)?
+            .query_row([&lease.lease_id], |r| Ok(lease_from_row(r)))
             .map_err(err)?;
         match back {
             Ok(l) if l == *lease => {}
@@ -185,11 +184,11 @@ impl Store {
 
     pub fn lease(&self, lease_id: &str) -> Result<Option<Lease>, StoreError> {
         self.conn
-            .query_row(
-                &format!("SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"),
-                [lease_id],
-                |r| Ok(lease_from_row(r)),
-            )
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLS} FROM leases WHERE lease_id = ?1"
+            ))
+            .map_err(|e| self.err(e))?
+            .query_row([lease_id], |r| Ok(lease_from_row(r)))
             .optional()
             .map_err(|e| self.err(e))?
             .transpose()

@@ -89,20 +89,20 @@ pub(super) fn record_lease_owner(
     lease_id: &str,
     session_key: &str,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT OR REPLACE INTO lease_owners (lease_id, session_key, agent_id, \
          owner_session_key, spawned_by, parent_session_key) \
          SELECT ?1, session_key, agent_id, owner_session_key, spawned_by, parent_session_key \
          FROM sessions WHERE session_key = ?2",
-        params![lease_id, session_key],
-    )
+    )?
+    .execute(params![lease_id, session_key])
     .map(|_| ())
 }
 
 /// Writes a session's row with its new lease, keeping the ownership fields an earlier row has
 /// where the new one leaves them out. Inside the lease's write.
 pub(super) fn upsert(tx: &rusqlite::Connection, s: &SessionRow) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
                 "INSERT INTO sessions (session_key, agent_id, owner_session_key, spawned_by, \
                  parent_session_key, backend, gateway_instance_id, created_at, lease_id) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
@@ -111,7 +111,8 @@ pub(super) fn upsert(tx: &rusqlite::Connection, s: &SessionRow) -> rusqlite::Res
                  owner_session_key = COALESCE(excluded.owner_session_key, sessions.owner_session_key), \
                  spawned_by = COALESCE(excluded.spawned_by, sessions.spawned_by), \
                  parent_session_key = COALESCE(excluded.parent_session_key, sessions.parent_session_key)",
-                params![
+            )?
+            .execute(params![
                     s.session_key,
                     s.agent_id,
                     s.owner_session_key,

@@ -596,8 +596,17 @@ impl Cgroup {
             if st.st_ino != self.ino {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
+            // Most adapters make no cgroup of their own: the rmdir alone does it, without
+            // listing the directory first (issue 24).
+            if libc::rmdir(c.as_ptr()) == 0 {
+                return Ok(());
+            }
+            let e = last_err();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(());
+            }
             // Cgroups the adapter made inside ours keep it from being removed (EBUSY): they go
-            // first, deepest first, through the directory we hold.
+            // first, deepest first, through the directory we hold, then ours.
             remove_nested(self.dir.as_raw_fd(), 0)?;
             if libc::rmdir(c.as_ptr()) == 0 {
                 return Ok(());

@@ -88,6 +88,9 @@ impl OpRequest for Detach {
 /// through it, so the list (its names on the wire and in the database, its defaults) is written
 /// once. A struct gives its own fields before `argv`, in the place of the environment (after
 /// `cwd`: the request's values; the spec's values or names) and after the list.
+/// The ownership fields in it (`agent` … `parent`) come from
+/// `controller::exec::with_ownership_fields!`, which the `exec`
+/// request shares.
 macro_rules! with_launch_fields {
     (
         $(#[$meta:meta])*
@@ -99,6 +102,7 @@ macro_rules! with_launch_fields {
             $($(#[$tail_meta:meta])* pub $tail:ident: $tail_ty:ty,)*
         }
     ) => {
+        $crate::controller::exec::with_ownership_fields! {
         $(#[$meta])*
         pub struct $name {
             $($(#[$head_meta])* pub $head: $head_ty,)*
@@ -121,14 +125,7 @@ macro_rules! with_launch_fields {
             /// gateway's key).
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
             pub keep_env: Vec<String>,
-            #[serde(default)]
-            pub agent: Option<String>,
-            #[serde(default)]
-            pub owner: Option<String>,
-            #[serde(default)]
-            pub spawned_by: Option<String>,
-            #[serde(default)]
-            pub parent: Option<String>,
+            ..ownership,
             #[serde(default)]
             pub grace_ms: Option<u64>,
             /// Limits of the session's cgroup (`leash exec --memory-max` etc.): bytes, a count,
@@ -141,6 +138,7 @@ macro_rules! with_launch_fields {
             #[serde(default)]
             pub cpu_max: Option<String>,
             $($(#[$tail_meta])* pub $tail: $tail_ty,)*
+        }
         }
     };
 }
