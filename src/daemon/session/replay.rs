@@ -142,14 +142,31 @@ pub struct Slot {
     text: u64,
     start: u32,
     end: u32,
+    /// The encoded size of the body (`"seq":N,"type":…`), as an [`Item`]'s: counted once when
+    /// the item is buffered, not again when it is evicted (it fits in the slot's padding).
+    len: u32,
     /// A line of the adapter's stderr: streamed only to attaches that asked for them.
     pub stderr: bool,
 }
 
 impl Slot {
+    fn new(seq: i64, text: u64, range: std::ops::Range<usize>, stderr: bool) -> Slot {
+        let start = u32::try_from(range.start).expect("a chunk's text is below 4 GiB");
+        let end = u32::try_from(range.end).expect("a chunk's text is below 4 GiB");
+        Slot {
+            seq,
+            text,
+            start,
+            end,
+            // A body is below 4 GiB: its range is, and a seq has at most 20 characters.
+            len: (SEQ_KEY.len() + decimal_len(seq)) as u32 + (end - start),
+            stderr,
+        }
+    }
+
     /// The encoded size of the body (`"seq":N,"type":…`), as an [`Item`]'s.
     fn len(&self) -> usize {
-        SEQ_KEY.len() + decimal_len(self.seq) + (self.end - self.start) as usize
+        self.len as usize
     }
 }
 
@@ -199,15 +216,9 @@ impl Run {
 
 const SEQ_KEY: &str = "\"seq\":";
 
-/// The number of characters of `n` in decimal.
+/// The number of characters of `n` in decimal (no division: `ilog10` is a few instructions).
 fn decimal_len(n: i64) -> usize {
-    let mut len = usize::from(n < 0) + 1;
-    let mut m = n.unsigned_abs();
-    while m >= 10 {
-        m /= 10;
-        len += 1;
-    }
-    len
+    usize::from(n < 0) + 1 + n.unsigned_abs().checked_ilog10().unwrap_or(0) as usize
 }
 
 /// What an attached reader gets from [`Supervised::next_batch`].
@@ -343,19 +354,55 @@ impl Replay {
     ) {
         debug_assert!(text.is_char_boundary(range.start) && text.is_char_boundary(range.end));
         debug_assert!(text[range.clone()].starts_with(",\"type\":"));
-        if !self.texts.back().is_some_and(|t| Arc::ptr_eq(t, text)) {
-            self.texts.push_back(text.clone());
-        }
-        let slot = Slot {
-            seq,
-            text: self.first_text + self.texts.len() as u64 - 1,
-            start: u32::try_from(range.start).expect("a chunk's text is below 4 GiB"),
-            end: u32::try_from(range.end).expect("a chunk's text is below 4 GiB"),
-            stderr,
-        };
+        let serial = self.register(text);
+        let slot = Slot::new(seq, serial, range, stderr);
         self.bytes += slot.len();
         self.last = seq;
         self.items.push_back(slot);
+        self.evict();
+    }
+
+    /// Appends the output items whose bodies after the seq are `text[range]` for each range, with
+    /// the consecutive seqs from `first`, then evicts once: the same items, texts and bounds as
+    /// [`Replay::push_shared`] of each in turn (what a push evicts is a prefix that a later push
+    /// would evict too: the bytes after an item only grow, and the slowest cursor does not move
+    /// under the lock), with one registration of the text and one eviction pass per run.
+    pub(super) fn push_run(
+        &mut self,
+        first: i64,
+        text: &Arc<str>,
+        ranges: impl ExactSizeIterator<Item = std::ops::Range<usize>>,
+    ) {
+        let n = ranges.len();
+        if n == 0 {
+            return;
+        }
+        let serial = self.register(text);
+        let mut bytes = 0;
+        let mut seq = first;
+        self.items.extend(ranges.map(|range| {
+            debug_assert!(text[range.clone()].starts_with(",\"type\":"));
+            let slot = Slot::new(seq, serial, range, false);
+            bytes += slot.len();
+            seq += 1;
+            slot
+        }));
+        self.bytes += bytes;
+        self.last = first + n as i64 - 1;
+        self.evict();
+    }
+
+    /// The serial of `text` in `texts`, registered when it is not the newest text already.
+    fn register(&mut self, text: &Arc<str>) -> u64 {
+        if !self.texts.back().is_some_and(|t| Arc::ptr_eq(t, text)) {
+            self.texts.push_back(text.clone());
+        }
+        self.first_text + self.texts.len() as u64 - 1
+    }
+
+    /// Drops the oldest items while over a bound (never the newest, never one the slowest live
+    /// attach was not sent), and the texts no item lies in any more.
+    fn evict(&mut self) {
         let mut evicted = false;
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1
@@ -646,6 +693,70 @@ mod tests {
         assert_eq!(r.texts.len(), 4);
         assert_eq!(r.after(0, 10).unwrap_err(), (5, 8));
         assert_eq!(seqs(&r.after(4, 10).unwrap()), vec![5, 6, 7, 8]);
+    }
+
+    /// A run pushed at once leaves the buffer as pushing its items one by one does: the same
+    /// items, bytes, texts and evictions, under either bound, with and without a live reader.
+    #[test]
+    fn a_run_is_buffered_as_its_items_one_by_one() {
+        let body = |i: usize| format!(",\"type\":\"output\",\"line\":\"{}\"", "y".repeat(i % 37));
+        for (lines, bytes) in [(5, 1 << 20), (1000, 400), (3, 90), (1000, 1)] {
+            for reader in [None, Some(7)] {
+                let mut one = Replay::new(Limits { lines, bytes }, 0);
+                let mut run = Replay::new(Limits { lines, bytes }, 0);
+                for r in [&mut one, &mut run] {
+                    if let Some(c) = reader {
+                        r.join(c);
+                    }
+                }
+                let mut seq = 1;
+                for batch in [1usize, 4, 9, 2, 30, 1] {
+                    let parts: Vec<String> = (0..batch).map(|i| body(seq as usize + i)).collect();
+                    let text: Arc<str> = Arc::from(parts.concat());
+                    let mut ranges = Vec::new();
+                    let mut at = 0;
+                    for p in &parts {
+                        ranges.push(at..at + p.len());
+                        at += p.len();
+                    }
+                    for (k, range) in ranges.iter().enumerate() {
+                        one.push_shared(seq + k as i64, &text, range.clone(), false);
+                    }
+                    run.push_run(seq, &text, ranges.into_iter());
+                    seq += batch as i64 + 3;
+                    one.push(Item::single(seq - 1, ",\"type\":\"event\"", false));
+                    run.push(Item::single(seq - 1, ",\"type\":\"event\"", false));
+                    let state = |r: &Replay| {
+                        let items: Vec<(i64, u64, usize, String)> = r
+                            .items
+                            .iter()
+                            .map(|s| {
+                                let t = &r.texts[(s.text - r.first_text) as usize];
+                                (
+                                    s.seq,
+                                    s.text,
+                                    s.len(),
+                                    t[s.start as usize..s.end as usize].to_string(),
+                                )
+                            })
+                            .collect();
+                        (
+                            items,
+                            r.bytes,
+                            r.evicted_upto,
+                            r.last,
+                            r.first_text,
+                            r.texts.len(),
+                        )
+                    };
+                    assert_eq!(
+                        state(&one),
+                        state(&run),
+                        "bounds {lines}/{bytes}, reader {reader:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -108,36 +108,34 @@ impl Supervised {
         let mut i = 0;
         let total = batch.lines.len();
         while i < total {
-            let Some((mut g, mut seq)) = self.output_seq() else {
+            let Some((mut g, seq)) = self.output_seq() else {
                 // The session ended while the store failed: this line was counted as dropped,
                 // and so is the rest of the batch.
                 self.lock().output_dropped += (total - i - 1) as u64;
                 break;
             };
-            g.last_traffic = Instant::now();
-            loop {
-                let line = &mut batch.lines[i];
-                g.output_lines += 1;
+            // One deref for the run (it marks the session's shown state changed once).
+            let inner: &mut Inner = &mut g;
+            inner.last_traffic = Instant::now();
+            // This line takes `seq`, the next lines the rest of the block, as far as it goes.
+            let (_, more) = inner.seqs.take_run(total - i - 1);
+            let run = &mut batch.lines[i..i + 1 + more];
+            inner.output_lines += run.len() as u64;
+            for line in run.iter_mut() {
                 if let Some((key, session_id)) = line.response.take() {
-                    g.pending.remove(&key);
-                    if let Some((asked, setup)) = g.opening.remove(&key) {
+                    inner.pending.remove(&key);
+                    if let Some((asked, setup)) = inner.opening.remove(&key) {
                         if let Some(a) = session_id.or(asked) {
-                            g.note_acp_session(a, setup);
+                            inner.note_acp_session(a, setup);
                         }
                     }
                 }
-                g.replay
-                    .push_shared(seq, &text, line.rendered.clone(), false);
-                i += 1;
-                if i == total {
-                    break;
-                }
-                let Some(next) = g.seqs.take() else {
-                    break;
-                };
-                seq = next;
             }
-            if g.pending.is_empty() && g.opening.is_empty() {
+            inner
+                .replay
+                .push_run(seq, &text, run.iter().map(|l| l.rendered.clone()));
+            i += run.len();
+            if inner.pending.is_empty() && inner.opening.is_empty() {
                 self.tracking.store(false, AtomicOrdering::SeqCst);
             }
             g.notify_changed();
