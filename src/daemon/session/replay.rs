@@ -91,6 +91,63 @@ pub fn line_prefix(id_json: &str) -> Vec<u8> {
     p
 }
 
+/// The head of an attach's item lines, `{"id":ID,"seq":N`, kept from line to line: the next
+/// seq is counted up in its digits (the stream's seqs mostly follow each other), so that a line
+/// costs two copies and no conversion to decimal ([`LineHead::write_line`]).
+#[derive(Debug)]
+pub struct LineHead {
+    /// [`line_prefix`] and the digits of `seq`.
+    head: Vec<u8>,
+    prefix: usize,
+    /// The seq whose digits end `head` (none yet: `None`).
+    seq: Option<i64>,
+}
+
+impl LineHead {
+    /// The head for the attach whose request id is `id_json` (rendered once per attach).
+    pub fn new(id_json: &str) -> LineHead {
+        let head = line_prefix(id_json);
+        LineHead {
+            prefix: head.len(),
+            head,
+            seq: None,
+        }
+    }
+
+    /// Appends item `slot`'s line, byte for byte what [`Run::write_line`] appends.
+    pub fn write_line(&mut self, buf: &mut Vec<u8>, slot: &Slot, rest: &str) {
+        self.set(slot.seq);
+        buf.extend_from_slice(&self.head);
+        buf.extend_from_slice(rest.as_bytes());
+        buf.extend_from_slice(b"}\n");
+    }
+
+    /// Makes `head` end with the digits of `seq`.
+    fn set(&mut self, seq: i64) {
+        if self.seq == Some(seq) {
+            return;
+        }
+        if self
+            .seq
+            .is_some_and(|s| s >= 0 && s.checked_add(1) == Some(seq))
+        {
+            // Count up in the digits: the last non-9 digit goes up, the 9s after it become 0s;
+            // all 9s (99 → 100) renders anew.
+            let digits = &mut self.head[self.prefix..];
+            if let Some(k) = digits.iter().rposition(|&d| d != b'9') {
+                digits[k] += 1;
+                digits[k + 1..].fill(b'0');
+                self.seq = Some(seq);
+                return;
+            }
+        }
+        let mut d = [0u8; 20];
+        self.head.truncate(self.prefix);
+        self.head.extend_from_slice(decimal(&mut d, seq));
+        self.seq = Some(seq);
+    }
+}
+
 /// Appends `prefix` (see [`line_prefix`]) + N + `rest` + `}` and a newline: an item's line. Four
 /// copies and no formatting machinery: the attach runs this once per line.
 fn write_item_line(buf: &mut Vec<u8>, prefix: &[u8], seq: i64, rest: &str) {
@@ -634,6 +691,32 @@ mod tests {
                     assert_eq!(&buf[6..], &stream_line(&id, &it.body())[..]);
                 }
             }
+        }
+    }
+
+    /// An attach's kept head writes every line as [`Run::write_line`] does, through carries
+    /// (9 → 10, 99 → 100, 999,999 → 1,000,000), jumps, repeats, negative seqs and the largest.
+    #[test]
+    fn a_kept_line_head_writes_the_lines_of_their_seqs() {
+        let text: Arc<str> = Arc::from(",\"type\":\"output\",\"line\":\"a\"");
+        let mut seqs: Vec<i64> = (0..1200).collect();
+        seqs.extend([
+            999_998, 999_999, 1_000_000, 1_000_001, 5, 5, 6, 19, 20, -3, -2, -1, 0, 1,
+        ]);
+        seqs.extend([i64::MAX - 1, i64::MAX, i64::MIN, i64::MIN + 1, 99, 100]);
+        for id in ["7", "\"a\\\"b\"", "null"] {
+            let mut head = LineHead::new(id);
+            let prefix = line_prefix(id);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            for &seq in &seqs {
+                let slot = Slot::new(seq, 0, 0..text.len(), false);
+                head.write_line(&mut got, &slot, &text);
+                Run::write_line(&mut want, &prefix, &slot, &text);
+            }
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
         }
     }
 
