@@ -208,6 +208,17 @@ pub struct Slot {
 
 impl Slot {
     fn new(seq: i64, text: u64, range: std::ops::Range<usize>, stderr: bool) -> Slot {
+        Slot::with_digits(seq, text, range, stderr, decimal_len(seq))
+    }
+
+    /// [`Slot::new`] of a seq whose decimal has `digits` characters.
+    fn with_digits(
+        seq: i64,
+        text: u64,
+        range: std::ops::Range<usize>,
+        stderr: bool,
+        digits: usize,
+    ) -> Slot {
         let start = u32::try_from(range.start).expect("a chunk's text is below 4 GiB");
         let end = u32::try_from(range.end).expect("a chunk's text is below 4 GiB");
         Slot {
@@ -216,7 +227,7 @@ impl Slot {
             start,
             end,
             // A body is below 4 GiB: its range is, and a seq has at most 20 characters.
-            len: (SEQ_KEY.len() + decimal_len(seq)) as u32 + (end - start),
+            len: (SEQ_KEY.len() + digits) as u32 + (end - start),
             stderr,
         }
     }
@@ -437,9 +448,27 @@ impl Replay {
         let serial = self.register(text);
         let mut bytes = 0;
         let mut seq = first;
+        // The seqs' decimal lengths are counted as the seqs go up (one more digit at each power
+        // of ten), not by a logarithm per item; a negative first seq (never seen) counts each.
+        let mut digits = decimal_len(first);
+        let mut wider_at = if first >= 0 {
+            10u64.checked_pow(digits as u32)
+        } else {
+            None
+        };
         self.items.extend(ranges.map(|range| {
             debug_assert!(text[range.clone()].starts_with(",\"type\":"));
-            let slot = Slot::new(seq, serial, range, false);
+            if first < 0 {
+                digits = decimal_len(seq);
+            } else if Some(seq as u64) == wider_at {
+                digits += 1;
+                wider_at = wider_at.and_then(|w| w.checked_mul(10));
+            }
+            let slot = Slot::with_digits(seq, serial, range, false, digits);
+            debug_assert_eq!(
+                slot.len(),
+                SEQ_KEY.len() + decimal_len(seq) + (slot.end - slot.start) as usize
+            );
             bytes += slot.len();
             seq += 1;
             slot
@@ -839,6 +868,22 @@ mod tests {
                     );
                 }
             }
+        }
+        // Runs across powers of ten count each seq's digits as one by one does.
+        for first in [-12, 1, 95, 995, 9_999_990, i64::MAX - 5] {
+            let text: Arc<str> = Arc::from(body(1).repeat(5));
+            let len = body(1).len();
+            let ranges = (0..5).map(|k| k * len..(k + 1) * len);
+            let limits = Limits {
+                lines: 100,
+                bytes: 1 << 20,
+            };
+            let (mut one, mut run) = (Replay::new(limits, 0), Replay::new(limits, 0));
+            for (k, r) in ranges.clone().enumerate() {
+                one.push_shared(first + k as i64, &text, r, false);
+            }
+            run.push_run(first, &text, ranges);
+            assert_eq!(one.bytes, run.bytes, "from {first}");
         }
     }
 
