@@ -34,6 +34,21 @@ daemon = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVN
                           stderr=open(os.path.join(d, "err"), "w"), env=env)
 sock = os.path.join(state, "leash.sock")
 
+
+def stop_daemon():
+    """Ends the daemon this probe started (by its pid), also when the probe fails early."""
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
+import atexit
+atexit.register(stop_daemon)
+
 class C:
     def __init__(self):
         self.s = socket.socket(socket.AF_UNIX); self.s.connect(sock)
@@ -117,9 +132,7 @@ if perf:
     perf.send_signal(signal.SIGINT); perf.wait()
 for k, (pp, dd) in enumerate(zip(pipe_r or [0]*len(dmn_r), dmn_r)):
     print(f"round {k}: pipe {pp/1e6:.2f} M/s daemon {dd/1e6:.2f} M/s ratio {dd/pp if pp else 0:.2f}")
-daemon.send_signal(signal.SIGTERM)
-try: daemon.wait(30)
-except subprocess.TimeoutExpired: daemon.kill(); daemon.wait()
+stop_daemon()
 print("lines counted", a.rounds * n, "load", open("/proc/loadavg").read().split()[:3])
 if a.perf:
     import re
