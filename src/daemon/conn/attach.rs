@@ -94,8 +94,9 @@ fn stream(
 ) {
     let mut cursor = a.since;
     let id_json = serde_json::to_string(id).expect("JSON values serialise");
-    // `{"id":ID,"seq":`, the start of every item line of this attach, rendered once.
-    let prefix = session::line_prefix(&id_json);
+    // `{"id":ID,"seq":N`, the start of every item line of this attach: the prefix rendered
+    // once, the seq counted up from line to line.
+    let mut head = session::LineHead::new(&id_json);
     // One write buffer for the whole attach: a fresh one per batch grew by doubling past the
     // allocator's mmap threshold, so every batch paid an mmap, page faults and an munmap.
     let mut buf = Vec::new();
@@ -120,7 +121,7 @@ fn stream(
                     buf.shrink_to(ATTACH_BUF);
                 }
                 for (slot, rest) in run.iter().filter(|(it, _)| a.stderr || !it.stderr) {
-                    session::Run::write_line(&mut buf, &prefix, slot, rest);
+                    head.write_line(&mut buf, slot, rest);
                     if buf.len() >= ATTACH_WRITE {
                         if !out.send(&buf) {
                             return;

@@ -43,7 +43,7 @@ pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incomi
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
 use replay::Replay;
-pub use replay::{line_prefix, Batch, Item, Run, Slot};
+pub use replay::{line_prefix, Batch, Item, LineHead, Run, Slot};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};

@@ -91,6 +91,63 @@ pub fn line_prefix(id_json: &str) -> Vec<u8> {
     p
 }
 
+/// The head of an attach's item lines, `{"id":ID,"seq":N`, kept from line to line: the next
+/// seq is counted up in its digits (the stream's seqs mostly follow each other), so that a line
+/// costs two copies and no conversion to decimal ([`LineHead::write_line`]).
+#[derive(Debug)]
+pub struct LineHead {
+    /// [`line_prefix`] and the digits of `seq`.
+    head: Vec<u8>,
+    prefix: usize,
+    /// The seq whose digits end `head` (none yet: `None`).
+    seq: Option<i64>,
+}
+
+impl LineHead {
+    /// The head for the attach whose request id is `id_json` (rendered once per attach).
+    pub fn new(id_json: &str) -> LineHead {
+        let head = line_prefix(id_json);
+        LineHead {
+            prefix: head.len(),
+            head,
+            seq: None,
+        }
+    }
+
+    /// Appends item `slot`'s line, byte for byte what [`Run::write_line`] appends.
+    pub fn write_line(&mut self, buf: &mut Vec<u8>, slot: &Slot, rest: &str) {
+        self.set(slot.seq);
+        buf.extend_from_slice(&self.head);
+        buf.extend_from_slice(rest.as_bytes());
+        buf.extend_from_slice(b"}\n");
+    }
+
+    /// Makes `head` end with the digits of `seq`.
+    fn set(&mut self, seq: i64) {
+        if self.seq == Some(seq) {
+            return;
+        }
+        if self
+            .seq
+            .is_some_and(|s| s >= 0 && s.checked_add(1) == Some(seq))
+        {
+            // Count up in the digits: the last non-9 digit goes up, the 9s after it become 0s;
+            // all 9s (99 → 100) renders anew.
+            let digits = &mut self.head[self.prefix..];
+            if let Some(k) = digits.iter().rposition(|&d| d != b'9') {
+                digits[k] += 1;
+                digits[k + 1..].fill(b'0');
+                self.seq = Some(seq);
+                return;
+            }
+        }
+        let mut d = [0u8; 20];
+        self.head.truncate(self.prefix);
+        self.head.extend_from_slice(decimal(&mut d, seq));
+        self.seq = Some(seq);
+    }
+}
+
 /// Appends `prefix` (see [`line_prefix`]) + N + `rest` + `}` and a newline: an item's line. Four
 /// copies and no formatting machinery: the attach runs this once per line.
 fn write_item_line(buf: &mut Vec<u8>, prefix: &[u8], seq: i64, rest: &str) {
@@ -142,14 +199,42 @@ pub struct Slot {
     text: u64,
     start: u32,
     end: u32,
+    /// The encoded size of the body (`"seq":N,"type":…`), as an [`Item`]'s: counted once when
+    /// the item is buffered, not again when it is evicted (it fits in the slot's padding).
+    len: u32,
     /// A line of the adapter's stderr: streamed only to attaches that asked for them.
     pub stderr: bool,
 }
 
 impl Slot {
+    fn new(seq: i64, text: u64, range: std::ops::Range<usize>, stderr: bool) -> Slot {
+        Slot::with_digits(seq, text, range, stderr, decimal_len(seq))
+    }
+
+    /// [`Slot::new`] of a seq whose decimal has `digits` characters.
+    fn with_digits(
+        seq: i64,
+        text: u64,
+        range: std::ops::Range<usize>,
+        stderr: bool,
+        digits: usize,
+    ) -> Slot {
+        let start = u32::try_from(range.start).expect("a chunk's text is below 4 GiB");
+        let end = u32::try_from(range.end).expect("a chunk's text is below 4 GiB");
+        Slot {
+            seq,
+            text,
+            start,
+            end,
+            // A body is below 4 GiB: its range is, and a seq has at most 20 characters.
+            len: (SEQ_KEY.len() + digits) as u32 + (end - start),
+            stderr,
+        }
+    }
+
     /// The encoded size of the body (`"seq":N,"type":…`), as an [`Item`]'s.
     fn len(&self) -> usize {
-        SEQ_KEY.len() + decimal_len(self.seq) + (self.end - self.start) as usize
+        self.len as usize
     }
 }
 
@@ -199,15 +284,9 @@ impl Run {
 
 const SEQ_KEY: &str = "\"seq\":";
 
-/// The number of characters of `n` in decimal.
+/// The number of characters of `n` in decimal (no division: `ilog10` is a few instructions).
 fn decimal_len(n: i64) -> usize {
-    let mut len = usize::from(n < 0) + 1;
-    let mut m = n.unsigned_abs();
-    while m >= 10 {
-        m /= 10;
-        len += 1;
-    }
-    len
+    usize::from(n < 0) + 1 + n.unsigned_abs().checked_ilog10().unwrap_or(0) as usize
 }
 
 /// What an attached reader gets from [`Supervised::next_batch`].
@@ -343,19 +422,73 @@ impl Replay {
     ) {
         debug_assert!(text.is_char_boundary(range.start) && text.is_char_boundary(range.end));
         debug_assert!(text[range.clone()].starts_with(",\"type\":"));
-        if !self.texts.back().is_some_and(|t| Arc::ptr_eq(t, text)) {
-            self.texts.push_back(text.clone());
-        }
-        let slot = Slot {
-            seq,
-            text: self.first_text + self.texts.len() as u64 - 1,
-            start: u32::try_from(range.start).expect("a chunk's text is below 4 GiB"),
-            end: u32::try_from(range.end).expect("a chunk's text is below 4 GiB"),
-            stderr,
-        };
+        let serial = self.register(text);
+        let slot = Slot::new(seq, serial, range, stderr);
         self.bytes += slot.len();
         self.last = seq;
         self.items.push_back(slot);
+        self.evict();
+    }
+
+    /// Appends the output items whose bodies after the seq are `text[range]` for each range, with
+    /// the consecutive seqs from `first`, then evicts once: the same items, texts and bounds as
+    /// [`Replay::push_shared`] of each in turn (what a push evicts is a prefix that a later push
+    /// would evict too: the bytes after an item only grow, and the slowest cursor does not move
+    /// under the lock), with one registration of the text and one eviction pass per run.
+    pub(super) fn push_run(
+        &mut self,
+        first: i64,
+        text: &Arc<str>,
+        ranges: impl ExactSizeIterator<Item = std::ops::Range<usize>>,
+    ) {
+        let n = ranges.len();
+        if n == 0 {
+            return;
+        }
+        let serial = self.register(text);
+        let mut bytes = 0;
+        let mut seq = first;
+        // The seqs' decimal lengths are counted as the seqs go up (one more digit at each power
+        // of ten), not by a logarithm per item; a negative first seq (never seen) counts each.
+        let mut digits = decimal_len(first);
+        let mut wider_at = if first >= 0 {
+            10u64.checked_pow(digits as u32)
+        } else {
+            None
+        };
+        self.items.extend(ranges.map(|range| {
+            debug_assert!(text[range.clone()].starts_with(",\"type\":"));
+            if first < 0 {
+                digits = decimal_len(seq);
+            } else if Some(seq as u64) == wider_at {
+                digits += 1;
+                wider_at = wider_at.and_then(|w| w.checked_mul(10));
+            }
+            let slot = Slot::with_digits(seq, serial, range, false, digits);
+            debug_assert_eq!(
+                slot.len(),
+                SEQ_KEY.len() + decimal_len(seq) + (slot.end - slot.start) as usize
+            );
+            bytes += slot.len();
+            seq += 1;
+            slot
+        }));
+        self.bytes += bytes;
+        self.last = first + n as i64 - 1;
+        self.evict();
+    }
+
+    /// The serial of `text` in `texts`, registered when it is not the newest text already.
+    fn register(&mut self, text: &Arc<str>) -> u64 {
+        if !self.texts.back().is_some_and(|t| Arc::ptr_eq(t, text)) {
+            self.texts.push_back(text.clone());
+        }
+        self.first_text + self.texts.len() as u64 - 1
+    }
+
+    /// Drops the oldest items while over a bound (never the newest, never one the slowest live
+    /// attach was not sent), and the texts no item lies in any more.
+    fn evict(&mut self) {
         let mut evicted = false;
         while (self.items.len() > self.limits.lines || self.bytes > self.limits.bytes)
             && self.items.len() > 1
@@ -590,6 +723,32 @@ mod tests {
         }
     }
 
+    /// An attach's kept head writes every line as [`Run::write_line`] does, through carries
+    /// (9 → 10, 99 → 100, 999,999 → 1,000,000), jumps, repeats, negative seqs and the largest.
+    #[test]
+    fn a_kept_line_head_writes_the_lines_of_their_seqs() {
+        let text: Arc<str> = Arc::from(",\"type\":\"output\",\"line\":\"a\"");
+        let mut seqs: Vec<i64> = (0..1200).collect();
+        seqs.extend([
+            999_998, 999_999, 1_000_000, 1_000_001, 5, 5, 6, 19, 20, -3, -2, -1, 0, 1,
+        ]);
+        seqs.extend([i64::MAX - 1, i64::MAX, i64::MIN, i64::MIN + 1, 99, 100]);
+        for id in ["7", "\"a\\\"b\"", "null"] {
+            let mut head = LineHead::new(id);
+            let prefix = line_prefix(id);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            for &seq in &seqs {
+                let slot = Slot::new(seq, 0, 0..text.len(), false);
+                head.write_line(&mut got, &slot, &text);
+                Run::write_line(&mut want, &prefix, &slot, &text);
+            }
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
+        }
+    }
+
     /// The buffer keeps each text once, however many items lie in it, hands an attach one
     /// reference per text (not per item), and lets a text go with the last item in it. An
     /// output batch interrupted by an event registers its text again, so the texts' order
@@ -646,6 +805,86 @@ mod tests {
         assert_eq!(r.texts.len(), 4);
         assert_eq!(r.after(0, 10).unwrap_err(), (5, 8));
         assert_eq!(seqs(&r.after(4, 10).unwrap()), vec![5, 6, 7, 8]);
+    }
+
+    /// A run pushed at once leaves the buffer as pushing its items one by one does: the same
+    /// items, bytes, texts and evictions, under either bound, with and without a live reader.
+    #[test]
+    fn a_run_is_buffered_as_its_items_one_by_one() {
+        let body = |i: usize| format!(",\"type\":\"output\",\"line\":\"{}\"", "y".repeat(i % 37));
+        for (lines, bytes) in [(5, 1 << 20), (1000, 400), (3, 90), (1000, 1)] {
+            for reader in [None, Some(7)] {
+                let mut one = Replay::new(Limits { lines, bytes }, 0);
+                let mut run = Replay::new(Limits { lines, bytes }, 0);
+                for r in [&mut one, &mut run] {
+                    if let Some(c) = reader {
+                        r.join(c);
+                    }
+                }
+                let mut seq = 1;
+                for batch in [1usize, 4, 9, 2, 30, 1] {
+                    let parts: Vec<String> = (0..batch).map(|i| body(seq as usize + i)).collect();
+                    let text: Arc<str> = Arc::from(parts.concat());
+                    let mut ranges = Vec::new();
+                    let mut at = 0;
+                    for p in &parts {
+                        ranges.push(at..at + p.len());
+                        at += p.len();
+                    }
+                    for (k, range) in ranges.iter().enumerate() {
+                        one.push_shared(seq + k as i64, &text, range.clone(), false);
+                    }
+                    run.push_run(seq, &text, ranges.into_iter());
+                    seq += batch as i64 + 3;
+                    one.push(Item::single(seq - 1, ",\"type\":\"event\"", false));
+                    run.push(Item::single(seq - 1, ",\"type\":\"event\"", false));
+                    let state = |r: &Replay| {
+                        let items: Vec<(i64, u64, usize, String)> = r
+                            .items
+                            .iter()
+                            .map(|s| {
+                                let t = &r.texts[(s.text - r.first_text) as usize];
+                                (
+                                    s.seq,
+                                    s.text,
+                                    s.len(),
+                                    t[s.start as usize..s.end as usize].to_string(),
+                                )
+                            })
+                            .collect();
+                        (
+                            items,
+                            r.bytes,
+                            r.evicted_upto,
+                            r.last,
+                            r.first_text,
+                            r.texts.len(),
+                        )
+                    };
+                    assert_eq!(
+                        state(&one),
+                        state(&run),
+                        "bounds {lines}/{bytes}, reader {reader:?}"
+                    );
+                }
+            }
+        }
+        // Runs across powers of ten count each seq's digits as one by one does.
+        for first in [-12, 1, 95, 995, 9_999_990, i64::MAX - 5] {
+            let text: Arc<str> = Arc::from(body(1).repeat(5));
+            let len = body(1).len();
+            let ranges = (0..5).map(|k| k * len..(k + 1) * len);
+            let limits = Limits {
+                lines: 100,
+                bytes: 1 << 20,
+            };
+            let (mut one, mut run) = (Replay::new(limits, 0), Replay::new(limits, 0));
+            for (k, r) in ranges.clone().enumerate() {
+                one.push_shared(first + k as i64, &text, r, false);
+            }
+            run.push_run(first, &text, ranges);
+            assert_eq!(one.bytes, run.bytes, "from {first}");
+        }
     }
 
     #[test]

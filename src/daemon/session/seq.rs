@@ -39,6 +39,16 @@ impl Seqs {
         Some(seq)
     }
 
+    /// Up to `max` more consecutive seqs of the reserved block, as [`Seqs::take`] would give
+    /// them one by one: the first and how many (0 when the block is used up).
+    pub(super) fn take_run(&mut self, max: usize) -> (i64, usize) {
+        let left = usize::try_from(self.reserved_upto - self.next + 1).unwrap_or(0);
+        let k = left.min(max);
+        let first = self.next;
+        self.next += k as i64;
+        (first, k)
+    }
+
     /// How many seqs to reserve next, asked at `now`: [`SEQ_BLOCK`], or twice the last block
     /// (up to [`MAX_SEQ_BLOCK`]) when that one was reserved less than [`SEQ_BLOCK_FAST`] ago.
     /// A flood of output then costs one store write per up to 65,536 lines instead of per
