@@ -5,7 +5,7 @@
 //! **Seqs.** Output lines and lifecycle events share one per-session, monotonic seq space, the
 //! same one the store's `events` table uses. Output is never written to SQLite line by line: the
 //! session reserves blocks of [`SEQ_BLOCK`] seqs in the store (one write per block; larger blocks,
-//! up to [`MAX_SEQ_BLOCK`], while output floods in), and any event
+//! up to [`MAX_SEQ_BLOCK`], while output floods in to a live attach), and any event
 //! recorded meanwhile — by the daemon, by a `Controller`, by another process — gets a seq above
 //! the block. Stored events are merged into the stream in seq order whenever a block is reserved
 //! and after every lifecycle action, so a client sees every item exactly once, in seq order, and
@@ -73,7 +73,8 @@ use std::time::{Duration, Instant};
 pub const SEQ_BLOCK: i64 = 1024;
 
 /// The largest block of seqs reserved at a time: while an adapter prints so fast that a block
-/// runs out within [`SEQ_BLOCK_FAST`] of its reservation, each block doubles up to this (see
+/// runs out within [`SEQ_BLOCK_FAST`] of its reservation, and a live attach reads it, each
+/// block doubles up to this (see
 /// [`seq::Seqs::block_len`]). At 1,024 lines a block, a flood of 3 M lines/s cost the output
 /// reader some 3,000 SQLite write transactions a second.
 pub const MAX_SEQ_BLOCK: i64 = 64 * SEQ_BLOCK;

@@ -50,13 +50,16 @@ impl Seqs {
     }
 
     /// How many seqs to reserve next, asked at `now`: [`SEQ_BLOCK`], or twice the last block
-    /// (up to [`MAX_SEQ_BLOCK`]) when that one was reserved less than [`SEQ_BLOCK_FAST`] ago.
-    /// A flood of output then costs one store write per up to 65,536 lines instead of per
-    /// 1,024; a quiet session keeps small blocks (what a block leaves unused is skipped, as
-    /// ever: seqs never repeat or go back).
-    pub(super) fn block_len(&mut self, now: Instant) -> i64 {
+    /// (up to [`MAX_SEQ_BLOCK`]) when that one was reserved less than [`SEQ_BLOCK_FAST`] ago
+    /// and a live attach reads the output (`read`). A flood relayed to a client then costs one
+    /// store write per up to 65,536 lines instead of per 1,024; a quiet session keeps small
+    /// blocks (what a block leaves unused is skipped, as ever: seqs never repeat or go back).
+    /// A flood nobody reads keeps small blocks too: it only fills the replay buffer, and with
+    /// large blocks 100 such sessions took the CPU their reader had spent waiting on the store,
+    /// and `status` p99 went from ≈ 25 ms to 90–300 ms (docs/benchmarks.md).
+    pub(super) fn block_len(&mut self, now: Instant, read: bool) -> i64 {
         self.block = match self.reserved_at {
-            Some(at) if now.saturating_duration_since(at) < SEQ_BLOCK_FAST => {
+            Some(at) if read && now.saturating_duration_since(at) < SEQ_BLOCK_FAST => {
                 (self.block * 2).min(MAX_SEQ_BLOCK)
             }
             _ => SEQ_BLOCK,
@@ -128,8 +131,9 @@ impl Supervised {
         let mut store = self.store();
         let (after, len) = {
             let mut g = self.lock();
+            let read = g.replay.governed();
             let seqs = &mut g.quiet_mut().seqs;
-            (seqs.last_synced(), seqs.block_len(Instant::now()))
+            (seqs.last_synced(), seqs.block_len(Instant::now(), read))
         };
         match store.reserve_seqs(&self.key, len, after) {
             Ok((start, events)) => {
@@ -191,19 +195,37 @@ mod tests {
         let mut s = Seqs::new(0);
         let t = Instant::now();
         let ms = |n| t + Duration::from_millis(n);
-        assert_eq!(s.block_len(t), SEQ_BLOCK, "the first block");
-        assert_eq!(s.block_len(ms(10)), 2 * SEQ_BLOCK);
-        assert_eq!(s.block_len(ms(20)), 4 * SEQ_BLOCK);
+        assert_eq!(s.block_len(t, true), SEQ_BLOCK, "the first block");
+        assert_eq!(s.block_len(ms(10), true), 2 * SEQ_BLOCK);
+        assert_eq!(s.block_len(ms(20), true), 4 * SEQ_BLOCK);
         for i in 0..10 {
-            s.block_len(ms(30 + i));
+            s.block_len(ms(30 + i), true);
         }
-        assert_eq!(s.block_len(ms(50)), MAX_SEQ_BLOCK, "never past the largest");
         assert_eq!(
-            s.block_len(ms(50) + SEQ_BLOCK_FAST),
+            s.block_len(ms(50), true),
+            MAX_SEQ_BLOCK,
+            "never past the largest"
+        );
+        assert_eq!(
+            s.block_len(ms(50) + SEQ_BLOCK_FAST, true),
             SEQ_BLOCK,
             "a block that lasted a while: back to the first size"
         );
-        assert_eq!(s.block_len(ms(60) + SEQ_BLOCK_FAST), 2 * SEQ_BLOCK);
+        assert_eq!(s.block_len(ms(60) + SEQ_BLOCK_FAST, true), 2 * SEQ_BLOCK);
+    }
+
+    #[test]
+    fn a_flood_nobody_reads_keeps_small_blocks() {
+        let mut s = Seqs::new(0);
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        for i in 0..10 {
+            assert_eq!(s.block_len(ms(i), false), SEQ_BLOCK);
+        }
+        // An attach comes: the blocks grow from there; it goes: back to the first size.
+        assert_eq!(s.block_len(ms(11), true), 2 * SEQ_BLOCK);
+        assert_eq!(s.block_len(ms(12), true), 4 * SEQ_BLOCK);
+        assert_eq!(s.block_len(ms(13), false), SEQ_BLOCK);
     }
 
     #[test]
