@@ -198,19 +198,31 @@ type Handoff = std::sync::mpsc::SyncSender<UnixStream>;
 /// thread only), the last to finish served first; when none waits, a new one starts. They end
 /// with the accept loop (their channels are dropped with it).
 struct Workers {
-    idle: Arc<Mutex<Vec<Handoff>>>,
+    idle: Arc<Mutex<Idle>>,
+}
+
+/// The idle threads' channels, and whether the accept loop ended (then no thread parks again).
+#[derive(Default)]
+struct Idle {
+    waiting: Vec<Handoff>,
+    closed: bool,
 }
 
 impl Workers {
     fn new() -> Workers {
         Workers {
-            idle: Arc::new(Mutex::new(Vec::with_capacity(IDLE_WORKERS))),
+            idle: Arc::new(Mutex::new(Idle::default())),
         }
     }
 
     /// Serves the connection on an idle thread, else on a new one.
     fn serve(&self, d: &Arc<Daemon>, stream: UnixStream) {
-        let waiting = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let waiting = self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .waiting
+            .pop();
         let stream = match waiting {
             Some(handoff) => match handoff.send(stream) {
                 Ok(()) => return,
@@ -230,14 +242,17 @@ impl Workers {
 }
 
 impl Drop for Workers {
-    /// The accept loop ended: the idle threads' channels close, and they end.
+    /// The accept loop ended: the idle threads' channels close, and they end; a thread still
+    /// serving its connection ends after it instead of parking.
     fn drop(&mut self) {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.closed = true;
+        idle.waiting.clear();
     }
 }
 
 /// A connection thread: serves its first connection, then the ones it is handed while idle.
-fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Vec<Handoff>>) {
+fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Idle>) {
     let mut stream = first;
     loop {
         conn::serve_connection(d.clone(), stream);
@@ -246,10 +261,10 @@ fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Vec<Handoff>>) {
         let (handoff, next) = std::sync::mpsc::sync_channel(1);
         {
             let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() >= IDLE_WORKERS {
+            if idle.closed || idle.waiting.len() >= IDLE_WORKERS {
                 return;
             }
-            idle.push(handoff);
+            idle.waiting.push(handoff);
         }
         match next.recv() {
             Ok(s) => stream = s,
