@@ -208,17 +208,6 @@ pub struct Slot {
 
 impl Slot {
     fn new(seq: i64, text: u64, range: std::ops::Range<usize>, stderr: bool) -> Slot {
-        Slot::with_digits(seq, text, range, stderr, decimal_len(seq))
-    }
-
-    /// [`Slot::new`] of a seq whose decimal has `digits` characters.
-    fn with_digits(
-        seq: i64,
-        text: u64,
-        range: std::ops::Range<usize>,
-        stderr: bool,
-        digits: usize,
-    ) -> Slot {
         let start = u32::try_from(range.start).expect("a chunk's text is below 4 GiB");
         let end = u32::try_from(range.end).expect("a chunk's text is below 4 GiB");
         Slot {
@@ -227,7 +216,7 @@ impl Slot {
             start,
             end,
             // A body is below 4 GiB: its range is, and a seq has at most 20 characters.
-            len: (SEQ_KEY.len() + digits) as u32 + (end - start),
+            len: (SEQ_KEY.len() + decimal_len(seq)) as u32 + (end - start),
             stderr,
         }
     }
@@ -448,27 +437,9 @@ impl Replay {
         let serial = self.register(text);
         let mut bytes = 0;
         let mut seq = first;
-        // The seqs' decimal lengths are counted as the seqs go up (one more digit at each power
-        // of ten), not by a logarithm per item; a negative first seq (never seen) counts each.
-        let mut digits = decimal_len(first);
-        let mut wider_at = if first >= 0 {
-            10u64.checked_pow(digits as u32)
-        } else {
-            None
-        };
         self.items.extend(ranges.map(|range| {
             debug_assert!(text[range.clone()].starts_with(",\"type\":"));
-            if first < 0 {
-                digits = decimal_len(seq);
-            } else if Some(seq as u64) == wider_at {
-                digits += 1;
-                wider_at = wider_at.and_then(|w| w.checked_mul(10));
-            }
-            let slot = Slot::with_digits(seq, serial, range, false, digits);
-            debug_assert_eq!(
-                slot.len(),
-                SEQ_KEY.len() + decimal_len(seq) + (slot.end - slot.start) as usize
-            );
+            let slot = Slot::new(seq, serial, range, false);
             bytes += slot.len();
             seq += 1;
             slot
