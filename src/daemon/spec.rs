@@ -231,11 +231,6 @@ mod tests {
              `queueTimeoutMs`, `initialize`, `handshakeTimeoutMs`"
         );
     }
-}
-
-#[cfg(test)]
-mod pinned {
-    use super::*;
 
     /// A stored spec, every field set, as the database keeps it: pinned, so a change in how the
     /// struct is declared cannot move, rename or drop a field.
