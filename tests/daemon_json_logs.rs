@@ -226,8 +226,11 @@ fn every_field_is_the_protocols_json_value() {
     assert_eq!(settled["lease_id"], killed["leaseId"], "{settled}");
     assert!(settled["result"].is_string(), "{settled}");
     // The session still running at shutdown. (The SIGKILLed wrapper's session may still be in
-    // the daemon's table when shutdown begins, right after its settle was logged: its line then
-    // says `conflict`, the lease having ended already.)
+    // the daemon's table when shutdown begins, right after its settle was logged: it then gets an
+    // "already settled when shutdown reached it" line, never a "closed at shutdown" one.)
+    for l in with("closed at shutdown") {
+        assert_ne!(l["result"], "conflict", "a settled lease logged as closed: {l}");
+    }
     let at_shutdown = with("closed at shutdown")
         .into_iter()
         .find(|l| l["session"] == "last")

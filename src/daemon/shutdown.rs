@@ -112,6 +112,12 @@ pub(super) fn shutdown(d: &Daemon) {
         match d.close(&refs, None, "daemon shutdown") {
             Ok(out) => {
                 for o in out {
+                    if o.result == crate::controller::CloseResult::Conflict {
+                        // Settled meanwhile (its wrapper died and the lease ended before the
+                        // session left the table): nothing was signalled, nothing was closed.
+                        tracing::info!(lease_id = %o.lease_id, session = %o.session_key, reason = %o.reason, "already settled when shutdown reached it");
+                        continue;
+                    }
                     tracing::info!(lease_id = %o.lease_id, session = %o.session_key, result = crate::logvalue::json(&o.result), "closed at shutdown");
                 }
             }
