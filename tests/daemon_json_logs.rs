@@ -229,7 +229,10 @@ fn every_field_is_the_protocols_json_value() {
     // the daemon's table when shutdown begins, right after its settle was logged: it then gets an
     // "already settled when shutdown reached it" line, never a "closed at shutdown" one.)
     for l in with("closed at shutdown") {
-        assert_ne!(l["result"], "conflict", "a settled lease logged as closed: {l}");
+        assert_ne!(
+            l["result"], "conflict",
+            "a settled lease logged as closed: {l}"
+        );
     }
     let at_shutdown = with("closed at shutdown")
         .into_iter()

@@ -678,6 +678,73 @@ pub fn plan_legacy(
     lp
 }
 
+/// What [`supersede`] reads of the live system about a previous lease of the same session key.
+/// Each read is asked only when the decision needs it, in the order below.
+pub trait SupersedeReads {
+    /// The old lease's root still runs, or cannot be read: the session is live either way.
+    fn root_may_run(&self, old: &Lease) -> bool;
+    /// The adapter and its process group from the wrapper's report (when the row has neither
+    /// folded in yet): `(process group, adapter)`.
+    fn reported(&self, old: &Lease) -> (Option<i32>, Option<ProcessId>);
+    /// A member of process group `pgid` is alive.
+    fn group_alive(&self, pgid: i32) -> bool;
+    /// The adapter is not gone (alive, a zombie, or unreadable).
+    fn adapter_may_run(&self, adapter: ProcessId) -> bool;
+    /// The whole process table; `None` when it cannot be read.
+    fn snapshot(&self) -> Option<Snapshot>;
+    /// The cgroup at `path` as it is now.
+    fn observe(&self, path: &std::path::Path) -> crate::model::Observation;
+    /// The process at `pid`, if one runs there.
+    fn process(&self, pid: i32) -> Option<crate::model::ProcessInfo>;
+}
+
+/// Whether a new lease of the same session key supersedes `old`: `Some(reason)` when nothing of
+/// it is alive any more (the reason is recorded as the old lease's end), `None` when it may still
+/// be live (then `exec` refuses the key). The old root still running, or unreadable, keeps it
+/// without another read. Otherwise a host-wide snapshot is read only when its group or adapter
+/// may still run (something of it may live outside any cgroup); else the old lease's own cgroup,
+/// `<cgroup root>/<lease id>` exactly, is what is looked at: its members are read one by one, and
+/// an env-less escapee in it keeps the lease alive.
+pub fn supersede(
+    old: &Lease,
+    expect: &Expect<'_>,
+    new_lease_id: &str,
+    reads: &dyn SupersedeReads,
+) -> Option<String> {
+    if reads.root_may_run(old) {
+        return None;
+    }
+    let needs_report = old.process_group_id.is_none() || old.adapter().is_none();
+    let (rep_pgid, rep_adapter) = if needs_report {
+        reads.reported(old)
+    } else {
+        (None, None)
+    };
+    let pgid = old.process_group_id.or(rep_pgid);
+    let adapter = old.adapter().or(rep_adapter);
+    let group_alive = pgid.is_some_and(|g| reads.group_alive(g));
+    let adapter_alive = adapter.is_some_and(|a| reads.adapter_may_run(a));
+    let mut snap = if group_alive || adapter_alive {
+        reads.snapshot()?
+    } else {
+        Snapshot::default()
+    };
+    if let (Some(p), Some(cg_root)) = (&old.cgroup_path, expect.cgroup_root) {
+        let path = std::path::Path::new(p);
+        if path == cg_root.join(&old.lease_id) {
+            let obs = reads.observe(path);
+            if !group_alive && !adapter_alive && !obs.procs.is_empty() {
+                snap = Snapshot::new(obs.procs.iter().filter_map(|&pid| reads.process(pid)));
+            }
+            snap.add_cgroup(obs);
+        }
+    }
+    match verify_owned_tree(old, expect, &snap) {
+        Verdict::Gone { reason } => Some(format!("superseded by lease {new_lease_id}: {reason}")),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,5 +849,151 @@ mod tests {
         assert_eq!(s[0].reason, "its lease is closed");
         assert_eq!(s[1].action, CgroupAction::Leave);
         assert_eq!(s[2].action, CgroupAction::Remove);
+    }
+
+    /// A scripted live system for [`supersede`], counting what it was asked.
+    #[derive(Default)]
+    struct Scripted {
+        root_runs: bool,
+        group: bool,
+        adapter: bool,
+        members: Vec<i32>,
+        table: bool,
+        asked: std::cell::RefCell<Vec<&'static str>>,
+    }
+
+    impl Scripted {
+        fn ask(&self, what: &'static str) {
+            self.asked.borrow_mut().push(what);
+        }
+        fn asked(&self) -> Vec<&'static str> {
+            self.asked.borrow().clone()
+        }
+    }
+
+    impl SupersedeReads for Scripted {
+        fn root_may_run(&self, _: &Lease) -> bool {
+            self.ask("root");
+            self.root_runs
+        }
+        fn reported(&self, _: &Lease) -> (Option<i32>, Option<ProcessId>) {
+            self.ask("report");
+            (None, None)
+        }
+        fn group_alive(&self, _: i32) -> bool {
+            self.ask("group");
+            self.group
+        }
+        fn adapter_may_run(&self, _: ProcessId) -> bool {
+            self.ask("adapter");
+            self.adapter
+        }
+        fn snapshot(&self) -> Option<Snapshot> {
+            self.ask("snapshot");
+            self.table.then(Snapshot::default)
+        }
+        fn observe(&self, path: &std::path::Path) -> Observation {
+            self.ask("observe");
+            seen(path.to_str().unwrap(), 7, self.members.clone())
+        }
+        fn process(&self, pid: i32) -> Option<crate::model::ProcessInfo> {
+            self.ask("process");
+            Some(crate::model::ProcessInfo {
+                pid,
+                ppid: 1,
+                pgid: pid,
+                sid: pid,
+                uid: 0,
+                start_time: 5000,
+                state: 'S',
+                exe: Some("/usr/bin/escapee".into()),
+                argv: Some(vec!["escapee".into()]),
+                env: None,
+                pidfs_ino: None,
+            })
+        }
+    }
+
+    fn supersede_of(reads: &Scripted) -> Option<String> {
+        let mut old = ended_lease(LID, 7);
+        old.state = LeaseState::Open;
+        old.closed_at = None;
+        let expect = Expect {
+            gateway_instance_id: "gw",
+            wrapper_root: std::path::Path::new("/s/wrappers"),
+            cgroup_root: Some(std::path::Path::new(ROOT)),
+        };
+        supersede(&old, &expect, "next", reads)
+    }
+
+    #[test]
+    fn a_running_root_keeps_the_old_lease_without_another_read() {
+        let r = Scripted {
+            root_runs: true,
+            ..Scripted::default()
+        };
+        assert_eq!(supersede_of(&r), None);
+        assert_eq!(r.asked(), ["root"]);
+    }
+
+    #[test]
+    fn a_lease_with_nothing_left_is_superseded_without_the_host_table() {
+        let r = Scripted::default();
+        let reason = supersede_of(&r).expect("superseded");
+        assert!(reason.starts_with("superseded by lease next: "), "{reason}");
+        // The row names the group and the adapter, so the report is not read; no snapshot.
+        assert_eq!(r.asked(), ["root", "group", "adapter", "observe"]);
+    }
+
+    #[test]
+    fn an_env_less_escapee_in_the_old_cgroup_keeps_it() {
+        let r = Scripted {
+            members: vec![4242],
+            ..Scripted::default()
+        };
+        assert_eq!(supersede_of(&r), None, "its cgroup still has a member");
+        assert_eq!(
+            r.asked(),
+            ["root", "group", "adapter", "observe", "process"]
+        );
+    }
+
+    #[test]
+    fn a_live_group_takes_the_host_table_and_an_unreadable_one_keeps_the_lease() {
+        let r = Scripted {
+            group: true,
+            ..Scripted::default()
+        };
+        assert_eq!(supersede_of(&r), None, "no table, no proof it is over");
+        assert_eq!(r.asked(), ["root", "group", "adapter", "snapshot"]);
+        let r = Scripted {
+            group: true,
+            table: true,
+            ..Scripted::default()
+        };
+        assert!(supersede_of(&r).is_some(), "the table shows nothing of it");
+        assert_eq!(
+            r.asked(),
+            ["root", "group", "adapter", "snapshot", "observe"]
+        );
+    }
+
+    #[test]
+    fn the_report_is_read_only_for_what_the_row_lacks() {
+        let r = Scripted::default();
+        let mut old = ended_lease(LID, 7);
+        old.process_group_id = None;
+        old.adapter_pid = None;
+        let expect = Expect {
+            gateway_instance_id: "gw",
+            wrapper_root: std::path::Path::new("/s/wrappers"),
+            cgroup_root: None,
+        };
+        assert!(supersede(&old, &expect, "next", &r).is_some());
+        assert_eq!(
+            r.asked(),
+            ["root", "report"],
+            "no cgroup root: its cgroup is not looked at"
+        );
     }
 }

@@ -28,7 +28,7 @@ use crate::store::{Store, StoreError};
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::SessionRow;
 use leash_core::model::{command_hash, Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
-use leash_core::verify::{verify_owned_tree, Expect, Verdict};
+use leash_core::verify::Expect;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -166,56 +166,58 @@ pub fn supersede_reason(
     root: &StateRoot,
     new_lease_id: &str,
 ) -> Option<String> {
-    use crate::proc::Liveness;
-    let gone = |why: String| Some(format!("superseded by lease {new_lease_id}: {why}"));
-    // The root still runs (or cannot be read): the session is live.
-    match table.liveness(old.root(), old.root_pidfs_ino) {
-        Ok(Liveness::Gone) | Ok(Liveness::Zombie) => {}
-        Ok(Liveness::Alive) | Err(_) => return None,
+    leash_core::plan::supersede(old, expect, new_lease_id, &LiveReads { table, root })
+}
+
+/// The live reads of [`supersede_reason`]: the process table, the wrapper's report, the group's
+/// `kill(-pgid, 0)` and the lease's cgroup. The decision is the core's
+/// ([`leash_core::plan::supersede`]).
+struct LiveReads<'a> {
+    table: &'a dyn ProcessTable,
+    root: &'a StateRoot,
+}
+
+impl leash_core::plan::SupersedeReads for LiveReads<'_> {
+    fn root_may_run(&self, old: &Lease) -> bool {
+        use crate::proc::Liveness;
+        !matches!(
+            self.table.liveness(old.root(), old.root_pidfs_ino),
+            Ok(Liveness::Gone) | Ok(Liveness::Zombie)
+        )
     }
-    // The adapter and its group, from the row or, when nobody folded it in yet, the wrapper's
-    // report.
-    let report = crate::report::WrapperReport::read_for(root, old);
-    let pgid = old
-        .process_group_id
-        .or_else(|| report.as_ref().and_then(|r| r.process_group_id));
-    let adapter = old.adapter().or_else(|| {
-        report.as_ref().and_then(|r| {
-            Some(leash_core::model::ProcessId {
-                pid: r.adapter_pid?,
-                start_time: r.adapter_start_time?,
-            })
-        })
-    });
-    let group_alive = pgid.is_some_and(crate::signal::group_alive);
-    let adapter_alive =
-        adapter.is_some_and(|a| !matches!(table.liveness(a, None), Ok(Liveness::Gone)));
-    let mut snap = if group_alive || adapter_alive {
-        // Something of the session may still run outside any cgroup: the full verification.
-        table.snapshot().ok()?
-    } else {
-        leash_core::model::Snapshot::default()
-    };
-    // The old lease's cgroup counts too: an env-less escapee in it keeps the lease alive.
-    if let (Some(p), Some(cg_root)) = (&old.cgroup_path, expect.cgroup_root) {
-        let path = std::path::Path::new(p);
-        if path == cg_root.join(&old.lease_id) {
-            let obs = cgroup::observe(path);
-            if !group_alive && !adapter_alive && !obs.procs.is_empty() {
-                let mut list: Vec<_> = Vec::new();
-                for &pid in &obs.procs {
-                    if let Ok(Some(p)) = table.process(pid) {
-                        list.push(p);
-                    }
-                }
-                snap = leash_core::model::Snapshot::new(list);
-            }
-            snap.add_cgroup(obs);
-        }
+
+    fn reported(&self, old: &Lease) -> (Option<i32>, Option<leash_core::model::ProcessId>) {
+        let Some(r) = crate::report::WrapperReport::read_for(self.root, old) else {
+            return (None, None);
+        };
+        let adapter = r
+            .adapter_pid
+            .zip(r.adapter_start_time)
+            .map(|(pid, start_time)| leash_core::model::ProcessId { pid, start_time });
+        (r.process_group_id, adapter)
     }
-    match verify_owned_tree(old, expect, &snap) {
-        Verdict::Gone { reason } => gone(reason),
-        _ => None,
+
+    fn group_alive(&self, pgid: i32) -> bool {
+        crate::signal::group_alive(pgid)
+    }
+
+    fn adapter_may_run(&self, adapter: leash_core::model::ProcessId) -> bool {
+        !matches!(
+            self.table.liveness(adapter, None),
+            Ok(crate::proc::Liveness::Gone)
+        )
+    }
+
+    fn snapshot(&self) -> Option<leash_core::model::Snapshot> {
+        self.table.snapshot().ok()
+    }
+
+    fn observe(&self, path: &std::path::Path) -> leash_core::model::Observation {
+        cgroup::observe(path)
+    }
+
+    fn process(&self, pid: i32) -> Option<leash_core::model::ProcessInfo> {
+        self.table.process(pid).ok().flatten()
     }
 }
 
