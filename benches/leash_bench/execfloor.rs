@@ -14,6 +14,13 @@
 //! commits the lease to SQLite itself), and on one a `leash serve` started by this section
 //! serves (the daemon commits the lease on its warm connection: the `exec` op; stopped with
 //! SIGTERM at the end of the section).
+//!
+//! As root, a third level runs every command in a private mount namespace holding 5,000 tmpfs
+//! mounts (a container host's mount table): `leash exec` reads `/proc/self/mountinfo` for its
+//! containment, and that read must not grow with the table. The namespace is a child's
+//! (`unshare -m`, which makes the mounts and then sleeps); each run enters it with `setns` before
+//! its exec, the baseline and the bare wrapper too, and it goes with its mounts when the child is
+//! killed at the end of the section.
 
 use crate::containment::BenchRoot;
 use crate::procs::{Children, TempDir};
@@ -32,9 +39,23 @@ struct Subject {
 }
 
 impl Subject {
-    /// One run, in ms; an error when the command fails.
-    fn once(&self) -> Result<f64, String> {
+    /// One run, in ms; an error when the command fails. `ns`: a mount namespace to run in.
+    fn once(&self, ns: Option<&std::fs::File>) -> Result<f64, String> {
         let mut c = Command::new(&self.argv[0]);
+        if let Some(ns) = ns {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let fd = ns.as_raw_fd();
+            // SAFETY: setns is one system call, async-signal-safe, in the forked child.
+            unsafe {
+                c.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         c.args(&self.argv[1..])
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -55,6 +76,8 @@ impl Subject {
 /// Per-round medians of every subject at one level.
 struct Level {
     n: usize,
+    /// The mounts of the namespace the runs entered (0: this process's own).
+    mounts: usize,
     load_start: String,
     load_end: String,
     rounds: Vec<Vec<f64>>,
@@ -147,18 +170,34 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     // Warm-up: page cache, state roots, the installed wrappers.
     for s in &subjects {
         for _ in 0..5 {
-            s.once()?;
+            s.once(None)?;
         }
     }
     let room = crate::hostscale::room();
-    let levels: Vec<usize> = [0, 2_000].into_iter().filter(|&n| n <= room).collect();
+    let mut levels: Vec<(usize, usize)> = [0, 2_000]
+        .into_iter()
+        .filter(|&n| n <= room)
+        .map(|n| (n, 0))
+        .collect();
+    let many = if cfg.quick { 500 } else { 5_000 };
+    let mounts = if nix::unistd::geteuid().is_root() {
+        Some(Mounts::new(&scratch.path().join("mounts"), many)?)
+    } else {
+        eprintln!("leash-bench: execfloor: not root: no level with {many} mounts");
+        None
+    };
+    if mounts.is_some() {
+        levels.push((0, many));
+    }
     let mut sleepers = Children::new();
     let mut results = Vec::new();
-    for &n in &levels {
-        eprintln!("leash-bench: execfloor: {n} unrelated processes");
+    for &(n, m) in &levels {
+        eprintln!("leash-bench: execfloor: {n} unrelated processes, {m} extra mounts");
         sleepers.grow_sleepers(&env.sleep, n)?;
+        let ns = mounts.as_ref().filter(|_| m > 0).map(|x| &x.ns);
         let mut level = Level {
             n,
+            mounts: m,
             load_start: crate::loadavg(),
             load_end: String::new(),
             rounds: vec![Vec::new(); subjects.len()],
@@ -167,7 +206,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); subjects.len()];
             for _ in 0..batch {
                 for (s, r) in subjects.iter().zip(runs.iter_mut()) {
-                    r.push(s.once()?);
+                    r.push(s.once(ns)?);
                 }
             }
             for (r, out) in runs.iter().zip(level.rounds.iter_mut()) {
@@ -178,6 +217,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         results.push(level);
     }
     drop(sleepers);
+    drop(mounts);
 
     let mut out = format!(
         "\n### 10. `leash exec` against the bare wrapper (issue 24)\n\n{rounds} rounds per \
@@ -191,7 +231,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         }
     );
     let mut t = Table::new(&[
-        "unrelated processes (load start → end)",
+        "unrelated processes, extra mounts (load start → end)",
         "command",
         "wall time",
         "− bare wrapper",
@@ -226,7 +266,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 (d.show(|v| format!("{v:+.2} ms")), q.show(ratio), target)
             };
             t.row(vec![
-                format!("{} ({} → {})", level.n, level.load_start, level.load_end),
+                format!(
+                    "{}, {} ({} → {})",
+                    level.n, level.mounts, level.load_start, level.load_end
+                ),
                 s.label.clone(),
                 Summary::of(r).show(ms),
                 diff,
@@ -276,5 +319,57 @@ impl Drop for Serve {
     fn drop(&mut self) {
         crate::procs::term_child(&self.0);
         let _ = self.0.wait();
+    }
+}
+
+/// A private mount namespace with `n` extra tmpfs mounts under `dir` (a directory of this
+/// section's scratch space, empty on the host), held by a child that made them and sleeps; its
+/// `ns/mnt` is opened for `setns`. Killing the child on drop ends the namespace and its mounts.
+struct Mounts {
+    child: std::process::Child,
+    ns: std::fs::File,
+}
+
+impl Mounts {
+    fn new(dir: &std::path::Path, n: usize) -> Result<Mounts, String> {
+        use std::io::BufRead;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let script = format!(
+            "set -e; d=\"$1\"; mount -t tmpfs none \"$d\"; i=0; while [ $i -lt {n} ]; do \
+             mkdir \"$d/$i\"; mount -t tmpfs none \"$d/$i\"; i=$((i+1)); done; echo ready; \
+             exec sleep 3600"
+        );
+        let mut child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start unshare: {e}"))?;
+        let out = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let ns = std::fs::File::open(format!("/proc/{}/ns/mnt", child.id()));
+        if line.trim() != "ready" || ns.is_err() {
+            crate::procs::term_child(&child);
+            let _ = child.wait();
+            return Err(format!(
+                "the mount namespace of {n} mounts was not made ({})",
+                ns.err()
+                    .map_or("the child did not say ready".into(), |e| e.to_string())
+            ));
+        }
+        Ok(Mounts {
+            child,
+            ns: ns.expect("checked"),
+        })
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        crate::procs::term_child(&self.child);
+        let _ = self.child.wait();
     }
 }
