@@ -745,6 +745,20 @@ pub fn supersede(
     }
 }
 
+/// Whether the daemon takes over the close of a live session whose lease row another process moved
+/// to `state`. `Open` is not a change. `Ended` is not a close either: it is the wrapper's report of
+/// the adapter's own exit, ingested by whichever process read it first (the session's waiter,
+/// another session's settle, a `leash reap`) — nothing was signalled and there is nothing to
+/// finish; the session's waiter settles the lease when it reaps the wrapper, and how the session
+/// ended (a start failure among others) is its to tell. A lease someone else is closing, closed
+/// or marked lost is taken over: the session stops taking input and the daemon finishes the close.
+pub fn take_over_changed_lease(state: LeaseState) -> bool {
+    match state {
+        LeaseState::Open | LeaseState::Ended => false,
+        LeaseState::Closing | LeaseState::Closed | LeaseState::Lost => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,6 +768,18 @@ mod tests {
     const LID: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8a";
     const OTHER: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8b";
     const ROOT: &str = "/cg/leash/gw";
+
+    #[test]
+    fn a_lease_ended_by_its_wrappers_report_is_not_taken_over() {
+        let taken: Vec<LeaseState> = LeaseState::ALL
+            .into_iter()
+            .filter(|s| take_over_changed_lease(*s))
+            .collect();
+        assert_eq!(
+            taken,
+            [LeaseState::Closing, LeaseState::Closed, LeaseState::Lost]
+        );
+    }
 
     fn ended_lease(id: &str, cgroup_id: u64) -> Lease {
         Lease {

@@ -84,7 +84,9 @@ pub(super) fn headless(d: &Daemon) -> Option<String> {
 }
 
 /// A lease of a live session that another process moved out of `open` (a `leash --no-daemon
-/// close`, a reap run against the database) while the daemon was not closing it. The session
+/// close`, a reap run against the database) while the daemon was not closing it. A lease `ended`
+/// by its wrapper's report is not such a change (see `plan::take_over_changed_lease`): the
+/// session's waiter settles it, and a start failure is still told as one. The session
 /// stops taking input at once (phase `closing`), and the daemon finishes the close itself: the
 /// claim of a closer that died mid-grace is stale and is taken over, and a closer still at work
 /// keeps its claim (the attempt is a conflict, repeated each round until the lease settles).
@@ -100,7 +102,7 @@ pub(super) fn notice_changed_leases(d: &Arc<Daemon>, sessions: &[Arc<Supervised>
         let Ok(Some(lease)) = row else {
             continue;
         };
-        if lease.state == leash_core::model::LeaseState::Open || !s.begin_takeover() {
+        if !leash_core::plan::take_over_changed_lease(lease.state) || !s.begin_takeover() {
             continue;
         }
         tracing::warn!(session_key = %s.key, lease_id = %id, state = %lease.state,
