@@ -299,9 +299,16 @@ pub fn start_time_of(pid: i32) -> Option<u64> {
     stat_start_and_state(pid).map(|(start, _)| start)
 }
 
+pub use crate::sys::read_proc;
+
+/// [`read_proc`] as text (`None`: unreadable or not UTF-8).
+fn read_proc_text(path: impl AsRef<Path>) -> Option<String> {
+    String::from_utf8(read_proc(path).ok()?).ok()
+}
+
 /// Fields 22 (start time) and 3 (state) of `/proc/<pid>/stat`, and nothing else.
 fn stat_start_and_state(pid: i32) -> Option<(u64, char)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_proc_text(format!("/proc/{pid}/stat"))?;
     // The command name may contain spaces and parentheses: split after the LAST ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
@@ -312,7 +319,7 @@ fn stat_start_and_state(pid: i32) -> Option<(u64, char)> {
 
 /// Fields 4 (the parent's pid) and 22 (start time) of `/proc/<pid>/stat`.
 pub fn parent_and_start_of(pid: i32) -> Option<(i32, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_proc_text(format!("/proc/{pid}/stat"))?;
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let ppid = fields.nth(1)?.parse().ok()?;

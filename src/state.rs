@@ -72,14 +72,35 @@ impl StateRoot {
     /// `$XDG_STATE_HOME/leash`, else `~/.local/state/leash`.
     /// Relative paths are made absolute against the current directory.
     pub fn resolve(flag: Option<&Path>) -> Result<PathBuf, StateError> {
-        Self::resolve_relative(flag).and_then(|p| absolute(&p))
+        Self::resolve_relative(flag, &|k| std::env::var_os(k)).and_then(|p| absolute(&p))
     }
 
-    fn resolve_relative(flag: Option<&Path>) -> Result<PathBuf, StateError> {
+    /// [`StateRoot::resolve`] as another process would resolve it, from its environment (`env`)
+    /// and its current directory (`cwd`, asked only for a relative path; `None` when it cannot be
+    /// read): what the daemon does for the front door's `execArgv`.
+    pub fn resolve_for(
+        flag: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+        cwd: &dyn Fn() -> Option<PathBuf>,
+    ) -> Result<PathBuf, StateError> {
+        let p = Self::resolve_relative(flag, env)?;
+        if p.is_absolute() {
+            return Ok(p);
+        }
+        match cwd() {
+            Some(cwd) => Ok(cwd.join(p)),
+            None => Err(StateError::Relative(p)),
+        }
+    }
+
+    fn resolve_relative(
+        flag: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<PathBuf, StateError> {
         if let Some(p) = flag {
             return Ok(p.to_path_buf());
         }
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let env = |k: &str| env(k).filter(|v| !v.is_empty());
         if let Some(p) = env(ENV_STATE_DIR) {
             return Ok(PathBuf::from(p));
         }

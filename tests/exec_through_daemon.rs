@@ -1,9 +1,11 @@
 //! `leash exec` with a daemon serving the state root (issue 24): the daemon commits the lease on
-//! its warm connection (the `exec` op), rooted at the peer of the socket as the kernel says;
-//! without one, or with a daemon that cannot honour the request, `leash exec` commits it itself;
-//! a refusal reads the same either way; and a daemon that dies while a client waits leaves the
-//! client to decide by the lease id it chose. Live: real daemons, real SQLite, real cgroups
-//! under the test binary's own root where it can make them.
+//! its warm connection, rooted at the peer of the socket as the kernel says; without one, or with
+//! a daemon that cannot honour the request, `leash exec` commits it itself; a refusal reads the
+//! same either way; and a daemon that dies while a client waits leaves the client to decide by the
+//! lease id it chose. Each through both doors: the front door `leash` (the `execArgv` op: the
+//! daemon reads and parses the peer's own command line) and `leash-main` (the `exec` op: the
+//! client sends what it resolved). Live: real daemons, real SQLite, real cgroups under the test
+//! binary's own root where it can make them.
 mod common;
 mod daemon_support;
 use common::*;
@@ -12,8 +14,28 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;
 
-const COMMITTED: &str = "exec: lease committed for the peer";
 const DIRECT: &str = "exec: the client commits directly";
+
+/// A way into `leash exec`: its name, its command, and the daemon's log line for a lease it
+/// committed that way.
+struct Door {
+    name: &'static str,
+    cmd: fn(&Path) -> std::process::Command,
+    committed: &'static str,
+}
+
+const DOORS: [Door; 2] = [
+    Door {
+        name: "front door",
+        cmd: leash,
+        committed: "execArgv: lease committed for the peer",
+    },
+    Door {
+        name: "leash-main",
+        cmd: leash_main,
+        committed: "exec: lease committed for the peer",
+    },
+];
 
 /// The leases of a state root read from its database (never through a daemon); none while the
 /// state root does not exist yet.
@@ -52,11 +74,17 @@ fn recorded_cgroup(dir: &Path) -> Option<std::path::PathBuf> {
 
 #[test]
 fn the_daemon_roots_the_lease_at_the_exec_process_and_its_cgroup() {
+    for door in DOORS {
+        roots_the_lease_at_the_exec_process(&door);
+    }
+}
+
+fn roots_the_lease_at_the_exec_process(door: &Door) {
     let tmp = TempDir::new("exec-daemon-root");
     let state = tmp.join("state");
     let mut daemon = Daemon::start_logging(&state, &[], "debug");
     let adapter = recorder(tmp.path());
-    let mut child = leash(&state)
+    let mut child = (door.cmd)(&state)
         .args(["exec", "--session", "rooted", "--"])
         .arg(&adapter)
         .stdin(Stdio::null())
@@ -64,10 +92,11 @@ fn the_daemon_roots_the_lease_at_the_exec_process_and_its_cgroup() {
         .unwrap();
     let pid = child.id() as i32;
     let start = start_time(pid).expect("leash exec alive or a zombie");
-    assert!(child.wait().unwrap().success());
+    assert!(child.wait().unwrap().success(), "{}", door.name);
     assert!(
-        daemon.log_text().contains(COMMITTED),
-        "{}",
+        daemon.log_text().contains(door.committed),
+        "{}: {}",
+        door.name,
         daemon.log_text()
     );
     let l = row_of(&state, "rooted").expect("the lease row");
@@ -181,11 +210,17 @@ fn a_client_lying_about_pids_gets_nothing_rooted_at_another_process() {
 /// root whose containment differs from the client's: answers "direct", the client commits.
 #[test]
 fn exec_commits_directly_without_a_daemon_of_its_state_root() {
+    for door in DOORS {
+        commits_directly_without_a_daemon_of_its_state_root(&door);
+    }
+}
+
+fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
     let tmp = TempDir::new("exec-daemon-fallback");
     let a = tmp.join("a");
     let b = tmp.join("b");
     let run_true = |state: &Path, session: &str, containment: Option<&str>| {
-        let mut c = leash(state);
+        let mut c = (door.cmd)(state);
         if let Some(m) = containment {
             c.env("LEASH_CONTAINMENT", m);
         }
@@ -204,7 +239,11 @@ fn exec_commits_directly_without_a_daemon_of_its_state_root() {
     assert!(row_of(&a, "beside-another").is_some());
     assert!(row_of(&b, "beside-another").is_none());
     let log = other.log_text();
-    assert!(!log.contains(COMMITTED) && !log.contains(DIRECT), "{log}");
+    assert!(
+        !log.contains("lease committed") && !log.contains(DIRECT),
+        "{}: {log}",
+        door.name
+    );
     drop(other);
 
     // Containment: the daemon off, the client on where this host can contain.
@@ -215,16 +254,25 @@ fn exec_commits_directly_without_a_daemon_of_its_state_root() {
         let l = row_of(&c, "other-containment").unwrap();
         assert!(l["cgroupPath"].is_string(), "the client's containment: {l}");
         let log = d.log_text();
-        assert!(log.contains(DIRECT) && !log.contains(COMMITTED), "{log}");
+        assert!(
+            log.contains(DIRECT) && !log.contains("lease committed"),
+            "{}: {log}",
+            door.name
+        );
     } else {
         skip("exec_through_daemon: no containment here, the containment mismatch is not tried");
     }
     run_true(&c, "same-containment", Some("off"));
-    assert!(d.log_text().contains(COMMITTED), "{}", d.log_text());
+    assert!(
+        d.log_text().contains(door.committed),
+        "{}: {}",
+        door.name,
+        d.log_text()
+    );
 }
 
 /// A second exec of a live session: the same exit code and the same words, text and JSON,
-/// whether the daemon decided or `leash exec` itself.
+/// whether the daemon decided or `leash exec` itself, through either door.
 #[test]
 fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
     let tmp = TempDir::new("exec-daemon-busy");
@@ -234,6 +282,22 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
     let daemon = Daemon::start_logging(&served, &[], "debug");
     let mut guard = Guard::new();
     let lease = "0190b1f2-7c3a-7d4e-8f00-00000000b051";
+    let refused = |door: &Door, state: &Path| -> Vec<(Option<i32>, String)> {
+        [&[][..], &["--error-format", "json"][..]]
+            .iter()
+            .map(|extra| {
+                let out = (door.cmd)(state)
+                    .args(*extra)
+                    .args(["exec", "--session", "busy", "--", "/bin/true"])
+                    .output()
+                    .unwrap();
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            })
+            .collect()
+    };
     let mut refusals = Vec::new();
     for state in [&direct, &served] {
         guard.child(
@@ -248,30 +312,23 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
             wait_for(|| row_of(state, "busy").is_some_and(|l| l["state"] == "open")),
             "the first lease"
         );
-        let mut seen = Vec::new();
-        for extra in [&[][..], &["--error-format", "json"][..]] {
-            let out = leash(state)
-                .args(extra)
-                .args(["exec", "--session", "busy", "--", "/bin/true"])
-                .output()
-                .unwrap();
-            seen.push((
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ));
+        for door in &DOORS {
+            refusals.push((door.name, state == &served, refused(door, state)));
         }
-        refusals.push(seen);
     }
-    assert_eq!(refusals[0][0].0, Some(125), "{refusals:?}");
+    let first = &refusals[0].2;
+    assert_eq!(first[0].0, Some(125), "{refusals:?}");
     assert!(
-        refusals[0][0]
+        first[0]
             .1
             .contains(&format!("session busy already has a live lease {lease}")),
         "{refusals:?}"
     );
-    assert_eq!(refusals[0], refusals[1], "direct vs through the daemon");
+    for (door, served, seen) in &refusals {
+        assert_eq!(seen, first, "{door}, served {served}: {refusals:?}");
+    }
     assert!(
-        daemon.log_text().contains(COMMITTED),
+        daemon.log_text().contains(DOORS[0].committed),
         "{}",
         daemon.log_text()
     );
@@ -282,7 +339,7 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
 /// finds none and commits directly. Either way the adapter runs under a lease rooted at it.
 #[test]
 fn a_client_outlives_a_daemon_killed_mid_request() {
-    for at in ["after", "before"] {
+    for (door, at) in DOORS.iter().flat_map(|d| [(d, "after"), (d, "before")]) {
         let tmp = TempDir::new(&format!("exec-daemon-killed-{at}"));
         let state = tmp.join("state");
         let pause = format!("{at}:60000");
@@ -294,8 +351,9 @@ fn a_client_outlives_a_daemon_killed_mid_request() {
         );
         let adapter = recorder(tmp.path());
         let mut guard = Guard::new();
+        let at = format!("{} {at}", door.name);
         let child = guard.child(
-            leash(&state)
+            (door.cmd)(&state)
                 .args(["exec", "--session", "waits", "--"])
                 .arg(&adapter)
                 .stdin(Stdio::null())
@@ -311,7 +369,7 @@ fn a_client_outlives_a_daemon_killed_mid_request() {
             "{at}: the daemon never paused:\n{}",
             daemon.log_text()
         );
-        if at == "after" {
+        if at.ends_with("after") {
             assert!(wait_for(|| row_of(&state, "waits").is_some()), "{at}");
         } else {
             assert!(

@@ -1,8 +1,8 @@
-//! One documented install gives a working pair. `cargo install --path . && cargo install --path
-//! wrapper` puts `leash` and `leash-wrap` in the same directory (~/.cargo/bin); `leash` finds its
-//! wrapper there, and when the wrapper is missing it says how to install it. (The test copies the
-//! built binaries into such a directory instead of running `cargo install`, which would rebuild the
-//! workspace in release mode.)
+//! One documented install gives a working set. `cargo install --path . && cargo install --path
+//! wrapper` puts `leash` (the front door), `leash-main` and `leash-wrap` in the same directory
+//! (~/.cargo/bin); `leash` finds `leash-main` and its wrapper there, and when the wrapper is
+//! missing it says how to install it. (The test copies the built binaries into such a directory
+//! instead of running `cargo install`, which would rebuild the workspace in release mode.)
 mod common;
 use common::*;
 
@@ -35,6 +35,7 @@ fn leash_finds_leash_wrap_installed_beside_it_and_says_how_when_it_is_missing() 
     let tmp = TempDir::new("install");
     let pair = tmp.join("pair/bin");
     copy(&leash_bin(), &pair);
+    copy(&leash_main_bin(), &pair);
     copy(&wrap_bin(), &pair);
     let out = exec_from(&pair, &tmp.join("state-a"));
     assert_eq!(
@@ -46,6 +47,7 @@ fn leash_finds_leash_wrap_installed_beside_it_and_says_how_when_it_is_missing() 
 
     let alone = tmp.join("alone/bin");
     copy(&leash_bin(), &alone);
+    copy(&leash_main_bin(), &alone);
     let out = exec_from(&alone, &tmp.join("state-b"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");

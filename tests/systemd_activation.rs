@@ -92,7 +92,11 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     );
     // Nothing started yet: the activator holds the socket, no daemon has locked the state root.
     let exe = || std::fs::read_link(format!("/proc/{}/exe", pid.pid)).unwrap_or_default();
-    assert!(!exe().ends_with("leash"), "started before any connection");
+    let is_leash = |p: std::path::PathBuf| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("leash"))
+    };
+    assert!(!is_leash(exe()), "started before any connection");
     assert!(!state.join("daemon.lock").exists());
     let mut seen = Vec::new();
 
@@ -134,7 +138,8 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     assert_eq!(d["socketActivated"], true, "{line}");
     assert_eq!(d["pid"], pid.pid, "the activator execs the daemon in place");
     assert_eq!(d["socket"], socket.display().to_string());
-    assert!(exe().ends_with("leash"));
+    // The unit's `leash serve`: the front door, which execs leash-main in place.
+    assert!(exe().ends_with("leash-main"), "{}", exe().display());
     assert!(
         !seen.iter().any(|m| m.contains("STOPPING=1")),
         "stopping too early: {seen:?}"

@@ -13,6 +13,9 @@ pub enum LogFormat {
     Json,
 }
 
+/// The log filter's variable (tracing's filter syntax); it overrides `-v`.
+pub const ENV_LOG: &str = "LEASH_LOG";
+
 pub(super) fn init(verbose: u8, daemon: bool, format: LogFormat) {
     let default = match verbose {
         0 if daemon => "info",
@@ -20,7 +23,7 @@ pub(super) fn init(verbose: u8, daemon: bool, format: LogFormat) {
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(ENV_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

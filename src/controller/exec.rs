@@ -60,6 +60,10 @@ pub struct ExecRequest {
     /// `--keep-env`); the lease markers are set after it and always survive.
     pub env: crate::envpolicy::EnvPolicy,
     pub command: Vec<OsString>,
+    /// The lease id the front door asked the daemon to commit for this very process, when it
+    /// handed over without a usable answer (`LEASH_EXEC_ASKED`, see src/front/main.rs): a lease
+    /// of that id rooted at this process is committed, and only its wrapper is left to exec.
+    pub asked: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -271,6 +275,9 @@ pub fn exec(
     daemon: Option<&dyn ExecDaemon>,
 ) -> Result<std::convert::Infallible, ExecError> {
     check_request(&req)?;
+    if let Some(launch) = committed_for_the_front_door(root, &req)? {
+        return Err(launch_wrapper(root, &req, launch));
+    }
     if let Some(d) = daemon {
         if let Some(launch) = through_daemon(root, &mut req, d)? {
             return Err(launch_wrapper(root, &req, launch));
@@ -451,6 +458,26 @@ with_ownership_fields! {
     }
 }
 
+/// `leash exec`'s command line as another process would read it (the front door that sent the
+/// daemon `execArgv`): what the CLI's parser made of its argv, environment and directory.
+pub struct PeerExec {
+    /// The state directory it names, absolute (not canonical).
+    pub state_dir: PathBuf,
+    pub request: ExecRequest,
+    /// `--no-daemon`, `-v` or `LEASH_LOG`: leash-main must run it (it would not ask the daemon,
+    /// or it would log).
+    pub needs_main: bool,
+}
+
+/// The CLI's parser of a peer's `leash exec` command line (`cli::exec_for_peer`): its argv, a
+/// lookup in its environment, its current directory (asked only when needed). The CLI hands it
+/// to the daemon it starts (`ServeConfig::peer_exec`), so the daemon imports no front door.
+pub type PeerExecParser = fn(
+    &[OsString],
+    &dyn Fn(&str) -> Option<OsString>,
+    &dyn Fn() -> Option<PathBuf>,
+) -> Result<PeerExec, String>;
+
 /// The daemon's answer to [`ExecAsk`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
@@ -571,22 +598,10 @@ fn after_lost_answer(
 ) -> Result<Option<Launch>, ExecError> {
     let store = Store::open(&root.db_path())?;
     match store.lease(lease_id)? {
-        Some(l)
-            if l.root_pid == me.pid
-                && l.root_start_time == me.start_time
-                && l.state == LeaseState::Open =>
-        {
-            Ok(Some(Launch {
-                lease_id: l.lease_id,
-                gateway_id: l.gateway_instance_id,
-                wrapper_path: PathBuf::from(l.wrapper_path),
-                owner_pid,
-                cgroup: l.cgroup_path.map(PathBuf::from),
-                cgroup_id: l.cgroup_id,
-                made: None,
-            }))
-        }
-        Some(_) => Err(ExecError::LeaseIdTaken(lease_id.to_string())),
+        Some(l) => match rooted_here(l, me, owner_pid) {
+            Some(launch) => Ok(Some(launch)),
+            None => Err(ExecError::LeaseIdTaken(lease_id.to_string())),
+        },
         None => {
             if !given {
                 req.lease_id = None;
@@ -596,9 +611,56 @@ fn after_lost_answer(
     }
 }
 
+/// The launch of lease `l` when it is open and rooted at this process (`me`: its pid and start
+/// time), i.e. committed for it by a daemon that did not get to say so.
+fn rooted_here(l: Lease, me: leash_core::model::ProcessId, owner_pid: i32) -> Option<Launch> {
+    (l.root_pid == me.pid && l.root_start_time == me.start_time && l.state == LeaseState::Open)
+        .then(|| Launch {
+            lease_id: l.lease_id,
+            gateway_id: l.gateway_instance_id,
+            wrapper_path: PathBuf::from(l.wrapper_path),
+            owner_pid,
+            cgroup: l.cgroup_path.map(PathBuf::from),
+            cgroup_id: l.cgroup_id,
+            made: None,
+        })
+}
+
+/// The front door handed over after it sent `execArgv` (its answer lost, unreadable, or the
+/// wrapper it named could not be exec'd): the lease it asked for (or the one `--lease-id` chose)
+/// may be committed, rooted at this process. If it is, this process only execs its wrapper (and,
+/// when that fails too, records it lost, as always); if not, nothing was committed and `exec`
+/// goes on as without the front door. A stale or foreign id finds nothing rooted here.
+fn committed_for_the_front_door(
+    root: &StateRoot,
+    req: &ExecRequest,
+) -> Result<Option<Launch>, ExecError> {
+    let Some(asked) = &req.asked else {
+        return Ok(None);
+    };
+    let store = Store::open(&root.db_path())?;
+    let me = proc::self_id();
+    let owner_pid = nix::unistd::getppid().as_raw();
+    for id in std::iter::once(asked).chain(&req.lease_id) {
+        if let Some(l) = store.lease(id)? {
+            if let Some(launch) = rooted_here(l, me, owner_pid) {
+                tracing::debug!(lease_id = %id, "the front door's lease is committed; exec'ing its wrapper");
+                return Ok(Some(launch));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
 /// (our parent), the environment policy and a canonical `--lease-id`, before anything is stored.
 fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
+    check_request_for(req, nix::unistd::getppid().as_raw())
+}
+
+/// [`check_request`] for a process whose parent is `parent` (the daemon checks the front door's
+/// request for its peer).
+pub fn check_request_for(req: &ExecRequest, parent: i32) -> Result<(), ExecError> {
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
     }
@@ -614,7 +676,7 @@ fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
             crate::limits::check_key(what, v)?;
         }
     }
-    check_owner(req.owner_pid)?;
+    check_owner_is(req.owner_pid, parent)?;
     req.env.validate(crate::envpolicy::CLI)?;
     if let Some(id) = &req.lease_id {
         if !is_canonical_uuid(id) {
@@ -636,7 +698,10 @@ fn check_lease_id_free(store: &Store, lease_id: Option<&str>) -> Result<(), Exec
 }
 
 /// Limits are refused, before anything is made, where there is no cgroup to enforce them.
-fn check_limits_enforceable(limits: &Limits, containment: &Containment) -> Result<(), ExecError> {
+pub fn check_limits_enforceable(
+    limits: &Limits,
+    containment: &Containment,
+) -> Result<(), ExecError> {
     if limits.is_empty() || containment.is_on() {
         return Ok(());
     }
@@ -824,28 +889,60 @@ fn commit(
 /// (after it, so no policy can remove them), then the adapter's command.
 fn wrapper_command(root: &StateRoot, req: &ExecRequest, launch: &Launch) -> Command {
     let mut cmd = Command::new(&launch.wrapper_path);
-    cmd.arg("--grace-ms")
-        .arg(req.grace_ms.to_string())
-        .arg("--owner-pid")
-        .arg(launch.owner_pid.to_string())
-        .arg("--report")
-        .arg(root.report_path(&launch.lease_id));
-    if let Some(path) = &launch.cgroup {
-        // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
-        // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
-        cmd.arg("--cgroup").arg(path).arg("--remove-empty-parent");
-    }
-    if req.json_errors {
-        cmd.arg("--error-format").arg("json");
-    }
+    cmd.args(wrapper_options(
+        root,
+        req,
+        &launch.lease_id,
+        launch.owner_pid,
+        launch.cgroup.as_deref(),
+    ));
     // The scrub, on the wrapper's own exec (no `env` process): the adapter inherits what the
     // wrapper got.
     req.env.apply(&mut cmd);
-    cmd.arg("--")
-        .args(&req.command)
-        .env(ENV_LEASE_ID, &launch.lease_id)
-        .env(ENV_GATEWAY_ID, &launch.gateway_id);
+    cmd.arg("--").args(&req.command);
+    for (k, v) in lease_markers(&launch.lease_id, &launch.gateway_id) {
+        cmd.env(k, v);
+    }
     cmd
+}
+
+/// The wrapper's options, before its `--` and the adapter's command: the grace, the owner it
+/// watches, its report file, the cgroup it starts the adapter in, the error format. The daemon
+/// sends the same to the front door (`execArgv`).
+pub fn wrapper_options(
+    root: &StateRoot,
+    req: &ExecRequest,
+    lease_id: &str,
+    owner_pid: i32,
+    cgroup: Option<&std::path::Path>,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "--grace-ms".into(),
+        req.grace_ms.to_string().into(),
+        "--owner-pid".into(),
+        owner_pid.to_string().into(),
+        "--report".into(),
+        root.report_path(lease_id).into(),
+    ];
+    if let Some(path) = cgroup {
+        // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
+        // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
+        args.extend([
+            "--cgroup".into(),
+            path.into(),
+            "--remove-empty-parent".into(),
+        ]);
+    }
+    if req.json_errors {
+        args.extend(["--error-format".into(), "json".into()]);
+    }
+    args
+}
+
+/// The lease markers the adapter's environment carries, set after the environment policy (so no
+/// policy can remove them).
+pub fn lease_markers<'a>(lease_id: &'a str, gateway_id: &'a str) -> [(&'static str, &'a str); 2] {
+    [(ENV_LEASE_ID, lease_id), (ENV_GATEWAY_ID, gateway_id)]
 }
 
 /// Still here: the wrapper could not be exec'd, and nothing runs under this lease. Its cgroup

@@ -48,6 +48,7 @@ mod detach;
 mod ensure;
 mod events;
 mod exec;
+mod exec_argv;
 mod hello;
 mod leases;
 mod metrics;

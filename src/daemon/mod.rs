@@ -24,6 +24,7 @@
 //! adapters down; the next daemon's startup reap settles their leases.
 
 mod admission;
+mod checkpoint;
 mod housekeeping;
 mod lock;
 mod shutdown;
@@ -89,6 +90,9 @@ pub struct ServeConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// How long `ensure` watches a new adapter for an early death (see `Supervised::await_early_exit`).
     pub ensure_wait: Duration,
+    /// How the front door's command line is read (`execArgv`): the CLI's own parser. `None`:
+    /// `execArgv` answers `direct`, and the front door hands over to leash-main.
+    pub peer_exec: Option<crate::controller::exec::PeerExecParser>,
 }
 
 /// `serve --ensure-wait-ms` by default: no wait. An `ensure` answers once the adapter started;
@@ -180,6 +184,8 @@ pub(crate) struct Daemon {
     /// The connection the `exec` op commits leases through (`conn/exec.rs`): not the sessions'
     /// writer, so a lease commit never waits behind their output, nor they behind it.
     exec_store: Mutex<Store>,
+    /// The exec connection's checkpoints, done by a thread of their own (`checkpoint.rs`).
+    checkpoints: checkpoint::Checkpoints,
     shutting_down: AtomicBool,
     /// Sessions that were busy when the previous daemon stopped, until they are ensured again.
     resumable: Mutex<Vec<protocol::Resumable>>,
@@ -346,7 +352,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         store: Mutex::new(store),
         health_store: Mutex::new(Store::open(&root_db)?),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
-        exec_store: Mutex::new(Store::open(&root_db)?),
+        exec_store: Mutex::new(Store::open(&root_db)?.without_autocheckpoint()?),
+        checkpoints: checkpoint::Checkpoints::default(),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
         startup_reap,
@@ -366,6 +373,13 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     // Only now: the start-up reap is done and the socket accepts requests.
     systemd::notify_ready(&systemd::ready_status(&daemon.startup_reap));
     let housekeeping = Helper::start(&daemon, "housekeeping", Some(housekeeping::run));
+    let checkpointer = {
+        let (d, store) = (daemon.clone(), Store::open(&root_db)?);
+        std::thread::Builder::new()
+            .name("checkpoint".into())
+            .spawn(move || checkpoint::run(&d, store))
+            .expect("spawn thread")
+    };
     socket::accept_loop(&daemon, &listening.listener, &signals);
     systemd::notify_stopping();
     reconciler.stop();
@@ -374,6 +388,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     daemon.shutting_down.store(true, Ordering::SeqCst);
     housekeeping.stop();
     shutdown::shutdown(&daemon);
+    daemon.checkpoints.stop();
+    let _ = checkpointer.join();
     remove_gateway_dir(&daemon);
     drop(listening.listener);
     socket::remove_if_ours(&daemon, &socket, listening.bound);

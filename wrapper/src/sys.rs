@@ -509,7 +509,7 @@ impl Cgroup {
 
     /// `populated 1` in cgroup.events (an unreadable file counts as populated: keep draining).
     pub fn populated(&self) -> bool {
-        match std::fs::read_to_string(self.file("cgroup.events")) {
+        match read_small(&self.file("cgroup.events")) {
             Ok(t) => !t.lines().any(|l| l.trim() == "populated 0"),
             // Removed under us (a close or reap emptied it with cgroup.kill, then rmdir'ed it):
             // the kernel refuses to remove a populated cgroup, so it has no member left. Counting
@@ -521,7 +521,7 @@ impl Cgroup {
 
     /// The pids `cgroup.procs` lists now.
     fn listed(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.file("cgroup.procs"))
+        read_small(&self.file("cgroup.procs"))
             .map(|t| {
                 t.split_whitespace()
                     .filter_map(|s| s.parse().ok())
@@ -829,10 +829,34 @@ pub fn reap_one() -> Reaped {
     }
 }
 
+/// A small `/proc` or cgroup file, read whole. Both report a size of 0, so `fs::read_to_string`
+/// reads them in 32-byte steps after a `statx`: eight system calls for a `stat` line, on the
+/// wrapper's start path (its own and the adapter's). One `read` into 4 KiB takes a `stat` line,
+/// `cgroup.events` or a short `cgroup.procs`; the loop takes the rest.
+fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
 /// Splits `/proc/<pid>/stat` after the command name, which is parsed by the LAST `)` because the
 /// name itself may contain parentheses and spaces.
 fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_small(&format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }

@@ -13,7 +13,7 @@ use crate::controller::exec::{
 use leash_core::model::ProcessId;
 
 /// The lease's root and owner: the peer, proven to be the process that connected.
-fn peer_origin(peer: &Peer) -> Result<Origin, String> {
+pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
     let Some(ino) = peer.pidfs_ino else {
         return Err(
             "this kernel does not name the peer by a pidfd (SO_PEERPIDFD, pidfs: Linux >= 6.9)"
@@ -120,6 +120,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
     )
     .map_err(refuse)?;
     drop(store);
+    d.checkpoints.committed();
     // The cgroup stays: the client's wrapper starts the adapter in it.
     drop(made);
     test_pause("after");
@@ -137,7 +138,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
 
 /// Tests only: [`ENV_TEST_PAUSE`] `before:MS` or `after:MS` holds the op that long before the
 /// commit, or between the commit and the answer, so a test can kill the daemon exactly there.
-fn test_pause(at: &str) {
+pub(super) fn test_pause(at: &str) {
     static PAUSE: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
     let pause = PAUSE.get_or_init(|| {
         let v = std::env::var(ENV_TEST_PAUSE).ok()?;
