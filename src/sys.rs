@@ -221,3 +221,85 @@ pub fn read_proc(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8>> 
     buf.truncate(len);
     Ok(buf)
 }
+
+/// An epoll instance that waits for the first of a few descriptors to become readable.
+pub struct Readable {
+    ep: OwnedFd,
+}
+
+impl Readable {
+    /// Watches `fds`, each with its token; an `exclusive` one wakes one waiter of all the epoll
+    /// instances that watch it, not every one (`EPOLLEXCLUSIVE`: the connection threads waiting
+    /// on the one listening socket).
+    pub fn new(fds: &[(BorrowedFd<'_>, u64, bool)]) -> io::Result<Readable> {
+        // SAFETY: epoll_create1 takes no pointer; the fd it returns is ours alone.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nothing else.
+        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        for &(fd, token, exclusive) in fds {
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | if exclusive { libc::EPOLLEXCLUSIVE } else { 0 }) as u32,
+                u64: token,
+            };
+            // SAFETY: ev is a live local; both fds are open.
+            let rc = unsafe {
+                libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev)
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Readable { ep })
+    }
+
+    /// Waits until one is readable and returns its token (an interrupted wait is retried).
+    pub fn wait(&self) -> io::Result<u64> {
+        loop {
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: room for one event in a live local.
+            let n = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), &mut ev, 1, -1) };
+            match n {
+                1 => return Ok(ev.u64),
+                0 => continue,
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An eventfd that, once [`Latch::set`], stays readable: wakes every waiter that watches it.
+pub struct Latch {
+    fd: OwnedFd,
+}
+
+impl Latch {
+    pub fn new() -> io::Result<Latch> {
+        // SAFETY: eventfd takes no pointer; the fd is ours alone.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created.
+        Ok(Latch {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub fn set(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of a live local.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

@@ -1,9 +1,12 @@
 //! The gateway's cgroup directory (`<leash cgroup root>/<gateway id>`) goes with its last session
 //! (issue 25, item 10), with no daemon running: the wrapper that removes the last lease cgroup
 //! removes the empty gateway directory too, and so does a close that removes the last one; while
-//! another session's cgroup is in it, it stays; the next `leash exec` makes it again. Live, as
-//! root with cgroup2, under a cgroup root the test made (skipped, saying why, elsewhere).
+//! another session's cgroup is in it, it stays; the next `leash exec` makes it again. With a
+//! daemon serving the state root it stays for the daemon's life (its hold, `daemon-hold`, which
+//! no sweep takes for a stray), and goes when the daemon stops. Live, as root with cgroup2, under
+//! a cgroup root the test made (skipped, saying why, elsewhere).
 mod common;
+mod daemon_support;
 use common::*;
 use std::process::Stdio;
 
@@ -111,4 +114,57 @@ fn the_last_session_of_a_gateway_takes_its_cgroup_directory_along() {
         "the adapter ran outside its lease cgroup: {text}"
     );
     assert!(!gw.exists());
+}
+
+#[test]
+fn a_daemon_keeps_its_gateway_directory_while_it_serves() {
+    let Some(cg) = CgroupRoot::new("gwhold") else {
+        return;
+    };
+    let tmp = TempDir::new("gwhold");
+    let state = tmp.join("state");
+    let mut daemon = daemon_support::Daemon::start_with_env(
+        &state,
+        &[],
+        "info",
+        &[
+            ("LEASH_CGROUP_ROOT", cg.path().to_str().unwrap()),
+            ("LEASH_CONTAINMENT", "on"),
+        ],
+    );
+    let gw = gateway_dir(&cg, &state);
+    let hold = gw.join("daemon-hold");
+    assert!(hold.is_dir(), "no hold at {}", hold.display());
+    for round in 0..2 {
+        let out = cg
+            .leash(&state)
+            .args(["exec", "--session", &format!("s{round}"), "--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let lease = lease_of(&state, &format!("s{round}"));
+        let lease_cg = lease["cgroupPath"].as_str().expect("contained");
+        assert!(lease_cg.starts_with(gw.to_str().unwrap()), "{lease}");
+        assert!(!std::path::Path::new(lease_cg).exists(), "{lease_cg}");
+        assert!(
+            gw.is_dir(),
+            "round {round}: the wrapper took the gateway directory"
+        );
+    }
+    // A reap sees no stray in it, and leaves it.
+    let plan = cg
+        .leash(&state)
+        .args(["reap", "--dry-run", "--json"])
+        .output()
+        .unwrap();
+    assert!(plan.status.success(), "{plan:?}");
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(!text.contains("daemon-hold"), "{text}");
+    assert!(daemon.terminate().success());
+    assert!(
+        !gw.exists(),
+        "{} left after the daemon stopped",
+        gw.display()
+    );
 }

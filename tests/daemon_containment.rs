@@ -1,9 +1,10 @@
 //! Containment through the daemon: sessions it spawns are contained in the daemon's cgroup root
 //! (whatever a client's `env` says), its status carries the containment and each contained
 //! session's totals, `ensure` with a limit the controllers cannot enforce is refused, and a close
-//! through the daemon takes an env-less escapee; the gateway's cgroup directory goes with its
-//! last session and comes back with the next; a daemon that stops leaves none behind. The test binary's own cgroup root (see
-//! `tests/common`) is where the daemon puts them.
+//! through the daemon takes an env-less escapee; the gateway's cgroup directory stays, empty but
+//! for the daemon's hold, after its last session, holds the next, and a daemon that stops leaves
+//! none behind. The test binary's own cgroup root (see `tests/common`) is where the daemon puts
+//! them.
 mod common;
 mod daemon_support;
 use common::*;
@@ -85,13 +86,27 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
         "close through the daemon left the escapee"
     );
     assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
-    // The gateway's directory went with its last session (issue 25); the next session the daemon
-    // starts makes it again, contained as before.
+    // Without a daemon the gateway's directory goes with its last session (issue 25,
+    // tests/cgroup_gateway_dir.rs); a serving daemon keeps it for its life, empty but for its
+    // hold (issue 24: no `leash exec` makes it again), and takes it along when it stops (below).
     let gateway_dir = cgroup.parent().unwrap().to_path_buf();
+    let entries = |d: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|r| {
+                r.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
     assert!(
-        wait_for(|| !gateway_dir.exists()),
-        "{} is left after its last session was closed",
-        gateway_dir.display()
+        wait_for(|| entries(&gateway_dir) == ["daemon-hold"]),
+        "{} holds {:?} after its last session was closed",
+        gateway_dir.display(),
+        entries(&gateway_dir)
     );
     let next = c.call(
         "ensure",

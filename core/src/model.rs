@@ -15,6 +15,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+/// The directory a running daemon keeps in its gateway's cgroup directory (`<cgroup root>/<gateway
+/// id>/daemon-hold`): empty, never a lease's (no UUID), so that the gateway's directory is not
+/// removed by the wrapper of the last lease and made again by the next `leash exec` — a `mkdir`
+/// and an `rmdir` of a cgroup on every session start of a gateway that runs one at a time. The
+/// stray sweep passes it over; the daemon removes it when it stops.
+pub const GATEWAY_HOLD: &str = "daemon-hold";
+
 /// Name of the environment variable that carries the lease id into the wrapper and every
 /// descendant of the adapter (the incumbent's contract; keep the name).
 pub const ENV_LEASE_ID: &str = "OPENCLAW_ACPX_LEASE_ID";

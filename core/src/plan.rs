@@ -472,6 +472,9 @@ pub fn plan_strays(
         .collect();
     let mut out = Vec::new();
     for (name, id) in dirs {
+        if name == crate::model::GATEWAY_HOLD {
+            continue;
+        }
         let path = gateway_root.join(name).display().to_string();
         let stray = |action, reason: String| StrayCgroup {
             path: path.clone(),
@@ -846,6 +849,17 @@ mod tests {
             wrapper_runs
         };
         settle_strays(strays, &leases, observe, |_| None, wrapper_may_run)
+    }
+
+    #[test]
+    fn the_daemons_hold_is_no_stray() {
+        let dirs = vec![
+            (crate::model::GATEWAY_HOLD.to_string(), 3),
+            ("not-a-lease".to_string(), 4),
+        ];
+        let strays = plan_strays(std::path::Path::new(ROOT), &dirs, &[], i64::MAX / 2, 1);
+        let paths: Vec<&str> = strays.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(paths, [format!("{ROOT}/not-a-lease")]);
     }
 
     #[test]

@@ -57,6 +57,32 @@ pub fn create_lease_cgroup(
 /// gateway after another) leave no empty directories behind in the hierarchy. `rmdir` of a cgroup
 /// fails while it has children or members, which is then left as it is; a symlink is never
 /// followed. Returns whether it was removed.
+/// Makes the gateway's directory (and the root above it) if needed, and the daemon's hold in it
+/// ([`leash_core::model::GATEWAY_HOLD`]), which keeps it from being removed while the daemon
+/// serves.
+pub fn hold_gateway_dir(gateway_root: &Path) -> Result<(), CgroupError> {
+    let mkdir = |p: &Path| match fs::DirBuilder::new().mode(0o755).create(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !p.is_symlink() => Ok(()),
+        Err(source) => Err(CgroupError::Create {
+            path: p.to_path_buf(),
+            source,
+        }),
+    };
+    for dir in [gateway_root.parent(), Some(gateway_root)]
+        .into_iter()
+        .flatten()
+    {
+        mkdir(dir)?;
+    }
+    mkdir(&gateway_root.join(leash_core::model::GATEWAY_HOLD))
+}
+
+/// Removes the daemon's hold (the gateway's directory may then go with its last lease).
+pub fn release_gateway_dir(gateway_root: &Path) {
+    let _ = fs::remove_dir(gateway_root.join(leash_core::model::GATEWAY_HOLD));
+}
+
 pub fn remove_gateway_dir_if_empty(gateway_root: &Path) -> bool {
     if gateway_root.is_symlink() || !gateway_root.is_dir() {
         return false;

@@ -32,7 +32,10 @@ mod limits;
 mod observe;
 mod root;
 
-pub use lifecycle::{create_lease_cgroup, remove_gateway_dir_if_empty, Verified};
+pub use lifecycle::{
+    create_lease_cgroup, hold_gateway_dir, release_gateway_dir, remove_gateway_dir_if_empty,
+    Verified,
+};
 pub use limits::{enable_controllers, parse_cpu_max, parse_size, Limits};
 pub use observe::{children, observe, Usage};
 pub use root::{

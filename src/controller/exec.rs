@@ -287,12 +287,12 @@ pub fn exec(
     let origin = Origin::of_self()?;
     let wrapper = || install_wrapper(root).map_err(ExecError::from);
     let resolve = |gateway: &str| Containment::resolve_lean(&req.containment, gateway);
-    let (new, made) = decide_and_commit(&mut store, root, &req, &origin, wrapper, resolve)?;
+    let (new, made) = decide_and_commit(&mut store, root, &req, &origin, None, wrapper, resolve)?;
     drop(store);
     let launch = Launch {
         wrapper_path: PathBuf::from(&new.wrapper_path),
         owner_pid: origin.owner.pid,
-        cgroup: made.as_ref().map(|h| h.path().to_path_buf()),
+        cgroup: made.as_ref().map(|m| m.path.clone()),
         made,
         cgroup_id: new.cgroup_id,
         lease_id: new.lease_id,
@@ -305,23 +305,26 @@ pub fn exec(
 /// both front doors: `leash exec` on its own connection, and the daemon's `exec` op on its warm
 /// one (`daemon/conn/exec.rs`), so the errors, their messages and the rows are the same either
 /// way. `origin` is the lease's root and owner as the kernel says (this process and its parent;
-/// or, in the daemon, the peer of the socket); `wrapper` installs (or checks) the wrapper;
-/// `containment` resolves the containment for the gateway id. Returns the committed lease and
-/// its cgroup.
+/// or, in the daemon, the peer of the socket); `fresh_id` is the lease id the client drew when
+/// the command line gives none (a fresh UUIDv7: checked by the insert's key alone, where a
+/// `--lease-id` is first looked up to be refused in words); `wrapper` installs (or checks) the
+/// wrapper; `containment` resolves the containment for the gateway id. Returns the committed
+/// lease and its cgroup.
 pub fn decide_and_commit(
     store: &mut Store,
     root: &StateRoot,
     req: &ExecRequest,
     origin: &Origin,
+    fresh_id: Option<&str>,
     wrapper: impl FnOnce() -> Result<PathBuf, ExecError>,
     containment: impl FnOnce(&str) -> Containment,
-) -> Result<(Lease, Option<Verified>), ExecError> {
+) -> Result<(Lease, Option<MadeCgroup>), ExecError> {
     check_lease_id_free(store, req.lease_id.as_deref())?;
     let wrapper_path = wrapper()?;
     let gateway = store.gateway_instance_id().to_string();
     let containment = containment(&gateway);
     check_limits_enforceable(&req.limits, &containment)?;
-    let mut new = new_lease(root, req, &gateway, &wrapper_path, origin);
+    let mut new = new_lease(root, req, &gateway, &wrapper_path, origin, fresh_id);
     let session = session_row(req, &new);
     let made = make_cgroup(&containment, &req.limits, &mut new)?;
     let made = commit(store, root, &containment, &new, &session, made)?;
@@ -336,16 +339,19 @@ struct Launch {
     owner_pid: i32,
     cgroup: Option<PathBuf>,
     cgroup_id: Option<u64>,
-    /// The cgroup's handle when this process made it (to remove it if the exec fails).
-    made: Option<Verified>,
+    /// The cgroup when this process made it (to remove it if the exec fails).
+    made: Option<MadeCgroup>,
 }
 
 /// Execs the wrapper; returns only when that failed (the lease is then recorded lost).
 fn launch_wrapper(root: &StateRoot, req: &ExecRequest, launch: Launch) -> ExecError {
     let err = wrapper_command(root, req, &launch).exec();
     let made = match (launch.made, &launch.cgroup, launch.cgroup_id) {
-        (Some(h), _, _) => Some(h),
-        (None, Some(p), Some(id)) => Verified::open(p, id).ok(),
+        (Some(m), _, _) => Some(m),
+        (None, Some(p), Some(id)) => Some(MadeCgroup {
+            path: p.clone(),
+            id,
+        }),
         _ => None,
     };
     wrapper_exec_failed(root, &launch.lease_id, launch.wrapper_path, made, err)
@@ -744,9 +750,14 @@ fn new_lease(
     gateway: &str,
     wrapper_path: &std::path::Path,
     origin: &Origin,
+    fresh_id: Option<&str>,
 ) -> Lease {
     let (me, owner) = (origin.root, &origin.owner);
-    let lease_id = req.lease_id.clone().unwrap_or_else(lease::new_lease_id);
+    let lease_id = match (&req.lease_id, fresh_id) {
+        (Some(given), _) => given.clone(),
+        (None, Some(fresh)) => fresh.to_string(),
+        (None, None) => lease::new_lease_id(),
+    };
     let argv: Vec<String> = req
         .command
         .iter()
@@ -807,7 +818,7 @@ fn make_cgroup(
     containment: &Containment,
     limits: &Limits,
     new: &mut Lease,
-) -> Result<Option<Verified>, ExecError> {
+) -> Result<Option<MadeCgroup>, ExecError> {
     let (true, LeaseState::Open, Some(gw_root), Some(cg_root)) = (
         containment.is_on(),
         new.state,
@@ -817,7 +828,8 @@ fn make_cgroup(
         return Ok(None);
     };
     let (path, id) = cgroup::create_lease_cgroup(gw_root, &new.lease_id)?;
-    let handle = Verified::open(&path, id)?;
+    let made = MadeCgroup { path, id };
+    let path = &made.path;
     if !limits.is_empty() {
         cgroup::enable_controllers(cg_root, gw_root, limits);
         let available: Vec<String> = std::fs::read_to_string(path.join("cgroup.controllers"))
@@ -827,21 +839,40 @@ fn make_cgroup(
             .collect();
         let applied = limits
             .check(&available, gw_root)
-            .and_then(|()| limits.apply(&path));
+            .and_then(|()| limits.apply(path));
         if let Err(e) = applied {
-            let _ = handle.remove();
+            made.remove();
             return Err(e.into());
         }
     }
-    new.cgroup_path = Some(path.display().to_string());
-    new.cgroup_id = Some(id);
-    Ok(Some(handle))
+    new.cgroup_path = Some(made.path.display().to_string());
+    new.cgroup_id = Some(made.id);
+    Ok(Some(made))
+}
+
+/// A lease's cgroup this process made: its path and the id (inode) it got. Nothing of it is held
+/// open (an `open` and an `fstat` on every session start): a removal proves it first
+/// ([`Verified::open`]: the same path, the same id), so it never removes a directory someone made
+/// again under the name.
+#[derive(Debug)]
+pub struct MadeCgroup {
+    pub path: PathBuf,
+    pub id: u64,
+}
+
+impl MadeCgroup {
+    /// Removes it, if it is still the one made (and empty: the kernel refuses otherwise).
+    fn remove(self) {
+        if let Ok(h) = Verified::open(&self.path, self.id) {
+            let _ = h.remove();
+        }
+    }
 }
 
 /// Removes a cgroup [`make_cgroup`] made, when nothing will run in it.
-fn discard_cgroup(made: Option<Verified>) {
-    if let Some(h) = made {
-        let _ = h.remove();
+fn discard_cgroup(made: Option<MadeCgroup>) {
+    if let Some(m) = made {
+        m.remove();
     }
 }
 
@@ -855,8 +886,8 @@ fn commit(
     containment: &Containment,
     new: &Lease,
     session: &SessionRow,
-    made: Option<Verified>,
-) -> Result<Option<Verified>, ExecError> {
+    made: Option<MadeCgroup>,
+) -> Result<Option<MadeCgroup>, ExecError> {
     let wrapper_root = root.wrapper_root();
     let expect = Expect {
         gateway_instance_id: &new.gateway_instance_id,
@@ -951,7 +982,7 @@ fn wrapper_exec_failed(
     root: &StateRoot,
     lease_id: &str,
     wrapper_path: PathBuf,
-    made: Option<Verified>,
+    made: Option<MadeCgroup>,
     err: std::io::Error,
 ) -> ExecError {
     let reason = format!("cannot exec wrapper {}: {err}", wrapper_path.display());

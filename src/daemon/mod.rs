@@ -327,6 +327,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
     let startup_reap = startup::startup_reap(&ctl, &cfg, &metrics)?;
     let mut store = Store::open(&root.db_path())?;
     let containment = startup::enter_containment(store.gateway_instance_id());
+    startup::hold_gateway_dir(&containment);
     // Every verb from here on sees the containment the daemon resolved in its leaf.
     let ctl = Arc::new(ctl.with_resolved_containment(containment.clone()));
     let resumable = shutdown::take_interrupted(&mut store)?;
@@ -456,9 +457,10 @@ impl Helper {
     }
 }
 
-/// Removes this gateway's cgroup directory once its sessions are gone.
+/// Removes this gateway's cgroup directory once its sessions are gone (the daemon's hold first).
 fn remove_gateway_dir(d: &Daemon) {
     if let Some(gw) = &d.containment.gateway_root {
+        crate::cgroup::release_gateway_dir(gw);
         if crate::cgroup::remove_gateway_dir_if_empty(gw) {
             tracing::info!(cgroup = %gw.display(), "removed this gateway's empty cgroup directory");
         }

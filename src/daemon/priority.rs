@@ -41,7 +41,7 @@ static DAEMON_NICE: AtomicI32 = AtomicI32::new(NONE);
 
 /// Raises the calling thread for the rest of its life (see the module docs). Returns whether
 /// it is raised. Once per thread: a connection thread that serves its next connection (see
-/// `socket::Workers`) is raised already and stays as it is.
+/// `socket::Pool`) is raised already and stays as it is.
 pub fn raise() -> bool {
     if OWN.with(|o| o.get()) != NONE {
         return true;

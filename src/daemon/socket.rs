@@ -1,6 +1,6 @@
 //! The socket and the signals: binding the socket (0600, replacing a stale one), the
-//! termination signals as a readable socket, and the accept loop (one thread per connection,
-//! taken from the idle connection threads when one waits: [`Workers`]).
+//! termination signals as a readable socket, and the connection threads that accept (one thread
+//! per connection; the idle ones wait on the socket themselves: [`Pool`]).
 
 use super::*;
 
@@ -144,131 +144,198 @@ pub(super) fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
 
 pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let workers = Workers::new();
+    let pool = match Pool::new(listener) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set up the connection threads; shutting down");
+            return;
+        }
+    };
+    pool.start(d);
+    // The connection threads accept: this thread waits for a termination signal only.
     loop {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-        ];
+        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => {
                 tracing::error!(error = %e, "poll failed; shutting down");
-                return;
+                break;
             }
         }
-        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
-        if ready(&fds[1]) {
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             if !d.headless.load(Ordering::SeqCst) {
                 tracing::info!("termination signal received; shutting down");
             }
-            return;
-        }
-        if !ready(&fds[0]) {
-            continue;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => workers.serve(d, stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // EMFILE and friends: log and let poll come back to it.
-                    tracing::warn!(error = %e, "accept failed");
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
-                }
-            }
+            break;
         }
     }
+    pool.close();
 }
 
 /// How many connection threads wait, idle, for the next connection.
 const IDLE_WORKERS: usize = 2;
 
-/// A connection for an idle connection thread, sent on that thread's own channel.
-type Handoff = std::sync::mpsc::SyncSender<UnixStream>;
-
-/// The connection threads that finished a connection and wait for the next one. Each
-/// connection still has a thread of its own for its whole life, as before; a thread that is
-/// done with one takes the next instead of exiting, so a short request (`leash exec`'s one
-/// `exec`, a `ping`) is not preceded by a thread's start and followed by its teardown (issue
-/// 24). At most [`IDLE_WORKERS`] wait, each on a channel of its own (a handoff wakes that one
-/// thread only), the last to finish served first; when none waits, a new one starts. They end
-/// with the accept loop (their channels are dropped with it).
-struct Workers {
-    idle: Arc<Mutex<Idle>>,
+/// The connection threads. Each connection has a thread of its own for its whole life; the
+/// threads that have none wait on the listening socket themselves (each on an epoll instance of
+/// its own, `EPOLLEXCLUSIVE`: a connection wakes one of them), accept, and serve. So a
+/// connection is served by the thread its `connect` woke: no accept thread wakes first to hand
+/// it over (issue 24: one wake-up and two context switches less on every `leash exec`). A thread
+/// that takes a connection while no other waits starts one that does; one done with its
+/// connection waits for the next, up to [`IDLE_WORKERS`] of them, and ends beyond that. They
+/// stop waiting when the daemon stops ([`Pool::close`]); a thread still serving ends after its
+/// connection.
+struct Pool {
+    /// The listening socket (a descriptor of our own on it), until the pool closes: then only
+    /// `serve`'s own is left, which it closes once the sessions are closed.
+    listener: Mutex<Option<UnixListener>>,
+    stop: crate::sys::Latch,
+    state: Mutex<PoolState>,
 }
 
-/// The idle threads' channels, and whether the accept loop ended (then no thread parks again).
 #[derive(Default)]
-struct Idle {
-    waiting: Vec<Handoff>,
+struct PoolState {
+    /// Threads waiting on the listener, or started to.
+    waiting: usize,
     closed: bool,
 }
 
-impl Workers {
-    fn new() -> Workers {
-        Workers {
-            idle: Arc::new(Mutex::new(Idle::default())),
-        }
+const LISTENER: u64 = 0;
+const STOP: u64 = 1;
+
+impl Pool {
+    fn new(listener: &UnixListener) -> io::Result<Pool> {
+        Ok(Pool {
+            listener: Mutex::new(Some(listener.try_clone()?)),
+            stop: crate::sys::Latch::new()?,
+            state: Mutex::new(PoolState::default()),
+        })
     }
 
-    /// Serves the connection on an idle thread, else on a new one.
-    fn serve(&self, d: &Arc<Daemon>, stream: UnixStream) {
-        let waiting = self
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .waiting
-            .pop();
-        let stream = match waiting {
-            Some(handoff) => match handoff.send(stream) {
-                Ok(()) => return,
-                // That thread is gone (it cannot be while it waits): start another.
-                Err(e) => e.0,
-            },
-            None => stream,
-        };
-        let (d, idle) = (d.clone(), self.idle.clone());
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a thread that waits for a connection.
+    fn start(self: &Arc<Self>, d: &Arc<Daemon>) {
+        {
+            let mut st = self.state();
+            if st.closed {
+                return;
+            }
+            st.waiting += 1;
+        }
+        let (d, pool) = (d.clone(), self.clone());
+        // Started by a raised connection thread, the new one would inherit the raise and raise
+        // itself again: it starts at the daemon's priority and raises itself once.
+        let _lowered = super::priority::lowered();
         let spawned = std::thread::Builder::new()
             .name("conn".into())
-            .spawn(move || worker(d, stream, &idle));
+            .spawn(move || worker(&d, &pool));
         if let Err(e) = spawned {
+            self.state().waiting -= 1;
             tracing::error!(error = %e, "cannot start a connection thread");
         }
     }
-}
 
-impl Drop for Workers {
-    /// The accept loop ended: the idle threads' channels close, and they end; a thread still
-    /// serving its connection ends after it instead of parking.
-    fn drop(&mut self) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.closed = true;
-        idle.waiting.clear();
+    /// The next connection, or `None` once the pool closed (or waiting failed).
+    fn accept(&self, ready: &crate::sys::Readable) -> Option<UnixStream> {
+        loop {
+            match ready.wait() {
+                Ok(LISTENER) => {}
+                Ok(_) => return None,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot wait for connections");
+                    return None;
+                }
+            }
+            let guard = self.listener.lock().unwrap_or_else(|p| p.into_inner());
+            let listener = guard.as_ref()?;
+            match listener.accept() {
+                Ok((stream, _)) => return Some(stream),
+                // Another thread took it (an exclusive wake may wake more than one).
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: log, let the others try, come back later.
+                    drop(guard);
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// A waiting thread took a connection: when no other waits, one is started.
+    fn took_one(self: &Arc<Self>, d: &Arc<Daemon>) {
+        let none_left = {
+            let mut st = self.state();
+            st.waiting -= 1;
+            st.waiting == 0
+        };
+        if none_left {
+            self.start(d);
+        }
+    }
+
+    /// A thread is done with its connection: whether it waits for the next one.
+    fn wait_again(&self) -> bool {
+        let mut st = self.state();
+        if st.closed || st.waiting >= IDLE_WORKERS {
+            return false;
+        }
+        st.waiting += 1;
+        true
+    }
+
+    /// The daemon stops: the waiting threads end, and the listening socket is ours no longer.
+    fn close(&self) {
+        self.state().closed = true;
+        self.stop.set();
+        self.listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 }
 
-/// A connection thread: serves its first connection, then the ones it is handed while idle.
-fn worker(d: Arc<Daemon>, first: UnixStream, idle: &Mutex<Idle>) {
-    let mut stream = first;
-    loop {
-        conn::serve_connection(d.clone(), stream);
-        // The only sender goes to the idle list: dropped from there (the accept loop ended),
-        // the wait below ends too.
-        let (handoff, next) = std::sync::mpsc::sync_channel(1);
-        {
-            let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.closed || idle.waiting.len() >= IDLE_WORKERS {
+/// A connection thread: waits for a connection, serves it, and again while it is wanted.
+fn worker(d: &Arc<Daemon>, pool: &Arc<Pool>) {
+    // Above the adapters for the thread's life (see `priority`).
+    super::priority::raise();
+    let ready = {
+        let guard = pool.listener.lock().unwrap_or_else(|p| p.into_inner());
+        let made = guard.as_ref().map(|l| {
+            crate::sys::Readable::new(&[
+                (l.as_fd(), LISTENER, true),
+                (pool.stop.as_fd(), STOP, false),
+            ])
+        });
+        match made {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
+                drop(guard);
+                pool.state().waiting -= 1;
+                tracing::error!(error = %e, "a connection thread cannot wait for connections");
                 return;
             }
-            idle.waiting.push(handoff);
+            // Closed already.
+            None => {
+                drop(guard);
+                pool.state().waiting -= 1;
+                return;
+            }
         }
-        match next.recv() {
-            Ok(s) => stream = s,
-            Err(_) => return, // the accept loop ended
+    };
+    loop {
+        let Some(stream) = pool.accept(&ready) else {
+            pool.state().waiting -= 1;
+            return;
+        };
+        pool.took_one(d);
+        conn::serve_connection(d.clone(), stream);
+        if !pool.wait_again() {
+            return;
         }
     }
 }

@@ -77,3 +77,14 @@ pub(super) fn enter_containment(gateway: &str) -> crate::cgroup::Containment {
         gateway,
     )
 }
+
+/// Keeps the gateway's cgroup directory while the daemon serves (see
+/// [`leash_core::model::GATEWAY_HOLD`]); without it everything works as before, one `mkdir` and
+/// `rmdir` more per session start.
+pub(super) fn hold_gateway_dir(containment: &crate::cgroup::Containment) {
+    if let (true, Some(gw)) = (containment.is_on(), &containment.gateway_root) {
+        if let Err(e) = crate::cgroup::hold_gateway_dir(gw) {
+            tracing::warn!(cgroup = %gw.display(), error = %e, "cannot hold the gateway's cgroup directory");
+        }
+    }
+}

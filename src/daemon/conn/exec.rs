@@ -14,6 +14,15 @@ use leash_core::model::ProcessId;
 
 /// The lease's root and owner: the peer, proven to be the process that connected.
 pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
+    peer_origin_reading(peer, || Ok(())).map(|(o, ())| o)
+}
+
+/// [`peer_origin`], with more of the peer's `/proc` read by `more` before the one check that
+/// proves every read was the peer's (`execArgv` reads its command line and environment).
+pub(super) fn peer_origin_reading<T>(
+    peer: &Peer,
+    more: impl FnOnce() -> Result<T, String>,
+) -> Result<(Origin, T), String> {
     let Some(ino) = peer.pidfs_ino else {
         return Err(
             "this kernel does not name the peer by a pidfd (SO_PEERPIDFD, pidfs: Linux >= 6.9)"
@@ -22,7 +31,8 @@ pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
     };
     let (ppid, start_time) = crate::proc::parent_and_start_of(peer.pid)
         .ok_or_else(|| format!("the peer pid {} is gone", peer.pid))?;
-    // Read after the stat: the pid still names the process that connected, so the stat was its.
+    let more = more()?;
+    // Read after the reads: the pid still names the process that connected, so they were its.
     if crate::proc::pidfs_ino_of(peer.pid) != Some(ino) {
         return Err(format!(
             "the peer pid {} now names another process",
@@ -32,7 +42,7 @@ pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
     if ppid <= 0 {
         return Err(ExecError::NoParent(ppid).to_string());
     }
-    Ok(Origin {
+    let origin = Origin {
         root: ProcessId {
             pid: peer.pid,
             start_time,
@@ -42,7 +52,8 @@ pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
             pid: ppid,
             start_time: crate::proc::start_time_of(ppid).unwrap_or(0),
         },
-    })
+    };
+    Ok((origin, more))
 }
 
 /// Why this daemon cannot commit the lease the way `leash exec` would (`None`: it can).
@@ -102,7 +113,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
         parent_session_key: ask.parent,
         grace_ms: ask.grace_ms,
         owner_pid: ask.owner_pid,
-        lease_id: Some(ask.lease_id),
+        lease_id: ask.lease_id_given.then(|| ask.lease_id.clone()),
         limits: ask.limits,
         command: ask.argv.into_iter().map(Into::into).collect(),
         ..ExecRequest::default()
@@ -115,6 +126,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
         &d.root,
         &req,
         &origin,
+        Some(&ask.lease_id),
         || Ok(wrapper),
         |_| d.containment.clone(),
     )

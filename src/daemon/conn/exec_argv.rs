@@ -12,7 +12,7 @@
 //! settings, `--no-daemon`, `-v`, `LEASH_LOG`, a command line that does not parse, a path that
 //! is not UTF-8. Then `leash-main` runs the command line, as it did before the front door.
 
-use super::exec::{peer_origin, test_pause};
+use super::exec::{peer_origin_reading, test_pause};
 use super::*;
 use crate::controller::exec::{
     check_limits_enforceable, check_request_for, cli_message, decide_and_commit, lease_markers,
@@ -118,21 +118,11 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     if d.is_shutting_down() {
         return direct("the daemon is shutting down".into());
     }
-    let origin = match peer_origin(peer) {
-        Ok(o) => o,
+    // The peer's command line, environment and binary, proven its with its stat.
+    let (origin, p) = match peer_origin_reading(peer, || PeerProcess::read(peer.pid)) {
+        Ok(read) => read,
         Err(why) => return direct(why),
     };
-    let p = match PeerProcess::read(peer.pid) {
-        Ok(p) => p,
-        Err(why) => return direct(why),
-    };
-    // Read after /proc: the pid still names the process that connected, so all that was its.
-    if crate::proc::pidfs_ino_of(peer.pid) != peer.pidfs_ino {
-        return direct(format!(
-            "the peer pid {} now names another process",
-            peer.pid
-        ));
-    }
     let Some(parse) = d.cfg.peer_exec else {
         return direct("this daemon reads no command lines".into());
     };
@@ -145,17 +135,17 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     if line.needs_main {
         return direct("--no-daemon, -v or LEASH_LOG: leash-main runs it".into());
     }
-    match std::fs::canonicalize(&line.state_dir) {
-        Ok(dir) if dir == d.root.dir() => {}
-        _ => {
-            return direct(format!(
-                "the daemon serves state root {}, not {}",
-                d.root.dir().display(),
-                line.state_dir.display()
-            ))
-        }
+    // The daemon's root is canonical: a path spelt the same is it (no lookups).
+    let same_root = line.state_dir == d.root.dir()
+        || std::fs::canonicalize(&line.state_dir).is_ok_and(|dir| dir == d.root.dir());
+    if !same_root {
+        return direct(format!(
+            "the daemon serves state root {}, not {}",
+            d.root.dir().display(),
+            line.state_dir.display()
+        ));
     }
-    let mut req = line.request;
+    let req = line.request;
     let refuse = |e: ExecError| fail(Code::of(e.kind()), cli_message(&e));
     check_request_for(&req, origin.owner.pid).map_err(refuse)?;
     // The containment the peer would resolve (the gateway's directory aside): the daemon
@@ -189,9 +179,6 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     if !(utf8(Some(d.root.dir())) && utf8(mine.root.as_deref()) && utf8(Some(&wrapper))) {
         return direct("a path of the wrapper's command line is not UTF-8".into());
     }
-    if req.lease_id.is_none() {
-        req.lease_id = Some(ask.lease_id);
-    }
     test_pause("before");
     let mut store = d.exec_store();
     let (lease, made) = decide_and_commit(
@@ -199,6 +186,7 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
         &d.root,
         &req,
         &origin,
+        Some(&ask.lease_id),
         || Ok(wrapper.clone()),
         |_| d.containment.clone(),
     )
