@@ -187,6 +187,29 @@ impl StateRoot {
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("leash.sock")
     }
+
+    /// The daemon's lock file: one daemon per state root holds it exclusively while it serves.
+    pub fn daemon_lock_path(&self) -> PathBuf {
+        self.dir.join("daemon.lock")
+    }
+
+    /// Whether a daemon serves this state root now: its lock file is held (a shared lock on it
+    /// cannot be taken). The calling daemon itself counts: its exclusive lock is on another
+    /// open file description.
+    pub fn daemon_serves(&self) -> bool {
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(file) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.daemon_lock_path())
+        else {
+            return false;
+        };
+        matches!(
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK))
+        )
+    }
 }
 
 fn ensure_private_dir(path: &Path, follow: bool) -> Result<(), StateError> {

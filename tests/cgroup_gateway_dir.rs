@@ -3,7 +3,8 @@
 //! removes the empty gateway directory too, and so does a close that removes the last one; while
 //! another session's cgroup is in it, it stays; the next `leash exec` makes it again. With a
 //! daemon serving the state root it stays for the daemon's life (its hold, `daemon-hold`, which
-//! no sweep takes for a stray), and goes when the daemon stops. Live, as root with cgroup2, under
+//! no sweep takes for a stray), and goes when the daemon stops, or, after a daemon that was
+//! killed, with the next reap that finds no daemon serving. Live, as root with cgroup2, under
 //! a cgroup root the test made (skipped, saying why, elsewhere).
 mod common;
 mod daemon_support;
@@ -165,6 +166,46 @@ fn a_daemon_keeps_its_gateway_directory_while_it_serves() {
     assert!(
         !gw.exists(),
         "{} left after the daemon stopped",
+        gw.display()
+    );
+}
+
+/// A daemon that is SIGKILLed cannot remove its hold: the gateway's directory stays. With no
+/// daemon serving the state root, `leash reap` removes the hold and the empty directory, as the
+/// daemon would have when stopping; a reap while a daemon serves leaves its hold alone.
+#[test]
+fn a_killed_daemons_hold_is_removed_by_the_next_reap() {
+    let Some(cg) = CgroupRoot::new("gwstale") else {
+        return;
+    };
+    let tmp = TempDir::new("gwstale");
+    let state = tmp.join("state");
+    let env = [
+        ("LEASH_CGROUP_ROOT", cg.path().to_str().unwrap()),
+        ("LEASH_CONTAINMENT", "on"),
+    ];
+    let mut daemon = daemon_support::Daemon::start_with_env(&state, &[], "info", &env);
+    let gw = gateway_dir(&cg, &state);
+    let hold = gw.join("daemon-hold");
+    assert!(hold.is_dir(), "no hold at {}", hold.display());
+    let reap = || {
+        let out = cg
+            .leash(&state)
+            .args(["reap", "--json"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    // Served: the reap (through the daemon or not) keeps the hold.
+    reap();
+    assert!(hold.is_dir(), "a reap took the serving daemon's hold");
+    daemon.kill9();
+    assert!(hold.is_dir(), "the hold went with a SIGKILLed daemon");
+    reap();
+    assert!(
+        !gw.exists(),
+        "{} left after a reap with no daemon serving",
         gw.display()
     );
 }

@@ -344,7 +344,25 @@ impl<'t> Controller<'t> {
                 Err(e) => return Err(e),
             }
         }
-        Ok(self.sweep_stray_cgroups_among(&leases, now_ms))
+        let swept = self.sweep_stray_cgroups_among(&leases, now_ms);
+        self.release_stale_hold(&root);
+        Ok(swept)
+    }
+
+    /// A daemon holds its gateway's directory while it serves (`daemon-hold`, see
+    /// `cgroup::hold_gateway_dir`) and removes the hold when it stops; one that was killed leaves
+    /// it. With no daemon serving the state root, the hold is removed here, and the directory too
+    /// when nothing else is in it, as a stopping daemon would have. (A daemon starting meanwhile
+    /// makes its hold again at its next session's start at the latest: `create_lease_cgroup`
+    /// makes a vanished gateway directory again.)
+    fn release_stale_hold(&self, gateway_root: &std::path::Path) {
+        let hold = gateway_root.join(leash_core::model::GATEWAY_HOLD);
+        if hold.is_symlink() || !hold.is_dir() || self.root.daemon_serves() {
+            return;
+        }
+        tracing::info!(hold = %hold.display(), "no daemon serves the state root: removing the hold a killed daemon left on its gateway's cgroup directory");
+        cgroup::release_gateway_dir(gateway_root);
+        cgroup::remove_gateway_dir_if_empty(gateway_root);
     }
 
     /// [`Controller::sweep_stray_cgroups`] against lease rows the caller has just read.

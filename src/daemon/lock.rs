@@ -26,7 +26,8 @@ pub(super) const LOCK_PROBE_WAIT: std::time::Duration = std::time::Duration::fro
 
 /// The lock file of a state root.
 pub fn lock_path(root: &StateRoot) -> PathBuf {
-    root.dir().join(LOCK_FILE)
+    debug_assert_eq!(root.daemon_lock_path(), root.dir().join(LOCK_FILE));
+    root.daemon_lock_path()
 }
 
 /// Takes the state root's daemon lock, or says who holds it.
