@@ -62,7 +62,17 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
     let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
-    let mut child = Command::new(activate)
+    let mut activate = Command::new(activate);
+    // The activator passes only what -E names: the daemon contains under this binary's own cgroup
+    // root (tests/common; set by the leash commands above), never the default one next to it.
+    for var in ["LEASH_CGROUP_ROOT", "LEASH_CONTAINMENT"] {
+        if let Some(v) = std::env::var_os(var) {
+            let mut kv = std::ffi::OsString::from(format!("{var}="));
+            kv.push(v);
+            activate.arg("-E").arg(kv);
+        }
+    }
+    let mut child = activate
         .arg("-l")
         .arg(&socket)
         .arg("-E")
