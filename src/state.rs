@@ -190,26 +190,35 @@ impl StateRoot {
 
     /// The daemon's lock file: one daemon per state root holds it exclusively while it serves.
     pub fn daemon_lock_path(&self) -> PathBuf {
-        self.dir.join("daemon.lock")
+        self.dir.join(DAEMON_LOCK_FILE)
     }
 
-    /// Whether a daemon serves this state root now: its lock file is held (a shared lock on it
-    /// cannot be taken). The calling daemon itself counts: its exclusive lock is on another
-    /// open file description.
+    /// Whether a daemon serves this state root now (see [`daemon_lock_held`]).
     pub fn daemon_serves(&self) -> bool {
-        use std::os::unix::fs::OpenOptionsExt;
-        let Ok(file) = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(self.daemon_lock_path())
-        else {
-            return false;
-        };
-        matches!(
-            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock),
-            Err((_, nix::errno::Errno::EWOULDBLOCK))
-        )
+        daemon_lock_held(&self.daemon_lock_path())
     }
+}
+
+/// The name of the daemon's lock file in a state root.
+pub const DAEMON_LOCK_FILE: &str = "daemon.lock";
+
+/// Whether a daemon holds the lock file `lock`: it is not a symlink and a shared lock on it
+/// cannot be taken (the daemon's exclusive lock is held; the probe's shared lock, when it can be
+/// taken, is dropped at once). A daemon probing its own lock counts: its exclusive lock is on
+/// another open file description.
+pub fn daemon_lock_held(lock: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(lock)
+    else {
+        return false;
+    };
+    matches!(
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK))
+    )
 }
 
 fn ensure_private_dir(path: &Path, follow: bool) -> Result<(), StateError> {

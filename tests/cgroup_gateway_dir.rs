@@ -117,15 +117,13 @@ fn the_last_session_of_a_gateway_takes_its_cgroup_directory_along() {
     assert!(!gw.exists());
 }
 
-#[test]
-fn a_daemon_keeps_its_gateway_directory_while_it_serves() {
-    let Some(cg) = CgroupRoot::new("gwhold") else {
-        return;
-    };
-    let tmp = TempDir::new("gwhold");
-    let state = tmp.join("state");
-    let mut daemon = daemon_support::Daemon::start_with_env(
-        &state,
+/// A daemon of `state` containing under `cg`, and its gateway's directory, held.
+fn contained_daemon(
+    cg: &CgroupRoot,
+    state: &std::path::Path,
+) -> (daemon_support::Daemon, std::path::PathBuf) {
+    let daemon = daemon_support::Daemon::start_with_env(
+        state,
         &[],
         "info",
         &[
@@ -133,9 +131,20 @@ fn a_daemon_keeps_its_gateway_directory_while_it_serves() {
             ("LEASH_CONTAINMENT", "on"),
         ],
     );
-    let gw = gateway_dir(&cg, &state);
+    let gw = gateway_dir(cg, state);
     let hold = gw.join("daemon-hold");
     assert!(hold.is_dir(), "no hold at {}", hold.display());
+    (daemon, gw)
+}
+
+#[test]
+fn a_daemon_keeps_its_gateway_directory_while_it_serves() {
+    let Some(cg) = CgroupRoot::new("gwhold") else {
+        return;
+    };
+    let tmp = TempDir::new("gwhold");
+    let state = tmp.join("state");
+    let (mut daemon, gw) = contained_daemon(&cg, &state);
     for round in 0..2 {
         let out = cg
             .leash(&state)
@@ -180,14 +189,8 @@ fn a_killed_daemons_hold_is_removed_by_the_next_reap() {
     };
     let tmp = TempDir::new("gwstale");
     let state = tmp.join("state");
-    let env = [
-        ("LEASH_CGROUP_ROOT", cg.path().to_str().unwrap()),
-        ("LEASH_CONTAINMENT", "on"),
-    ];
-    let mut daemon = daemon_support::Daemon::start_with_env(&state, &[], "info", &env);
-    let gw = gateway_dir(&cg, &state);
+    let (mut daemon, gw) = contained_daemon(&cg, &state);
     let hold = gw.join("daemon-hold");
-    assert!(hold.is_dir(), "no hold at {}", hold.display());
     let reap = || {
         let out = cg
             .leash(&state)

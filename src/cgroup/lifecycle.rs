@@ -20,28 +20,17 @@ pub fn create_lease_cgroup(
         path: p.to_path_buf(),
         source,
     };
-    let mkdir = |p: &Path| fs::DirBuilder::new().mode(0o755).create(p);
     // First lease of this gateway (or of the root): make the directories above it. A daemon that
     // stops removes the gateway's directory when it is empty (`remove_gateway_dir_if_empty`), so
     // it can vanish between our mkdir of it and of the lease's: try again, a bounded number of
     // times.
     let mut attempts = 0;
     loop {
-        match mkdir(&path) {
+        match fs::DirBuilder::new().mode(0o755).create(&path) {
             Ok(()) => break,
             Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 3 => {
                 attempts += 1;
-                for dir in [gateway_root.parent(), Some(gateway_root)]
-                    .into_iter()
-                    .flatten()
-                {
-                    match mkdir(dir) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.is_symlink() => {
-                        }
-                        Err(e) => return Err(create_err(dir, e)),
-                    }
-                }
+                make_gateway_dir(gateway_root)?;
             }
             Err(e) => return Err(create_err(&path, e)),
         }
@@ -52,30 +41,35 @@ pub fn create_lease_cgroup(
     Ok((path, id))
 }
 
-/// Removes this gateway's cgroup directory if nothing is left in it (no lease cgroup, no
-/// process): what a stopping daemon does, so state roots that come and go (tests, examples, one
-/// gateway after another) leave no empty directories behind in the hierarchy. `rmdir` of a cgroup
-/// fails while it has children or members, which is then left as it is; a symlink is never
-/// followed. Returns whether it was removed.
-/// Makes the gateway's directory (and the root above it) if needed, and the daemon's hold in it
-/// ([`leash_core::model::GATEWAY_HOLD`]), which keeps it from being removed while the daemon
-/// serves.
-pub fn hold_gateway_dir(gateway_root: &Path) -> Result<(), CgroupError> {
-    let mkdir = |p: &Path| match fs::DirBuilder::new().mode(0o755).create(p) {
+/// Makes `dir` unless it is there already as a directory (not through a symlink).
+fn make_dir(dir: &Path) -> Result<(), CgroupError> {
+    match fs::DirBuilder::new().mode(0o755).create(dir) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !p.is_symlink() => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.is_symlink() => Ok(()),
         Err(source) => Err(CgroupError::Create {
-            path: p.to_path_buf(),
+            path: dir.to_path_buf(),
             source,
         }),
-    };
+    }
+}
+
+/// Makes the gateway's directory and the root above it, where missing.
+fn make_gateway_dir(gateway_root: &Path) -> Result<(), CgroupError> {
     for dir in [gateway_root.parent(), Some(gateway_root)]
         .into_iter()
         .flatten()
     {
-        mkdir(dir)?;
+        make_dir(dir)?;
     }
-    mkdir(&gateway_root.join(leash_core::model::GATEWAY_HOLD))
+    Ok(())
+}
+
+/// Makes the gateway's directory (and the root above it) if needed, and the daemon's hold in it
+/// ([`leash_core::model::GATEWAY_HOLD`]), which keeps it from being removed while the daemon
+/// serves.
+pub fn hold_gateway_dir(gateway_root: &Path) -> Result<(), CgroupError> {
+    make_gateway_dir(gateway_root)?;
+    make_dir(&gateway_root.join(leash_core::model::GATEWAY_HOLD))
 }
 
 /// Removes the daemon's hold (the gateway's directory may then go with its last lease).
@@ -83,6 +77,11 @@ pub fn release_gateway_dir(gateway_root: &Path) {
     let _ = fs::remove_dir(gateway_root.join(leash_core::model::GATEWAY_HOLD));
 }
 
+/// Removes this gateway's cgroup directory if nothing is left in it (no lease cgroup, no
+/// process): what a stopping daemon does, so state roots that come and go (tests, examples, one
+/// gateway after another) leave no empty directories behind in the hierarchy. `rmdir` of a cgroup
+/// fails while it has children or members, which is then left as it is; a symlink is never
+/// followed. Returns whether it was removed.
 pub fn remove_gateway_dir_if_empty(gateway_root: &Path) -> bool {
     if gateway_root.is_symlink() || !gateway_root.is_dir() {
         return false;

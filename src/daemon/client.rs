@@ -91,21 +91,13 @@ pub const ACTIVATION_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// The pid of the daemon holding the lock file, if one holds it: the file is not a symlink, a
 /// shared lock on it cannot be taken (the daemon's exclusive lock is held), and it names a pid.
 pub(super) fn daemon_pid(lock: &Path) -> Option<LockInfo> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(lock)
-        .ok()?;
     let text = std::fs::read_to_string(lock).ok()?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
-        // Nobody holds it: no daemon runs (our shared lock is dropped at once).
-        Ok(_unlocked) => None,
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => serde_json::from_str::<LockInfo>(&text)
-            .ok()
-            .filter(|l| l.pid > 0),
-        Err(_) => None,
+    if !crate::state::daemon_lock_held(lock) {
+        return None;
     }
+    serde_json::from_str::<LockInfo>(&text)
+        .ok()
+        .filter(|l| l.pid > 0)
 }
 
 /// The socket a daemon of this state root listens on.

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The lock file that makes one daemon per state root and names its socket.
-pub const LOCK_FILE: &str = "daemon.lock";
+pub const LOCK_FILE: &str = crate::state::DAEMON_LOCK_FILE;
 
 /// What the lock file says, for clients and for the refusal message of a second daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,7 +26,6 @@ pub(super) const LOCK_PROBE_WAIT: std::time::Duration = std::time::Duration::fro
 
 /// The lock file of a state root.
 pub fn lock_path(root: &StateRoot) -> PathBuf {
-    debug_assert_eq!(root.daemon_lock_path(), root.dir().join(LOCK_FILE));
     root.daemon_lock_path()
 }
 

@@ -233,7 +233,7 @@ impl Pool {
             .name("conn".into())
             .spawn(move || worker(&d, &pool));
         if let Err(e) = spawned {
-            self.state().waiting -= 1;
+            self.gone();
             tracing::error!(error = %e, "cannot start a connection thread");
         }
     }
@@ -288,6 +288,25 @@ impl Pool {
         true
     }
 
+    /// What a new thread waits on: the listening socket and the stop (`None`: closed already).
+    fn waiter(&self) -> io::Result<Option<crate::sys::Readable>> {
+        let guard = self.listener.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .as_ref()
+            .map(|l| {
+                crate::sys::Readable::new(&[
+                    (l.as_fd(), LISTENER, true),
+                    (self.stop.as_fd(), STOP, false),
+                ])
+            })
+            .transpose()
+    }
+
+    /// A thread that was counted as waiting ends without a connection.
+    fn gone(&self) {
+        self.state().waiting -= 1;
+    }
+
     /// The daemon stops: the waiting threads end, and the listening socket is ours no longer.
     fn close(&self) {
         self.state().closed = true;
@@ -303,34 +322,21 @@ impl Pool {
 fn worker(d: &Arc<Daemon>, pool: &Arc<Pool>) {
     // Above the adapters for the thread's life (see `priority`).
     super::priority::raise();
-    let ready = {
-        let guard = pool.listener.lock().unwrap_or_else(|p| p.into_inner());
-        let made = guard.as_ref().map(|l| {
-            crate::sys::Readable::new(&[
-                (l.as_fd(), LISTENER, true),
-                (pool.stop.as_fd(), STOP, false),
-            ])
-        });
-        match made {
-            Some(Ok(r)) => r,
-            Some(Err(e)) => {
-                drop(guard);
-                pool.state().waiting -= 1;
-                tracing::error!(error = %e, "a connection thread cannot wait for connections");
-                return;
-            }
-            // Closed already.
-            None => {
-                drop(guard);
-                pool.state().waiting -= 1;
-                return;
+    // Counted as waiting from its start: it must come to wait, or no thread might accept.
+    let ready = loop {
+        match pool.waiter() {
+            Ok(Some(r)) => break r,
+            Ok(None) => return pool.gone(),
+            Err(e) => {
+                // EMFILE and friends, as for `accept`: try again a little later.
+                tracing::warn!(error = %e, "a connection thread cannot wait for connections yet");
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     };
     loop {
         let Some(stream) = pool.accept(&ready) else {
-            pool.state().waiting -= 1;
-            return;
+            return pool.gone();
         };
         pool.took_one(d);
         conn::serve_connection(d.clone(), stream);
