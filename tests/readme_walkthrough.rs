@@ -264,8 +264,22 @@ fn the_walk_through_runs_as_written() {
     let cut = printed.iter().position(|l| l == "--- daemon").unwrap();
     let got = normalise(&printed[..cut].join("\n"), &demo_s, &cgroot);
     let want = normalise(&shown, &demo_s, &cgroot);
+    // Close signals the adapter first and the root (the wrapper) after it. The wrapper exits by
+    // itself once its adapter is gone; on a loaded host it can be gone before close comes to it,
+    // and then close has nothing to signal there and prints no line for it (as the README says).
+    let want_without_root: Vec<String> = want
+        .iter()
+        .filter(|l| !l.starts_with("SIGTERM → pid N (root,"))
+        .cloned()
+        .collect();
+    assert_eq!(want_without_root.len() + 1, want.len(), "{want:?}");
+    let got_shown = if got == want_without_root {
+        want.clone()
+    } else {
+        got
+    };
     assert_eq!(
-        got,
+        got_shown,
         want,
         "README.md's \"What it prints\" differs from the walk-through's output:\n{}",
         printed[..cut].join("\n")
