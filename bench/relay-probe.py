@@ -29,7 +29,10 @@ args = [a.leash, "--state-dir", state, "serve", "--replay-lines", str(2 * n),
 if a.callgrind:
     args = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + a.callgrind,
             "--instr-atstart=no", "--separate-threads=no"] + args
-env = dict(os.environ, LEASH_LOG="warn")
+# Containment off, as in the bench's relay section (leash_bench sets it off for every section
+# that does not make a cgroup root of its own): a root daemon would otherwise contain under the
+# default root, <cgroup2 mount>/leash, and leave that directory behind.
+env = dict(os.environ, LEASH_LOG="warn", LEASH_CONTAINMENT="off")
 daemon = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=open(os.path.join(d, "err"), "w"), env=env)
 sock = os.path.join(state, "leash.sock")
