@@ -624,7 +624,10 @@ fn contained_lease_cgroup_kill_is_the_signallers() {
 #[test]
 fn contained_lease_through_close_and_reap() {
     let case_name = "contained/close_and_reap_after_wrapper_sigkill";
-    let (fixture, _) = load(case_name, &tempdir("contained-fixture"));
+    // The fixture is read through a store of its own; the directory goes once it is read.
+    let fixture_dir = tempdir("contained-fixture");
+    let (fixture, _) = load(case_name, &fixture_dir);
+    let _ = std::fs::remove_dir_all(&fixture_dir);
     let script: HashMap<String, Exit> = serde_json::from_value(fixture["script"].clone()).unwrap();
     let script: HashMap<i32, Exit> = script
         .into_iter()

@@ -473,6 +473,8 @@ mod tests {
         assert!(spec(kept).is_some());
         assert!(spec(live).is_some());
         assert_eq!(store.meta("unrelated").unwrap().as_deref(), Some("v"));
+        drop(store);
+        let _ = std::fs::remove_dir_all(db.parent().unwrap());
     }
 
     #[test]

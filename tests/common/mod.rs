@@ -332,7 +332,17 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // A process the test ended can still be writing its last file here (a wrapper's final
+        // report, a recorder's signal log): a removal that meets a file made meanwhile fails
+        // (`ENOTEMPTY`) and leaves the rest, so it is tried again, for up to two seconds. After
+        // the directory is gone such a write fails: nothing makes it again.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while std::fs::remove_dir_all(&self.0).is_err()
+            && self.0.exists()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
