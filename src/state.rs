@@ -188,7 +188,8 @@ impl StateRoot {
         self.dir.join("leash.sock")
     }
 
-    /// The daemon's lock file: one daemon per state root holds it exclusively while it serves.
+    /// The daemon's lock file: one daemon per state root holds it exclusively while it serves,
+    /// and it names the daemon's pid and socket (`daemon::LockInfo`).
     pub fn daemon_lock_path(&self) -> PathBuf {
         self.dir.join(DAEMON_LOCK_FILE)
     }
@@ -200,7 +201,7 @@ impl StateRoot {
 }
 
 /// The name of the daemon's lock file in a state root.
-pub const DAEMON_LOCK_FILE: &str = "daemon.lock";
+const DAEMON_LOCK_FILE: &str = "daemon.lock";
 
 /// Whether a daemon holds the lock file `lock`: it is not a symlink and a shared lock on it
 /// cannot be taken (the daemon's exclusive lock is held; the probe's shared lock, when it can be

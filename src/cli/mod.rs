@@ -984,7 +984,7 @@ fn remove_unused_root(root: &StateRoot, from: &std::path::Path) {
     }
     // The lock file only while nobody holds it (another `leash serve` that started meanwhile
     // would otherwise lose its lock, and a third could start beside it).
-    let lock = crate::daemon::lock_path(root);
+    let lock = root.daemon_lock_path();
     if let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)

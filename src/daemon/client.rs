@@ -14,7 +14,7 @@
 use super::protocol::{
     self, ErrorData, Frame, LineReader, Message, OpRequest, StatusRequest, StreamItem, MAX_LINE,
 };
-use super::{lock_path, LockInfo};
+use super::LockInfo;
 use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
 use crate::state::StateRoot;
 use leash_core::kind::{Code, HasKind, Kind};
@@ -102,7 +102,7 @@ pub(super) fn daemon_pid(lock: &Path) -> Option<LockInfo> {
 
 /// The socket a daemon of this state root listens on.
 pub fn socket_for(root: &StateRoot) -> PathBuf {
-    std::fs::read_to_string(lock_path(root))
+    std::fs::read_to_string(root.daemon_lock_path())
         .ok()
         .and_then(|t| serde_json::from_str::<LockInfo>(&t).ok())
         .map(|l| l.socket)
@@ -140,7 +140,7 @@ impl Client {
         }
         // Nothing listening (no daemon, or a stale socket of a killed one) is an I/O error.
         let client = Client::connect(socket)?;
-        let lock = lock_path(root);
+        let lock = root.daemon_lock_path();
         let peer = nix::sys::socket::getsockopt(
             &client.stream,
             nix::sys::socket::sockopt::PeerCredentials,

@@ -8,7 +8,6 @@
 //! lease may be committed, and `leash exec` looks its id up.
 
 use super::client::daemon_pid;
-use super::lock_path;
 use crate::controller::exec::{DaemonAnswer, ExecAnswer, ExecAsk, ExecDaemon};
 use crate::state::StateRoot;
 use leash_core::kind::Code;
@@ -48,7 +47,7 @@ struct ReplyError {
 impl ExecDaemon for ExecThroughDaemon<'_> {
     fn commit(&self, ask: &dyn Fn() -> Option<ExecAsk>) -> DaemonAnswer {
         use DaemonAnswer::NotAsked;
-        let Some(info) = daemon_pid(&lock_path(self.root)) else {
+        let Some(info) = daemon_pid(&self.root.daemon_lock_path()) else {
             return NotAsked("no daemon holds the state root's lock".into());
         };
         if std::fs::symlink_metadata(&info.socket).is_ok_and(|m| m.file_type().is_symlink()) {

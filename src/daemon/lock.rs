@@ -3,9 +3,6 @@
 
 use super::*;
 
-/// The lock file that makes one daemon per state root and names its socket.
-pub const LOCK_FILE: &str = crate::state::DAEMON_LOCK_FILE;
-
 /// What the lock file says, for clients and for the refusal message of a second daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -24,14 +21,9 @@ pub struct LockInfo {
 /// gives up (a probe lasts microseconds; this bounds a client descheduled while holding one).
 pub(super) const LOCK_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The lock file of a state root.
-pub fn lock_path(root: &StateRoot) -> PathBuf {
-    root.daemon_lock_path()
-}
-
 /// Takes the state root's daemon lock, or says who holds it.
 pub(super) fn lock_state_root(root: &StateRoot, socket: &Path) -> Result<Flock<File>, ServeError> {
-    let path = lock_path(root);
+    let path = root.daemon_lock_path();
     let io_err = |source| ServeError::Io {
         path: path.clone(),
         source,

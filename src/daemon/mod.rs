@@ -31,7 +31,7 @@ mod shutdown;
 mod socket;
 mod startup;
 mod status;
-pub use lock::{lock_path, LockInfo, LOCK_FILE};
+pub use lock::LockInfo;
 use socket::MAX_SOCKET_PATH;
 pub mod client;
 mod conn;
