@@ -81,11 +81,12 @@ fn thread_nice_named(pid: i32, name: &str) -> Option<i32> {
     None
 }
 
-/// A session's stdout reader runs niced while nobody reads its output, at the attach's own
-/// (raised) priority while a live attach reads it, and niced again once that attach ends
-/// (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's pace).
+/// A session's stdout reader runs niced while nobody reads its output, at the daemon's own
+/// priority (the adapter's: sessions start at it) while a live attach reads it, and niced again
+/// once that attach ends (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's
+/// pace; one raised above the adapter took the CPU from it for every few lines it wrote).
 #[test]
-fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
+fn an_attached_sessions_output_reader_runs_at_the_adapters_priority() {
     if !is_root() {
         common::skip("the attached reader's priority: not root (no CAP_SYS_NICE)");
         return;
@@ -95,7 +96,6 @@ fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
     let daemon = Daemon::start(&state, &[]);
     let pid = daemon.pid.pid;
     let own = nice_of(&format!("/proc/{pid}/task/{pid}/stat")).unwrap();
-    let raised = (own - 10).max(-20);
     let mut c = daemon.connect();
     ensure(
         &mut c,
@@ -116,9 +116,9 @@ fn an_attached_sessions_output_reader_runs_at_the_attachs_priority() {
         wait_for(|| {
             let item = a.next_item(&id);
             assert!(item["seq"].is_i64(), "a stream item: {item}");
-            reader() == Some(raised)
+            reader() == Some(own)
         }),
-        "the reader of an attached session runs at the attach's priority ({raised}): {:?}",
+        "the reader of an attached session runs at the daemon's (and the adapter's) priority ({own}): {:?}",
         reader()
     );
     a.call("detach", json!({"attachId": id}));
