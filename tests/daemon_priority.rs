@@ -82,8 +82,8 @@ fn thread_nice_named(pid: i32, name: &str) -> Option<i32> {
 }
 
 /// A session's stdout reader runs niced while nobody reads its output, at the daemon's own
-/// priority (the adapter's: sessions start at it) while a live attach reads it, and niced again
-/// once that attach ends (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's
+/// priority (the adapter's: sessions start at it) while a live attach reads it, as does the
+/// attach's streaming thread, and the reader runs niced again once that attach ends (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's
 /// pace; one raised above the adapter took the CPU from it for every few lines it wrote).
 #[test]
 fn an_attached_sessions_output_reader_runs_at_the_adapters_priority() {
@@ -120,6 +120,13 @@ fn an_attached_sessions_output_reader_runs_at_the_adapters_priority() {
         }),
         "the reader of an attached session runs at the daemon's (and the adapter's) priority ({own}): {:?}",
         reader()
+    );
+    // The attach's stream too, while its connection's thread stays raised.
+    let streamer = thread_nice_named(pid, "attach:p");
+    assert_eq!(
+        streamer,
+        Some(own),
+        "the attach streams at the daemon's priority"
     );
     a.call("detach", json!({"attachId": id}));
     assert!(
