@@ -82,6 +82,7 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
         "relay / pipe",
         "each round",
         "target",
+        "plain relay / pipe, each round",
     ]);
     let sleepers_n = if cfg.quick { 200 } else { 2_000 };
     for crowd in [0, sleepers_n] {
@@ -90,7 +91,7 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
         let host = host_name(crowd);
         for line_len in [100usize, 1024] {
             let load = loadavg1();
-            let (pipe, daemon) = relay_rounds(env, cfg, line_len)?;
+            let (pipe, daemon, floor) = relay_rounds(env, cfg, line_len)?;
             let ratios: Vec<f64> = daemon.iter().zip(&pipe).map(|(d, p)| d / p).collect();
             let r = Summary::of(&ratios);
             let met = ratios.iter().filter(|&&x| x >= 0.8).count();
@@ -114,11 +115,20 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
                         "**missed**"
                     }
                 ),
+                floor
+                    .iter()
+                    .zip(&pipe)
+                    .map(|(f, p)| {
+                        let x = f / p;
+                        format!("{}{}", stats::ratio(x), if x >= 0.8 { "" } else { " ✗" })
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ]);
         }
         drop(sleepers);
     }
-    out.push_str("`yes` lines through `leash serve` to one attached raw-socket reader, against the same generator read from a pipe by the same reader code, one pipe round and one daemon round in turn; median (min–max) over rounds and every round's ratio (✗: below 0.8×), after two rounds that fill the replay buffer (not counted: until it is full every item is fresh memory). The load is the 1-minute average when the row started.\n\n");
+    out.push_str("`yes` lines through `leash serve` to one attached raw-socket reader, against the same generator read from a pipe by the same reader code, one pipe round and one daemon round in turn; median (min–max) over rounds and every round's ratio (✗: below 0.8×), after two rounds that fill the replay buffer (not counted: until it is full every item is fresh memory). The load is the 1-minute average when the row started. The last column is the host's floor for any relay, from the same rounds: the same lines through a plain relay (this binary, `--role relay-floor`: one thread reading the pipe and writing each line framed as the daemon frames it, seq and escaping included, to a Unix socket, with no replay buffer), read by the same reader code.\n\n");
     out.push_str(&relay.render());
     Ok(out)
 }
@@ -281,8 +291,83 @@ fn newlines(b: &[u8]) -> usize {
     n + blocks.remainder().iter().filter(|&&x| x == b'\n').count()
 }
 
-/// Lines per second from a pipe and through the daemon, one pair per round, interleaved.
-fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
+/// The plain relay (`--role relay-floor`): stdin (the generator's pipe) to stdout (a Unix socket
+/// to the bench's reader), each line framed as the daemon frames an output item
+/// (`{"id":1,"seq":N,"type":"output","line":…}`, escaped as JSON), one thread, nothing kept.
+/// What any relay with a process in the middle costs on this host.
+pub fn relay_floor() -> i32 {
+    use std::io::Write as _;
+    let mut input = std::io::stdin().lock();
+    let mut output = std::io::stdout().lock();
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut partial: Vec<u8> = Vec::new();
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut seq: u64 = 0;
+    let mut frame = |line: &[u8], out: &mut Vec<u8>| {
+        seq += 1;
+        out.extend_from_slice(b"{\"id\":1,\"seq\":");
+        out.extend_from_slice(seq.to_string().as_bytes());
+        out.extend_from_slice(b",\"type\":\"output\",\"line\":");
+        let escape = line
+            .iter()
+            .fold(false, |a, &b| a | (b < 0x20) | (b == b'"') | (b == b'\\'));
+        match std::str::from_utf8(line) {
+            Ok(s) if !escape => {
+                out.push(b'"');
+                out.extend_from_slice(s.as_bytes());
+                out.push(b'"');
+            }
+            _ => {
+                let s = String::from_utf8_lossy(line);
+                out.extend_from_slice(serde_json::to_string(&s).expect("strings").as_bytes());
+            }
+        }
+        out.extend_from_slice(b"}\n");
+    };
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return 1,
+        };
+        let mut rest = &buf[..n];
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            if partial.is_empty() {
+                frame(&rest[..i], &mut out);
+            } else {
+                partial.extend_from_slice(&rest[..i]);
+                frame(&partial, &mut out);
+                partial.clear();
+            }
+            rest = &rest[i + 1..];
+        }
+        partial.extend_from_slice(rest);
+        if output.write_all(&out).is_err() {
+            return 1;
+        }
+        out.clear();
+    }
+    if !partial.is_empty() {
+        frame(&partial, &mut out);
+    }
+    i32::from(
+        output
+            .write_all(&out)
+            .and_then(|()| output.flush())
+            .is_err(),
+    )
+}
+
+/// Lines per second from a pipe, through the daemon and through the plain relay
+/// ([`relay_floor`]), one of each per round, interleaved.
+#[allow(clippy::type_complexity)]
+fn relay_rounds(
+    env: &Env,
+    cfg: &Config,
+    line_len: usize,
+) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), String> {
+    let this = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let n: usize = if cfg.quick { 20_000 } else { 200_000 };
     let rounds = if cfg.quick { 2 } else { 5 };
     let text = "x".repeat(line_len - 1);
@@ -297,6 +382,7 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<(Vec<f64>, V
     let mut a = serve.connect()?;
     let mut pipe = Vec::new();
     let mut daemon = Vec::new();
+    let mut floor = Vec::new();
     // The first two rounds fill the replay buffer (it holds two rounds) and are not counted:
     // until it is full every item is memory the kernel has not given the daemon yet, a cost a
     // running daemon pays once, after which evicted items make room for new ones.
@@ -314,6 +400,22 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<(Vec<f64>, V
             pipe.push(n as f64 / t.elapsed().as_secs_f64());
         }
         let _ = p.wait();
+
+        // The plain relay, to a socket read by the same code.
+        let (mut r, w) =
+            UnixStream::pair().map_err(|e| format!("cannot make a socket pair: {e}"))?;
+        let t = Instant::now();
+        let mut f = Command::new("sh")
+            .args(["-c", &format!("{gen} | \"$0\" --role relay-floor")])
+            .arg(&this)
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(w)))
+            .spawn()
+            .map_err(|e| format!("cannot start the plain relay: {e}"))?;
+        count_lines(&mut r, n)?;
+        if counted {
+            floor.push(n as f64 / t.elapsed().as_secs_f64());
+        }
+        let _ = f.wait();
 
         let last = c.call("status", json!({}))?["daemon"]["sessions"][0]["lastSeq"]
             .as_i64()
@@ -335,7 +437,7 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<(Vec<f64>, V
         // A fresh connection per round: the detached stream's last lines are not read.
         a = serve.connect()?;
     }
-    Ok((pipe, daemon))
+    Ok((pipe, daemon, floor))
 }
 
 /// `status` and `ping` latencies (ms) while `n` sessions print as fast as a shell loop can.

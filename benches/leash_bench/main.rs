@@ -18,7 +18,7 @@
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
 //!
-//! The binary also plays two roles in its own stagings (`--role pdeath-parent|pdeath-adapter`):
+//! The binary also plays roles in its own stagings (`--role pdeath-parent|pdeath-adapter|relay-floor`):
 //! a parent that can be SIGKILLed, and an adapter that reports when SIGTERM reaches it.
 //!
 //! Everything a benchmark starts it cleans up, also on failure, and it signals only processes it
