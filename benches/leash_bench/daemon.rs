@@ -91,21 +91,21 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
         let host = host_name(crowd);
         for line_len in [100usize, 1024] {
             let load = loadavg1();
-            let (pipe, daemon, floor) = relay_rounds(env, cfg, line_len)?;
-            let ratios: Vec<f64> = daemon.iter().zip(&pipe).map(|(d, p)| d / p).collect();
+            let RelayRates {
+                pipe,
+                daemon,
+                floor,
+            } = relay_rounds(env, cfg, line_len)?;
+            let ratios = per_round(&daemon, &pipe);
             let r = Summary::of(&ratios);
             let met = ratios.iter().filter(|&&x| x >= 0.8).count();
-            let each: Vec<String> = ratios
-                .iter()
-                .map(|&x| format!("{}{}", stats::ratio(x), if x >= 0.8 { "" } else { " ✗" }))
-                .collect();
             relay.row(vec![
                 format!("{host} (load {load:.1})"),
                 format!("{line_len} B"),
                 Summary::of(&pipe).show(rate),
                 Summary::of(&daemon).show(rate),
                 r.show(stats::ratio),
-                each.join(", "),
+                each_round(&ratios),
                 format!(
                     "≥ 0.8× every round: {met}/{} {}",
                     ratios.len(),
@@ -115,15 +115,7 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
                         "**missed**"
                     }
                 ),
-                floor
-                    .iter()
-                    .zip(&pipe)
-                    .map(|(f, p)| {
-                        let x = f / p;
-                        format!("{}{}", stats::ratio(x), if x >= 0.8 { "" } else { " ✗" })
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                each_round(&per_round(&floor, &pipe)),
             ]);
         }
         drop(sleepers);
@@ -131,6 +123,20 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
     out.push_str("`yes` lines through `leash serve` to one attached raw-socket reader, against the same generator read from a pipe by the same reader code, one pipe round and one daemon round in turn; median (min–max) over rounds and every round's ratio (✗: below 0.8×), after two rounds that fill the replay buffer (not counted: until it is full every item is fresh memory). The load is the 1-minute average when the row started. The last column is the host's floor for any relay, from the same rounds: the same lines through a plain relay (this binary, `--role relay-floor`: one thread reading the pipe and writing each line framed as the daemon frames it, seq and escaping included, to a Unix socket, with no replay buffer), read by the same reader code.\n\n");
     out.push_str(&relay.render());
     Ok(out)
+}
+
+/// Each round's rate over the pipe's in the same round.
+fn per_round(rates: &[f64], pipe: &[f64]) -> Vec<f64> {
+    rates.iter().zip(pipe).map(|(x, p)| x / p).collect()
+}
+
+/// Every round's ratio, marked ✗ below 0.8×.
+fn each_round(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|&x| format!("{}{}", stats::ratio(x), if x >= 0.8 { "" } else { " ✗" }))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn loadavg1() -> f64 {
@@ -296,7 +302,6 @@ fn newlines(b: &[u8]) -> usize {
 /// (`{"id":1,"seq":N,"type":"output","line":…}`, escaped as JSON), one thread, nothing kept.
 /// What any relay with a process in the middle costs on this host.
 pub fn relay_floor() -> i32 {
-    use std::io::Write as _;
     let mut input = std::io::stdin().lock();
     let mut output = std::io::stdout().lock();
     let mut buf = vec![0u8; 128 * 1024];
@@ -306,7 +311,7 @@ pub fn relay_floor() -> i32 {
     let mut frame = |line: &[u8], out: &mut Vec<u8>| {
         seq += 1;
         out.extend_from_slice(b"{\"id\":1,\"seq\":");
-        out.extend_from_slice(seq.to_string().as_bytes());
+        let _ = write!(out, "{seq}");
         out.extend_from_slice(b",\"type\":\"output\",\"line\":");
         let escape = line
             .iter()
@@ -359,14 +364,17 @@ pub fn relay_floor() -> i32 {
     )
 }
 
-/// Lines per second from a pipe, through the daemon and through the plain relay
-/// ([`relay_floor`]), one of each per round, interleaved.
-#[allow(clippy::type_complexity)]
-fn relay_rounds(
-    env: &Env,
-    cfg: &Config,
-    line_len: usize,
-) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), String> {
+/// Lines per second of each counted round.
+struct RelayRates {
+    pipe: Vec<f64>,
+    daemon: Vec<f64>,
+    /// Through the plain relay ([`relay_floor`]).
+    floor: Vec<f64>,
+}
+
+/// Lines per second from a pipe, through the daemon and through the plain relay, one of each
+/// per round, interleaved.
+fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<RelayRates, String> {
     let this = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let n: usize = if cfg.quick { 20_000 } else { 200_000 };
     let rounds = if cfg.quick { 2 } else { 5 };
@@ -437,7 +445,11 @@ fn relay_rounds(
         // A fresh connection per round: the detached stream's last lines are not read.
         a = serve.connect()?;
     }
-    Ok((pipe, daemon, floor))
+    Ok(RelayRates {
+        pipe,
+        daemon,
+        floor,
+    })
 }
 
 /// `status` and `ping` latencies (ms) while `n` sessions print as fast as a shell loop can.

@@ -19,7 +19,8 @@
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
 //!
 //! The binary also plays roles in its own stagings (`--role pdeath-parent|pdeath-adapter|relay-floor`):
-//! a parent that can be SIGKILLed, and an adapter that reports when SIGTERM reaches it.
+//! a parent that can be SIGKILLed, an adapter that reports when SIGTERM reaches it, and a plain
+//! relay (the relay section's floor).
 //!
 //! Everything a benchmark starts it cleans up, also on failure, and it signals only processes it
 //! started, by pid and start time.
@@ -184,7 +185,10 @@ impl Env {
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if args.first().is_some_and(|a| a == "--role") {
-        std::process::exit(pdeath::role(&args[1..]));
+        std::process::exit(match args.get(1).and_then(|a| a.to_str()) {
+            Some("relay-floor") => daemon::relay_floor(),
+            _ => pdeath::role(&args[1..]),
+        });
     }
     trace_to_file();
     let cfg = match parse_args(&args) {

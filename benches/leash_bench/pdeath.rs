@@ -44,7 +44,6 @@ pub fn role(args: &[OsString]) -> i32 {
     match args.first().and_then(|a| a.to_str()) {
         Some("pdeath-parent") => parent(&args[1..]),
         Some("pdeath-adapter") => adapter(),
-        Some("relay-floor") => crate::daemon::relay_floor(),
         _ => {
             eprintln!("leash-bench: unknown role");
             2
