@@ -83,8 +83,9 @@ fn thread_nice_named(pid: i32, name: &str) -> Option<i32> {
 
 /// A session's stdout reader runs niced while nobody reads its output, at the daemon's own
 /// priority (the adapter's: sessions start at it) while a live attach reads it, as does the
-/// attach's streaming thread, and the reader runs niced again once that attach ends (issue 24: a niced reader on a busy host relayed at a tenth of a pipe's
-/// pace; one raised above the adapter took the CPU from it for every few lines it wrote).
+/// attach's streaming thread, and the reader runs niced again once that attach ends (issue 24:
+/// a niced reader on a busy host relayed at a tenth of a pipe's pace; one raised above the
+/// adapter took the CPU from it for every few lines it wrote).
 #[test]
 fn an_attached_sessions_output_reader_runs_at_the_adapters_priority() {
     if !is_root() {
