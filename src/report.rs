@@ -25,16 +25,44 @@ pub struct WrapperReport {
     pub start_error: Option<String>,
 }
 
+/// The most a report is read of. A record is a few hundred bytes (a start error names the
+/// command, at most a path's length), and a wrapper writes at most two; a larger file is not
+/// one a wrapper wrote, and its first 64 KiB are as good a claim as any.
+const REPORT_READ_LIMIT: u64 = 64 * 1024;
+
 impl WrapperReport {
+    /// The lease's report as the wrapper last wrote it, or `None` if there is none yet.
+    ///
+    /// A report is a file of records, one JSON line each, appended (the wrapper's `Report`): the
+    /// start, then the end. The report is the last line that ends in a newline: a line without
+    /// one is a record still being written (or cut short by a full disk), and is not read. A
+    /// complete line that does not parse is said in the log and the one before it is taken.
     pub fn read(root: &StateRoot, lease_id: &str) -> Option<WrapperReport> {
-        let text = std::fs::read_to_string(root.report_path(lease_id)).ok()?;
-        match serde_json::from_str(&text) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                tracing::warn!(lease_id, error = %e, "ignoring unreadable wrapper report");
-                None
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(root.report_path(lease_id))
+            .ok()?
+            .take(REPORT_READ_LIMIT)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        Self::last_record(&bytes, lease_id)
+    }
+
+    /// The last complete record of a report's bytes; see [`WrapperReport::read`].
+    pub fn last_record(bytes: &[u8], lease_id: &str) -> Option<WrapperReport> {
+        let end = bytes.iter().rposition(|&b| b == b'\n')?;
+        for line in bytes[..end].rsplit(|&b| b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice(line) {
+                Ok(r) => return Some(r),
+                Err(e) => {
+                    tracing::warn!(lease_id, error = %e, "ignoring an unreadable wrapper report record")
+                }
             }
         }
+        None
     }
 
     fn matches(&self, lease: &Lease) -> bool {
@@ -150,4 +178,56 @@ impl WrapperReport {
 /// The report of a lease that reached a terminal state is no longer needed.
 pub fn remove_report(root: &StateRoot, lease_id: &str) {
     let _ = std::fs::remove_file(root.report_path(lease_id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WrapperReport;
+
+    fn rec(pid: i32, exit: &str) -> String {
+        format!(
+            "{{\"wrapperPid\":{pid},\"wrapperStartTime\":7,\"adapterPid\":{a},\"adapterStartTime\":8,\
+             \"processGroupId\":{a},\"exitStatus\":{exit},\"endReason\":null,\"startError\":null}}",
+            a = pid + 1
+        )
+    }
+
+    fn last(text: &str) -> Option<(i32, Option<i32>)> {
+        WrapperReport::last_record(text.as_bytes(), "l").map(|r| (r.wrapper_pid, r.exit_status))
+    }
+
+    #[test]
+    fn the_report_is_the_last_whole_line() {
+        let (start, end) = (rec(10, "null"), rec(10, "3"));
+        // One record, as every wrapper before the append wrote it.
+        assert_eq!(last(&format!("{start}\n")), Some((10, None)));
+        assert_eq!(last(&format!("{start}\n{end}\n")), Some((10, Some(3))));
+        // Nothing yet: the file made, its first record not written, or written in part.
+        assert_eq!(last(""), None);
+        assert_eq!(last(&start), None);
+        assert_eq!(last(&start[..20]), None);
+        // The end record half written: the start record is the report.
+        assert_eq!(last(&format!("{start}\n{}", &end[..30])), Some((10, None)));
+        assert_eq!(last(&format!("{start}\n{end}")), Some((10, None)));
+    }
+
+    #[test]
+    fn a_line_that_does_not_parse_is_passed_over_not_merged() {
+        let (start, end) = (rec(10, "null"), rec(10, "3"));
+        // A record cut short by a full disk, ended by the wrapper's repair newline.
+        assert_eq!(
+            last(&format!("{start}\n{}\n", &end[..30])),
+            Some((10, None))
+        );
+        // And the next record after it still counts.
+        assert_eq!(
+            last(&format!("{start}\n{}\n{end}\n", &end[..30])),
+            Some((10, Some(3)))
+        );
+        assert_eq!(last("garbage\n"), None);
+        assert_eq!(last("\n\n"), None);
+        assert_eq!(last(&format!("{start}\n\n")), Some((10, None)));
+        // Not UTF-8 at all.
+        assert_eq!(WrapperReport::last_record(b"\xff\xfe\n", "l"), None);
+    }
 }

@@ -69,25 +69,109 @@ fn an_owner_that_is_not_the_parent_means_nothing_starts() {
     assert!(!dir.exists());
 }
 
+/// A scratch directory of this test's own, removed at the end whatever happens.
+struct Scratch(std::path::PathBuf);
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("leash-wrap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The report's records: its lines, each a whole JSON object (the last one may be cut short
+/// only while it is being written, which these tests never read).
+fn records(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "a record without its newline: {text:?}"
+    );
+    text.lines().map(str::to_string).collect()
+}
+
 #[test]
-fn report_is_written_atomically_with_the_exit_status() {
-    let dir = std::env::temp_dir().join(format!("leash-wrap-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let report = dir.join("r.json");
-    let out = wrap()
+fn the_report_is_a_start_record_then_an_end_record_each_a_whole_line() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("report");
+    let report = dir.0.join("r.json");
+    let mut child = wrap()
         .arg("--report")
         .arg(&report)
-        .args(["--", "sh", "-c", "exit 5"])
-        .output()
+        .args(["--", "sh", "-c", "read line; exit 5"])
+        .stdin(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), Some(5));
-    let text = std::fs::read_to_string(&report).unwrap();
-    assert!(text.contains("\"exitStatus\":5"), "{text}");
-    assert!(text.contains("\"endReason\":\"adapter-exited\""), "{text}");
-    assert!(text.contains("\"adapterPid\":"), "{text}");
-    let leftovers = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(leftovers, 1, "no temp file left behind");
-    std::fs::remove_dir_all(&dir).unwrap();
+    // The start record, while the adapter runs: its pid and group, no exit status yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let start = loop {
+        if let [one] = records(&report).as_slice() {
+            break one.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no start record");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    assert!(start.contains("\"adapterPid\":"), "{start}");
+    assert!(!start.contains("\"adapterPid\":null"), "{start}");
+    assert!(start.contains("\"exitStatus\":null"), "{start}");
+    assert!(start.contains("\"endReason\":null"), "{start}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(5));
+    // The end record is appended: the start record is still the first line, unchanged.
+    let lines = records(&report);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0], start);
+    assert!(lines[1].contains("\"exitStatus\":5"), "{}", lines[1]);
+    assert!(
+        lines[1].contains("\"endReason\":\"adapter-exited\""),
+        "{}",
+        lines[1]
+    );
+    let mode = std::fs::metadata(&report).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let leftovers = std::fs::read_dir(&dir.0).unwrap().count();
+    assert_eq!(leftovers, 1, "nothing but the report");
+}
+
+#[test]
+fn a_file_or_symlink_left_at_the_report_path_is_replaced_not_written_through() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("report-left");
+    let report = dir.0.join("r.json");
+    // A left-over file, world-writable, with a record of its own.
+    std::fs::write(&report, "{\"wrapperPid\":1}\n").unwrap();
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, _, err) = run(&["--report", report.to_str().unwrap(), "--", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines = records(&report);
+    assert_eq!(lines.len(), 2, "only the wrapper's own records: {lines:?}");
+    assert!(
+        lines.iter().all(|l| !l.contains("\"wrapperPid\":1}")),
+        "{lines:?}"
+    );
+    let mode = std::fs::metadata(&report).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "a new file, not the old one with its mode");
+
+    // A symlink at the path: the link goes, its target is not written.
+    let target = dir.0.join("target");
+    std::fs::write(&target, "untouched\n").unwrap();
+    std::fs::remove_file(&report).unwrap();
+    std::os::unix::fs::symlink(&target, &report).unwrap();
+    let (code, _, err) = run(&["--report", report.to_str().unwrap(), "--", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+    assert!(!std::fs::symlink_metadata(&report)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(records(&report).len(), 2);
 }
 
 #[test]
