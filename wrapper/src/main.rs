@@ -61,7 +61,8 @@ Runs CMD in its own process group and keeps its whole tree from outliving this w
                     larger values are taken as 3600000)
   --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
                     (default: the parent at start)
-  --report PATH     write pids, start times, group id and the exit status to PATH (atomically)
+  --report PATH     write pids, start times, group id and the exit status to PATH (one JSON
+                    line per record: the start, then the end; the last whole line holds)
   --error-format F  text (default) or json: how a failure to start CMD is told on stderr
                     (json: leash's error line, {\"error\":{\"code\",\"message\",\"exitCode\"}})
   --cgroup DIR      start CMD inside this cgroup v2 directory (clone3 CLONE_INTO_CGROUP, else
