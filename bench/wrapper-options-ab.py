@@ -1,0 +1,72 @@
+# What `leash exec`'s options cost the wrapper (issue 24): `leash-wrap -- /bin/true` bare, with
+# `--report`, with `--cgroup`, and with both, run by run in turns; per round each subject's median
+# of PER runs; printed: the median over ROUNDS rounds and the difference to the bare wrapper of
+# the same round (median, min..max). Give a second wrapper as NAME=PATH to measure it in the same
+# turns (its report and both).
+#
+#   python3 bench/wrapper-options-ab.py target/release/leash-wrap [old=/path/to/old/leash-wrap]
+#
+# Root with cgroup2 (the mount is found in /proc/self/mountinfo): the cgroups are made under a
+# root of this script's own, one per run, and the root is removed at the end, also on failure.
+import os, sys, time, statistics, tempfile, shutil
+
+wrap = sys.argv[1]
+others = dict(a.split("=", 1) for a in sys.argv[2:])
+rounds, per = int(os.environ.get("ROUNDS", "10")), int(os.environ.get("PER", "40"))
+mount = next(l.split(" - ")[0].split()[4] for l in open("/proc/self/mountinfo")
+             if l.split(" - ")[1].split()[0] == "cgroup2")
+root = f"{mount}/leash-wrapper-options-{os.getpid()}"
+os.mkdir(root)
+tmp = tempfile.mkdtemp(prefix="wrapper-options-")
+made = []
+
+
+def cgroup(i):
+    p = f"{root}/l{i}"
+    os.mkdir(p)
+    made.append(p)
+    return p
+
+
+subjects = {
+    "bare": lambda i: [wrap, "--", "/bin/true"],
+    "report": lambda i: [wrap, "--report", f"{tmp}/r{i}.json", "--", "/bin/true"],
+    "cgroup": lambda i: [wrap, "--cgroup", cgroup(i), "--", "/bin/true"],
+    "both": lambda i: [wrap, "--report", f"{tmp}/b{i}.json", "--cgroup", cgroup(i), "--",
+                       "/bin/true"],
+}
+for name, path in others.items():
+    subjects[f"{name} report"] = lambda i, w=path: [w, "--report", f"{tmp}/o{i}.json", "--",
+                                                     "/bin/true"]
+    subjects[f"{name} both"] = lambda i, w=path: [w, "--report", f"{tmp}/p{i}.json",
+                                                   "--cgroup", cgroup(i), "--", "/bin/true"]
+res = {n: [] for n in subjects}
+n = 0
+try:
+    for _ in range(rounds):
+        t = {s: [] for s in subjects}
+        for _ in range(per):
+            for s, argv_of in subjects.items():
+                n += 1
+                argv = argv_of(n)
+                start = time.perf_counter()
+                pid = os.posix_spawn(argv[0], argv, os.environ)
+                _, st = os.waitpid(pid, 0)
+                t[s].append((time.perf_counter() - start) * 1e3)
+                if st != 0:
+                    sys.exit(f"{s}: exit status {st}")
+        for s in t:
+            res[s].append(statistics.median(t[s]))
+        for f in os.listdir(tmp):
+            os.unlink(f"{tmp}/{f}")
+finally:
+    for p in made:  # each wrapper removed its own; one that failed may not have
+        if os.path.isdir(p):
+            os.rmdir(p)
+    os.rmdir(root)
+    shutil.rmtree(tmp, ignore_errors=True)
+b = res["bare"]
+for s, v in res.items():
+    d = [x - y for x, y in zip(v, b)]
+    print("%-14s %.3f ms  - bare %+.3f ms (%+.3f..%+.3f)" % (
+        s, statistics.median(v), statistics.median(d), min(d), max(d)))
