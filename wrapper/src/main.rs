@@ -526,6 +526,7 @@ impl Report {
             num(end.map(|e| format!("\"{e}\""))),
             num(start_error.map(json_str)),
         );
+        // One line: `json_str` escapes every control character, a newline included.
         let res = match &mut self.file {
             Some(file) => append(file, body.as_bytes()),
             None => create_private(&self.path, body.as_bytes()).map(|f| self.file = Some(f)),
