@@ -8,15 +8,12 @@
 # this script makes in the cgroup2 mount (root with cgroup2; found in /proc/self/mountinfo) and
 # removes at the end; both daemons are stopped with SIGTERM, also when a run fails.
 import os, sys, time, statistics, subprocess, tempfile, shutil
+from abturns import cgroup2_mount, turns
 
 builds = dict(a.split("=", 1) for a in sys.argv[1:])
-rounds, per = int(os.environ.get("ROUNDS", "10")), int(os.environ.get("PER", "40"))
-mount = next(l.split(" - ")[0].split()[4] for l in open("/proc/self/mountinfo")
-             if l.split(" - ")[1].split()[0] == "cgroup2")
-cg = f"{mount}/leash-exec-ab-{os.getpid()}"
+cg = f"{cgroup2_mount()}/leash-exec-ab-{os.getpid()}"
 os.mkdir(cg)
 tmp = tempfile.mkdtemp(prefix="exec-ab-")
-devnull = os.open("/dev/null", os.O_RDWR)
 daemons, envs = {}, {}
 try:
     for name, rel in builds.items():
@@ -39,22 +36,10 @@ try:
     first = next(iter(builds))
     wdir = f"{tmp}/{first}/wrappers"
     wrap = os.path.join(wdir, next(f for f in os.listdir(wdir) if f.startswith("leash-wrap-")))
-    subjects = [("bare", [wrap, "--", "/bin/true"], dict(os.environ))]
-    subjects += [(n, [f"{r}/leash", "exec", "--", "/bin/true"], envs[n]) for n, r in builds.items()]
-    res = {n: [] for n, _, _ in subjects}
-    for _ in range(rounds):
-        t = {n: [] for n, _, _ in subjects}
-        for _ in range(per):
-            for n, argv, e in subjects:
-                s = time.perf_counter()
-                pid = os.posix_spawn(argv[0], argv, e, file_actions=[
-                    (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1)])
-                _, st = os.waitpid(pid, 0)
-                t[n].append((time.perf_counter() - s) * 1e3)
-                if st != 0:
-                    sys.exit(f"{n}: exit status {st}")
-        for n in t:
-            res[n].append(statistics.median(t[n]))
+    subjects = {"bare": lambda i: ([wrap, "--", "/bin/true"], dict(os.environ))}
+    for n, r in builds.items():
+        subjects[n] = lambda i, r=r, n=n: ([f"{r}/leash", "exec", "--", "/bin/true"], envs[n])
+    res = turns(subjects)
 finally:
     for p in daemons.values():
         p.terminate()

@@ -8,14 +8,12 @@
 #
 # Root with cgroup2 (the mount is found in /proc/self/mountinfo): the cgroups are made under a
 # root of this script's own, one per run, and the root is removed at the end, also on failure.
-import os, sys, time, statistics, tempfile, shutil
+import os, sys, statistics, tempfile, shutil
+from abturns import cgroup2_mount, turns
 
 wrap = sys.argv[1]
 others = dict(a.split("=", 1) for a in sys.argv[2:])
-rounds, per = int(os.environ.get("ROUNDS", "10")), int(os.environ.get("PER", "40"))
-mount = next(l.split(" - ")[0].split()[4] for l in open("/proc/self/mountinfo")
-             if l.split(" - ")[1].split()[0] == "cgroup2")
-root = f"{mount}/leash-wrapper-options-{os.getpid()}"
+root = f"{cgroup2_mount()}/leash-wrapper-options-{os.getpid()}"
 os.mkdir(root)
 tmp = tempfile.mkdtemp(prefix="wrapper-options-")
 made = []
@@ -40,25 +38,16 @@ for name, path in others.items():
                                                      "/bin/true"]
     subjects[f"{name} both"] = lambda i, w=path: [w, "--report", f"{tmp}/p{i}.json",
                                                    "--cgroup", cgroup(i), "--", "/bin/true"]
-res = {n: [] for n in subjects}
-n = 0
+
+
+def clear_reports():
+    for f in os.listdir(tmp):
+        os.unlink(f"{tmp}/{f}")
+
+
 try:
-    for _ in range(rounds):
-        t = {s: [] for s in subjects}
-        for _ in range(per):
-            for s, argv_of in subjects.items():
-                n += 1
-                argv = argv_of(n)
-                start = time.perf_counter()
-                pid = os.posix_spawn(argv[0], argv, os.environ)
-                _, st = os.waitpid(pid, 0)
-                t[s].append((time.perf_counter() - start) * 1e3)
-                if st != 0:
-                    sys.exit(f"{s}: exit status {st}")
-        for s in t:
-            res[s].append(statistics.median(t[s]))
-        for f in os.listdir(tmp):
-            os.unlink(f"{tmp}/{f}")
+    res = turns({n: (lambda i, s=s: (s(i), os.environ)) for n, s in subjects.items()},
+                after_round=clear_reports)
 finally:
     for p in made:  # each wrapper removed its own; one that failed may not have
         if os.path.isdir(p):
