@@ -49,7 +49,7 @@ impl WrapperReport {
     }
 
     /// The last complete record of a report's bytes; see [`WrapperReport::read`].
-    pub fn last_record(bytes: &[u8], lease_id: &str) -> Option<WrapperReport> {
+    fn last_record(bytes: &[u8], lease_id: &str) -> Option<WrapperReport> {
         let end = bytes.iter().rposition(|&b| b == b'\n')?;
         for line in bytes[..end].rsplit(|&b| b == b'\n') {
             if line.iter().all(u8::is_ascii_whitespace) {
