@@ -21,8 +21,15 @@
 //! (`unshare -m`, which makes the mounts and then sleeps); each run enters it with `setns` before
 //! its exec, the baseline and the bare wrapper too, and it goes with its mounts when the child is
 //! killed at the end of the section.
+//!
+//! Two more subjects split the daemon path's difference (`floorserve.rs`): the same front door
+//! answered by a server of the bench's own that does nothing (`exec-null`: the front door's
+//! process, the round trip, the wrapper's `execve`), and one that does the least a daemon must
+//! (`exec-floor`: the peer proven, one row committed, the cgroup made, the wrapper given leash's
+//! options). What `leash serve` costs above `exec-floor` is leash's own op.
 
 use crate::containment::BenchRoot;
+use crate::floorserve::{Floor, FloorServer};
 use crate::procs::{Children, TempDir};
 use crate::stats::{median, ms, ratio, Summary, Table};
 use crate::{Config, Env};
@@ -146,6 +153,38 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             envs: contain("state-daemon"),
         },
     ];
+    for (name, label) in [
+        (
+            "exec-null",
+            "the same, answered at once by a server that does nothing (front door, round trip)",
+        ),
+        (
+            "exec-floor",
+            "the same, answered by the least a daemon must do (peer proven, one row, the cgroup)",
+        ),
+    ] {
+        subjects.push(Subject {
+            name,
+            label: label.into(),
+            argv: exec_argv(&env.leash),
+            envs: vec![(
+                "LEASH_STATE_DIR",
+                scratch.path().join(name).into_os_string(),
+            )],
+        });
+    }
+    let null = FloorServer::start(
+        &scratch.path().join("exec-null"),
+        Floor::Null,
+        &env.wrap,
+        None,
+    )?;
+    let floor = FloorServer::start(
+        &scratch.path().join("exec-floor"),
+        Floor::Commit,
+        &env.wrap,
+        cg.as_ref().ok().map(|r| r.0.as_path()),
+    )?;
     let _daemon = Serve::start(
         &env.leash,
         &contain("state-daemon"),
@@ -218,6 +257,8 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     }
     drop(sleepers);
     drop(mounts);
+    null.check()?;
+    floor.check()?;
 
     let mut out = format!(
         "\n### 10. `leash exec` against the bare wrapper (issue 24)\n\n{rounds} rounds per \
@@ -275,6 +316,42 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 diff,
                 div,
                 target,
+            ]);
+        }
+    }
+    out.push_str(&t.render());
+    // Where the daemon path's difference goes, per round: each step's subject minus the one
+    // below it, in the same turns.
+    let steps = [
+        (
+            "the front door's process and the round trip",
+            "exec-null",
+            "wrap",
+        ),
+        (
+            "the peer's evidence, one commit, the cgroup, the wrapper's options",
+            "exec-floor",
+            "exec-null",
+        ),
+        (
+            "leash's own op above that floor",
+            "exec-daemon",
+            "exec-floor",
+        ),
+    ];
+    out.push_str(
+        "\nThe daemon path's difference to the bare wrapper, step by step (each step: its \
+         subject minus the one below it, per round; median (min–max) over rounds):\n\n",
+    );
+    let mut t = Table::new(&["unrelated processes, extra mounts", "step", "adds"]);
+    for level in &results {
+        for (what, hi, lo) in steps {
+            let (hi, lo) = (&level.rounds[idx(hi)], &level.rounds[idx(lo)]);
+            let d: Vec<f64> = hi.iter().zip(lo).map(|(x, y)| x - y).collect();
+            t.row(vec![
+                format!("{}, {}", level.n, level.mounts),
+                what.into(),
+                Summary::of(&d).show(|v| format!("{v:+.2} ms")),
             ]);
         }
     }

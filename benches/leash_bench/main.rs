@@ -13,7 +13,7 @@
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
 //! per second), `containment` (a cgroup per session: exec with and without, close of 500 trees
 //! with cgroup.kill against signals per pid, `leash ps` over 200 sessions; as root with cgroup2), `mcp` (`leash mcp` exec → `initialize` answered), `hostscale` (exec with a reused key, close of
-//! one session and reap, quiet and with 500 / 2,000 / 10,000 unrelated processes; issue 16), `hostreap` (reap of 100 contained leases, quiet and with 10,000 unrelated processes, against the host-wide pass; issue 24; as root with cgroup2), `daemon` (`status` p99 under load against `ping`, memory per idle session; quiet and with 2,000 extra processes), `relay` (one session's output through the daemon against a pipe, every round and its ratio; quiet and with 2,000 extra processes), `execfloor` (`leash exec -- /bin/true`, lease committed and cgroup made, against the bare `leash-wrap -- /bin/true`, quiet and with 2,000 unrelated processes; issue 24). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! one session and reap, quiet and with 500 / 2,000 / 10,000 unrelated processes; issue 16), `hostreap` (reap of 100 contained leases, quiet and with 10,000 unrelated processes, against the host-wide pass; issue 24; as root with cgroup2), `daemon` (`status` p99 under load against `ping`, memory per idle session; quiet and with 2,000 extra processes), `relay` (one session's output through the daemon against a pipe, every round and its ratio; quiet and with 2,000 extra processes), `execfloor` (`leash exec -- /bin/true`, lease committed and cgroup made, against the bare `leash-wrap -- /bin/true` and beside a floor server of the bench's own, quiet and with 2,000 unrelated processes; issue 24). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
 //! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
@@ -28,6 +28,7 @@
 mod containment;
 mod daemon;
 mod execfloor;
+mod floorserve;
 mod footprint;
 mod hostreap;
 mod hostscale;
