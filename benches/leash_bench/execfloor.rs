@@ -8,12 +8,13 @@
 //! Containment is on (a cgroup per lease under `<cgroup2 mount>/leash-bench-<pid>`, which this
 //! section makes and removes) when running as root with cgroup2; otherwise off, and the report
 //! says so. `LEASH_BENCH_BASELINE=/path/to/leash` also times another build's `leash exec` the
-//! same way, in the same turns (its `leash-wrap` must lie next to it).
+//! same way, in the direct path's turns (its `leash-wrap` must lie next to it).
 //!
-//! `leash exec` is timed both ways in the same turns: on a state root no daemon serves (it
-//! commits the lease to SQLite itself), and on one a `leash serve` started by this section
-//! serves (the daemon commits the lease on its warm connection: the `exec` op; stopped with
-//! SIGTERM at the end of the section).
+//! `leash exec` is timed both ways in the same run: on a state root a `leash serve` started by
+//! this section serves (the daemon commits the lease on its warm connection; stopped with SIGTERM
+//! at the end of the section), and on one no daemon serves (`leash-main` commits the lease to
+//! SQLite itself). Each way takes turns with a `/bin/true` and a bare wrapper of its own
+//! ([`DAEMON_TURNS`], [`DIRECT_TURNS`]), and is compared with them.
 //!
 //! As root, a third level runs every command in a private mount namespace holding 5,000 tmpfs
 //! mounts (a container host's mount table): `leash exec` reads `/proc/self/mountinfo` for its
@@ -40,10 +41,21 @@ use std::time::Instant;
 
 struct Subject {
     name: &'static str,
+    /// The turns it is timed in: [`DAEMON_TURNS`] or [`DIRECT_TURNS`].
+    turns: usize,
     label: String,
     argv: Vec<OsString>,
     envs: Vec<(&'static str, OsString)>,
 }
+
+/// The daemon path's subjects (the daemon, the null and the floor servers) take turns with a
+/// bare wrapper and `/bin/true` of their own; the direct path's (`leash-main` committing to its
+/// own database, and a baseline build's) with another pair. `leash-main` is an 8 MB program that
+/// opens, commits to and checkpoints a database of its own on every run: between two daemon-path
+/// runs it made them 0.12–0.19 ms slower in every one of three A/B pairs (stop 35,
+/// docs/benchmarks.md), a cost of the bench's own turns, not of the daemon path.
+const DAEMON_TURNS: usize = 0;
+const DIRECT_TURNS: usize = 1;
 
 impl Subject {
     /// One run, in ms; an error when the command fails. `ns`: a mount namespace to run in.
@@ -115,44 +127,50 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             env.true_bin.clone().into(),
         ]
     };
-    let mut subjects = vec![
-        Subject {
-            name: "true",
-            label: "`/bin/true` (direct)".into(),
-            argv: vec![env.true_bin.clone().into()],
-            envs: Vec::new(),
-        },
-        Subject {
-            name: "wrap",
-            label: "`leash-wrap -- /bin/true` (bare: no lease, no cgroup, no report)".into(),
-            argv: vec![
-                env.wrap.clone().into(),
-                "--".into(),
-                env.true_bin.clone().into(),
-            ],
-            envs: Vec::new(),
-        },
-        Subject {
-            name: "exec",
-            label: format!(
-                "`leash exec -- /bin/true` ({})",
-                if cg.is_ok() {
-                    "lease committed, cgroup made"
-                } else {
-                    "lease committed; containment off"
-                }
-            ),
-            argv: exec_argv(&env.leash),
-            envs: contain("state"),
-        },
-        Subject {
-            name: "exec-daemon",
-            label: "the same, a `leash serve` of the state root running (it commits the lease)"
-                .into(),
-            argv: exec_argv(&env.leash),
-            envs: contain("state-daemon"),
-        },
-    ];
+    let baselines = |turns: usize| {
+        let whose = if turns == DAEMON_TURNS {
+            ""
+        } else {
+            ", the direct path's turns"
+        };
+        [
+            Subject {
+                name: "true",
+                turns,
+                label: format!("`/bin/true` (direct{whose})"),
+                argv: vec![env.true_bin.clone().into()],
+                envs: Vec::new(),
+            },
+            Subject {
+                name: "wrap",
+                turns,
+                label: format!(
+                    "`leash-wrap -- /bin/true` (bare: no lease, no cgroup, no report{whose})"
+                ),
+                argv: vec![
+                    env.wrap.clone().into(),
+                    "--".into(),
+                    env.true_bin.clone().into(),
+                ],
+                envs: Vec::new(),
+            },
+        ]
+    };
+    let mut subjects: Vec<Subject> = baselines(DAEMON_TURNS).into_iter().collect();
+    subjects.push(Subject {
+        name: "exec-daemon",
+        turns: DAEMON_TURNS,
+        label: format!(
+            "`leash exec -- /bin/true`, a `leash serve` of the state root running ({})",
+            if cg.is_ok() {
+                "it commits the lease and makes the cgroup"
+            } else {
+                "it commits the lease; containment off"
+            }
+        ),
+        argv: exec_argv(&env.leash),
+        envs: contain("state-daemon"),
+    });
     for (name, label) in [
         (
             "exec-null",
@@ -165,6 +183,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     ] {
         subjects.push(Subject {
             name,
+            turns: DAEMON_TURNS,
             label: label.into(),
             argv: exec_argv(&env.leash),
             envs: vec![(
@@ -190,6 +209,21 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         &contain("state-daemon"),
         &scratch.path().join("state-daemon"),
     )?;
+    subjects.extend(baselines(DIRECT_TURNS));
+    subjects.push(Subject {
+        name: "exec",
+        turns: DIRECT_TURNS,
+        label: format!(
+            "`leash exec -- /bin/true`, no daemon ({})",
+            if cg.is_ok() {
+                "`leash-main` commits the lease and makes the cgroup"
+            } else {
+                "`leash-main` commits the lease; containment off"
+            }
+        ),
+        argv: exec_argv(&env.leash),
+        envs: contain("state"),
+    });
     if let Some(b) = std::env::var_os("LEASH_BENCH_BASELINE").map(PathBuf::from) {
         if !b.is_file() {
             return Err(format!(
@@ -199,6 +233,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         }
         subjects.push(Subject {
             name: "baseline",
+            turns: DIRECT_TURNS,
             label: format!("the same, baseline build ({})", b.display()),
             argv: exec_argv(&b),
             envs: contain("state-baseline"),
@@ -241,15 +276,21 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             load_end: String::new(),
             rounds: vec![Vec::new(); subjects.len()],
         };
-        for _ in 0..rounds {
-            let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); subjects.len()];
-            for _ in 0..batch {
-                for (s, r) in subjects.iter().zip(runs.iter_mut()) {
-                    r.push(s.once(ns)?);
+        for turns in [DAEMON_TURNS, DIRECT_TURNS] {
+            for _ in 0..rounds {
+                let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); subjects.len()];
+                for _ in 0..batch {
+                    for (s, r) in subjects.iter().zip(runs.iter_mut()) {
+                        if s.turns == turns {
+                            r.push(s.once(ns)?);
+                        }
+                    }
                 }
-            }
-            for (r, out) in runs.iter().zip(level.rounds.iter_mut()) {
-                out.push(median(r));
+                for (r, out) in runs.iter().zip(level.rounds.iter_mut()) {
+                    if !r.is_empty() {
+                        out.push(median(r));
+                    }
+                }
             }
         }
         level.load_end = crate::loadavg();
@@ -265,7 +306,9 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
          level; each round runs every command {batch} times, the commands taking turns run by \
          run; per command the round's median; shown: median (min–max) over rounds. The \
          difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \
-         round. {}\n\n",
+         round. The daemon path and the direct path (`leash-main`, no daemon) are timed in \
+         turns of their own, each with its own bare wrapper: the direct path's runs slowed the \
+         daemon path's between them. {}\n\n",
         match &cg {
             Ok(r) => format!("Containment on, under {}.", r.0.display()),
             Err(e) => format!("Containment off ({e})."),
@@ -279,18 +322,24 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "÷ bare wrapper",
         "target",
     ]);
+    // A subject of the daemon path's turns by name; the bare wrapper of a subject's own turns.
     let idx = |name: &str| {
         subjects
             .iter()
-            .position(|s| s.name == name)
+            .position(|s| s.name == name && s.turns == DAEMON_TURNS)
             .expect("subject")
     };
-    let wrap = idx("wrap");
+    let wrap_of = |turns: usize| {
+        subjects
+            .iter()
+            .position(|s| s.name == "wrap" && s.turns == turns)
+            .expect("a bare wrapper in every turns")
+    };
     for level in &results {
-        let base = &level.rounds[wrap];
         for (i, s) in subjects.iter().enumerate() {
             let r = &level.rounds[i];
-            let (diff, div, target) = if i == wrap || s.name == "true" {
+            let base = &level.rounds[wrap_of(s.turns)];
+            let (diff, div, target) = if s.name == "wrap" || s.name == "true" {
                 (String::new(), String::new(), String::new())
             } else {
                 let d: Vec<f64> = r.iter().zip(base).map(|(x, y)| x - y).collect();
