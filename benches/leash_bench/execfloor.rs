@@ -308,11 +308,14 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
          difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \
          round. The daemon path and the direct path (`leash-main`, no daemon) are timed in \
          turns of their own, each with its own bare wrapper: the direct path's runs slowed the \
-         daemon path's between them. {}\n\n",
+         daemon path's between them. {} The state roots, and so the wrappers' reports (one \
+         file created per exec), are under {}, on {}.\n\n",
         match &cg {
             Ok(r) => format!("Containment on, under {}.", r.0.display()),
             Err(e) => format!("Containment off ({e})."),
-        }
+        },
+        scratch.path().display(),
+        filesystem(scratch.path())
     );
     let mut t = Table::new(&[
         "unrelated processes, extra mounts (load start → end)",
@@ -406,6 +409,23 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     }
     out.push_str(&t.render());
     Ok(out)
+}
+
+/// The type of the filesystem `path` is on, by its magic number: a file's create costs 20–60 µs
+/// on ext4 in a quiet minute and up to 0.7 ms in a busy one, where tmpfs stays near 5 µs (stop
+/// 35, docs/benchmarks.md), so the figures depend on it.
+fn filesystem(path: &std::path::Path) -> String {
+    match nix::sys::statfs::statfs(path) {
+        Ok(fs) => match fs.filesystem_type().0 {
+            0xEF53 => "ext2/3/4".into(),
+            0x0102_1994 => "tmpfs".into(),
+            0x5846_5342 => "XFS".into(),
+            0x9123_683E => "Btrfs".into(),
+            0x794C_7630 => "overlayfs".into(),
+            m => format!("a filesystem of magic {m:#x}"),
+        },
+        Err(e) => format!("a filesystem statfs cannot name ({e})"),
+    }
 }
 
 /// The `leash serve` of the daemon subject's state root, stopped (SIGTERM, then waited for) on
