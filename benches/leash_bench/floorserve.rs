@@ -11,16 +11,19 @@
 //!   process, its lock-file read, the round trip and its `execve` of the wrapper; no evidence, no
 //!   row, no cgroup.
 //! - [`Floor::Commit`]: what the issue calls the floor: the peer proven by the kernel
-//!   (`SO_PEERCRED`, then its `/proc/<pid>/stat` for its parent and start time), one row
-//!   committed to SQLite in WAL with `synchronous=NORMAL` (leash's settings; one table, its key
-//!   the only index), the lease's cgroup made (`mkdir` of the gateway's directory when missing,
-//!   then of the lease's, then its inode read, as leash does), and the wrapper named with the
-//!   options leash gives it (`--grace-ms`, `--owner-pid`, `--report`, `--cgroup`,
-//!   `--remove-empty-parent`), so the wrapper's side costs what it costs under leash.
+//!   (`SO_PEERCRED`, then its parent and start time read as leash reads them,
+//!   `leash::proc::parent_and_start_of`), one row committed to SQLite in WAL with
+//!   `synchronous=NORMAL` (leash's settings; one table, its key the only index), the lease's
+//!   cgroup made by leash's own `create_lease_cgroup` in a gateway directory held as the daemon
+//!   holds its own (`hold_gateway_dir`), and the wrapper named with leash's own options
+//!   (`wrapper_options`, on a `StateRoot` of its own) and lease markers, so the wrapper's side
+//!   costs what it costs under leash.
 //!
 //! Not a daemon: no parser of the command line, no containment resolution, no install check, no
 //! events or sessions rows, no replay. What `leash serve` does above this is leash's own cost.
 
+use leash::controller::exec::{lease_markers, wrapper_options, ExecRequest};
+use leash::state::StateRoot;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -41,13 +44,16 @@ pub struct FloorServer {
     /// whose time would then be counted as the floor's): a run with any is not a measurement.
     failed: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The gateway's cgroup directory it holds, released and removed when empty on drop (as a
+    /// stopping daemon does).
+    gateway: Option<PathBuf>,
     _lock: std::fs::File,
 }
 
 impl FloorServer {
     /// Serves `state` (made here), naming `wrap` in its answers; with [`Floor::Commit`] its
-    /// cgroups go under `cgroup_root/floor-<pid>` (`None`: no cgroup, as leash without
-    /// containment).
+    /// cgroups go under `cgroup_root/floor-<pid>`, held while it serves (`None`: no cgroup, as
+    /// leash without containment).
     pub fn start(
         state: &Path,
         floor: Floor,
@@ -55,30 +61,33 @@ impl FloorServer {
         cgroup_root: Option<&Path>,
     ) -> Result<FloorServer, String> {
         let err = |what: &str, e: &dyn std::fmt::Display| format!("floor server: {what}: {e}");
-        std::fs::create_dir_all(state.join("run")).map_err(|e| err("state dir", &e))?;
-        let socket = state.join("leash.sock");
+        let root = StateRoot::open(state).map_err(|e| err("state dir", &e))?;
+        let socket = root.socket_path();
         let listener = UnixListener::bind(&socket).map_err(|e| err("bind", &e))?;
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
             .write(true)
-            .open(state.join("daemon.lock"))
+            .open(root.daemon_lock_path())
             .map_err(|e| err("lock file", &e))?;
         // SAFETY: flock on a descriptor this function owns.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Err(err("flock", &std::io::Error::last_os_error()));
         }
-        let info = serde_json::json!({
-            "pid": std::process::id(),
-            "socket": socket.to_str().ok_or("floor server: the socket path is not UTF-8")?,
-        });
+        let info = leash::daemon::LockInfo {
+            pid: std::process::id() as i32,
+            socket,
+            started_at: leash::lease::now_ms(),
+            listener_pid: None,
+        };
+        let info = serde_json::to_string(&info).expect("the lock info serialises");
         (&lock)
-            .write_all(info.to_string().as_bytes())
+            .write_all(info.as_bytes())
             .map_err(|e| err("lock file", &e))?;
         let conn = match floor {
             Floor::Null => None,
             Floor::Commit => {
-                let db = rusqlite::Connection::open(state.join("floor.db"))
+                let db = rusqlite::Connection::open(root.dir().join("floor.db"))
                     .map_err(|e| err("open", &e))?;
                 db.execute_batch(
                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
@@ -90,15 +99,19 @@ impl FloorServer {
                 Some(db)
             }
         };
+        let gateway = cgroup_root
+            .filter(|_| floor == Floor::Commit)
+            .map(|r| r.join(format!("floor-{}", std::process::id())));
+        if let Some(gw) = &gateway {
+            leash::cgroup::hold_gateway_dir(gw).map_err(|e| err("gateway cgroup", &e))?;
+        }
         let cfg = Serving {
-            state: state.to_path_buf(),
+            root,
             wrap: wrap
                 .to_str()
                 .ok_or("floor server: wrapper path not UTF-8")?
                 .into(),
-            gateway: cgroup_root
-                .filter(|_| floor == Floor::Commit)
-                .map(|r| r.join(format!("floor-{}", std::process::id()))),
+            gateway: gateway.clone(),
         };
         let l = listener.try_clone().map_err(|e| err("listener", &e))?;
         let failed = Arc::new(AtomicUsize::new(0));
@@ -111,12 +124,11 @@ impl FloorServer {
             listener,
             failed,
             thread: Some(thread),
+            gateway,
             _lock: lock,
         })
     }
-}
 
-impl FloorServer {
     /// An error when a connection was not answered as asked.
     pub fn check(&self) -> Result<(), String> {
         match self.failed.load(Ordering::SeqCst) {
@@ -136,14 +148,17 @@ impl Drop for FloorServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(gw) = &self.gateway {
+            leash::cgroup::release_gateway_dir(gw);
+            leash::cgroup::remove_gateway_dir_if_empty(gw);
+        }
     }
 }
 
 struct Serving {
-    state: PathBuf,
+    root: StateRoot,
     wrap: String,
-    /// The gateway's cgroup directory, made when missing (the wrapper removes it with the last
-    /// lease: `--remove-empty-parent`).
+    /// The gateway's cgroup directory (held: no wrapper's `--remove-empty-parent` removes it).
     gateway: Option<PathBuf>,
 }
 
@@ -195,55 +210,37 @@ fn answer(
         None => Vec::new(),
         Some(insert) => {
             // The peer's parent (the owner) and start time, from the kernel.
-            let stat =
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-            let f: Vec<&str> = stat
-                .rsplit_once(')')
-                .ok_or("no ) in stat")?
-                .1
-                .split_whitespace()
-                .collect();
-            let field = |i: usize, what: &str| -> Result<i64, String> {
-                f.get(i)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| format!("no {what} in /proc/{pid}/stat"))
-            };
-            let ppid = field(1, "parent")?;
-            let start = field(19, "start time")?;
+            let (ppid, start) = leash::proc::parent_and_start_of(pid)
+                .ok_or_else(|| format!("the peer {pid} is gone"))?;
             let cgroup = match &cfg.gateway {
                 None => None,
-                Some(gw) => {
-                    match std::fs::create_dir(gw) {
-                        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                            return Err(format!("mkdir {}: {e}", gw.display()))
-                        }
-                        _ => {}
-                    }
-                    let p = gw.join(&lease_id);
-                    std::fs::create_dir(&p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
-                    std::fs::metadata(&p).map_err(|e| e.to_string())?;
-                    Some(p.to_str().ok_or("cgroup path not UTF-8")?.to_string())
-                }
+                Some(gw) => Some(
+                    leash::cgroup::create_lease_cgroup(gw, &lease_id)
+                        .map_err(|e| e.to_string())?
+                        .0,
+                ),
             };
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
+            let now = leash::lease::now_ms();
+            let text = |p: &Path| p.to_str().map(str::to_owned);
             insert
-                .execute(rusqlite::params![lease_id, pid, start, ppid, cgroup, now])
+                .execute(rusqlite::params![
+                    lease_id,
+                    pid,
+                    start as i64,
+                    ppid,
+                    cgroup.as_deref().and_then(text),
+                    now
+                ])
                 .map_err(|e| e.to_string())?;
-            let report = cfg.state.join("run").join(format!("{lease_id}.json"));
-            let mut a = vec![
-                "--grace-ms".into(),
-                "5000".into(),
-                "--owner-pid".into(),
-                ppid.to_string(),
-                "--report".into(),
-                report.to_str().ok_or("report path not UTF-8")?.to_string(),
-            ];
-            if let Some(c) = cgroup {
-                a.extend(["--cgroup".into(), c, "--remove-empty-parent".into()]);
-            }
-            a
+            let req = ExecRequest {
+                grace_ms: leash::limits::DEFAULT_GRACE_MS,
+                ..ExecRequest::default()
+            };
+            wrapper_options(&cfg.root, &req, &lease_id, ppid, cgroup.as_deref())
+                .iter()
+                .map(|a| a.to_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("a wrapper option is not UTF-8")?
         }
     };
     args.push("--".into());
@@ -263,7 +260,7 @@ fn answer(
                 "clear": false,
                 "keep": [],
                 "unset": [],
-                "set": [["LEASH_LEASE_ID", lease_id], ["LEASH_GATEWAY_ID", "floor"]],
+                "set": lease_markers(&lease_id, "floor"),
             },
         },
     });
