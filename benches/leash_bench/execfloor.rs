@@ -156,21 +156,29 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             },
         ]
     };
-    let mut subjects: Vec<Subject> = baselines(DAEMON_TURNS).into_iter().collect();
-    subjects.push(Subject {
-        name: "exec-daemon",
-        turns: DAEMON_TURNS,
+    // `leash exec` on the state root `state`, where `who` commits the lease.
+    let exec = |name, turns, state: &str, how: &str, who: &str| Subject {
+        name,
+        turns,
         label: format!(
-            "`leash exec -- /bin/true`, a `leash serve` of the state root running ({})",
+            "`leash exec -- /bin/true`, {how} ({who} commits the lease{})",
             if cg.is_ok() {
-                "it commits the lease and makes the cgroup"
+                " and makes the cgroup"
             } else {
-                "it commits the lease; containment off"
+                "; containment off"
             }
         ),
         argv: exec_argv(&env.leash),
-        envs: contain("state-daemon"),
-    });
+        envs: contain(state),
+    };
+    let mut subjects: Vec<Subject> = baselines(DAEMON_TURNS).into_iter().collect();
+    subjects.push(exec(
+        "exec-daemon",
+        DAEMON_TURNS,
+        "state-daemon",
+        "a `leash serve` of the state root running",
+        "it",
+    ));
     for (name, label) in [
         (
             "exec-null",
@@ -210,20 +218,13 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         &scratch.path().join("state-daemon"),
     )?;
     subjects.extend(baselines(DIRECT_TURNS));
-    subjects.push(Subject {
-        name: "exec",
-        turns: DIRECT_TURNS,
-        label: format!(
-            "`leash exec -- /bin/true`, no daemon ({})",
-            if cg.is_ok() {
-                "`leash-main` commits the lease and makes the cgroup"
-            } else {
-                "`leash-main` commits the lease; containment off"
-            }
-        ),
-        argv: exec_argv(&env.leash),
-        envs: contain("state"),
-    });
+    subjects.push(exec(
+        "exec",
+        DIRECT_TURNS,
+        "state",
+        "no daemon",
+        "`leash-main`",
+    ));
     if let Some(b) = std::env::var_os("LEASH_BENCH_BASELINE").map(PathBuf::from) {
         if !b.is_file() {
             return Err(format!(
@@ -277,19 +278,18 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             rounds: vec![Vec::new(); subjects.len()],
         };
         for turns in [DAEMON_TURNS, DIRECT_TURNS] {
+            let members: Vec<usize> = (0..subjects.len())
+                .filter(|&i| subjects[i].turns == turns)
+                .collect();
             for _ in 0..rounds {
-                let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); subjects.len()];
+                let mut runs: Vec<Vec<f64>> = vec![Vec::with_capacity(batch); members.len()];
                 for _ in 0..batch {
-                    for (s, r) in subjects.iter().zip(runs.iter_mut()) {
-                        if s.turns == turns {
-                            r.push(s.once(ns)?);
-                        }
+                    for (&i, r) in members.iter().zip(runs.iter_mut()) {
+                        r.push(subjects[i].once(ns)?);
                     }
                 }
-                for (r, out) in runs.iter().zip(level.rounds.iter_mut()) {
-                    if !r.is_empty() {
-                        out.push(median(r));
-                    }
+                for (&i, r) in members.iter().zip(&runs) {
+                    level.rounds[i].push(median(r));
                 }
             }
         }
@@ -325,23 +325,17 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "÷ bare wrapper",
         "target",
     ]);
-    // A subject of the daemon path's turns by name; the bare wrapper of a subject's own turns.
-    let idx = |name: &str| {
+    // A subject by name and turns (each turns has its own `true` and `wrap`).
+    let at = |name: &str, turns: usize| {
         subjects
             .iter()
-            .position(|s| s.name == name && s.turns == DAEMON_TURNS)
+            .position(|s| s.name == name && s.turns == turns)
             .expect("subject")
-    };
-    let wrap_of = |turns: usize| {
-        subjects
-            .iter()
-            .position(|s| s.name == "wrap" && s.turns == turns)
-            .expect("a bare wrapper in every turns")
     };
     for level in &results {
         for (i, s) in subjects.iter().enumerate() {
             let r = &level.rounds[i];
-            let base = &level.rounds[wrap_of(s.turns)];
+            let base = &level.rounds[at("wrap", s.turns)];
             let (diff, div, target) = if s.name == "wrap" || s.name == "true" {
                 (String::new(), String::new(), String::new())
             } else {
@@ -398,7 +392,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     let mut t = Table::new(&["unrelated processes, extra mounts", "step", "adds"]);
     for level in &results {
         for (what, hi, lo) in steps {
-            let (hi, lo) = (&level.rounds[idx(hi)], &level.rounds[idx(lo)]);
+            let (hi, lo) = (
+                &level.rounds[at(hi, DAEMON_TURNS)],
+                &level.rounds[at(lo, DAEMON_TURNS)],
+            );
             let d: Vec<f64> = hi.iter().zip(lo).map(|(x, y)| x - y).collect();
             t.row(vec![
                 format!("{}, {}", level.n, level.mounts),
