@@ -1,4 +1,5 @@
-//! The wrapper's side-channel report (`<state-dir>/run/<lease>.json`), and folding it into the
+//! The wrapper's side-channel report (`<reports dir>/<lease>.json`: the lease row's
+//! `report_dir`, else `<state-dir>/run/`), and folding it into the
 //! lease row: the adapter pid, its start time and group id after spawn, the exit status at the
 //! end. A report is trusted only when it names the lease's own wrapper (pid and start time), and
 //! it only fills in fields the row does not have yet.
@@ -37,10 +38,10 @@ impl WrapperReport {
     /// start, then the end. The report is the last line that ends in a newline: a line without
     /// one is a record still being written (or cut short by a full disk), and is not read. A
     /// complete line that does not parse is said in the log and the one before it is taken.
-    pub fn read(root: &StateRoot, lease_id: &str) -> Option<WrapperReport> {
+    pub fn read(path: &std::path::Path, lease_id: &str) -> Option<WrapperReport> {
         use std::io::Read;
         let mut bytes = Vec::new();
-        std::fs::File::open(root.report_path(lease_id))
+        std::fs::File::open(path)
             .ok()?
             .take(REPORT_READ_LIMIT)
             .read_to_end(&mut bytes)
@@ -75,7 +76,8 @@ impl WrapperReport {
     /// The lease's report, if there is one and it names the lease's own wrapper; a report that
     /// names another process is ignored (and said so in the log).
     pub fn read_for(root: &StateRoot, lease: &Lease) -> Option<WrapperReport> {
-        let report = Self::read(root, &lease.lease_id)?;
+        let path = root.report_file(&lease.lease_id, lease.report_dir.as_deref())?;
+        let report = Self::read(&path, &lease.lease_id)?;
         if report.matches(lease) {
             Some(report)
         } else {
@@ -141,7 +143,7 @@ pub fn ingest_reports(
                     None,
                     &reason,
                 )? {
-                    remove_report(root, &lease.lease_id);
+                    remove_report(root, &lease);
                     ended += 1;
                 }
             }
@@ -175,9 +177,12 @@ impl WrapperReport {
     }
 }
 
-/// The report of a lease that reached a terminal state is no longer needed.
-pub fn remove_report(root: &StateRoot, lease_id: &str) {
-    let _ = std::fs::remove_file(root.report_path(lease_id));
+/// The report of a lease that reached a terminal state is no longer needed. Removed only where
+/// [`StateRoot::report_file`] accepts the row's claim of where it is.
+pub fn remove_report(root: &StateRoot, lease: &Lease) {
+    if let Some(path) = root.report_file(&lease.lease_id, lease.report_dir.as_deref()) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 /// Environment variable naming the state root (the `--state-dir` flag wins over it).
 pub const ENV_STATE_DIR: &str = "LEASH_STATE_DIR";
 
+/// Environment variable naming the directory the wrappers' reports go in (see
+/// [`resolve_reports_dir`]).
+pub const ENV_RUNTIME_DIR: &str = "LEASH_RUNTIME_DIR";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(
@@ -41,13 +45,18 @@ pub enum StateError {
              path"
     )]
     Relative(PathBuf),
+    #[error(
+        "LEASH_RUNTIME_DIR {path} cannot hold the wrappers' reports: {why}; nothing started \
+             (unset it, and leash picks a runtime directory itself)"
+    )]
+    RuntimeDir { path: PathBuf, why: String },
 }
 
 impl HasKind for StateError {
     fn kind(&self) -> Kind {
         match self {
             StateError::Missing(_) => Kind::NotFound,
-            StateError::Relative(_) => Kind::Usage,
+            StateError::Relative(_) | StateError::RuntimeDir { .. } => Kind::Usage,
             _ => Kind::Internal,
         }
     }
@@ -180,8 +189,31 @@ impl StateRoot {
         self.dir.join("run")
     }
 
+    /// The report of a lease whose row names no reports directory: `run/<lease>.json`.
     pub fn report_path(&self, lease_id: &str) -> PathBuf {
         self.run_dir().join(format!("{lease_id}.json"))
+    }
+
+    /// Where the wrapper of a lease writes its report: `<dir>/<lease>.json` in the reports
+    /// directory its row names (`report_dir`, see [`resolve_reports_dir`]), else in `run/`.
+    ///
+    /// The row is a claim: `None` when the lease id is not a plain file name, or when the
+    /// directory it names is not one leash would have picked (an absolute path to a directory,
+    /// not a symlink, owned by this user and private to it: mode `0700`). Then no report is read
+    /// or removed there.
+    pub fn report_file(&self, lease_id: &str, report_dir: Option<&str>) -> Option<PathBuf> {
+        if lease_id.is_empty() || lease_id.contains('/') || lease_id.starts_with('.') {
+            return None;
+        }
+        let Some(dir) = report_dir else {
+            return Some(self.report_path(lease_id));
+        };
+        let dir = Path::new(dir);
+        if !reports_dir_usable(dir) {
+            tracing::warn!(lease_id, dir = %dir.display(), "the lease's reports directory is not a private directory of this user; its report is not read");
+            return None;
+        }
+        Some(dir.join(format!("{lease_id}.json")))
     }
 
     pub fn socket_path(&self) -> PathBuf {
@@ -197,6 +229,139 @@ impl StateRoot {
     /// Whether a daemon serves this state root now (see [`daemon_lock_held`]).
     pub fn daemon_serves(&self) -> bool {
         daemon_lock_held(&self.daemon_lock_path())
+    }
+}
+
+/// Whether `dir` is a directory the wrappers' reports may be read from and written in: an
+/// absolute path, a directory (not a symlink), owned by this user, mode `0700` or tighter. Reads
+/// one `lstat`; changes nothing.
+pub fn reports_dir_usable(dir: &Path) -> bool {
+    dir.is_absolute()
+        && fs::symlink_metadata(dir).is_ok_and(|m| {
+            m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0
+        })
+}
+
+/// Where the wrappers of the leases this process commits write their reports: `Some(dir)`, a
+/// private directory of this user on a memory-backed filesystem, recorded in each lease's row
+/// (`report_dir`); `None`, the state root's `run/`, as before 2026-12-04.
+///
+/// Why: a report is one file created per `leash exec`. On a disk filesystem (ext4 here) that
+/// create takes 20–60 µs in quiet minutes and 0.5–0.7 ms in busy ones, the largest swing in
+/// `leash exec`'s time (docs/benchmarks.md, stop 35). A report is needed only while its lease's
+/// processes may be alive: for this boot, like everything in `/run`.
+///
+/// The choice, first that holds:
+/// 1. `LEASH_RUNTIME_DIR` (not empty): that directory, made `0700` if missing (its parent must
+///    exist), whatever its filesystem. An operator's explicit choice: one that cannot be used
+///    (relative, a symlink, a file, another user's) is an error, and nothing starts.
+/// 2. `$XDG_RUNTIME_DIR/leash`, 3. `/run/leash` (root only), 4. `/dev/shm/leash-<uid>`: each
+///    only when its parent is a directory on tmpfs, owned by this user or root, and not
+///    writable by others unless sticky (so nobody else can swap our directory for a link), and
+///    the directory is ours (made `0700` if missing; another user's one, a squatter's, is
+///    passed over, as is a symlink).
+/// 5. Otherwise `None`: `run/` in the state root.
+///
+/// `env` is the environment of the `leash exec` whose lease it is (the daemon passes its peer's).
+pub fn resolve_reports_dir(
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Option<PathBuf>, StateError> {
+    let us = nix::unistd::geteuid().as_raw();
+    let mut system = Vec::with_capacity(2);
+    if us == 0 {
+        system.push(PathBuf::from("/run/leash"));
+    }
+    system.push(PathBuf::from(format!("/dev/shm/leash-{us}")));
+    resolve_reports_dir_among(env, system)
+}
+
+/// [`resolve_reports_dir`] with the system's defaults (after `$XDG_RUNTIME_DIR/leash`) given.
+fn resolve_reports_dir_among(
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    system: Vec<PathBuf>,
+) -> Result<Option<PathBuf>, StateError> {
+    let env = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(dir) = env(ENV_RUNTIME_DIR) {
+        let path = PathBuf::from(dir);
+        let refuse = |why: String| StateError::RuntimeDir {
+            path: path.clone(),
+            why,
+        };
+        if !path.is_absolute() {
+            return Err(refuse("not an absolute path".into()));
+        }
+        if path.to_str().is_none() {
+            return Err(refuse(
+                "not UTF-8 (the lease's row records it as text)".into(),
+            ));
+        }
+        return match make_private_dir(&path, true) {
+            Ok(()) => Ok(Some(path)),
+            Err(e) => Err(refuse(e.to_string())),
+        };
+    }
+    let us = nix::unistd::geteuid().as_raw();
+    let mut candidates: Vec<PathBuf> = Vec::with_capacity(3);
+    if let Some(xdg) = env("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if xdg.is_absolute() && xdg.to_str().is_some() {
+            candidates.push(xdg.join("leash"));
+        }
+    }
+    candidates.extend(system);
+    for dir in candidates {
+        let Some(parent) = dir.parent() else { continue };
+        if !memory_backed_and_safe(parent, us) {
+            continue;
+        }
+        match make_private_dir(&dir, false) {
+            Ok(()) => return Ok(Some(dir)),
+            Err(e) => {
+                tracing::debug!(dir = %dir.display(), error = %e, "not a reports directory")
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// `dir`'s parent as [`resolve_reports_dir`] requires it: tmpfs, a directory owned by
+/// `us` or root, not writable by group or others unless sticky.
+fn memory_backed_and_safe(parent: &Path, us: u32) -> bool {
+    let Ok(meta) = fs::metadata(parent) else {
+        return false;
+    };
+    let owner_ok = meta.uid() == us || meta.uid() == 0;
+    let sticky = meta.mode() & 0o1000 != 0;
+    if !meta.is_dir() || !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+        return false;
+    }
+    use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+    statfs(parent).is_ok_and(|f| f.filesystem_type() == TMPFS_MAGIC)
+}
+
+/// Makes `dir` (only its last component; the parent must exist) mode `0700`, or accepts it when
+/// it is already a directory of ours that is not a symlink: tightened to `0700` when `tighten`
+/// (an operator named it), else only when it is `0700` already (a default that somebody, say a
+/// unit's socket directory, made with another mode is left as it is, and passed over).
+fn make_private_dir(dir: &Path, tighten: bool) -> Result<(), StateError> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return check_private_dir(dir, false),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(StateError::Create {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    }
+    if tighten {
+        check_private_dir(dir, false)
+    } else if reports_dir_usable(dir) {
+        Ok(())
+    } else {
+        Err(StateError::Create {
+            path: dir.to_path_buf(),
+            source: io::Error::other("not a private directory of this user (mode 0700)"),
+        })
     }
 }
 
@@ -332,6 +497,53 @@ mod tests {
         ));
         assert!(!missing.exists());
         fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// An explicit `LEASH_RUNTIME_DIR` of ours is tightened as the state root is; a default
+    /// that exists with a looser mode is passed over and left as it was.
+    #[test]
+    fn an_explicit_reports_dir_is_tightened_and_a_loose_default_passed_over() {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("skipped: no /dev/shm");
+            return;
+        }
+        let base = shm.join(format!("leash-state-unit-{}", uuid::Uuid::new_v4()));
+        fs::create_dir(&base).unwrap();
+        fs::set_permissions(&base, fs::Permissions::from_mode(0o700)).unwrap();
+        let explicit = base.join("explicit");
+        fs::create_dir(&explicit).unwrap();
+        fs::set_permissions(&explicit, fs::Permissions::from_mode(0o755)).unwrap();
+        let env = |k: &str| (k == ENV_RUNTIME_DIR).then(|| explicit.clone().into_os_string());
+        assert_eq!(
+            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            Some(explicit.clone())
+        );
+        assert_eq!(fs::metadata(&explicit).unwrap().mode() & 0o777, 0o700);
+
+        let loose = base.join("leash");
+        fs::create_dir(&loose).unwrap();
+        fs::set_permissions(&loose, fs::Permissions::from_mode(0o755)).unwrap();
+        let env = |k: &str| (k == "XDG_RUNTIME_DIR").then(|| base.clone().into_os_string());
+        assert_eq!(
+            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            None,
+            "passed over, to run/"
+        );
+        assert_eq!(fs::metadata(&loose).unwrap().mode() & 0o777, 0o755);
+        fs::remove_dir(&loose).unwrap();
+        assert_eq!(
+            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            Some(loose.clone()),
+            "made when missing"
+        );
+        assert_eq!(fs::metadata(&loose).unwrap().mode() & 0o777, 0o700);
+        let relative = |k: &str| (k == ENV_RUNTIME_DIR).then(|| "rel".into());
+        assert!(matches!(
+            resolve_reports_dir_among(&relative, vec![]),
+            Err(StateError::RuntimeDir { .. })
+        ));
+        fs::remove_dir_all(&base).unwrap();
     }
 
     fn tempdir() -> PathBuf {

@@ -119,6 +119,7 @@ fn lease() -> Lease {
         root_pidfs_ino: None,
         cgroup_path: None,
         cgroup_id: None,
+        report_dir: None,
     }
 }
 

@@ -280,6 +280,7 @@ fn generate(seed: u64) -> Case {
         root_pidfs_ino: Some(100 * 7 + root_start),
         cgroup_path: contained.then(|| format!("{CGROOT}/{LID}")),
         cgroup_id: contained.then_some(77),
+        report_dir: None,
     };
     let _ = legit;
     // Their descendants too (admitted through them when they are).

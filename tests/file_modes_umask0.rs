@@ -1,5 +1,6 @@
 //! Every file and directory leash makes has an explicit mode, whatever the umask: under umask 0
-//! (a service manager's default for some units) `run/<lease>.json` was created 0666. Each leash
+//! (a service manager's default for some units) `run/<lease>.json` was created 0666. The reports
+//! directory (here one leash makes, under umask 0) is `0700` and each report in it `0600`. Each leash
 //! here runs under umask 0 set in its own shell (`umask 0; exec leash …`), never in the test
 //! process (the umask is process-wide, shared by every test thread).
 mod common;
@@ -17,7 +18,14 @@ fn leash_umask0(state: &Path) -> Command {
         .arg("--state-dir")
         .arg(state);
     c.env_remove("LEASH_STATE_DIR").env_remove("LEASH_LOG");
+    c.env("LEASH_RUNTIME_DIR", reports_dir(state));
     c
+}
+
+/// A reports directory leash makes itself (its parent, the test binary's, exists).
+fn reports_dir(state: &Path) -> std::path::PathBuf {
+    let tag = state.parent().and_then(Path::file_name).unwrap();
+    test_runtime_dir().join(tag)
 }
 
 fn mode(p: &Path) -> u32 {
@@ -52,24 +60,26 @@ fn every_file_leash_makes_has_its_mode_under_umask_0() {
             .unwrap(),
     );
     let wrapper = Pid::of(exec.id() as i32).unwrap();
-    let report = || {
-        std::fs::read_dir(state.join("run")).ok().and_then(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|x| x == "json"))
-        })
-    };
-    assert!(
-        wait_for(|| report().is_some()),
-        "no wrapper report appeared"
-    );
     // `leases` folds the report (it makes -wal/-shm if nothing did yet).
-    assert!(wait_for(|| lease_of(&state, "m")["adapterPid"].is_number()));
+    assert!(
+        wait_for(|| state.join("leash.db").exists()
+            && leases(&state)
+                .iter()
+                .any(|l| l["sessionKey"] == "m" && l["adapterPid"].is_number())),
+        "no wrapper report was read"
+    );
+    let report = report_file_of(&state, &lease_of(&state, "m"));
+    assert_eq!(
+        report.parent(),
+        Some(reports_dir(&state).as_path()),
+        "the report is in the reports directory LEASH_RUNTIME_DIR names"
+    );
     let mut checked = vec![
         (state.clone(), 0o700),
         (state.join("wrappers"), 0o700),
         (state.join("run"), 0o700),
-        (report().unwrap(), 0o600),
+        (reports_dir(&state), 0o700),
+        (report, 0o600),
         (state.join("leash.db"), 0o600),
         (state.join("leash.db-wal"), 0o600),
         (state.join("leash.db-shm"), 0o600),

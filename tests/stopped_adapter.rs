@@ -90,6 +90,9 @@ fn the_wrappers_teardown_wakes_a_stopped_adapter() {
     let a = read_pid_file(&tmp.join("adapter.pid"));
     tree.add(a);
     wait_stopped(a);
+    // Where the report is, read while the lease is open (a `leases` after its end folds the
+    // report into the row and removes it).
+    let report_file = report_file_of(&state, &lease_of(&state, "s"));
     signal(spawner_pid, libc::SIGKILL);
     // PATIENCE (30 s) is longer than the 20 s grace: the assertions below, not the wait, tell a
     // SIGTERM acted on from a SIGKILL after the grace.
@@ -99,11 +102,7 @@ fn the_wrappers_teardown_wakes_a_stopped_adapter() {
         tmp.join("term").exists(),
         "the stopped adapter never ran its SIGTERM handler (killed after the grace instead)"
     );
-    let report = std::fs::read_dir(state.join("run"))
-        .unwrap()
-        .flatten()
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect::<String>();
+    let report = std::fs::read_to_string(&report_file).unwrap_or_default();
     assert!(report.contains("\"exitStatus\":7"), "{report}");
     let _ = spawner.wait();
 }

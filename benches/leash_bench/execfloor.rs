@@ -308,14 +308,19 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
          difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \
          round. The daemon path and the direct path (`leash-main`, no daemon) are timed in \
          turns of their own, each with its own bare wrapper: the direct path's runs slowed the \
-         daemon path's between them. {} The state roots, and so the wrappers' reports (one \
-         file created per exec), are under {}, on {}.\n\n",
+         daemon path's between them. {} The state roots are under {}, on {}; the wrappers' \
+         reports (one file created per exec) are in {}.\n\n",
         match &cg {
             Ok(r) => format!("Containment on, under {}.", r.0.display()),
             Err(e) => format!("Containment off ({e})."),
         },
         scratch.path().display(),
-        filesystem(scratch.path())
+        filesystem(scratch.path()),
+        match leash::state::resolve_reports_dir(&|k| std::env::var_os(k)) {
+            Ok(Some(dir)) => format!("{}, on {}", dir.display(), filesystem(&dir)),
+            Ok(None) => "each state root's `run/`".to_string(),
+            Err(e) => format!("no usable directory ({e})"),
+        }
     );
     let mut t = Table::new(&[
         "unrelated processes, extra mounts (load start → end)",

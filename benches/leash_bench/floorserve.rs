@@ -105,7 +105,11 @@ impl FloorServer {
         if let Some(gw) = &gateway {
             leash::cgroup::hold_gateway_dir(gw).map_err(|e| err("gateway cgroup", &e))?;
         }
+        // The reports go where leash's would (`resolve_reports_dir`, once: leash does it per exec).
+        let reports = leash::state::resolve_reports_dir(&|k| std::env::var_os(k))
+            .map_err(|e| err("reports dir", &e))?;
         let cfg = Serving {
+            reports,
             root,
             wrap: wrap
                 .to_str()
@@ -157,6 +161,8 @@ impl Drop for FloorServer {
 
 struct Serving {
     root: StateRoot,
+    /// Where the wrappers' reports go (`None`: the state root's `run/`).
+    reports: Option<PathBuf>,
     wrap: String,
     /// The gateway's cgroup directory (held: no wrapper's `--remove-empty-parent` removes it).
     gateway: Option<PathBuf>,
@@ -236,7 +242,11 @@ fn answer(
                 grace_ms: leash::limits::DEFAULT_GRACE_MS,
                 ..ExecRequest::default()
             };
-            wrapper_options(&cfg.root, &req, &lease_id, ppid, cgroup.as_deref())
+            let report = match &cfg.reports {
+                Some(dir) => dir.join(format!("{lease_id}.json")),
+                None => cfg.root.report_path(&lease_id),
+            };
+            wrapper_options(&req, &report, ppid, cgroup.as_deref())
                 .iter()
                 .map(|a| a.to_str().map(str::to_owned))
                 .collect::<Option<Vec<_>>>()

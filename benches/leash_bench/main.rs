@@ -220,6 +220,7 @@ fn main() {
     // caller's own cgroup.
     std::env::set_var("LEASH_CONTAINMENT", "off");
     std::env::remove_var("LEASH_CGROUP_ROOT");
+    let reports = BenchReports::start();
     let sections: [(&str, Section); 12] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
@@ -263,8 +264,52 @@ fn main() {
         Ok(()) => eprintln!("leash-bench: results written to {}", path.display()),
         Err(e) => eprintln!("leash-bench: cannot write {}: {e}", path.display()),
     }
+    drop(reports);
     if failed {
         std::process::exit(1);
+    }
+}
+
+/// The wrappers' reports go where leash puts them by default, a private directory on tmpfs, but
+/// in one of the bench's own (`/dev/shm/leash-bench-<pid>`, `LEASH_RUNTIME_DIR`), removed with
+/// what is in it at the end: the bench removes state roots whose last leases nobody settled, and
+/// their reports would be left in the user's shared one. A `LEASH_RUNTIME_DIR` the caller set
+/// is kept (and not removed).
+struct BenchReports(Option<PathBuf>);
+
+impl BenchReports {
+    fn start() -> BenchReports {
+        if std::env::var_os("LEASH_RUNTIME_DIR").is_some_and(|v| !v.is_empty()) {
+            return BenchReports(None);
+        }
+        let on_tmpfs = nix::sys::statfs::statfs("/dev/shm")
+            .is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if !on_tmpfs {
+            return BenchReports(None);
+        }
+        let dir = PathBuf::from(format!("/dev/shm/leash-bench-{}", std::process::id()));
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                std::env::set_var("LEASH_RUNTIME_DIR", &dir);
+                BenchReports(Some(dir))
+            }
+            Err(e) => {
+                eprintln!(
+                    "leash-bench: cannot make {} ({e}); leash's default applies",
+                    dir.display()
+                );
+                BenchReports(None)
+            }
+        }
+    }
+}
+
+impl Drop for BenchReports {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

@@ -42,10 +42,21 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         .map_err(|e| format!("cannot start leash exec: {e}"))?;
     let root_pid = lease_proc.id() as i32;
     children.push(lease_proc);
-    let run_dir = root.run_dir();
+    // The wrapper's first report record is where the lease's row says (the reports directory).
+    let reported = || {
+        let Ok(ctl) = Controller::open(root.clone(), &LiveTable) else {
+            return false;
+        };
+        let Ok(Some(lease)) = ctl.store().active_lease_for_session(SESSION) else {
+            return false;
+        };
+        root.report_file(&lease.lease_id, lease.report_dir.as_deref())
+            .is_some_and(|p| p.exists())
+    };
     let ready = procs::wait_for(Duration::from_secs(30), || {
         LiveTable.subtree(root_pid).is_ok_and(|s| s.len() == 4)
-            && std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some())
+            && root.db_path().exists()
+            && reported()
     });
     if !ready {
         return Err("the staged lease's tree did not come up within 30 s".into());

@@ -275,6 +275,7 @@ fn stale_lease(
         root_pidfs_ino: None,
         cgroup_path: None,
         cgroup_id: None,
+        report_dir: None,
     };
     let session = SessionRow {
         session_key: lease.session_key.clone(),

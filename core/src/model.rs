@@ -166,6 +166,12 @@ pub struct Lease {
     /// another, and is not the lease's.
     #[serde(default)]
     pub cgroup_id: Option<u64>,
+    /// The directory the wrapper writes its report in (`<dir>/<lease id>.json`), when it is not
+    /// the state root's `run/`: a private runtime directory on tmpfs (`leash::state::
+    /// resolve_reports_dir`). A claim like every stored fact: a reader uses it only when it is a
+    /// private directory of its own user.
+    #[serde(default)]
+    pub report_dir: Option<String>,
     /// The adapter's process group (reported by the wrapper after spawn).
     pub process_group_id: Option<i32>,
     pub adapter_pid: Option<i32>,

@@ -797,6 +797,7 @@ mod tests {
             root_pidfs_ino: None,
             cgroup_path: Some(format!("{ROOT}/{id}")),
             cgroup_id: Some(cgroup_id),
+            report_dir: None,
             process_group_id: Some(101),
             adapter_pid: Some(101),
             adapter_start_time: Some(1001),

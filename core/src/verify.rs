@@ -853,6 +853,7 @@ mod tests {
             root_pidfs_ino: None,
             cgroup_path: None,
             cgroup_id: None,
+            report_dir: None,
         }
     }
 

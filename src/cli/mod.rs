@@ -1036,15 +1036,18 @@ fn exec_request(
         lease_id: a.lease_id,
         command: a.command,
         asked,
+        report_dir: None,
     }
 }
 
-fn run_exec(dir: &std::path::Path, req: ExecRequest, no_daemon: bool) -> Result<u8, Failure> {
+fn run_exec(dir: &std::path::Path, mut req: ExecRequest, no_daemon: bool) -> Result<u8, Failure> {
     // Before the state root is made: a refused exec changes nothing.
     crate::controller::exec::check_owner(req.owner_pid).map_err(|e| {
         let kind = e.kind();
         Failure::new(kind, e.to_string()).of_exec()
     })?;
+    req.report_dir = crate::state::resolve_reports_dir(&|k| std::env::var_os(k))
+        .map_err(|e| Failure::new(e.kind(), e.to_string()).of_exec())?;
     let root = StateRoot::open(dir)
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
     // A daemon of this state root commits the lease on its warm connection (issue 24); without

@@ -424,7 +424,7 @@ impl<'t> Controller<'t> {
                 (true, _) => CloseResult::LeftOpen,
             };
             if changed && f.to.is_terminal() && report.is_some() {
-                report::remove_report(&self.root, &f.lease.lease_id);
+                report::remove_report(&self.root, &f.lease);
             }
             tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = crate::logvalue::json(&result), reason = %f.reason, "close finished");
             outcomes.push(CloseOutcome {

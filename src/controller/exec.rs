@@ -64,6 +64,10 @@ pub struct ExecRequest {
     /// handed over without a usable answer (`LEASH_EXEC_ASKED`, see src/front/main.rs): a lease
     /// of that id rooted at this process is committed, and only its wrapper is left to exec.
     pub asked: Option<String>,
+    /// The directory the wrapper writes its report in, as [`crate::state::resolve_reports_dir`]
+    /// picked it from the environment of the `leash exec` (the daemon: its peer's); `None`: the
+    /// state root's `run/`. Recorded in the lease's row (`report_dir`).
+    pub report_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +294,7 @@ pub fn exec(
     let (new, made) = decide_and_commit(&mut store, root, &req, &origin, None, wrapper, resolve)?;
     drop(store);
     let launch = Launch {
+        report: lease_report(root, &new),
         wrapper_path: PathBuf::from(&new.wrapper_path),
         owner_pid: origin.owner.pid,
         cgroup: made.as_ref().map(|m| m.path.clone()),
@@ -334,6 +339,8 @@ pub fn decide_and_commit(
 /// What the wrapper is exec'd with once the lease is committed (here or by the daemon).
 struct Launch {
     lease_id: String,
+    /// The wrapper's report file ([`lease_report`]).
+    report: PathBuf,
     gateway_id: String,
     wrapper_path: PathBuf,
     owner_pid: i32,
@@ -345,7 +352,7 @@ struct Launch {
 
 /// Execs the wrapper; returns only when that failed (the lease is then recorded lost).
 fn launch_wrapper(root: &StateRoot, req: &ExecRequest, launch: Launch) -> ExecError {
-    let err = wrapper_command(root, req, &launch).exec();
+    let err = wrapper_command(req, &launch).exec();
     let made = match (launch.made, &launch.cgroup, launch.cgroup_id) {
         (Some(m), _, _) => Some(m),
         (None, Some(p), Some(id)) => Some(MadeCgroup {
@@ -461,6 +468,11 @@ with_ownership_fields! {
         pub containment: String,
         #[serde(default)]
         pub cgroup_root: Option<PathBuf>,
+        /// Where the client's wrapper writes its report ([`ExecRequest::report_dir`]): the
+        /// daemon records it in the row when it is a private directory of its user, and
+        /// answers `direct` otherwise. Absent: the state root's `run/`.
+        #[serde(default)]
+        pub report_dir: Option<PathBuf>,
     }
 }
 
@@ -543,6 +555,7 @@ fn through_daemon(
             wrapper: wrapper_path,
             containment: mine.mode.clone(),
             cgroup_root: mine.root.clone(),
+            report_dir: req.report_dir.clone(),
         })
     };
     let me = proc::self_id();
@@ -573,7 +586,12 @@ fn through_daemon(
                     ),
                 });
             }
+            let report = match &req.report_dir {
+                Some(dir) => dir.join(format!("{lease_id}.json")),
+                None => root.report_path(&lease_id),
+            };
             Ok(Some(Launch {
+                report,
                 lease_id,
                 gateway_id,
                 wrapper_path,
@@ -604,7 +622,7 @@ fn after_lost_answer(
 ) -> Result<Option<Launch>, ExecError> {
     let store = Store::open(&root.db_path())?;
     match store.lease(lease_id)? {
-        Some(l) => match rooted_here(l, me, owner_pid) {
+        Some(l) => match rooted_here(root, l, me, owner_pid) {
             Some(launch) => Ok(Some(launch)),
             None => Err(ExecError::LeaseIdTaken(lease_id.to_string())),
         },
@@ -619,9 +637,15 @@ fn after_lost_answer(
 
 /// The launch of lease `l` when it is open and rooted at this process (`me`: its pid and start
 /// time), i.e. committed for it by a daemon that did not get to say so.
-fn rooted_here(l: Lease, me: leash_core::model::ProcessId, owner_pid: i32) -> Option<Launch> {
+fn rooted_here(
+    root: &StateRoot,
+    l: Lease,
+    me: leash_core::model::ProcessId,
+    owner_pid: i32,
+) -> Option<Launch> {
     (l.root_pid == me.pid && l.root_start_time == me.start_time && l.state == LeaseState::Open)
         .then(|| Launch {
+            report: lease_report(root, &l),
             lease_id: l.lease_id,
             gateway_id: l.gateway_instance_id,
             wrapper_path: PathBuf::from(l.wrapper_path),
@@ -649,7 +673,7 @@ fn committed_for_the_front_door(
     let owner_pid = nix::unistd::getppid().as_raw();
     for id in std::iter::once(asked).chain(&req.lease_id) {
         if let Some(l) = store.lease(id)? {
-            if let Some(launch) = rooted_here(l, me, owner_pid) {
+            if let Some(launch) = rooted_here(root, l, me, owner_pid) {
                 tracing::debug!(lease_id = %id, "the front door's lease is committed; exec'ing its wrapper");
                 return Ok(Some(launch));
             }
@@ -793,7 +817,21 @@ fn new_lease(
         root_pidfs_ino: origin.root_pidfs_ino,
         cgroup_path: None,
         cgroup_id: None,
+        report_dir: req
+            .report_dir
+            .as_deref()
+            .and_then(std::path::Path::to_str)
+            .map(str::to_owned),
     }
+}
+
+/// Where the wrapper of lease `lease` writes its report: the file its row names
+/// ([`StateRoot::report_file`]); `run/<lease>.json` when the row's claim is refused (a report
+/// nobody then reads: the lease ends `lost` rather than `ended`, and nothing is written where
+/// the claim pointed).
+pub fn lease_report(root: &StateRoot, lease: &Lease) -> PathBuf {
+    root.report_file(&lease.lease_id, lease.report_dir.as_deref())
+        .unwrap_or_else(|| root.report_path(&lease.lease_id))
 }
 
 /// The session row committed with the lease (its ownership, for the visibility rules).
@@ -918,12 +956,11 @@ fn commit(
 /// The wrapper's command line: the grace, the owner it watches, its report file, the cgroup it
 /// starts the adapter in, the error format; the environment policy, then the lease markers
 /// (after it, so no policy can remove them), then the adapter's command.
-fn wrapper_command(root: &StateRoot, req: &ExecRequest, launch: &Launch) -> Command {
+fn wrapper_command(req: &ExecRequest, launch: &Launch) -> Command {
     let mut cmd = Command::new(&launch.wrapper_path);
     cmd.args(wrapper_options(
-        root,
         req,
-        &launch.lease_id,
+        &launch.report,
         launch.owner_pid,
         launch.cgroup.as_deref(),
     ));
@@ -941,9 +978,8 @@ fn wrapper_command(root: &StateRoot, req: &ExecRequest, launch: &Launch) -> Comm
 /// watches, its report file, the cgroup it starts the adapter in, the error format. The daemon
 /// sends the same to the front door (`execArgv`).
 pub fn wrapper_options(
-    root: &StateRoot,
     req: &ExecRequest,
-    lease_id: &str,
+    report: &std::path::Path,
     owner_pid: i32,
     cgroup: Option<&std::path::Path>,
 ) -> Vec<OsString> {
@@ -953,7 +989,7 @@ pub fn wrapper_options(
         "--owner-pid".into(),
         owner_pid.to_string().into(),
         "--report".into(),
-        root.report_path(lease_id).into(),
+        report.into(),
     ];
     if let Some(path) = cgroup {
         // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
@@ -1025,11 +1061,12 @@ mod tests {
             wrapper: "/s/wrappers/leash-wrap-1".into(),
             containment: "on".into(),
             cgroup_root: Some("/sys/fs/cgroup/x".into()),
+            report_dir: Some("/dev/shm/leash-0".into()),
         };
         let json = serde_json::to_string(&ask).unwrap();
         assert_eq!(
             json,
-            r#"{"stateDir":"/s","leaseId":"01a2376c-fe0f-72d8-9e81-df0983079ff7","leaseIdGiven":true,"session":"k","agent":"a","owner":"o","spawnedBy":"b","parent":"p","graceMs":3000,"ownerPid":7,"limits":{"memoryMax":1048576},"argv":["/bin/true"],"wrapper":"/s/wrappers/leash-wrap-1","containment":"on","cgroupRoot":"/sys/fs/cgroup/x"}"#
+            r#"{"stateDir":"/s","leaseId":"01a2376c-fe0f-72d8-9e81-df0983079ff7","leaseIdGiven":true,"session":"k","agent":"a","owner":"o","spawnedBy":"b","parent":"p","graceMs":3000,"ownerPid":7,"limits":{"memoryMax":1048576},"argv":["/bin/true"],"wrapper":"/s/wrappers/leash-wrap-1","containment":"on","cgroupRoot":"/sys/fs/cgroup/x","reportDir":"/dev/shm/leash-0"}"#
         );
         assert_eq!(serde_json::from_str::<ExecAsk>(&json).unwrap(), ask);
         // Left out, the optional ones read as absent.
@@ -1043,9 +1080,10 @@ mod tests {
                 bare.agent,
                 bare.owner,
                 bare.spawned_by,
-                bare.parent
+                bare.parent,
+                bare.report_dir
             ),
-            (None, None, None, None, None)
+            (None, None, None, None, None, None)
         );
     }
 }

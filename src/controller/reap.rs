@@ -414,9 +414,15 @@ impl<'t> Controller<'t> {
         report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
         report.escapees = self.reap_escapees(&plan)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
+        // The rows go with the expiry; where their reports are is read before.
+        let expiring: Vec<Lease> = plan
+            .expire
+            .iter()
+            .filter_map(|id| self.store().lease(id).ok().flatten())
+            .collect();
         report.expired = self.store().expire(opts.now_ms - opts.retention_ms)?;
-        for id in &plan.expire {
-            report::remove_report(&self.root, id);
+        for lease in &expiring {
+            report::remove_report(&self.root, lease);
         }
         // After the leases: a cgroup whose lease was just closed is already gone, and one whose
         // lease just expired is swept now.

@@ -108,9 +108,9 @@ impl Store {
              wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, \
              adapter_start_time, command_hash, command_json, owner_pid, owner_start_time, \
              started_at, grace_ms, state, state_reason, closed_at, exit_status, updated_at, \
-             root_pidfs_ino, cgroup_path, cgroup_id) \
+             root_pidfs_ino, cgroup_path, cgroup_id, report_dir) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+             ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         )
         .map_err(err)?
         .execute(params![
@@ -139,6 +139,7 @@ impl Store {
                 lease.root_pidfs_ino.map(|v| v as i64),
                 lease.cgroup_path,
                 lease.cgroup_id.map(|v| v as i64),
+                lease.report_dir,
             ])
         .map_err(err)?;
         // Store only what reads back: the row just written must parse as the lease it came from,
@@ -498,7 +499,7 @@ const LEASE_COLS: &str = "lease_id, gateway_instance_id, session_key, agent_id, 
     wrapper_path, root_pid, root_start_time, process_group_id, adapter_pid, adapter_start_time, \
     command_hash, command_json, owner_pid, owner_start_time, started_at, grace_ms, state, \
     state_reason, closed_at, exit_status, claimed_by_pid, claimed_by_start, root_pidfs_ino, \
-    cgroup_path, cgroup_id";
+    cgroup_path, cgroup_id, report_dir";
 
 /// The fields [`Store::repair_lease`] may reset: (SQL that holds when the field reads, the reset
 /// (?2 is the default grace), what is said in the `repaired` event). They mirror the checks of
@@ -666,6 +667,7 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         cgroup_id: opt_int(25, "cgroup_id")?
             .map(|v| ticks(v, "cgroup_id"))
             .transpose()?,
+        report_dir: opt_text(26, "report_dir")?,
         lease_id,
     })
 }

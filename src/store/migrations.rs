@@ -122,6 +122,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX legacy_records_one_per_acpx_lease
         ON legacy_records(acpx_lease_id) WHERE acpx_lease_id IS NOT NULL;
     "#,
+    // 7: where the lease's wrapper writes its report, when not in the state root's `run/`: a
+    // private runtime directory on tmpfs (`state::resolve_reports_dir`). NULL: `run/`.
+    r#"
+    ALTER TABLE leases ADD COLUMN report_dir TEXT;
+    "#,
 ];
 
 impl Store {

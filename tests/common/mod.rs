@@ -146,6 +146,7 @@ pub fn containment_available() -> bool {
 }
 
 fn init_containment() {
+    init_runtime_dir();
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| {
         // Set before any leash command runs; std serialises environment access with spawns.
@@ -182,6 +183,81 @@ fn init_containment() {
         // SAFETY: registers a plain extern "C" fn; the test harness exits through exit(3).
         unsafe { libc::atexit(cleanup) };
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The wrappers' reports. leash puts them in a runtime directory on tmpfs shared by every state
+// root of the user (`/run/leash`, `/dev/shm/leash-<uid>`: `state::resolve_reports_dir`), where a
+// test that removes its state root with a lease still open would leave its report behind. So
+// before the first leash command of a test binary this points LEASH_RUNTIME_DIR at
+// `/dev/shm/leash-test-<pid>-rt` (tmpfs, as the default is), removed with everything in it at
+// exit; left-overs of test binaries that died are removed first. A caller that set
+// LEASH_RUNTIME_DIR keeps its own.
+
+/// Where this process's tests' reports go by default (see above).
+pub fn test_runtime_dir() -> PathBuf {
+    runtime_base().join(format!("leash-test-{}-rt", std::process::id()))
+}
+
+fn runtime_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn init_runtime_dir() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        if std::env::var_os("LEASH_RUNTIME_DIR").is_some() {
+            return;
+        }
+        let base = runtime_base();
+        if let Ok(rd) = std::fs::read_dir(&base) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let dead = name
+                    .strip_prefix("leash-test-")
+                    .and_then(|r| r.strip_suffix("-rt"))
+                    .and_then(|p| p.parse::<i32>().ok())
+                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                let ours = e.metadata().is_ok_and(|m| {
+                    std::os::unix::fs::MetadataExt::uid(&m) == nix::unistd::geteuid().as_raw()
+                });
+                if dead && ours {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let dir = test_runtime_dir();
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            eprintln!(
+                "cannot create {} ({e}): the default reports directory applies",
+                dir.display()
+            );
+            return;
+        }
+        std::env::set_var("LEASH_RUNTIME_DIR", &dir);
+        extern "C" fn cleanup() {
+            let _ = std::fs::remove_dir_all(test_runtime_dir());
+        }
+        // SAFETY: registers a plain extern "C" fn; the test harness exits through exit(3).
+        unsafe { libc::atexit(cleanup) };
+    });
+}
+
+/// The wrapper's report file of a lease as `leash leases --json` shows it: in its `reportDir`,
+/// else in the state root's `run/`.
+pub fn report_file_of(state: &Path, lease: &serde_json::Value) -> PathBuf {
+    let id = lease["leaseId"].as_str().expect("a lease id");
+    let dir = match lease["reportDir"].as_str() {
+        Some(d) => PathBuf::from(d),
+        None => state.join("run"),
+    };
+    dir.join(format!("{id}.json"))
 }
 
 /// [`sweep_dead_test_roots`] where this process makes its cgroups (nothing where it cannot):

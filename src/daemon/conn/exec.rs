@@ -74,6 +74,16 @@ fn cannot_honour(d: &Daemon, ask: &ExecAsk) -> Option<String> {
             ask.containment, ask.cgroup_root, d.containment.mode, d.containment.root
         ));
     }
+    // The client's reports directory: recorded in the row only when it is a private directory
+    // of this user (the client made it so; one that is not now is not trusted for a lease).
+    if let Some(dir) = &ask.report_dir {
+        if dir.to_str().is_none() || !crate::state::reports_dir_usable(dir) {
+            return Some(format!(
+                "the reports directory {} is not a private directory of this user",
+                dir.display()
+            ));
+        }
+    }
     // The wrapper the client installed: a regular file directly under this root's wrapper root.
     let in_root = ask.wrapper.parent() == Some(d.root.wrapper_root().as_path())
         && ask
@@ -116,6 +126,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
         lease_id: ask.lease_id_given.then(|| ask.lease_id.clone()),
         limits: ask.limits,
         command: ask.argv.into_iter().map(Into::into).collect(),
+        report_dir: ask.report_dir,
         ..ExecRequest::default()
     };
     let wrapper = ask.wrapper;

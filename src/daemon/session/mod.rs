@@ -128,6 +128,9 @@ pub struct Limits {
 pub struct LeaseInfo {
     pub lease_id: String,
     pub root: ProcessId,
+    /// Where its wrapper's report is (`StateRoot::report_file` of the row; `None`: the row's
+    /// claim of a reports directory was refused, and no report is read).
+    pub report: Option<std::path::PathBuf>,
 }
 
 /// The daemon's supervised child: one session's `leash exec` child and everything the daemon

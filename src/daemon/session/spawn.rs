@@ -230,7 +230,10 @@ impl Supervised {
         loop {
             self.find_lease();
             if let Some(info) = self.lease.get() {
-                if let Some(r) = WrapperReport::read(&self.root, &info.lease_id)
+                if let Some(r) = info
+                    .report
+                    .as_deref()
+                    .and_then(|p| WrapperReport::read(p, &info.lease_id))
                     .filter(|r| r.wrapper_pid == self.child_pid)
                 {
                     if r.adapter_pid.is_some() {
@@ -285,6 +288,7 @@ impl Supervised {
                     let _ = self.lease.set(LeaseInfo {
                         lease_id: l.lease_id.clone(),
                         root: l.root(),
+                        report: self.root.report_file(&l.lease_id, l.report_dir.as_deref()),
                     });
                     self.sync_events();
                 }
