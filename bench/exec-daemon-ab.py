@@ -4,13 +4,28 @@
 #
 #   python3 bench/exec-daemon-ab.py old=/path/to/old/release new=target/release
 #
+# `name=BUILD@DIR` runs that subject with the wrappers' reports in DIR (`LEASH_RUNTIME_DIR`),
+# made 0700 here if missing and removed at the end, e.g. the same build twice:
+#
+#   python3 bench/exec-daemon-ab.py disk=target/release@/tmp/ab-reports \
+#       tmpfs=target/release@/dev/shm/ab-reports
+#
 # Each build's `leash serve` gets a state root of its own, and containment under a cgroup root
 # this script makes in the cgroup2 mount (root with cgroup2; found in /proc/self/mountinfo) and
 # removes at the end; both daemons are stopped with SIGTERM, also when a run fails.
 import os, sys, time, statistics, subprocess, tempfile, shutil
 from abturns import cgroup2_mount, turns
 
-builds = dict(a.split("=", 1) for a in sys.argv[1:])
+builds, reports = {}, {}
+for a in sys.argv[1:]:
+    name, rel = a.split("=", 1)
+    rel, _, rdir = rel.partition("@")
+    builds[name] = rel
+    if rdir:
+        reports[name] = rdir
+made = [d for d in reports.values() if not os.path.exists(d)]
+for d in made:
+    os.mkdir(d, 0o700)
 cg = f"{cgroup2_mount()}/leash-exec-ab-{os.getpid()}"
 os.mkdir(cg)
 tmp = tempfile.mkdtemp(prefix="exec-ab-")
@@ -19,6 +34,8 @@ try:
     for name, rel in builds.items():
         e = dict(os.environ, LEASH_STATE_DIR=f"{tmp}/{name}", LEASH_CONTAINMENT="on",
                  LEASH_CGROUP_ROOT=cg)
+        if name in reports:
+            e["LEASH_RUNTIME_DIR"] = reports[name]
         daemons[name] = subprocess.Popen([f"{rel}/leash", "serve"], env=e,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=open(f"{tmp}/{name}.log", "w"))
@@ -45,6 +62,8 @@ finally:
         p.terminate()
         p.wait()
     shutil.rmtree(tmp, ignore_errors=True)
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
     os.rmdir(cg)  # the wrappers removed their cgroups, the daemons their gateways' directories
 b = res["bare"]
 print("bare %.3f ms (%.3f-%.3f)" % (statistics.median(b), min(b), max(b)))
