@@ -169,7 +169,11 @@ When the process that ran leash exec dies, the whole tree gets SIGTERM, then SIG
 grace.\n\nAt most one lease per session is active. A second exec for a session whose lease is \
 still active starts nothing and exits 125 with the reason, unless nothing of the old lease is \
 alive any more (verified: wrapper, adapter, marked escapees): then the old lease is marked lost \
-and the new one proceeds.",
+and the new one proceeds.\n\nThe wrapper writes a small report (the adapter's pid, then its exit \
+status) in LEASH_RUNTIME_DIR when set (refused, nothing started, when it is not a directory of \
+yours that can be made private), else in a private directory on tmpfs ($XDG_RUNTIME_DIR/leash, \
+/run/leash for root, /dev/shm/leash-UID, the first that is safe), else in the state directory's \
+run/; the lease records which.",
         after_help = "Exit status: the adapter's (its code, or 128+N if it died of signal N); 127 if \
 CMD was not found, 126 if it could not be executed (the lease is then recorded ended, with the \
 reason); 125 if leash exec itself failed (bad usage, a live lease for the session, the database, \
