@@ -20,8 +20,8 @@ user=${LEASH_ROOTLESS_USER:-leash-rootless}
 tests=(close_and_cancel parent_death wrapper_sigkill reap_startup_orphans containment_escapee
   containment_own_cgroup containment_modes daemon_containment daemon_leaf_cgroup
   daemon_sigkill_stale_socket daemon_wrapper_sigkill_settles daemon_reconcile_strays ps_resource_view
-  wrapper_cgroup_removed)
-min_tests=29
+  wrapper_cgroup_removed report_dir)
+min_tests=35
 started=$(date +%s)
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -258,8 +258,9 @@ pub fn reports_dir_usable(dir: &Path) -> bool {
 /// 2. `$XDG_RUNTIME_DIR/leash`, 3. `/run/leash` (root only), 4. `/dev/shm/leash-<uid>`: each
 ///    only when its parent is a directory on tmpfs, owned by this user or root, and not
 ///    writable by others unless sticky (so nobody else can swap our directory for a link), and
-///    the directory is ours (made `0700` if missing; another user's one, a squatter's, is
-///    passed over, as is a symlink).
+///    the directory is ours and `0700` (made so if missing; another user's, a squatter's, a
+///    symlink, or one of ours with another mode, say a unit's socket directory, is passed over
+///    and left as it is).
 /// 5. Otherwise `None`: `run/` in the state root.
 ///
 /// `env` is the environment of the `leash exec` whose lease it is (the daemon passes its peer's).

@@ -147,6 +147,7 @@ fuzz_target!(|input: Input| {
             root_pidfs_ino: None,
             cgroup_path: None,
             cgroup_id: None,
+            report_dir: None,
     };
     let caller = Caller {
         pid: pid(input.caller_pid),
