@@ -512,3 +512,62 @@ fn rows_of_an_older_schema_keep_their_reports_in_run() {
         "the settled lease's report in run/ is removed"
     );
 }
+
+/// A client whose mounts are not the daemon's (here a private `/dev/shm` in a mount namespace of
+/// its own) names a reports directory the daemon would find elsewhere: the daemon's `exec` op
+/// answers `direct`, and the client commits the lease itself. Root only (a mount namespace).
+#[test]
+fn a_client_in_other_mounts_commits_its_lease_itself() {
+    if !nix::unistd::geteuid().is_root() {
+        skip("report_dir: a mount namespace of the client's own needs root");
+        return;
+    }
+    let Some(unshare) = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        skip("report_dir: no unshare(1) here");
+        return;
+    };
+    let tmp = TempDir::new("report-dir-mounts");
+    let state = tmp.join("state");
+    // The same path in both views: the daemon's is the test binary's directory, the client's a
+    // directory of the same name on its own tmpfs.
+    let dir = fresh_dir("mounts");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut daemon = Daemon::start_logging(&state, &[], "debug");
+    let script = r#"set -e
+mount -t tmpfs -o mode=1777 leash-test /dev/shm
+mkdir -p -m 700 "$3"
+LEASH_RUNTIME_DIR="$3" exec "$0" --state-dir "$1" exec --session "$2" -- sh -c 'exit 3'"#;
+    let out = Command::new(unshare)
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(leash_main_bin())
+        .arg(&state)
+        .arg("u")
+        .arg(&dir)
+        .env_remove("LEASH_STATE_DIR")
+        .env_remove("LEASH_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let log = daemon.log_text();
+    assert!(
+        log.contains("exec: the client commits directly") && log.contains("sees other mounts"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("exec: lease committed for the peer"),
+        "the daemon committed nothing: {log}"
+    );
+    let l = row_of(&state, "u");
+    assert_eq!(l["reportDir"], dir.to_str().unwrap(), "{l}");
+    assert!(
+        reports_in(&dir).is_empty(),
+        "the client's report went to its own /dev/shm, not the daemon's"
+    );
+    assert!(daemon.terminate().success());
+}

@@ -113,6 +113,17 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
         Ok(o) => o,
         Err(why) => return direct(why),
     };
+    // The client's reports directory is a path in the client's mounts: the daemon and every
+    // reader of the lease must see the same directory under it (a unit's private `/dev/shm`
+    // would not be).
+    let proc = std::path::PathBuf::from(format!("/proc/{}", peer.pid));
+    if ask.report_dir.is_some() && !super::exec_argv::same_mounts(&proc) {
+        return direct(
+            "the client sees other mounts than the daemon, so its reports directory may not be \
+             the daemon's"
+                .into(),
+        );
+    }
     let refuse = |e: ExecError| fail(Code::of(e.kind()), cli_message(&e));
     check_owner_is(ask.owner_pid, origin.owner.pid).map_err(refuse)?;
     let req = ExecRequest {

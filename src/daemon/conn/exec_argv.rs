@@ -83,7 +83,7 @@ impl PeerProcess {
 /// Whether the process of `proc` sees the mounts this one sees (the same mount namespace and
 /// root): then the cgroup2 mount the daemon found is the peer's too, and its mount table (all of
 /// it rendered by the kernel for one read) is not read.
-fn same_mounts(proc: &Path) -> bool {
+pub(super) fn same_mounts(proc: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     static OWN: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
     let ns = |p: &Path| {
