@@ -76,7 +76,17 @@ impl WrapperReport {
     /// The lease's report, if there is one and it names the lease's own wrapper; a report that
     /// names another process is ignored (and said so in the log).
     pub fn read_for(root: &StateRoot, lease: &Lease) -> Option<WrapperReport> {
-        let path = root.report_file(&lease.lease_id, lease.report_dir.as_deref())?;
+        Self::read_for_with(root, lease, &mut crate::state::reports_dir_usable)
+    }
+
+    /// [`WrapperReport::read_for`] with the reports directory's check given (see
+    /// [`StateRoot::report_file_with`]).
+    fn read_for_with(
+        root: &StateRoot,
+        lease: &Lease,
+        usable: &mut dyn FnMut(&std::path::Path) -> bool,
+    ) -> Option<WrapperReport> {
+        let path = root.report_file_with(&lease.lease_id, lease.report_dir.as_deref(), usable)?;
         let report = Self::read(&path, &lease.lease_id)?;
         if report.matches(lease) {
             Some(report)
@@ -121,12 +131,22 @@ pub fn ingest_reports(
     table: &dyn ProcessTable,
 ) -> Result<usize, StoreError> {
     let mut ended = 0;
+    // Each reports directory is checked once per pass, not once per lease (they share one).
+    let mut checked: Vec<(std::path::PathBuf, bool)> = Vec::new();
+    let mut usable = |dir: &std::path::Path| match checked.iter().find(|(d, _)| d == dir) {
+        Some(&(_, ok)) => ok,
+        None => {
+            let ok = crate::state::reports_dir_usable(dir);
+            checked.push((dir.to_path_buf(), ok));
+            ok
+        }
+    };
     for lease in store
         .leases(&[LeaseState::Open, LeaseState::Closing])?
         .into_iter()
         .flatten()
     {
-        let Some(report) = WrapperReport::read_for(root, &lease) else {
+        let Some(report) = WrapperReport::read_for_with(root, &lease, &mut usable) else {
             continue;
         };
         if report.fills(&lease) {

@@ -191,7 +191,17 @@ impl StateRoot {
 
     /// The report of a lease whose row names no reports directory: `run/<lease>.json`.
     pub fn report_path(&self, lease_id: &str) -> PathBuf {
-        self.run_dir().join(format!("{lease_id}.json"))
+        self.report_path_at(None, lease_id)
+    }
+
+    /// The report of lease `lease_id` in reports directory `dir` (`None`: `run/`), unchecked:
+    /// for a directory this process resolved itself ([`resolve_reports_dir`]). A row's claim of
+    /// one goes through [`StateRoot::report_file`].
+    pub fn report_path_at(&self, dir: Option<&Path>, lease_id: &str) -> PathBuf {
+        match dir {
+            Some(dir) => dir.join(format!("{lease_id}.json")),
+            None => self.run_dir().join(format!("{lease_id}.json")),
+        }
     }
 
     /// Where the wrapper of a lease writes its report: `<dir>/<lease>.json` in the reports
@@ -202,18 +212,26 @@ impl StateRoot {
     /// not a symlink, owned by this user and private to it: mode `0700`). Then no report is read
     /// or removed there.
     pub fn report_file(&self, lease_id: &str, report_dir: Option<&str>) -> Option<PathBuf> {
+        self.report_file_with(lease_id, report_dir, &mut reports_dir_usable)
+    }
+
+    /// [`StateRoot::report_file`] with the directory's check given (`usable`): a reader of many
+    /// leases checks each directory once (`report::ingest_reports`).
+    pub fn report_file_with(
+        &self,
+        lease_id: &str,
+        report_dir: Option<&str>,
+        usable: &mut dyn FnMut(&Path) -> bool,
+    ) -> Option<PathBuf> {
         if lease_id.is_empty() || lease_id.contains('/') || lease_id.starts_with('.') {
             return None;
         }
-        let Some(dir) = report_dir else {
-            return Some(self.report_path(lease_id));
-        };
-        let dir = Path::new(dir);
-        if !reports_dir_usable(dir) {
+        let dir = report_dir.map(Path::new);
+        if let Some(dir) = dir.filter(|d| !usable(d)) {
             tracing::warn!(lease_id, dir = %dir.display(), "the lease's reports directory is not a private directory of this user; its report is not read");
             return None;
         }
-        Some(dir.join(format!("{lease_id}.json")))
+        Some(self.report_path_at(dir, lease_id))
     }
 
     pub fn socket_path(&self) -> PathBuf {
@@ -273,12 +291,14 @@ pub fn resolve_reports_dir(
         system.push(PathBuf::from("/run/leash"));
     }
     system.push(PathBuf::from(format!("/dev/shm/leash-{us}")));
-    resolve_reports_dir_among(env, system)
+    resolve_reports_dir_among(env, us, system)
 }
 
-/// [`resolve_reports_dir`] with the system's defaults (after `$XDG_RUNTIME_DIR/leash`) given.
+/// [`resolve_reports_dir`] for user `us` with the system's defaults (after
+/// `$XDG_RUNTIME_DIR/leash`) given.
 fn resolve_reports_dir_among(
     env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    us: u32,
     system: Vec<PathBuf>,
 ) -> Result<Option<PathBuf>, StateError> {
     let env = |k: &str| env(k).filter(|v| !v.is_empty());
@@ -301,7 +321,6 @@ fn resolve_reports_dir_among(
             Err(e) => Err(refuse(e.to_string())),
         };
     }
-    let us = nix::unistd::geteuid().as_raw();
     let mut candidates: Vec<PathBuf> = Vec::with_capacity(3);
     if let Some(xdg) = env("XDG_RUNTIME_DIR").map(PathBuf::from) {
         if xdg.is_absolute() && xdg.to_str().is_some() {
@@ -509,6 +528,7 @@ mod tests {
             eprintln!("skipped: no /dev/shm");
             return;
         }
+        let us = nix::unistd::geteuid().as_raw();
         let base = shm.join(format!("leash-state-unit-{}", uuid::Uuid::new_v4()));
         fs::create_dir(&base).unwrap();
         fs::set_permissions(&base, fs::Permissions::from_mode(0o700)).unwrap();
@@ -517,7 +537,7 @@ mod tests {
         fs::set_permissions(&explicit, fs::Permissions::from_mode(0o755)).unwrap();
         let env = |k: &str| (k == ENV_RUNTIME_DIR).then(|| explicit.clone().into_os_string());
         assert_eq!(
-            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            resolve_reports_dir_among(&env, us, vec![]).unwrap(),
             Some(explicit.clone())
         );
         assert_eq!(fs::metadata(&explicit).unwrap().mode() & 0o777, 0o700);
@@ -527,21 +547,21 @@ mod tests {
         fs::set_permissions(&loose, fs::Permissions::from_mode(0o755)).unwrap();
         let env = |k: &str| (k == "XDG_RUNTIME_DIR").then(|| base.clone().into_os_string());
         assert_eq!(
-            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            resolve_reports_dir_among(&env, us, vec![]).unwrap(),
             None,
             "passed over, to run/"
         );
         assert_eq!(fs::metadata(&loose).unwrap().mode() & 0o777, 0o755);
         fs::remove_dir(&loose).unwrap();
         assert_eq!(
-            resolve_reports_dir_among(&env, vec![]).unwrap(),
+            resolve_reports_dir_among(&env, us, vec![]).unwrap(),
             Some(loose.clone()),
             "made when missing"
         );
         assert_eq!(fs::metadata(&loose).unwrap().mode() & 0o777, 0o700);
         let relative = |k: &str| (k == ENV_RUNTIME_DIR).then(|| "rel".into());
         assert!(matches!(
-            resolve_reports_dir_among(&relative, vec![]),
+            resolve_reports_dir_among(&relative, us, vec![]),
             Err(StateError::RuntimeDir { .. })
         ));
         fs::remove_dir_all(&base).unwrap();

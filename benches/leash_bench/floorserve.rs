@@ -242,10 +242,7 @@ fn answer(
                 grace_ms: leash::limits::DEFAULT_GRACE_MS,
                 ..ExecRequest::default()
             };
-            let report = match &cfg.reports {
-                Some(dir) => dir.join(format!("{lease_id}.json")),
-                None => cfg.root.report_path(&lease_id),
-            };
+            let report = cfg.root.report_path_at(cfg.reports.as_deref(), &lease_id);
             wrapper_options(&req, &report, ppid, cgroup.as_deref())
                 .iter()
                 .map(|a| a.to_str().map(str::to_owned))

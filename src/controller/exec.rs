@@ -294,7 +294,7 @@ pub fn exec(
     let (new, made) = decide_and_commit(&mut store, root, &req, &origin, None, wrapper, resolve)?;
     drop(store);
     let launch = Launch {
-        report: lease_report(root, &new),
+        report: root.report_path_at(req.report_dir.as_deref(), &new.lease_id),
         wrapper_path: PathBuf::from(&new.wrapper_path),
         owner_pid: origin.owner.pid,
         cgroup: made.as_ref().map(|m| m.path.clone()),
@@ -339,7 +339,8 @@ pub fn decide_and_commit(
 /// What the wrapper is exec'd with once the lease is committed (here or by the daemon).
 struct Launch {
     lease_id: String,
-    /// The wrapper's report file ([`lease_report`]).
+    /// The wrapper's report file: in the reports directory this process resolved, or the one a
+    /// committed row names ([`lease_report`]).
     report: PathBuf,
     gateway_id: String,
     wrapper_path: PathBuf,
@@ -586,12 +587,8 @@ fn through_daemon(
                     ),
                 });
             }
-            let report = match &req.report_dir {
-                Some(dir) => dir.join(format!("{lease_id}.json")),
-                None => root.report_path(&lease_id),
-            };
             Ok(Some(Launch {
-                report,
+                report: root.report_path_at(req.report_dir.as_deref(), &lease_id),
                 lease_id,
                 gateway_id,
                 wrapper_path,
@@ -825,11 +822,11 @@ fn new_lease(
     }
 }
 
-/// Where the wrapper of lease `lease` writes its report: the file its row names
+/// Where the wrapper of a lease read back from its row writes its report: the file the row names
 /// ([`StateRoot::report_file`]); `run/<lease>.json` when the row's claim is refused (a report
 /// nobody then reads: the lease ends `lost` rather than `ended`, and nothing is written where
 /// the claim pointed).
-pub fn lease_report(root: &StateRoot, lease: &Lease) -> PathBuf {
+fn lease_report(root: &StateRoot, lease: &Lease) -> PathBuf {
     root.report_file(&lease.lease_id, lease.report_dir.as_deref())
         .unwrap_or_else(|| root.report_path(&lease.lease_id))
 }

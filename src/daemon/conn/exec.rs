@@ -77,7 +77,7 @@ fn cannot_honour(d: &Daemon, ask: &ExecAsk) -> Option<String> {
     // The client's reports directory: recorded in the row only when it is a private directory
     // of this user (the client made it so; one that is not now is not trusted for a lease).
     if let Some(dir) = &ask.report_dir {
-        if dir.to_str().is_none() || !crate::state::reports_dir_usable(dir) {
+        if !crate::state::reports_dir_usable(dir) {
             return Some(format!(
                 "the reports directory {} is not a private directory of this user",
                 dir.display()
@@ -116,8 +116,8 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
     // The client's reports directory is a path in the client's mounts: the daemon and every
     // reader of the lease must see the same directory under it (a unit's private `/dev/shm`
     // would not be).
-    let proc = std::path::PathBuf::from(format!("/proc/{}", peer.pid));
-    if ask.report_dir.is_some() && !super::exec_argv::same_mounts(&proc) {
+    let proc = || std::path::PathBuf::from(format!("/proc/{}", peer.pid));
+    if ask.report_dir.is_some() && !super::exec_argv::same_mounts(&proc()) {
         return direct(
             "the client sees other mounts than the daemon, so its reports directory may not be \
              the daemon's"

@@ -127,8 +127,6 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
         return direct("this daemon reads no command lines".into());
     };
     let var = |k: &str| p.var(k);
-    // Everything the answer names is text (JSON); checked before anything is made.
-    let utf8 = |p: Option<&Path>| p.is_none_or(|p| p.to_str().is_some());
     let cwd = || p.cwd().map(Path::to_path_buf);
     let line = match parse(&p.argv, &var, &cwd) {
         Ok(l) => l,
@@ -150,12 +148,13 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     let mut req = line.request;
     let refuse = |e: ExecError| fail(Code::of(e.kind()), cli_message(&e));
     check_request_for(&req, origin.owner.pid).map_err(refuse)?;
-    let same_mounts = same_mounts(&p.proc);
+    let shared_mounts = same_mounts(&p.proc);
     // Where the peer's wrapper writes its report, picked from the peer's environment as it
-    // would pick it; only when the peer sees the daemon's mounts (`/dev/shm`, `/run` and
-    // `$XDG_RUNTIME_DIR` may be its own), else the state root's `run/`. A `LEASH_RUNTIME_DIR`
-    // that cannot be used is leash-main's to refuse in words.
-    req.report_dir = if same_mounts {
+    // would pick it (a path of UTF-8: the lease's row records it as text); only when the peer
+    // sees the daemon's mounts (`/dev/shm`, `/run` and `$XDG_RUNTIME_DIR` may be its own), else
+    // the state root's `run/`. A `LEASH_RUNTIME_DIR` that cannot be used is leash-main's to
+    // refuse in words.
+    req.report_dir = if shared_mounts {
         match crate::state::resolve_reports_dir(&var) {
             Ok(dir) => dir,
             Err(e) => return direct(format!("the reports directory: {e}")),
@@ -163,13 +162,10 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     } else {
         None
     };
-    if !utf8(req.report_dir.as_deref()) {
-        return direct("the reports directory is not UTF-8".into());
-    }
     // The containment the peer would resolve (the gateway's directory aside): the daemon
     // commits only with its own, as for `exec`. A refusal leash-main would give (limits without
     // containment) is leash-main's to word.
-    let known_mount = same_mounts
+    let known_mount = shared_mounts
         .then_some(d.containment.mount.as_deref())
         .flatten();
     let mine =
@@ -192,6 +188,8 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
         Ok(w) => w,
         Err(e) => return direct(format!("the wrapper: {e}")),
     };
+    // Everything the answer names is text (JSON); checked before anything is made.
+    let utf8 = |p: Option<&Path>| p.is_none_or(|p| p.to_str().is_some());
     if !(utf8(Some(d.root.dir())) && utf8(mine.root.as_deref()) && utf8(Some(&wrapper))) {
         return direct("a path of the wrapper's command line is not UTF-8".into());
     }
@@ -216,7 +214,8 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     let text = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
     let mut args: Vec<String> = wrapper_options(
         &req,
-        &crate::controller::exec::lease_report(&d.root, &lease),
+        &d.root
+            .report_path_at(req.report_dir.as_deref(), &lease.lease_id),
         origin.owner.pid,
         lease.cgroup_path.as_deref().map(Path::new),
     )
