@@ -37,22 +37,6 @@ const DOORS: [Door; 2] = [
     },
 ];
 
-/// The leases of a state root read from its database (never through a daemon); none while the
-/// state root does not exist yet.
-fn rows(state: &Path) -> Vec<Value> {
-    if !state.join("leash.db").exists() {
-        return Vec::new();
-    }
-    run_json(state, &["--no-daemon", "leases", "--json"])
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn row_of(state: &Path, session: &str) -> Option<Value> {
-    rows(state).into_iter().find(|l| l["sessionKey"] == session)
-}
-
 /// An adapter that records its parent (the wrapper) and its cgroup, then exits.
 fn recorder(dir: &Path) -> std::path::PathBuf {
     script(
@@ -99,7 +83,7 @@ fn roots_the_lease_at_the_exec_process(door: &Door) {
         door.name,
         daemon.log_text()
     );
-    let l = row_of(&state, "rooted").expect("the lease row");
+    let l = db_lease_of(&state, "rooted").expect("the lease row");
     assert_eq!(l["rootPid"], pid, "{l}");
     assert_eq!(l["rootStartTime"], start, "{l}");
     assert_eq!(l["ownerPid"], std::process::id(), "{l}");
@@ -182,7 +166,7 @@ fn a_client_lying_about_pids_gets_nothing_rooted_at_another_process() {
     let ok = c.call("exec", ask("0190b1f2-7c3a-7d4e-8f00-000000000003"));
     assert_eq!(ok["outcome"], "committed", "{ok}");
     assert_eq!(ok["rootPid"], std::process::id(), "{ok}");
-    let all = rows(&state);
+    let all = db_leases(&state);
     for l in &all {
         assert_ne!(
             l["rootPid"], stranger_pid,
@@ -231,13 +215,13 @@ fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
         assert!(out.status.success(), "{out:?}");
     };
     run_true(&a, "alone", None);
-    assert!(row_of(&a, "alone").is_some());
+    assert!(db_lease_of(&a, "alone").is_some());
 
     let a_socket = a.join("leash.sock");
     let other = Daemon::start_logging(&b, &["--socket", a_socket.to_str().unwrap()], "debug");
     run_true(&a, "beside-another", None);
-    assert!(row_of(&a, "beside-another").is_some());
-    assert!(row_of(&b, "beside-another").is_none());
+    assert!(db_lease_of(&a, "beside-another").is_some());
+    assert!(db_lease_of(&b, "beside-another").is_none());
     let log = other.log_text();
     assert!(
         !log.contains("lease committed") && !log.contains(DIRECT),
@@ -251,7 +235,7 @@ fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
     let d = Daemon::start_with_env(&c, &[], "debug", &[("LEASH_CONTAINMENT", "off")]);
     if containment_available() {
         run_true(&c, "other-containment", Some("on"));
-        let l = row_of(&c, "other-containment").unwrap();
+        let l = db_lease_of(&c, "other-containment").unwrap();
         assert!(l["cgroupPath"].is_string(), "the client's containment: {l}");
         let log = d.log_text();
         assert!(
@@ -309,7 +293,7 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
                 .unwrap(),
         );
         assert!(
-            wait_for(|| row_of(state, "busy").is_some_and(|l| l["state"] == "open")),
+            wait_for(|| db_lease_of(state, "busy").is_some_and(|l| l["state"] == "open")),
             "the first lease"
         );
         for door in &DOORS {
@@ -370,10 +354,10 @@ fn a_client_outlives_a_daemon_killed_mid_request() {
             daemon.log_text()
         );
         if at.ends_with("after") {
-            assert!(wait_for(|| row_of(&state, "waits").is_some()), "{at}");
+            assert!(wait_for(|| db_lease_of(&state, "waits").is_some()), "{at}");
         } else {
             assert!(
-                row_of(&state, "waits").is_none(),
+                db_lease_of(&state, "waits").is_none(),
                 "{at}: nothing committed yet"
             );
         }
@@ -385,7 +369,7 @@ fn a_client_outlives_a_daemon_killed_mid_request() {
         let status = child.wait().unwrap();
         assert!(status.success(), "{at}: {status:?}");
         assert!(tmp.join("ran").exists(), "{at}: the adapter ran");
-        let all: Vec<Value> = rows(&state)
+        let all: Vec<Value> = db_leases(&state)
             .into_iter()
             .filter(|l| l["sessionKey"] == "waits")
             .collect();

@@ -15,28 +15,40 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The leases of a state root, read from its database (and folding the reports in).
-fn rows(state: &Path) -> Vec<Value> {
-    if !state.join("leash.db").exists() {
-        return Vec::new();
-    }
-    run_json(state, &["--no-daemon", "leases", "--json"])
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
+/// The lease of `session`, read from the database (the reports folded in).
 fn row_of(state: &Path, session: &str) -> Value {
-    find_row(state, session).unwrap_or_else(|| panic!("no lease for session {session}"))
+    db_lease_of(state, session).unwrap_or_else(|| panic!("no lease for session {session}"))
 }
 
-fn find_row(state: &Path, session: &str) -> Option<Value> {
-    rows(state).into_iter().find(|l| l["sessionKey"] == session)
-}
-
-/// Whether the lease of `session` has its adapter's pid (the wrapper's first record was read).
-fn adapter_known(state: &Path, session: &str) -> bool {
-    find_row(state, session).is_some_and(|l| l["adapterPid"].is_number())
+/// Starts `cmd` (a `leash`) as `exec --no-daemon --session SESSION -- sleep 1000` under `guard`
+/// and waits until its lease has the adapter's pid (the wrapper's first report record was
+/// read). Returns the wrapper and the lease's row.
+fn sleeping_lease(
+    guard: &mut Guard,
+    mut cmd: Command,
+    state: &Path,
+    session: &str,
+) -> (Pid, Value) {
+    let child = guard.child(
+        cmd.args([
+            "--no-daemon",
+            "exec",
+            "--session",
+            session,
+            "--",
+            "sleep",
+            "1000",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let wrapper = Pid::of(child.id() as i32).unwrap();
+    assert!(
+        wait_for(|| db_lease_of(state, session).is_some_and(|l| l["adapterPid"].is_number())),
+        "the wrapper's first report record was never read"
+    );
+    (wrapper, row_of(state, session))
 }
 
 /// The `.json` files directly in `dir`.
@@ -351,7 +363,7 @@ fn an_unusable_leash_runtime_dir_is_refused_and_nothing_starts() {
                 "{what} ({door}): {err}"
             );
             assert!(!ran.exists(), "{what} ({door}): nothing ran");
-            assert!(rows(&state).is_empty(), "{what} ({door}): no lease");
+            assert!(db_leases(&state).is_empty(), "{what} ({door}): no lease");
         }
     }
     assert!(
@@ -383,24 +395,7 @@ fn a_forged_report_dir_is_neither_read_nor_removed() {
     {
         let state = tmp.join(&format!("s{i}"));
         let mut guard = Guard::new();
-        let child = guard.child(
-            leash(&state)
-                .args([
-                    "--no-daemon",
-                    "exec",
-                    "--session",
-                    "f",
-                    "--",
-                    "sleep",
-                    "1000",
-                ])
-                .stdin(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let wrapper = Pid::of(child.id() as i32).unwrap();
-        assert!(wait_for(|| adapter_known(&state, "f")), "{what}");
-        let l = row_of(&state, "f");
+        let (wrapper, l) = sleeping_lease(&mut guard, leash(&state), &state, "f");
         let id = l["leaseId"].as_str().unwrap().to_string();
         // A forged end record naming the lease's own wrapper, where the forged row points.
         let decoy = holds.join(format!("{id}.json"));
@@ -409,14 +404,7 @@ fn a_forged_report_dir_is_neither_read_nor_removed() {
             l["rootPid"], l["rootStartTime"]
         );
         std::fs::write(&decoy, &forged_record).unwrap();
-        let db = rusqlite::Connection::open(state.join("leash.db")).unwrap();
-        db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
-        db.execute(
-            "UPDATE leases SET report_dir = ?1 WHERE lease_id = ?2",
-            rusqlite::params![forged.to_str().unwrap(), id],
-        )
-        .unwrap();
-        drop(db);
+        tamper_with(&state, &id, "report_dir = ?2", &[&forged.to_str().unwrap()]);
         let l = row_of(&state, "f");
         assert_eq!(l["reportDir"], forged.to_str().unwrap(), "{what}: {l}");
         assert!(
@@ -459,25 +447,9 @@ fn rows_of_an_older_schema_keep_their_reports_in_run() {
     for d in [&state, &state.join("run")] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    let child = guard.child(
-        leash(&state)
-            .env("LEASH_RUNTIME_DIR", state.join("run"))
-            .args([
-                "--no-daemon",
-                "exec",
-                "--session",
-                "m",
-                "--",
-                "sleep",
-                "1000",
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    assert!(wait_for(|| adapter_known(&state, "m")));
-    let l = row_of(&state, "m");
+    let mut cmd = leash(&state);
+    cmd.env("LEASH_RUNTIME_DIR", state.join("run"));
+    let (wrapper, l) = sleeping_lease(&mut guard, cmd, &state, "m");
     let id = l["leaseId"].as_str().unwrap().to_string();
     let in_run = state.join("run").join(format!("{id}.json"));
     assert!(in_run.exists());

@@ -218,11 +218,7 @@ fn init_runtime_dir() {
         if let Ok(rd) = std::fs::read_dir(&base) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let dead = name
-                    .strip_prefix("leash-test-")
-                    .and_then(|r| r.strip_suffix("-rt"))
-                    .and_then(|p| p.parse::<i32>().ok())
-                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                let dead = name.ends_with("-rt") && of_a_dead_test(&name);
                 let ours = e.metadata().is_ok_and(|m| {
                     std::os::unix::fs::MetadataExt::uid(&m) == nix::unistd::geteuid().as_raw()
                 });
@@ -274,18 +270,18 @@ fn sweep_dead_test_roots(parent: &Path) {
         return;
     };
     for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("leash-test-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if of_a_dead_test(&e.file_name().to_string_lossy()) {
             remove_cgroup_tree(&e.path());
         }
     }
+}
+
+/// Whether `name` is `leash-test-<pid>-…` of a test process that is gone.
+fn of_a_dead_test(name: &str) -> bool {
+    name.strip_prefix("leash-test-")
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse::<i32>().ok())
+        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// Kills every member of every cgroup under (and including) `root`, waits until each is empty,
@@ -761,6 +757,25 @@ pub fn leases(state: &Path) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// The leases of a state root read from its database (`--no-daemon`: never through a daemon;
+/// the reports are folded in), none while the state root has no database yet.
+pub fn db_leases(state: &Path) -> Vec<serde_json::Value> {
+    if !state.join("leash.db").exists() {
+        return Vec::new();
+    }
+    run_json(state, &["--no-daemon", "leases", "--json"])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The first lease of `session` in [`db_leases`].
+pub fn db_lease_of(state: &Path, session: &str) -> Option<serde_json::Value> {
+    db_leases(state)
+        .into_iter()
+        .find(|l| l["sessionKey"] == session)
+}
+
 pub fn lease_of(state: &Path, session: &str) -> serde_json::Value {
     leases(state)
         .into_iter()
@@ -811,9 +826,16 @@ pub fn dead_session(state: &Path, session: &str) -> (String, i32) {
 /// Rewrites a lease row behind leash's back: `set` is an SQL assignment list whose parameters
 /// start at ?2 (?1 is the lease id).
 pub fn tamper(state: &Path, lease_id: &str, set: &str, params: &[i64]) {
+    let params: Vec<&dyn rusqlite::ToSql> =
+        params.iter().map(|p| p as &dyn rusqlite::ToSql).collect();
+    tamper_with(state, lease_id, set, &params);
+}
+
+/// [`tamper`] with parameters of any SQL type (text, say).
+pub fn tamper_with(state: &Path, lease_id: &str, set: &str, params: &[&dyn rusqlite::ToSql]) {
     let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
     let mut all: Vec<&dyn rusqlite::ToSql> = vec![&lease_id];
-    all.extend(params.iter().map(|p| p as &dyn rusqlite::ToSql));
+    all.extend_from_slice(params);
     let n = conn
         .execute(
             &format!("UPDATE leases SET {set} WHERE lease_id = ?1"),
