@@ -43,31 +43,10 @@ fn every_file_leash_makes_has_its_mode_under_umask_0() {
     let mut guard = Guard::new();
 
     // exec: the state root, the database, the installed wrapper, the wrapper's report.
-    let exec = guard.child(
-        leash_umask0(&state)
-            .args([
-                "exec",
-                "--session",
-                "m",
-                "--grace-ms",
-                "100",
-                "--",
-                "sleep",
-                "1000",
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let wrapper = Pid::of(exec.id() as i32).unwrap();
     // `leases` folds the report (it makes -wal/-shm if nothing did yet).
-    assert!(
-        wait_for(|| state.join("leash.db").exists()
-            && leases(&state)
-                .iter()
-                .any(|l| l["sessionKey"] == "m" && l["adapterPid"].is_number())),
-        "no wrapper report was read"
-    );
+    let mut exec = leash_umask0(&state);
+    exec.args(["exec", "--grace-ms", "100"]);
+    let (wrapper, _) = sleeping_lease(&mut guard, exec, &state, "m");
     let report = report_file_of(&state, &lease_of(&state, "m"));
     assert_eq!(
         report.parent(),

@@ -20,37 +20,6 @@ fn row_of(state: &Path, session: &str) -> Value {
     db_lease_of(state, session).unwrap_or_else(|| panic!("no lease for session {session}"))
 }
 
-/// Starts `cmd` (a `leash`) as `exec --no-daemon --session SESSION -- sleep 1000` under `guard`
-/// and waits until its lease has the adapter's pid (the wrapper's first report record was
-/// read). Returns the wrapper and the lease's row.
-fn sleeping_lease(
-    guard: &mut Guard,
-    mut cmd: Command,
-    state: &Path,
-    session: &str,
-) -> (Pid, Value) {
-    let child = guard.child(
-        cmd.args([
-            "--no-daemon",
-            "exec",
-            "--session",
-            session,
-            "--",
-            "sleep",
-            "1000",
-        ])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
-    let wrapper = Pid::of(child.id() as i32).unwrap();
-    assert!(
-        wait_for(|| db_lease_of(state, session).is_some_and(|l| l["adapterPid"].is_number())),
-        "the wrapper's first report record was never read"
-    );
-    (wrapper, row_of(state, session))
-}
-
 /// The `.json` files directly in `dir`.
 fn reports_in(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
@@ -395,7 +364,9 @@ fn a_forged_report_dir_is_neither_read_nor_removed() {
     {
         let state = tmp.join(&format!("s{i}"));
         let mut guard = Guard::new();
-        let (wrapper, l) = sleeping_lease(&mut guard, leash(&state), &state, "f");
+        let mut cmd = leash(&state);
+        cmd.args(["--no-daemon", "exec"]);
+        let (wrapper, l) = sleeping_lease(&mut guard, cmd, &state, "f");
         let id = l["leaseId"].as_str().unwrap().to_string();
         // A forged end record naming the lease's own wrapper, where the forged row points.
         let decoy = holds.join(format!("{id}.json"));
@@ -448,7 +419,8 @@ fn rows_of_an_older_schema_keep_their_reports_in_run() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
     let mut cmd = leash(&state);
-    cmd.env("LEASH_RUNTIME_DIR", state.join("run"));
+    cmd.env("LEASH_RUNTIME_DIR", state.join("run"))
+        .args(["--no-daemon", "exec"]);
     let (wrapper, l) = sleeping_lease(&mut guard, cmd, &state, "m");
     let id = l["leaseId"].as_str().unwrap().to_string();
     let in_run = state.join("run").join(format!("{id}.json"));

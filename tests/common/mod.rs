@@ -769,6 +769,29 @@ pub fn db_leases(state: &Path) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// Starts `cmd`, a `leash … exec [OPTIONS]`, with `--session SESSION -- sleep 1000` under
+/// `guard`, and waits until its lease has the adapter's pid (the wrapper's first report record
+/// was read). Returns the wrapper and the lease's row ([`db_lease_of`]).
+pub fn sleeping_lease(
+    guard: &mut Guard,
+    mut cmd: Command,
+    state: &Path,
+    session: &str,
+) -> (Pid, serde_json::Value) {
+    let child = guard.child(
+        cmd.args(["--session", session, "--", "sleep", "1000"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let wrapper = Pid::of(child.id() as i32).unwrap();
+    assert!(
+        wait_for(|| db_lease_of(state, session).is_some_and(|l| l["adapterPid"].is_number())),
+        "no wrapper report was read"
+    );
+    (wrapper, db_lease_of(state, session).unwrap())
+}
+
 /// The first lease of `session` in [`db_leases`].
 pub fn db_lease_of(state: &Path, session: &str) -> Option<serde_json::Value> {
     db_leases(state)
