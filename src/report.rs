@@ -76,18 +76,14 @@ impl WrapperReport {
     /// The lease's report, if there is one and it names the lease's own wrapper; a report that
     /// names another process is ignored (and said so in the log).
     pub fn read_for(root: &StateRoot, lease: &Lease) -> Option<WrapperReport> {
-        Self::read_for_with(root, lease, &mut crate::state::reports_dir_usable)
+        let path = root.report_file(&lease.lease_id, lease.report_dir.as_deref())?;
+        Self::read_for_at(&path, lease)
     }
 
-    /// [`WrapperReport::read_for`] with the reports directory's check given (see
-    /// [`StateRoot::report_file_with`]).
-    fn read_for_with(
-        root: &StateRoot,
-        lease: &Lease,
-        usable: &mut dyn FnMut(&std::path::Path) -> bool,
-    ) -> Option<WrapperReport> {
-        let path = root.report_file_with(&lease.lease_id, lease.report_dir.as_deref(), usable)?;
-        let report = Self::read(&path, &lease.lease_id)?;
+    /// [`WrapperReport::read_for`] from `path`, the lease's report file as
+    /// [`StateRoot::report_file`] (or [`ReportFiles`]) found it.
+    fn read_for_at(path: &std::path::Path, lease: &Lease) -> Option<WrapperReport> {
+        let report = Self::read(path, &lease.lease_id)?;
         if report.matches(lease) {
             Some(report)
         } else {
@@ -131,22 +127,16 @@ pub fn ingest_reports(
     table: &dyn ProcessTable,
 ) -> Result<usize, StoreError> {
     let mut ended = 0;
-    // Each reports directory is checked once per pass, not once per lease (they share one).
-    let mut checked: Vec<(std::path::PathBuf, bool)> = Vec::new();
-    let mut usable = |dir: &std::path::Path| match checked.iter().find(|(d, _)| d == dir) {
-        Some(&(_, ok)) => ok,
-        None => {
-            let ok = crate::state::reports_dir_usable(dir);
-            checked.push((dir.to_path_buf(), ok));
-            ok
-        }
-    };
+    let mut files = ReportFiles::default();
     for lease in store
         .leases(&[LeaseState::Open, LeaseState::Closing])?
         .into_iter()
         .flatten()
     {
-        let Some(report) = WrapperReport::read_for_with(root, &lease, &mut usable) else {
+        let Some(path) = files.of(root, &lease) else {
+            continue;
+        };
+        let Some(report) = WrapperReport::read_for_at(&path, &lease) else {
             continue;
         };
         if report.fills(&lease) {
@@ -163,7 +153,7 @@ pub fn ingest_reports(
                     None,
                     &reason,
                 )? {
-                    remove_report(root, &lease);
+                    let _ = std::fs::remove_file(&path);
                     ended += 1;
                 }
             }
@@ -194,6 +184,30 @@ impl WrapperReport {
                 other.unwrap_or("unknown reason")
             ),
         }
+    }
+}
+
+/// The report files of many leases (a pass over the active ones, reap's expired ones): each
+/// reports directory a row names is checked once ([`StateRoot::report_file_with`]), not once per
+/// lease, since they share one or two.
+#[derive(Default)]
+pub struct ReportFiles {
+    checked: Vec<(std::path::PathBuf, bool)>,
+}
+
+impl ReportFiles {
+    /// The report file of `lease` ([`StateRoot::report_file`]).
+    pub fn of(&mut self, root: &StateRoot, lease: &Lease) -> Option<std::path::PathBuf> {
+        let checked = &mut self.checked;
+        let mut usable = |dir: &std::path::Path| match checked.iter().find(|(d, _)| d == dir) {
+            Some(&(_, ok)) => ok,
+            None => {
+                let ok = crate::state::reports_dir_usable(dir);
+                checked.push((dir.to_path_buf(), ok));
+                ok
+            }
+        };
+        root.report_file_with(&lease.lease_id, lease.report_dir.as_deref(), &mut usable)
     }
 }
 

@@ -111,11 +111,20 @@ impl<'t> Controller<'t> {
 
     /// [`Controller::plan_reap`], and the host-wide pass it took, if it took one, for `reap` to
     /// reuse (one pass per reap; handed back, not kept, so concurrent reaps on one controller
-    /// never share it).
+    /// never share it), and the rows the plan was made from (where the expired leases' reports
+    /// are).
+    #[allow(clippy::type_complexity)]
     fn plan_reap_with_scan(
         &self,
         opts: &ReapOptions,
-    ) -> Result<(ReapPlan, Option<Result<Snapshot, TableError>>), StoreError> {
+    ) -> Result<
+        (
+            ReapPlan,
+            Option<Result<Snapshot, TableError>>,
+            Vec<Result<Lease, String>>,
+        ),
+        StoreError,
+    > {
         let (leases, legacy) = {
             let mut store = self.store();
             let leases: Vec<Result<Lease, String>> = store
@@ -137,7 +146,7 @@ impl<'t> Controller<'t> {
         };
         let snap = snap.map(|s| self.with_cgroups(s, obs));
         let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
-        Ok((plan, host.then_some(snap)))
+        Ok((plan, host.then_some(snap), leases))
     }
 
     /// Whether this lease's processes are all in its cgroup: containment is on, and the row
@@ -385,7 +394,7 @@ impl<'t> Controller<'t> {
     pub fn reap(&self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
         self.ingest_reports_marking_ended_lost()?;
         self.repair_active_rows()?;
-        let (plan, scan) = self.plan_reap_with_scan(opts)?;
+        let (plan, scan, rows) = self.plan_reap_with_scan(opts)?;
         let mut report = ReapReport {
             leases: Vec::new(),
             legacy: Vec::new(),
@@ -414,15 +423,19 @@ impl<'t> Controller<'t> {
         report.leases = self.terminate_leases_with(claimed, opts.grace_ms, scan.as_ref())?;
         report.escapees = self.reap_escapees(&plan)?;
         report.legacy = self.reap_legacy(&plan, opts.grace_ms)?;
-        // The rows go with the expiry; where their reports are is read before.
-        let expiring: Vec<Lease> = plan
-            .expire
+        // The rows go with the expiry: their reports are found from the rows the plan read.
+        let expiring: std::collections::HashSet<&str> =
+            plan.expire.iter().map(String::as_str).collect();
+        let mut files = report::ReportFiles::default();
+        let reports: Vec<std::path::PathBuf> = rows
             .iter()
-            .filter_map(|id| self.store().lease(id).ok().flatten())
+            .flatten()
+            .filter(|l| expiring.contains(l.lease_id.as_str()))
+            .filter_map(|l| files.of(&self.root, l))
             .collect();
         report.expired = self.store().expire(opts.now_ms - opts.retention_ms)?;
-        for lease in &expiring {
-            report::remove_report(&self.root, lease);
+        for path in &reports {
+            let _ = std::fs::remove_file(path);
         }
         // After the leases: a cgroup whose lease was just closed is already gone, and one whose
         // lease just expired is swept now.
