@@ -4,6 +4,10 @@
 # when they are missing. Whatever cannot be installed is reported here, and the benchmarks skip
 # its rows with a note; nothing else on the machine is changed.
 #
+# Also builds bench/issue-floor.c (the issue's own floor under `leash exec`, one static program;
+# execfloor times it) into target/issue-floor/, with musl-gcc (musl-tools, installed here when
+# missing) and the SQLite amalgamation rusqlite bundles; without them that row is skipped.
+#
 # Also wanted, not installed here: node (the Node rows: the incumbent wrapper's runtime) and ps
 # (procps: the process-table comparison). perf and strace are only needed to profile a miss.
 set -euo pipefail
@@ -12,6 +16,7 @@ missing=()
 for p in tini dumb-init catatonit; do
     command -v "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
 
 if ((${#missing[@]})); then
     if command -v apt-get >/dev/null 2>&1; then
@@ -36,3 +41,26 @@ for p in tini tini-static dumb-init catatonit node ps; do
         printf 'bench/setup.sh: %-11s missing: its rows are skipped\n' "$p"
     fi
 done
+
+# The issue's floor: the amalgamation of the libsqlite3-sys that Cargo.lock names.
+here=$(cd "$(dirname "$0")/.." && pwd)
+target=$(cd "$here" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+target=${target:-$here/target}
+sqlite=$(cd "$here" && cargo metadata --format-version 1 2>/dev/null |
+    grep -o '"manifest_path":"[^"]*/libsqlite3-sys-[^"]*/Cargo.toml"' | head -n1 |
+    sed 's/"manifest_path":"\(.*\)\/Cargo.toml"/\1/')
+out=$target/issue-floor/issue-floor
+if ! command -v musl-gcc >/dev/null 2>&1; then
+    echo "bench/setup.sh: issue-floor missing: no musl-gcc; its rows are skipped"
+elif [ -z "$sqlite" ] || [ ! -f "$sqlite/sqlite3/sqlite3.c" ]; then
+    echo "bench/setup.sh: issue-floor missing: no SQLite amalgamation found (cargo fetch first?)"
+elif [ ! -x "$out" ] || [ "$here/bench/issue-floor.c" -nt "$out" ]; then
+    mkdir -p "$(dirname "$out")"
+    musl-gcc -O2 -static -s -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
+        -I"$sqlite/sqlite3" -o "$out.tmp" "$here/bench/issue-floor.c" "$sqlite/sqlite3/sqlite3.c"
+    mv "$out.tmp" "$out"
+    printf 'bench/setup.sh: %-11s %s (built)\n' issue-floor "$out"
+else
+    printf 'bench/setup.sh: %-11s %s\n' issue-floor "$out"
+fi

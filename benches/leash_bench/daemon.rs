@@ -5,7 +5,8 @@
 //! - **Relay** (its own section, `--only relay`): one session's output through `leash serve` to one attached client, against the
 //!   same generator (`yes` of 100-byte and 1 KiB lines, `head -n N`) read from a plain pipe. The
 //!   reader is the same code on both sides: this process reads 64 KiB at a time and counts
-//!   newlines, so the ratio is the daemon's share alone.
+//!   newlines, so the ratio is the daemon's share alone. Each turn also takes a plain relay (the
+//!   host's floor for any relay) and a second pipe round (the per-round ratio's own noise).
 //! - **`status` under load**: 100 sessions printing as fast as a shell loop can (bursts of
 //!   2,000 lines every 20 ms each); `status` latency p50/p99 against `ping` (a request that does
 //!   no work) on the same connection, interleaved. Target: `status` p99 ≤ 50 ms.
@@ -83,6 +84,7 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
         "each round",
         "target",
         "plain relay / pipe, each round",
+        "a second pipe round / the first, each round",
     ]);
     let sleepers_n = if cfg.quick { 200 } else { 2_000 };
     for crowd in [0, sleepers_n] {
@@ -95,6 +97,7 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
                 pipe,
                 daemon,
                 floor,
+                pipe_again,
             } = relay_rounds(env, cfg, line_len)?;
             let ratios = per_round(&daemon, &pipe);
             let r = Summary::of(&ratios);
@@ -116,11 +119,12 @@ pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
                     }
                 ),
                 each_round(&per_round(&floor, &pipe)),
+                each_round(&per_round(&pipe_again, &pipe)),
             ]);
         }
         drop(sleepers);
     }
-    out.push_str("`yes` lines through `leash serve` to one attached raw-socket reader, against the same generator read from a pipe by the same reader code, one pipe round and one daemon round in turn; median (min–max) over rounds and every round's ratio (✗: below 0.8×), after two rounds that fill the replay buffer (not counted: until it is full every item is fresh memory). The load is the 1-minute average when the row started. The last column is the host's floor for any relay, from the same rounds: the same lines through a plain relay (this binary, `--role relay-floor`: one thread reading the pipe and writing each line framed as the daemon frames it, seq and escaping included, to a Unix socket, with no replay buffer), read by the same reader code.\n\n");
+    out.push_str("`yes` lines through `leash serve` to one attached raw-socket reader, against the same generator read from a pipe by the same reader code, one pipe round and one daemon round in turn; median (min–max) over rounds and every round's ratio (✗: below 0.8×), after two rounds that fill the replay buffer (not counted: until it is full every item is fresh memory). The load is the 1-minute average when the row started. The last column is the host's floor for any relay, from the same rounds: the same lines through a plain relay (this binary, `--role relay-floor`: one thread reading the pipe and writing each line framed as the daemon frames it, seq and escaping included, to a Unix socket, with no replay buffer), read by the same reader code. The column after it is the measurement's own noise: a second pipe round, taken last in each turn, over the first: a round of 200,000 lines lasts 25–500 ms here, and the per-round ratio moves with the host's scheduling even between two identical pipes.\n\n");
     out.push_str(&relay.render());
     Ok(out)
 }
@@ -370,10 +374,12 @@ struct RelayRates {
     daemon: Vec<f64>,
     /// Through the plain relay ([`relay_floor`]).
     floor: Vec<f64>,
+    /// The pipe again, last in each turn: the per-round ratio's own noise.
+    pipe_again: Vec<f64>,
 }
 
-/// Lines per second from a pipe, through the daemon and through the plain relay, one of each
-/// per round, interleaved.
+/// Lines per second from a pipe, through the plain relay, through the daemon and from the pipe
+/// again, one of each per round in that order.
 fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<RelayRates, String> {
     let this = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let n: usize = if cfg.quick { 20_000 } else { 200_000 };
@@ -391,12 +397,9 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<RelayRates, 
     let mut pipe = Vec::new();
     let mut daemon = Vec::new();
     let mut floor = Vec::new();
-    // The first two rounds fill the replay buffer (it holds two rounds) and are not counted:
-    // until it is full every item is memory the kernel has not given the daemon yet, a cost a
-    // running daemon pays once, after which evicted items make room for new ones.
-    const WARM_UP: usize = 2;
-    for round in 0..WARM_UP + rounds {
-        let counted = round >= WARM_UP;
+    let mut pipe_again = Vec::new();
+    // One round of the generator read from a pipe: lines per second.
+    let pipe_round = || -> Result<f64, String> {
         let t = Instant::now();
         let mut p = Command::new("sh")
             .args(["-c", &gen])
@@ -404,10 +407,20 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<RelayRates, 
             .spawn()
             .map_err(|e| format!("cannot start the generator: {e}"))?;
         count_lines(p.stdout.as_mut().expect("piped"), n)?;
-        if counted {
-            pipe.push(n as f64 / t.elapsed().as_secs_f64());
-        }
+        let rate = n as f64 / t.elapsed().as_secs_f64();
         let _ = p.wait();
+        Ok(rate)
+    };
+    // The first two rounds fill the replay buffer (it holds two rounds) and are not counted:
+    // until it is full every item is memory the kernel has not given the daemon yet, a cost a
+    // running daemon pays once, after which evicted items make room for new ones.
+    const WARM_UP: usize = 2;
+    for round in 0..WARM_UP + rounds {
+        let counted = round >= WARM_UP;
+        let rate = pipe_round()?;
+        if counted {
+            pipe.push(rate);
+        }
 
         // The plain relay, to a socket read by the same code.
         let (mut r, w) =
@@ -444,11 +457,17 @@ fn relay_rounds(env: &Env, cfg: &Config, line_len: usize) -> Result<RelayRates, 
             .ok();
         // A fresh connection per round: the detached stream's last lines are not read.
         a = serve.connect()?;
+
+        let rate = pipe_round()?;
+        if counted {
+            pipe_again.push(rate);
+        }
     }
     Ok(RelayRates {
         pipe,
         daemon,
         floor,
+        pipe_again,
     })
 }
 

@@ -225,6 +225,12 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         "no daemon",
         "`leash-main`",
     ));
+    // The issue's own floor as one static program, no daemon (bench/issue-floor.c, built by
+    // bench/setup.sh): in the direct path's turns, as it commits to a database of its own.
+    let issue_floor = IssueFloor::prepare(env, &scratch, cg.as_ref().ok().map(|r| r.0.as_path()))?;
+    if let Some(f) = &issue_floor {
+        subjects.extend(f.subjects(env));
+    }
     if let Some(b) = std::env::var_os("LEASH_BENCH_BASELINE").map(PathBuf::from) {
         if !b.is_file() {
             return Err(format!(
@@ -300,6 +306,10 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     drop(mounts);
     null.check()?;
     floor.check()?;
+    let issue_floor_note = issue_floor
+        .as_ref()
+        .map_or_else(IssueFloor::missing_note, IssueFloor::note);
+    drop(issue_floor);
 
     let mut out = format!(
         "\n### 10. `leash exec` against the bare wrapper (issue 24)\n\n{rounds} rounds per \
@@ -371,6 +381,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         }
     }
     out.push_str(&t.render());
+    out.push_str(&issue_floor_note);
     // Where the daemon path's difference goes, per round: each step's subject minus the one
     // below it, in the same turns.
     let steps = [
@@ -519,5 +530,163 @@ impl Drop for Mounts {
     fn drop(&mut self) {
         crate::procs::term_child(&self.child);
         let _ = self.child.wait();
+    }
+}
+
+/// The issue's own floor under `leash exec` ("the wrapper plus one SQLite commit in WAL and one
+/// mkdir") as one process: `bench/issue-floor.c`, static with musl, SQLite linked in, no daemon,
+/// no round trip, no parser, no checks (built by `bench/setup.sh` into
+/// `target/issue-floor/issue-floor`; without it these rows are skipped with a note). It commits
+/// one row to a database of the bench's own (WAL, one table, its key the only index), makes the
+/// lease's cgroup in a gateway directory held as the daemon holds its own, and execs the wrapper
+/// with leash's options. Two more subjects leave out the cgroup or the row, to tell their costs
+/// apart. If this is above 1.5× the bare wrapper, no design that commits the lease and makes its
+/// cgroup before the wrapper runs meets 1.5× on the host.
+///
+/// The bench holds a connection to the database open while it times, as a running gateway's
+/// store would: each run then finds the WAL's index in shared memory, the case most favourable
+/// to the floor. With no connection open, each run's open rebuilds that index by reading the
+/// whole WAL (the program does not checkpoint on close), which grew its time from 3 to 11 ms
+/// over one bench run; checkpointing on every close instead is what `leash-main` does.
+struct IssueFloor {
+    /// Held open while the runs are timed (see above).
+    _held: rusqlite::Connection,
+    bin: PathBuf,
+    db: PathBuf,
+    reports: PathBuf,
+    /// The gateway's cgroup directory, held (no wrapper's `--remove-empty-parent` removes it),
+    /// released and removed when empty on drop; `None`: containment off.
+    gateway: Option<PathBuf>,
+}
+
+impl IssueFloor {
+    fn path(env: &Env) -> Option<PathBuf> {
+        let target = env.leash.parent()?.parent()?;
+        Some(target.join("issue-floor").join("issue-floor"))
+    }
+
+    fn prepare(
+        env: &Env,
+        scratch: &TempDir,
+        cgroup_root: Option<&std::path::Path>,
+    ) -> Result<Option<IssueFloor>, String> {
+        let Some(bin) = Self::path(env).filter(|p| p.is_file()) else {
+            return Ok(None);
+        };
+        let dir = scratch.path().join("issue-floor");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let db = dir.join("floor.db");
+        let conn = rusqlite::Connection::open(&db).map_err(|e| format!("issue-floor db: {e}"))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE leases (lease_id TEXT PRIMARY KEY, root_pid INTEGER NOT NULL,
+               root_start INTEGER NOT NULL, owner_pid INTEGER NOT NULL, cgroup TEXT,
+               created_ms INTEGER NOT NULL);",
+        )
+        .map_err(|e| format!("issue-floor schema: {e}"))?;
+        // Where leash's own reports go in this run, else a directory of the scratch.
+        let reports = match leash::state::resolve_reports_dir(&|k| std::env::var_os(k)) {
+            Ok(Some(d)) => d,
+            _ => {
+                let d = dir.join("run");
+                std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+                d
+            }
+        };
+        let gateway = cgroup_root.map(|r| r.join(format!("issue-floor-{}", std::process::id())));
+        if let Some(gw) = &gateway {
+            leash::cgroup::hold_gateway_dir(gw)
+                .map_err(|e| format!("issue-floor gateway cgroup: {e}"))?;
+        }
+        Ok(Some(IssueFloor {
+            _held: conn,
+            bin,
+            db,
+            reports,
+            gateway,
+        }))
+    }
+
+    fn subjects(&self, env: &Env) -> Vec<Subject> {
+        let argv = |flags: &[&str]| -> Vec<OsString> {
+            let mut v: Vec<OsString> = vec![self.bin.clone().into()];
+            v.extend(flags.iter().map(OsString::from));
+            if self.gateway.is_none() && !flags.contains(&"--no-cgroup") {
+                v.push("--no-cgroup".into());
+            }
+            v.extend([
+                self.db.clone().into(),
+                self.gateway
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("/nonexistent"))
+                    .into(),
+                self.reports.clone().into(),
+                env.wrap.clone().into(),
+                "--".into(),
+                env.true_bin.clone().into(),
+            ]);
+            v
+        };
+        let contained = if self.gateway.is_some() {
+            "one row, the cgroup"
+        } else {
+            "one row; containment off"
+        };
+        let mut v = vec![Subject {
+            name: "issue-floor",
+            turns: DIRECT_TURNS,
+            label: format!(
+                "the issue's own floor as one static program, no daemon (`bench/issue-floor.c`: \
+                 {contained}, the wrapper given leash's options)"
+            ),
+            argv: argv(&[]),
+            envs: Vec::new(),
+        }];
+        if self.gateway.is_some() {
+            v.push(Subject {
+                name: "issue-floor-row",
+                turns: DIRECT_TURNS,
+                label: "the same, the row only (no cgroup)".into(),
+                argv: argv(&["--no-cgroup"]),
+                envs: Vec::new(),
+            });
+            v.push(Subject {
+                name: "issue-floor-cgroup",
+                turns: DIRECT_TURNS,
+                label: "the same, the cgroup only (no row)".into(),
+                argv: argv(&["--no-row"]),
+                envs: Vec::new(),
+            });
+        }
+        v
+    }
+
+    fn note(&self) -> String {
+        format!(
+            "\nThe issue's own floor (`{}`) is one static program with SQLite linked in and no \
+             glibc: it commits one row in WAL (`synchronous=NORMAL`, one table) to {}, makes \
+             the lease's cgroup, and execs the wrapper with leash's options. The bench holds \
+             the database open meanwhile, so each run finds the WAL's index in shared memory \
+             (the case most favourable to it). When it is above \
+             1.5× the bare wrapper, so is every design that commits the lease and makes its \
+             cgroup before the wrapper runs.\n",
+            self.bin.display(),
+            filesystem(&self.db)
+        )
+    }
+
+    fn missing_note() -> String {
+        "\nThe issue's own floor as one program was not timed: `bench/setup.sh` builds it \
+         (`bench/issue-floor.c`, with musl-gcc).\n"
+            .into()
+    }
+}
+
+impl Drop for IssueFloor {
+    fn drop(&mut self) {
+        if let Some(gw) = &self.gateway {
+            leash::cgroup::release_gateway_dir(gw);
+            leash::cgroup::remove_gateway_dir_if_empty(gw);
+        }
     }
 }
