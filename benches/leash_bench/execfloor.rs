@@ -540,8 +540,9 @@ impl Drop for Mounts {
 /// one row to a database of the bench's own (WAL, one table, its key the only index), makes the
 /// lease's cgroup in a gateway directory held as the daemon holds its own, and execs the wrapper
 /// with leash's options. Two more subjects leave out the cgroup or the row, to tell their costs
-/// apart. If this is above 1.5× the bare wrapper, no design that commits the lease and makes its
-/// cgroup before the wrapper runs meets 1.5× on the host.
+/// apart. If this is above 1.5× the bare wrapper, no design without a daemon that commits the
+/// lease and makes its cgroup before the wrapper runs meets 1.5× on the host. A daemon's floor is
+/// `exec-floor`: it pays a round trip, but no process's SQLite open per exec.
 ///
 /// The bench holds a connection to the database open while it times, as a running gateway's
 /// store would: each run then finds the WAL's index in shared memory, the case most favourable
@@ -668,8 +669,9 @@ impl IssueFloor {
              the lease's cgroup, and execs the wrapper with leash's options. The bench holds \
              the database open meanwhile, so each run finds the WAL's index in shared memory \
              (the case most favourable to it). When it is above \
-             1.5× the bare wrapper, so is every design that commits the lease and makes its \
-             cgroup before the wrapper runs.\n",
+             1.5× the bare wrapper, so is every design without a daemon that commits the lease \
+             and makes its cgroup before the wrapper runs; a daemon's floor is the least \
+             daemon's row above (a round trip, but no SQLite open per exec).\n",
             self.bin.display(),
             filesystem(&self.db)
         )
