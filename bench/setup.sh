@@ -45,11 +45,11 @@ done
 # The issue's floor: the amalgamation of the libsqlite3-sys that Cargo.lock names.
 here=$(cd "$(dirname "$0")/.." && pwd)
 target=$(cd "$here" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p') || true
 target=${target:-$here/target}
+# (`|| true`: no cargo metadata, or no match, is reported below, not an exit of this script.)
 sqlite=$(cd "$here" && cargo metadata --format-version 1 2>/dev/null |
-    grep -o '"manifest_path":"[^"]*/libsqlite3-sys-[^"]*/Cargo.toml"' | head -n1 |
-    sed 's/"manifest_path":"\(.*\)\/Cargo.toml"/\1/')
+    grep -o '"manifest_path":"[^"]*/libsqlite3-sys-[^"]*/Cargo.toml"' | sed -n '1s/"manifest_path":"\(.*\)\/Cargo.toml"/\1/p') || true
 out=$target/issue-floor/issue-floor
 if ! command -v musl-gcc >/dev/null 2>&1; then
     echo "bench/setup.sh: issue-floor missing: no musl-gcc; its rows are skipped"
@@ -57,10 +57,14 @@ elif [ -z "$sqlite" ] || [ ! -f "$sqlite/sqlite3/sqlite3.c" ]; then
     echo "bench/setup.sh: issue-floor missing: no SQLite amalgamation found (cargo fetch first?)"
 elif [ ! -x "$out" ] || [ "$here/bench/issue-floor.c" -nt "$out" ]; then
     mkdir -p "$(dirname "$out")"
-    musl-gcc -O2 -static -s -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
-        -I"$sqlite/sqlite3" -o "$out.tmp" "$here/bench/issue-floor.c" "$sqlite/sqlite3/sqlite3.c"
-    mv "$out.tmp" "$out"
-    printf 'bench/setup.sh: %-11s %s (built)\n' issue-floor "$out"
+    if musl-gcc -O2 -static -s -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
+        -I"$sqlite/sqlite3" -o "$out.tmp" "$here/bench/issue-floor.c" "$sqlite/sqlite3/sqlite3.c"; then
+        mv "$out.tmp" "$out"
+        printf 'bench/setup.sh: %-11s %s (built)\n' issue-floor "$out"
+    else
+        rm -f "$out.tmp"
+        echo "bench/setup.sh: issue-floor missing: its build failed (above); its rows are skipped"
+    fi
 else
     printf 'bench/setup.sh: %-11s %s\n' issue-floor "$out"
 fi
