@@ -40,6 +40,16 @@ pub struct SweptCgroup {
     pub processes: Vec<plan::StrayProcess>,
 }
 
+/// A reap plan and what `reap` reuses of its making.
+struct Planned {
+    plan: ReapPlan,
+    /// The host-wide pass, if the plan took one (one pass per reap; handed back, not kept, so
+    /// concurrent reaps on one controller never share it).
+    scan: Option<Result<Snapshot, TableError>>,
+    /// The rows the plan was made from: where the expired leases' reports are.
+    rows: Vec<Result<Lease, String>>,
+}
+
 /// How old (by its lease id's timestamp) a cgroup without a lease must be before the sweep takes
 /// it: `leash exec` makes the directory just before it commits the lease, and it cannot wait
 /// longer than the database's busy timeout for that commit.
@@ -106,25 +116,11 @@ impl<'t> Controller<'t> {
 
     /// The reap plan, computed from one snapshot. Changes nothing, signals nothing.
     pub fn plan_reap(&self, opts: &ReapOptions) -> Result<ReapPlan, StoreError> {
-        Ok(self.plan_reap_with_scan(opts)?.0)
+        Ok(self.plan_reap_with_scan(opts)?.plan)
     }
 
-    /// [`Controller::plan_reap`], and the host-wide pass it took, if it took one, for `reap` to
-    /// reuse (one pass per reap; handed back, not kept, so concurrent reaps on one controller
-    /// never share it), and the rows the plan was made from (where the expired leases' reports
-    /// are).
-    #[allow(clippy::type_complexity)]
-    fn plan_reap_with_scan(
-        &self,
-        opts: &ReapOptions,
-    ) -> Result<
-        (
-            ReapPlan,
-            Option<Result<Snapshot, TableError>>,
-            Vec<Result<Lease, String>>,
-        ),
-        StoreError,
-    > {
+    /// [`Controller::plan_reap`], with what `reap` reuses of its making ([`Planned`]).
+    fn plan_reap_with_scan(&self, opts: &ReapOptions) -> Result<Planned, StoreError> {
         let (leases, legacy) = {
             let mut store = self.store();
             let leases: Vec<Result<Lease, String>> = store
@@ -146,7 +142,11 @@ impl<'t> Controller<'t> {
         };
         let snap = snap.map(|s| self.with_cgroups(s, obs));
         let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
-        Ok((plan, host.then_some(snap), leases))
+        Ok(Planned {
+            plan,
+            scan: host.then_some(snap),
+            rows: leases,
+        })
     }
 
     /// Whether this lease's processes are all in its cgroup: containment is on, and the row
@@ -394,7 +394,7 @@ impl<'t> Controller<'t> {
     pub fn reap(&self, opts: &ReapOptions) -> Result<ReapReport, LifecycleError> {
         self.ingest_reports_marking_ended_lost()?;
         self.repair_active_rows()?;
-        let (plan, scan, rows) = self.plan_reap_with_scan(opts)?;
+        let Planned { plan, scan, rows } = self.plan_reap_with_scan(opts)?;
         let mut report = ReapReport {
             leases: Vec::new(),
             legacy: Vec::new(),

@@ -116,8 +116,9 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
     // The client's reports directory is a path in the client's mounts: the daemon and every
     // reader of the lease must see the same directory under it (a unit's private `/dev/shm`
     // would not be).
-    let proc = || std::path::PathBuf::from(format!("/proc/{}", peer.pid));
-    if ask.report_dir.is_some() && !super::exec_argv::same_mounts(&proc()) {
+    if ask.report_dir.is_some()
+        && !super::exec_argv::same_mounts(std::path::Path::new(&format!("/proc/{}", peer.pid)))
+    {
         return direct(
             "the client sees other mounts than the daemon, so its reports directory may not be \
              the daemon's"
