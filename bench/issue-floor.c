@@ -6,7 +6,8 @@
  *
  *   issue-floor [--no-row] [--no-cgroup] DB GATEWAY_CGROUP REPORTS_DIR WRAPPER -- CMD...
  *
- * Commits one lease row to DB (made by the bench: WAL, the `leases` table below) in one
+ * Commits one lease row to DB (made by the bench, `floor_db` in benches/leash_bench/floorserve.rs:
+ * WAL, one `leases` table whose columns the INSERT below names) in one
  * transaction (synchronous=NORMAL, as leash; no checkpoint on close), makes
  * GATEWAY_CGROUP/<lease>, and execs WRAPPER with leash's options for a lease (--grace-ms,
  * --owner-pid, --report, --cgroup, --remove-empty-parent). --no-row and --no-cgroup leave out a

@@ -30,7 +30,7 @@
 //! options). What `leash serve` costs above `exec-floor` is leash's own op.
 
 use crate::containment::BenchRoot;
-use crate::floorserve::{Floor, FloorServer};
+use crate::floorserve::{floor_db, Floor, FloorServer, HeldGateway};
 use crate::procs::{Children, TempDir};
 use crate::stats::{median, ms, ratio, Summary, Table};
 use crate::{Config, Env};
@@ -555,9 +555,8 @@ struct IssueFloor {
     bin: PathBuf,
     db: PathBuf,
     reports: PathBuf,
-    /// The gateway's cgroup directory, held (no wrapper's `--remove-empty-parent` removes it),
-    /// released and removed when empty on drop; `None`: containment off.
-    gateway: Option<PathBuf>,
+    /// The gateway's cgroup directory, held while the runs are timed; `None`: containment off.
+    gateway: Option<HeldGateway>,
 }
 
 impl IssueFloor {
@@ -577,14 +576,7 @@ impl IssueFloor {
         let dir = scratch.path().join("issue-floor");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let db = dir.join("floor.db");
-        let conn = rusqlite::Connection::open(&db).map_err(|e| format!("issue-floor db: {e}"))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
-             CREATE TABLE leases (lease_id TEXT PRIMARY KEY, root_pid INTEGER NOT NULL,
-               root_start INTEGER NOT NULL, owner_pid INTEGER NOT NULL, cgroup TEXT,
-               created_ms INTEGER NOT NULL);",
-        )
-        .map_err(|e| format!("issue-floor schema: {e}"))?;
+        let conn = floor_db(&db).map_err(|e| format!("issue-floor database: {e}"))?;
         // Where leash's own reports go in this run, else a directory of the scratch.
         let reports = match leash::state::resolve_reports_dir(&|k| std::env::var_os(k)) {
             Ok(Some(d)) => d,
@@ -594,11 +586,12 @@ impl IssueFloor {
                 d
             }
         };
-        let gateway = cgroup_root.map(|r| r.join(format!("issue-floor-{}", std::process::id())));
-        if let Some(gw) = &gateway {
-            leash::cgroup::hold_gateway_dir(gw)
-                .map_err(|e| format!("issue-floor gateway cgroup: {e}"))?;
-        }
+        let gateway = match cgroup_root {
+            Some(r) => Some(HeldGateway::new(
+                r.join(format!("issue-floor-{}", std::process::id())),
+            )?),
+            None => None,
+        };
         Ok(Some(IssueFloor {
             _held: conn,
             bin,
@@ -618,8 +611,8 @@ impl IssueFloor {
             v.extend([
                 self.db.clone().into(),
                 self.gateway
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from("/nonexistent"))
+                    .as_ref()
+                    .map_or_else(|| PathBuf::from("/nonexistent"), |g| g.path().to_path_buf())
                     .into(),
                 self.reports.clone().into(),
                 env.wrap.clone().into(),
@@ -681,14 +674,5 @@ impl IssueFloor {
         "\nThe issue's own floor as one program was not timed: `bench/setup.sh` builds it \
          (`bench/issue-floor.c`, with musl-gcc).\n"
             .into()
-    }
-}
-
-impl Drop for IssueFloor {
-    fn drop(&mut self) {
-        if let Some(gw) = &self.gateway {
-            leash::cgroup::release_gateway_dir(gw);
-            leash::cgroup::remove_gateway_dir_if_empty(gw);
-        }
     }
 }

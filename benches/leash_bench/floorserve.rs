@@ -44,9 +44,8 @@ pub struct FloorServer {
     /// whose time would then be counted as the floor's): a run with any is not a measurement.
     failed: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// The gateway's cgroup directory it holds, released and removed when empty on drop (as a
-    /// stopping daemon does).
-    gateway: Option<PathBuf>,
+    /// The gateway's cgroup directory it holds while it serves.
+    _gateway: Option<HeldGateway>,
     _lock: std::fs::File,
 }
 
@@ -87,24 +86,15 @@ impl FloorServer {
         let conn = match floor {
             Floor::Null => None,
             Floor::Commit => {
-                let db = rusqlite::Connection::open(root.dir().join("floor.db"))
-                    .map_err(|e| err("open", &e))?;
-                db.execute_batch(
-                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
-                     CREATE TABLE leases (lease_id TEXT PRIMARY KEY, root_pid INTEGER NOT NULL,
-                       root_start INTEGER NOT NULL, owner_pid INTEGER NOT NULL,
-                       cgroup TEXT, created_ms INTEGER NOT NULL);",
-                )
-                .map_err(|e| err("schema", &e))?;
-                Some(db)
+                Some(floor_db(&root.dir().join("floor.db")).map_err(|e| err("database", &e))?)
             }
         };
-        let gateway = cgroup_root
-            .filter(|_| floor == Floor::Commit)
-            .map(|r| r.join(format!("floor-{}", std::process::id())));
-        if let Some(gw) = &gateway {
-            leash::cgroup::hold_gateway_dir(gw).map_err(|e| err("gateway cgroup", &e))?;
-        }
+        let gateway = match cgroup_root.filter(|_| floor == Floor::Commit) {
+            Some(r) => Some(HeldGateway::new(
+                r.join(format!("floor-{}", std::process::id())),
+            )?),
+            None => None,
+        };
         // The reports go where leash's would (`resolve_reports_dir`, once: leash does it per exec).
         let reports = leash::state::resolve_reports_dir(&|k| std::env::var_os(k))
             .map_err(|e| err("reports dir", &e))?;
@@ -115,7 +105,7 @@ impl FloorServer {
                 .to_str()
                 .ok_or("floor server: wrapper path not UTF-8")?
                 .into(),
-            gateway: gateway.clone(),
+            gateway: gateway.as_ref().map(|g| g.path().to_path_buf()),
         };
         let l = listener.try_clone().map_err(|e| err("listener", &e))?;
         let failed = Arc::new(AtomicUsize::new(0));
@@ -128,7 +118,7 @@ impl FloorServer {
             listener,
             failed,
             thread: Some(thread),
-            gateway,
+            _gateway: gateway,
             _lock: lock,
         })
     }
@@ -152,10 +142,45 @@ impl Drop for FloorServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        if let Some(gw) = &self.gateway {
-            leash::cgroup::release_gateway_dir(gw);
-            leash::cgroup::remove_gateway_dir_if_empty(gw);
-        }
+        // Then the fields: the gateway's directory is released once no answer can name it.
+    }
+}
+
+/// The floor's database at `path`: one table, its key the only index, in WAL with leash's
+/// `synchronous=NORMAL`. The floor server commits to it, and so does `bench/issue-floor.c`,
+/// whose INSERT names these columns.
+pub fn floor_db(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let db = rusqlite::Connection::open(path)?;
+    db.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+         CREATE TABLE leases (lease_id TEXT PRIMARY KEY, root_pid INTEGER NOT NULL,
+           root_start INTEGER NOT NULL, owner_pid INTEGER NOT NULL,
+           cgroup TEXT, created_ms INTEGER NOT NULL);",
+    )?;
+    Ok(db)
+}
+
+/// A gateway's cgroup directory held as the daemon holds its own (`hold_gateway_dir`: no
+/// wrapper's `--remove-empty-parent` removes it), released and removed when empty on drop, as a
+/// stopping daemon does.
+pub struct HeldGateway(PathBuf);
+
+impl HeldGateway {
+    pub fn new(path: PathBuf) -> Result<HeldGateway, String> {
+        leash::cgroup::hold_gateway_dir(&path)
+            .map_err(|e| format!("gateway cgroup {}: {e}", path.display()))?;
+        Ok(HeldGateway(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for HeldGateway {
+    fn drop(&mut self) {
+        leash::cgroup::release_gateway_dir(&self.0);
+        leash::cgroup::remove_gateway_dir_if_empty(&self.0);
     }
 }
 
