@@ -31,6 +31,12 @@ pub enum LegacyError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: {detail}; nothing imported")]
+    Input { path: String, detail: String },
+    /// The import would make an imported record claim leash's own processes, or give one state
+    /// root two gateway ids: refused before anything is written.
+    #[error("{0}; nothing imported")]
+    Refused(String),
     #[error("{path}: not a JSON array of {{\"sessionKey\", \"pid\", \"command\", \"wrapperPath\"?}}: {detail}")]
     Format { path: String, detail: String },
     #[error("{path}: record {index}: {detail}")]
@@ -59,6 +65,125 @@ impl HasKind for LegacyError {
     }
 }
 
+/// The largest file `legacy import` reads (64 MiB): a lease file, a gateway id file, a session
+/// record or a legacy record file past it is refused, not read. The incumbent keeps one small
+/// entry per live lease or session (about 1 KiB each), so 64 MiB is tens of thousands of them;
+/// a file reads whole into memory before it is parsed (a 348 MB lease file took 55 s and 928 MB
+/// of memory to read and parse).
+pub const MAX_IMPORT_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads one input file of `legacy import`: a regular file (a symlink, a device, a FIFO or a
+/// directory is refused without being opened for its contents: `O_NOFOLLOW`, then `fstat` on
+/// what was opened), no larger than [`MAX_IMPORT_FILE_BYTES`], UTF-8.
+pub fn read_input(path: &Path) -> Result<String, LegacyError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display().to_string();
+    let bad = |detail: String| LegacyError::Input {
+        path: shown.clone(),
+        detail,
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(bad(
+            "a symbolic link: leash reads the incumbent's files only as regular files (point              the option at the file itself)"
+                .into(),
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        // Not blocking on a FIFO, not following a link swapped in since the look above.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|source| LegacyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+    let meta = file.metadata().map_err(|source| LegacyError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(bad(format!(
+            "not a regular file ({}): refused",
+            file_kind(&meta)
+        )));
+    }
+    if meta.len() > MAX_IMPORT_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the {} MiB leash reads from one file: refused (a lease or              session file that large is not the incumbent's; check it, or remove the entries              of leases that ended)",
+            meta.len(),
+            MAX_IMPORT_FILE_BYTES >> 20
+        )));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_IMPORT_FILE_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|source| LegacyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+    if buf.len() as u64 > MAX_IMPORT_FILE_BYTES {
+        return Err(bad(format!(
+            "grew past the {} MiB leash reads from one file while it was read: refused",
+            MAX_IMPORT_FILE_BYTES >> 20
+        )));
+    }
+    String::from_utf8(buf).map_err(|e| bad(format!("not UTF-8 text: {e}")))
+}
+
+/// Refuses an input that is not a regular file (a symlink, a device, a FIFO, a directory),
+/// without opening it: what SQLite opens itself (the keyed stores).
+pub fn check_regular(path: &Path) -> Result<(), LegacyError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|source| LegacyError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(LegacyError::Input {
+        path: path.display().to_string(),
+        detail: format!("not a regular file ({}): refused", file_kind(&meta)),
+    })
+}
+
+/// At most the first 64 characters of what a file held, for an error message: enough to
+/// recognise a value, never a file's contents.
+pub fn shown_value(v: &str) -> String {
+    const MAX: usize = 64;
+    match v.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{:?}… ({} bytes)", &v[..at], v.len()),
+        None => format!("{v:?}"),
+    }
+}
+
+/// What a non-regular file is, in words.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Whether anything is at `path` (a symlink counts, whatever it points to): an input that is
+/// there must read as a regular file, never be skipped as absent.
+pub fn exists_unfollowed(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// Imports records from a JSON file in one transaction: all or nothing.
 pub fn import(
     store: &mut Store,
@@ -66,10 +191,7 @@ pub fn import(
     wrapper_root: Option<&Path>,
 ) -> Result<usize, LegacyError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LegacyError::Read {
-        path: shown.clone(),
-        source,
-    })?;
+    let text = read_input(path)?;
     let records: Vec<LegacyImport> =
         serde_json::from_str(&text).map_err(|e| LegacyError::Format {
             path: shown.clone(),

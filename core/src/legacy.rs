@@ -7,6 +7,12 @@
 //! what cannot be verified is left alone. Leases imported from the acpx extension are verified by
 //! the evidence its own wrappers carry ([`acpx_command_hash`]).
 //!
+//! An imported record is a claim; a lease leash committed itself outweighs it. A process that
+//! belongs to one of leash's own leases ([`leash_claim`]: in a lease cgroup under leash's
+//! cgroup root, a `leash-wrap` or one of its descendants, or carrying the id of a lease a leash
+//! store holds) is never part of a legacy record's tree, whatever markers it carries: leash's
+//! wrappers and adapters carry the same environment contract as the incumbent's.
+//!
 //! Pure: the records, the snapshot and the caller are arguments. Importing and storing records
 //! is the `leash` crate's (`leash::legacy`).
 
@@ -181,6 +187,115 @@ fn stored_pid_refusal(rec: &LegacyRecord, caller: &Caller) -> Option<String> {
     }
 }
 
+/// The file name of leash's wrapper binary (a state root installs it as `leash-wrap` or a
+/// versioned `leash-wrap-…` copy under its `wrappers/`). The incumbent's wrappers are Node
+/// programs: their exe is `node`.
+pub const LEASH_WRAPPER_NAME: &str = "leash-wrap";
+
+/// Whether `p` runs leash's wrapper: its exe's file name, or its argv[0]'s, is `leash-wrap` or
+/// starts with `leash-wrap-`. (An argv[0] anyone can set only makes more processes leash's, and
+/// so fewer signalled.)
+fn runs_leash_wrapper(p: &ProcessInfo) -> bool {
+    let named = |path: &str| {
+        Path::new(path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| {
+                n == LEASH_WRAPPER_NAME
+                    || n.strip_prefix(LEASH_WRAPPER_NAME)
+                        .is_some_and(|rest| rest.starts_with('-'))
+            })
+    };
+    p.exe_path().is_some_and(named)
+        || p.argv
+            .as_deref()
+            .and_then(|a| a.first())
+            .is_some_and(|a0| named(a0))
+}
+
+/// Why `p` belongs to one of leash's own leases (`Some`), so that no legacy record may claim
+/// it: it is in a lease cgroup under leash's cgroup root, it is a `leash-wrap` or descends from
+/// one (by parent links in the snapshot), or its environment or argv carries the id of a lease
+/// a leash store holds ([`crate::model::LeashSeen`]). `None`: nothing of leash's is seen on it.
+pub fn leash_claim(p: &ProcessInfo, snap: &Snapshot) -> Option<String> {
+    let seen = snap.leash_seen();
+    if let Some(path) = seen.cgroup_members.get(&p.pid) {
+        return Some(format!("pid {} is in leash's lease cgroup {path}", p.pid));
+    }
+    if let Some(l) = p
+        .env
+        .as_ref()
+        .and_then(|e| e.lease_id.as_deref())
+        .filter(|l| seen.lease_ids.contains(*l))
+    {
+        return Some(format!(
+            "pid {} carries {ENV_LEASE_ID}={l}, a lease a leash store holds",
+            p.pid
+        ));
+    }
+    if let Some(l) = p.argv.as_deref().and_then(|a| {
+        a.windows(2)
+            .find(|w| w[0] == ACPX_LEASE_ARG && seen.lease_ids.contains(&w[1]))
+            .map(|w| w[1].clone())
+    }) {
+        return Some(format!(
+            "pid {} carries {ACPX_LEASE_ARG} {l} in its argv, a lease a leash store holds",
+            p.pid
+        ));
+    }
+    // Up the parent links (bounded, a cycle ends it) to a leash-wrap.
+    let mut cur = Some(p);
+    let mut steps = 0;
+    while let Some(q) = cur {
+        if runs_leash_wrapper(q) {
+            return Some(if q.pid == p.pid {
+                format!(
+                    "pid {} runs leash's wrapper ({})",
+                    p.pid,
+                    q.exe_path().unwrap_or(LEASH_WRAPPER_NAME)
+                )
+            } else {
+                format!(
+                    "pid {} descends from leash's wrapper pid {} ({})",
+                    p.pid,
+                    q.pid,
+                    q.exe_path().unwrap_or(LEASH_WRAPPER_NAME)
+                )
+            });
+        }
+        steps += 1;
+        if q.ppid <= 1 || steps > snap.len() {
+            break;
+        }
+        cur = snap.get(q.ppid);
+    }
+    None
+}
+
+/// The live `leash-wrap` processes whose environment carries gateway id `gateway`: the wrappers
+/// of a state root that uses it (leash sets the markers on its wrapper and its adapter alike).
+/// The incumbent's own processes carry the same id but run `node`, never `leash-wrap`.
+pub fn leash_wrappers_of<'s>(snap: &'s Snapshot, gateway: &str) -> Vec<&'s ProcessInfo> {
+    let mut v: Vec<_> = snap
+        .iter()
+        .filter(|p| p.state != 'Z' && runs_leash_wrapper(p))
+        .filter(|p| {
+            p.env
+                .as_ref()
+                .is_some_and(|e| e.gateway_instance_id.as_deref() == Some(gateway))
+        })
+        .collect();
+    v.sort_by_key(|p| p.pid);
+    v
+}
+
+/// The refusal of a record's live root that is leash's own.
+fn leash_root_refusal(p: &ProcessInfo, snap: &Snapshot) -> Option<String> {
+    leash_claim(p, snap).map(|why| {
+        format!("{why}: it belongs to a leash lease, never to a legacy record; left alone")
+    })
+}
+
 /// The legacy fail-safe check. Pure.
 pub fn verify_legacy(
     rec: &LegacyRecord,
@@ -201,6 +316,9 @@ pub fn verify_legacy(
         };
     };
     if let Some(why) = live_root_refusal(rec, p, caller, "record") {
+        return refuse(why);
+    }
+    if let Some(why) = leash_root_refusal(p, snap) {
         return refuse(why);
     }
     if let Some(env) = &p.env {
@@ -282,21 +400,21 @@ fn owned_tree(
             let Some(k) = snap.get(kid) else { continue };
             let marker = k.env.as_ref().and_then(|e| e.lease_id.as_deref());
             let why = if k.start_time < p.start_time {
-                Some("started before the root")
+                Some("started before the root".to_string())
             } else if k.uid != p.uid {
-                Some("runs as another uid")
+                Some("runs as another uid".into())
             } else if marker.is_some() && marker != own_lease {
-                Some("carries another lease's marker")
+                Some("carries another lease's marker".into())
             } else if k.state == 'Z' {
-                Some("zombie")
+                Some("zombie".into())
             } else {
-                None
+                leash_claim(k, snap).map(|why| format!("{why}: a leash lease's, not the record's"))
             };
             match why {
-                Some(w) => excluded.push(Excluded {
+                Some(reason) => excluded.push(Excluded {
                     pid: k.pid,
                     start_time: k.start_time,
-                    reason: w.into(),
+                    reason,
                 }),
                 None => {
                     let evidence = match marker {
@@ -481,7 +599,12 @@ fn verify_acpx(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let candidates = acpx_candidates(snap, lease, gw, wrapper, caller.uid);
+    // Processes of leash's own leases carry the same markers: they are set apart first, and
+    // never join the record's tree, whatever else is seen.
+    let (candidates, leash_own): (Vec<&ProcessInfo>, Vec<&ProcessInfo>) =
+        acpx_candidates(snap, lease, gw, wrapper, caller.uid)
+            .into_iter()
+            .partition(|p| leash_claim(p, snap).is_none());
     // Processes carrying the lease's environment markers (the wrapper's `env` set them, every
     // descendant inherits them), this root's gateway id, of the caller's uid, started before the
     // import: the lease's escapees once they left the tree (the detached adapter of a wrapper
@@ -497,6 +620,24 @@ fn verify_acpx(
         })
         .filter(|m| rec.imported_ticks == 0 || m.start_time <= rec.imported_ticks)
         .collect();
+    let (marked, leash_marked): (Vec<&ProcessInfo>, Vec<&ProcessInfo>) = marked
+        .into_iter()
+        .partition(|m| leash_claim(m, snap).is_none());
+    let mut leash_own = leash_own;
+    for m in leash_marked {
+        if !leash_own.iter().any(|o| o.pid == m.pid) {
+            leash_own.push(m);
+        }
+    }
+    leash_own.sort_by_key(|p| p.pid);
+    // Why the processes of leash's own leases that carry this lease's markers are left alone.
+    let leash_note = || {
+        leash_own
+            .iter()
+            .filter_map(|p| leash_claim(p, snap))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     if rec.pid == 0 {
         return refuse(format!(
             "pending acpx lease {lease} (rootPid 0: saved before its wrapper started, the pid \
@@ -519,6 +660,17 @@ fn verify_acpx(
         ));
     }
     let Some(p) = snap.get(rec.pid).filter(|p| p.state != 'Z') else {
+        if !leash_own.is_empty() {
+            // The record's markers are on a leash lease's processes: the record names a lease
+            // leash committed (or one whose ids leash's own carry), so nothing it names can be
+            // told from leash's own. Left open, with why.
+            return refuse(format!(
+                "stored pid {} is not running, and pid {} carry lease {lease}'s markers but                  belong to leash's own leases ({}): an imported record never claims a leash                  lease's processes; left alone",
+                rec.pid,
+                pids(&leash_own),
+                leash_note()
+            ));
+        }
         if candidates.is_empty() && !marked.is_empty() {
             let reason = format!(
                 "stored pid {} is gone; pid {} carry {}={lease} and {}={gw} (this root's gateway \
@@ -548,6 +700,16 @@ fn verify_acpx(
     };
     if let Some(why) = live_root_refusal(rec, p, caller, "lease") {
         return refuse(why);
+    }
+    if let Some(why) = leash_root_refusal(p, snap) {
+        return refuse(why);
+    }
+    if !leash_own.is_empty() {
+        return refuse(format!(
+            "pid {} carry lease {lease}'s markers but belong to leash's own leases ({}): the              record's markers cannot be told from leash's; left alone",
+            pids(&leash_own),
+            leash_note()
+        ));
     }
     let Some(argv) = &p.argv else {
         return refuse(format!("pid {}: its command line is unreadable", p.pid));
@@ -767,5 +929,187 @@ mod tests {
         for s in cases {
             assert_eq!(json_string(&s), serde_json::to_string(&s).unwrap(), "{s:?}");
         }
+    }
+    // ---- leash's own leases are never a legacy record's ------------------------------------
+
+    const GW: &str = "11111111-2222-4333-8444-555555555555";
+    const LEASE: &str = "L-1";
+
+    fn proc(pid: i32, ppid: i32, start: u64, exe: &str, argv: &[&str], lease: bool) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: pid,
+            uid: 1000,
+            start_time: start,
+            state: 'S',
+            exe: Some(exe.into()),
+            argv: Some(argv.iter().map(|a| a.to_string()).collect()),
+            env: Some(crate::model::LeaseEnv {
+                lease_id: lease.then(|| LEASE.into()),
+                gateway_instance_id: lease.then(|| GW.into()),
+            }),
+            pidfs_ino: None,
+        }
+    }
+
+    /// An acpx record naming lease `LEASE` of gateway `GW`, whose root pid is gone.
+    fn acpx_record() -> LegacyRecord {
+        LegacyRecord {
+            id: 1,
+            session_key: "s".into(),
+            pid: 999_993,
+            command: "/oc/acpx/codex-acp-wrapper.mjs".into(),
+            wrapper_path: Some("/oc/acpx/codex-acp-wrapper.mjs".into()),
+            wrapper_root: Some("/oc/acpx".into()),
+            state: "open".into(),
+            state_reason: None,
+            imported_at: 1,
+            imported_ticks: 10_000,
+            source: Some(ACPX_SOURCE.into()),
+            acpx_lease_id: Some(LEASE.into()),
+            acpx_gateway_id: Some(GW.into()),
+            command_hash: Some("ab".repeat(32)),
+            process_group_id: None,
+            acpx_started_at: None,
+        }
+    }
+
+    fn caller() -> Caller {
+        Caller {
+            pid: 5,
+            pgid: 5,
+            uid: 1000,
+        }
+    }
+
+    fn verdict(snap: &Snapshot) -> LegacyVerdict {
+        let expect = Expect {
+            gateway_instance_id: GW,
+            wrapper_root: Path::new("/state/wrappers"),
+            cgroup_root: None,
+        };
+        verify_legacy(&acpx_record(), &expect, snap, &caller())
+    }
+
+    fn refused_because(v: &LegacyVerdict, says: &str) {
+        match v {
+            LegacyVerdict::Refused { reason } => {
+                assert!(reason.contains(says), "{reason}");
+                assert!(reason.contains("leash"), "{reason}");
+            }
+            other => panic!("expected a refusal saying {says:?}, got {other:?}"),
+        }
+    }
+
+    /// A leash session (its `leash-wrap` and its adapter, both carrying the lease's markers, as
+    /// leash sets them) is not the escapees of a record that names its lease id and gateway id.
+    #[test]
+    fn a_leash_wrapper_and_its_adapter_are_never_a_records_escapees() {
+        let snap = Snapshot::new([
+            proc(
+                100,
+                50,
+                500,
+                "/state/wrappers/leash-wrap",
+                &["/state/wrappers/leash-wrap", "--owner-pid", "50", "--", "sleep", "600"],
+                true,
+            ),
+            proc(101, 100, 501, "/usr/bin/sleep", &["sleep", "600"], true),
+        ]);
+        refused_because(&verdict(&snap), "descends from leash's wrapper pid 100");
+    }
+
+    /// The adapter alone (its wrapper gone, re-parented to init) is still leash's when its lease
+    /// id is one a leash store holds, or when it is in a lease cgroup under leash's root.
+    #[test]
+    fn an_orphaned_leash_adapter_is_known_by_its_store_or_its_cgroup() {
+        let adapter = proc(101, 1, 501, "/usr/bin/sleep", &["sleep", "600"], true);
+        let mut snap = Snapshot::new([adapter.clone()]);
+        // Nothing of leash's is seen on it: the incumbent's escapee (the record's own case).
+        assert!(
+            matches!(verdict(&snap), LegacyVerdict::Owned { ref tree, .. } if tree.root.is_none()),
+            "{:?}",
+            verdict(&snap)
+        );
+        snap.set_leash_seen(crate::model::LeashSeen {
+            lease_ids: [LEASE.to_string()].into(),
+            ..Default::default()
+        });
+        refused_because(&verdict(&snap), "a lease a leash store holds");
+        let mut snap = Snapshot::new([adapter]);
+        snap.set_leash_seen(crate::model::LeashSeen {
+            cgroup_members: [(101, "/cg/leash/G/L-1".to_string())].into(),
+            cgroups_read: true,
+            ..Default::default()
+        });
+        refused_because(&verdict(&snap), "in leash's lease cgroup /cg/leash/G/L-1");
+    }
+
+    /// A live process that carries the record's argv markers but runs under a `leash-wrap` is
+    /// refused as the record's root, and a leash-format record's verified root never takes a
+    /// `leash-wrap` child into its tree.
+    #[test]
+    fn a_leash_process_is_never_a_records_root_nor_its_descendant() {
+        let marked_argv = [
+            "/usr/bin/node",
+            "/oc/acpx/codex-acp-wrapper.mjs",
+            ACPX_LEASE_ARG,
+            LEASE,
+            ACPX_GATEWAY_ARG,
+            GW,
+        ];
+        let snap = Snapshot::new([
+            proc(
+                100,
+                50,
+                500,
+                "/state/wrappers/leash-wrap-1-2",
+                &["/state/wrappers/leash-wrap-1-2", "--", "node"],
+                true,
+            ),
+            proc(999_993, 100, 501, "/usr/bin/node", &marked_argv, true),
+        ]);
+        refused_because(&verdict(&snap), "descends from leash's wrapper pid 100");
+
+        let mut rec = acpx_record();
+        rec.source = None;
+        rec.wrapper_path = None;
+        rec.command = "old-gateway --serve".into();
+        rec.pid = 200;
+        let snap = Snapshot::new([
+            ProcessInfo {
+                env: Some(Default::default()),
+                ..proc(200, 1, 400, "/usr/bin/old-gateway", &["old-gateway", "--serve"], false)
+            },
+            proc(
+                201,
+                200,
+                450,
+                "/state/wrappers/leash-wrap",
+                &["/state/wrappers/leash-wrap", "--", "x"],
+                false,
+            ),
+            proc(202, 201, 451, "/usr/bin/x", &["x"], false),
+            proc(203, 200, 452, "/usr/bin/y", &["y"], false),
+        ]);
+        let expect = Expect {
+            gateway_instance_id: GW,
+            wrapper_root: Path::new("/state/wrappers"),
+            cgroup_root: None,
+        };
+        let LegacyVerdict::Owned { tree, .. } = verify_legacy(&rec, &expect, &snap, &caller())
+        else {
+            panic!("the old gateway's root verifies by its argv");
+        };
+        let members: Vec<i32> = tree.members.iter().map(|m| m.pid).collect();
+        assert_eq!(members, vec![203], "{tree:?}");
+        assert!(
+            tree.excluded
+                .iter()
+                .any(|e| e.pid == 201 && e.reason.contains("leash's wrapper")),
+            "{tree:?}"
+        );
     }
 }

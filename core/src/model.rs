@@ -327,6 +327,24 @@ pub struct Snapshot {
     by_lease: HashMap<String, Vec<i32>>,
     /// What was observed of the leases' cgroups when the snapshot was taken.
     cgroups: HashMap<PathBuf, Observation>,
+    /// What was seen of leash's own leases, for telling them from a legacy record's processes.
+    leash: LeashSeen,
+}
+
+/// What the host shows of leash's own leases when a snapshot is taken: the evidence that a
+/// process is leash's and never an incumbent's (see `legacy::leash_claim`). Read by the machine
+/// room; a process found here is never part of a legacy record's tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeashSeen {
+    /// Lease ids a leash store holds (this root's rows, of any state) or that name a lease
+    /// cgroup under leash's cgroup root (any state root on the host).
+    pub lease_ids: std::collections::HashSet<String>,
+    /// Processes in a lease cgroup under leash's cgroup root (any gateway), with its path.
+    pub cgroup_members: HashMap<i32, String>,
+    /// Whether leash's lease cgroups could be listed (`false`: containment unavailable and no
+    /// cgroup root to look in, or the listing failed; cgroup evidence is then absent, not
+    /// "nothing there").
+    pub cgroups_read: bool,
 }
 
 impl Snapshot {
@@ -356,7 +374,18 @@ impl Snapshot {
             by_pgid,
             by_lease,
             cgroups: HashMap::new(),
+            leash: LeashSeen::default(),
         }
+    }
+
+    /// Records what was seen of leash's own leases (see [`LeashSeen`]).
+    pub fn set_leash_seen(&mut self, seen: LeashSeen) {
+        self.leash = seen;
+    }
+
+    /// What was seen of leash's own leases.
+    pub fn leash_seen(&self) -> &LeashSeen {
+        &self.leash
     }
 
     /// Adds what was observed of a cgroup directory.

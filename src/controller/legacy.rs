@@ -137,6 +137,34 @@ fn keyed_entries(
     .map_err(|e| bad(format!("cannot open the incumbent's SQLite store: {e}")))?;
     conn.busy_timeout(crate::store::DEFAULT_BUSY_TIMEOUT)
         .map_err(|e| bad(e.to_string()))?;
+    // The incumbent's store keeps a plain table. A view (a recursive one never ends) or a
+    // virtual table under that name is not its store, and is not queried.
+    let kind: Option<(String, String)> = conn
+        .query_row(
+            "SELECT type, COALESCE(sql, '') FROM sqlite_master WHERE name = 'plugin_state_entries'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+        .map_err(|e| bad(format!("cannot read the incumbent's SQLite store: {e}")))?;
+    match kind {
+        Some((t, sql)) if t == "table" && !sql.to_ascii_uppercase().contains("VIRTUAL") => {}
+        Some((t, _)) => {
+            return Err(bad(format!(
+                "not the incumbent's plugin state store: plugin_state_entries is a {} here, not                  a plain table (refused, not queried)",
+                if t == "table" { "virtual table" } else { t.as_str() }
+            )))
+        }
+        None => {
+            return Err(bad(
+                "not the incumbent's plugin state store (no plugin_state_entries table)".into(),
+            ))
+        }
+    }
     let mut stmt = conn
         .prepare(
             "SELECT entry_key, value_json FROM plugin_state_entries \
@@ -180,12 +208,7 @@ impl<'t> Controller<'t> {
             path: path.display().to_string(),
             detail,
         };
-        let read = |path: &std::path::Path| {
-            std::fs::read_to_string(path).map_err(|source| LegacyError::Read {
-                path: path.display().to_string(),
-                source,
-            })
-        };
+        let read = |path: &std::path::Path| lg::read_input(path);
         if !dir.is_dir() {
             return Err(acpx_err(dir, "not a directory".into()));
         }
@@ -208,7 +231,8 @@ impl<'t> Controller<'t> {
         let mut leases: Vec<NewAcpxRecord> = Vec::new();
         let mut keyed_gateway: Option<(String, std::path::PathBuf)> = None;
         let mut found = Vec::new();
-        for db in dbs.iter().filter(|p| p.is_file()) {
+        for db in dbs.iter().filter(|p| lg::exists_unfollowed(p)) {
+            lg::check_regular(db)?;
             found.push(db.clone());
             for (key, value) in keyed_entries(db, "process-leases", now)? {
                 let v: serde_json::Value = serde_json::from_str(&value)
@@ -250,7 +274,7 @@ impl<'t> Controller<'t> {
                 }
             }
         }
-        if lease_file.is_file() {
+        if lg::exists_unfollowed(&lease_file) {
             found.push(lease_file.clone());
             let text = read(&lease_file)?;
             for r in lg::parse_acpx_lease_file(&text).map_err(|e| acpx_err(&lease_file, e.0))? {
@@ -260,7 +284,7 @@ impl<'t> Controller<'t> {
             }
         }
         let mut file_gateway = None;
-        for f in gateway_files.iter().filter(|p| p.is_file()) {
+        for f in gateway_files.iter().filter(|p| lg::exists_unfollowed(p)) {
             found.push(f.clone());
             let id = read(f)?.trim().to_string();
             if id.is_empty() {
@@ -280,7 +304,10 @@ impl<'t> Controller<'t> {
                 })?
                 .flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "json")
+                        && !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+                })
                 .collect();
             names.sort();
             for p in names {
@@ -341,8 +368,9 @@ impl<'t> Controller<'t> {
             return Err(acpx_err(
                 dir,
                 format!(
-                    "the gateway instance id {gateway:?} (from {from}) is not a UUID, and a leash \
-                     state root keeps a UUID"
+                    "the gateway instance id {} (from {from}) is not a UUID, and a leash state \
+                     root keeps a UUID",
+                    lg::shown_value(&gateway)
                 ),
             ));
         }
@@ -356,6 +384,18 @@ impl<'t> Controller<'t> {
                 ),
             ));
         }
+        // Nothing the import stores may claim leash's own processes, nor give this root a
+        // second gateway id.
+        let adopting = gateway != self.gateway;
+        let _lock = if adopting {
+            Some(self.hold_off_the_daemon(&gateway)?)
+        } else {
+            None
+        };
+        self.refuse_leash_leases(&leases)?;
+        if adopting {
+            self.refuse_gateway_in_use(&gateway)?;
+        }
         let imported = self.store().import_acpx(
             &gateway,
             adopt,
@@ -365,5 +405,185 @@ impl<'t> Controller<'t> {
             now,
         )?;
         Ok((imported, skipped_files))
+    }
+}
+
+impl Controller<'_> {
+    /// Leash's cgroup root (`<cgroup2 mount>/leash`, or `LEASH_CGROUP_ROOT`) as containment
+    /// would resolve it, whether or not this root contains its sessions: where every state
+    /// root of the host puts its lease cgroups. Decides only; creates nothing.
+    fn leash_cgroup_root(&self) -> Option<PathBuf> {
+        let mut settings = cgroup::Settings::from_env().unwrap_or_else(|_| cgroup::Settings {
+            requested: cgroup::Requested::On,
+            root: None,
+        });
+        settings.requested = cgroup::Requested::On;
+        Containment::resolve_lean(&settings, &self.gateway).root
+    }
+
+    /// What the host shows of leash's own leases ([`leash_core::model::LeashSeen`]): this
+    /// root's lease ids (every row, whatever its state), and every lease cgroup under leash's
+    /// cgroup root (every gateway's directory, so every state root's), with its members. One
+    /// listing per gateway directory and one `cgroup.procs` read per lease cgroup.
+    pub(super) fn leash_seen(
+        &self,
+        leases: &[Result<Lease, String>],
+    ) -> leash_core::model::LeashSeen {
+        let mut seen = leash_core::model::LeashSeen {
+            lease_ids: leases
+                .iter()
+                .filter_map(|l| l.as_ref().ok())
+                .map(|l| l.lease_id.clone())
+                .collect(),
+            ..Default::default()
+        };
+        if let Some(root) = self.leash_cgroup_root() {
+            seen.cgroups_read = root.is_dir();
+            for (gateway, _) in cgroup::children(&root) {
+                let dir = root.join(&gateway);
+                for (lease, _) in cgroup::children(&dir) {
+                    let path = dir.join(&lease);
+                    for pid in self.table.cgroup(&path).procs {
+                        seen.cgroup_members.insert(pid, path.display().to_string());
+                    }
+                    seen.lease_ids.insert(lease);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Refuses an import whose leases name a lease of leash's own: a row of this root, or a
+    /// lease cgroup under leash's cgroup root (another root's). Such a record would claim the
+    /// processes leash started for that lease, which carry the same markers.
+    fn refuse_leash_leases(
+        &self,
+        leases: &[NewAcpxRecord],
+    ) -> Result<(), crate::legacy::LegacyError> {
+        use crate::legacy::LegacyError;
+        for l in leases {
+            if let Some(own) = self.store().lease(&l.lease_id)? {
+                return Err(LegacyError::Refused(format!(
+                    "acpx lease {} is a lease of this state root ({}, session {}, {}): leash \
+                     committed it itself, and an imported record never names a leash lease; \
+                     remove that entry from the incumbent's state and import again",
+                    l.lease_id,
+                    self.root.dir().display(),
+                    own.session_key,
+                    own.state
+                )));
+            }
+        }
+        if let Some(root) = self.leash_cgroup_root() {
+            for (gateway, _) in cgroup::children(&root) {
+                let dir = root.join(&gateway);
+                for (lease, _) in cgroup::children(&dir) {
+                    if leases.iter().any(|l| l.lease_id == lease) {
+                        return Err(LegacyError::Refused(format!(
+                            "acpx lease {lease} is a leash lease of gateway {gateway} (its cgroup \
+                             {} exists): an imported record never names a leash lease; remove \
+                             that entry from the incumbent's state and import again",
+                            dir.join(&lease).display()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses to adopt `gateway` when another live leash state root on the host uses it: its
+    /// directory under leash's cgroup root holds processes, or `leash-wrap` processes of this
+    /// user carry it. Two roots with one gateway id would each take the other's sessions for
+    /// their own (and for the incumbent's).
+    fn refuse_gateway_in_use(&self, gateway: &str) -> Result<(), crate::legacy::LegacyError> {
+        use crate::legacy::LegacyError;
+        let how = "import the incumbent's state into the state root that uses it (its \
+                   --state-dir), or end that root's sessions and its `leash serve` first";
+        if let Some(dir) = self.leash_cgroup_root().map(|r| r.join(gateway)) {
+            let obs = self.table.cgroup(&dir);
+            let mut pids: Vec<i32> = obs.procs.clone();
+            for (lease, _) in cgroup::children(&dir) {
+                pids.extend(self.table.cgroup(&dir.join(lease)).procs);
+            }
+            if obs.populated || !pids.is_empty() {
+                pids.sort_unstable();
+                return Err(LegacyError::Refused(format!(
+                    "refusing to adopt gateway instance id {gateway}: another live leash state \
+                     root uses it (its cgroup directory {} holds pid {}); {how}",
+                    dir.display(),
+                    if pids.is_empty() {
+                        "(a populated subtree)".to_string()
+                    } else {
+                        pids.iter()
+                            .map(|p| p.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                )));
+            }
+        }
+        let uid = self.caller.uid;
+        let snap = self
+            .table
+            .scan(&|p: &leash_core::model::ProcessInfo| p.uid == uid)
+            .map_err(|e| {
+                LegacyError::Refused(format!(
+                    "refusing to adopt gateway instance id {gateway}: the process table cannot \
+                     be read ({e}), so whether another leash state root's wrappers carry it is \
+                     unknown"
+                ))
+            })?;
+        let wrappers = leash_core::legacy::leash_wrappers_of(&snap, gateway);
+        if !wrappers.is_empty() {
+            return Err(LegacyError::Refused(format!(
+                "refusing to adopt gateway instance id {gateway}: another live leash state root \
+                 uses it (leash-wrap pid {} carry it); {how}",
+                wrappers
+                    .iter()
+                    .map(|p| p.pid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Keeps a daemon off this state root while the import gives it another gateway id: a
+    /// shared lock on `daemon.lock`, which a serving daemon's exclusive lock refuses (then the
+    /// import is refused: the daemon keeps the id it read at start) and which a daemon starting
+    /// meanwhile waits for. Held until the returned lock is dropped.
+    fn hold_off_the_daemon(
+        &self,
+        gateway: &str,
+    ) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, crate::legacy::LegacyError> {
+        use crate::legacy::LegacyError;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.root.daemon_lock_path();
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            // No lock file: no daemon has served this root.
+            return Ok(None);
+        };
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(lock) => Ok(Some(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(LegacyError::Refused(format!(
+                "refusing to adopt gateway instance id {gateway}: `leash serve` serves this \
+                 state root ({}) and holds its lock ({}), with gateway id {}; it would keep \
+                 that id while the database names the other: stop leash serve first, then \
+                 import",
+                self.root.dir().display(),
+                path.display(),
+                self.gateway
+            ))),
+            Err((_, e)) => Err(LegacyError::Refused(format!(
+                "refusing to adopt gateway instance id {gateway}: cannot probe the daemon lock \
+                 {}: {e}",
+                path.display()
+            ))),
+        }
     }
 }

@@ -141,6 +141,16 @@ impl<'t> Controller<'t> {
             None => (self.reap_scan(&leases, &legacy), true),
         };
         let snap = snap.map(|s| self.with_cgroups(s, obs));
+        // Legacy records are verified against what the host shows of leash's own leases: their
+        // processes carry the same markers, and are never a record's.
+        let snap = if legacy.is_empty() {
+            snap
+        } else {
+            snap.map(|mut s| {
+                s.set_leash_seen(self.leash_seen(&leases));
+                s
+            })
+        };
         let plan = self.plan_reap_from(&leases, &legacy, snap.as_ref(), opts);
         Ok(Planned {
             plan,
