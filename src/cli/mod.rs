@@ -501,6 +501,8 @@ lease's orphans only when its wrapper still carries the lease's own markers."
         /// another (refused while the root has open or closing leases)
         #[arg(long, requires = "acpx")]
         adopt_gateway_id: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// List legacy records
     List(JsonArg),
@@ -770,6 +772,7 @@ fn wants_json(c: &Command) -> bool {
         Command::Cancel(a) => a.json.json,
         Command::Reap(a) => a.json.json,
         Command::Legacy(LegacyCommand::List(a)) => a.json,
+        Command::Legacy(LegacyCommand::Import { json, .. }) => json.json,
         Command::Sessions(c) => c.json(),
         // exec, serve, legacy import (and commands without --json): text unless
         // --error-format json.
@@ -1149,6 +1152,7 @@ fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
             openclaw_state,
             acpx_sessions,
             adopt_gateway_id,
+            json,
         } => {
             let _ = (file, wrapper_root);
             let src = crate::controller::AcpxSources {
@@ -1159,37 +1163,20 @@ fn run_legacy(root: StateRoot, c: LegacyCommand) -> Result<u8, Failure> {
             let (r, skipped) = ctl
                 .legacy_import_acpx(&src, adopt_gateway_id)
                 .map_err(Failure::from)?;
-            let how = match r.adoption {
-                crate::store::legacy::Adoption::Same => "already this root's",
-                crate::store::legacy::Adoption::Fresh => "adopted by this fresh root",
-                crate::store::legacy::Adoption::Adopted => "adopted (--adopt-gateway-id)",
-            };
-            eprintln!(
-                "leash: gateway instance id {} {how}; imported {} acpx lease(s) as legacy \
-                 records ({} already present), {} session row(s){}; `leash reap --dry-run` \
-                 shows what each would get",
-                r.gateway_instance_id,
-                r.leases,
-                r.already_present,
-                r.sessions,
-                if skipped > 0 {
-                    format!(
-                        ", {skipped} JSON file(s) in the sessions directory not session records"
-                    )
-                } else {
-                    String::new()
-                }
-            );
+            output::acpx_imported(&r, skipped, json.json);
             Ok(exitcode::OK)
         }
         LegacyCommand::Import {
-            file, wrapper_root, ..
+            file,
+            wrapper_root,
+            json,
+            ..
         } => {
             let file = file.expect("clap requires FILE without --acpx");
             let n = ctl
                 .legacy_import(&file, wrapper_root.as_deref())
                 .map_err(Failure::from)?;
-            eprintln!("leash: imported {n} legacy record(s)");
+            output::legacy_imported(n, json.json);
             Ok(exitcode::OK)
         }
         LegacyCommand::List(j) => {

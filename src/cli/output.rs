@@ -531,6 +531,45 @@ pub fn reap_report(r: &ReapReport, json: bool) {
     }
 }
 
+/// What `legacy import --acpx` wrote: one line on stdout, or with `--json` the result as one
+/// JSON object (`gatewayInstanceId`, `adoption`, `leases`, `alreadyPresent`, `sessions`,
+/// `skippedFiles`).
+pub fn acpx_imported(r: &crate::store::legacy::AcpxImported, skipped: usize, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["skippedFiles"] = skipped.into();
+        print_json(&v);
+        return;
+    }
+    let how = match r.adoption {
+        crate::store::legacy::Adoption::Same => "already this root's",
+        crate::store::legacy::Adoption::Fresh => "adopted by this fresh root",
+        crate::store::legacy::Adoption::Adopted => "adopted (--adopt-gateway-id)",
+    };
+    outln!(
+        "gateway instance id {} {how}; imported {} acpx lease(s) as legacy records ({} already \
+         present), {} session row(s){}; `leash reap --dry-run` shows what each would get",
+        r.gateway_instance_id,
+        r.leases,
+        r.already_present,
+        r.sessions,
+        if skipped > 0 {
+            format!(", {skipped} JSON file(s) in the sessions directory not session records")
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// What `legacy import FILE` wrote: one line on stdout, or `{"imported": N}` with `--json`.
+pub fn legacy_imported(n: usize, json: bool) {
+    if json {
+        print_json(&serde_json::json!({ "imported": n }));
+    } else {
+        outln!("imported {n} legacy record(s)");
+    }
+}
+
 pub fn legacy(recs: &[LegacyRecord], json: bool) {
     if json {
         print_json(recs);

@@ -19,6 +19,7 @@
 
 use super::{Controller, LeaseRef};
 use crate::store::StoreError;
+use leash_core::guard::Caller;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::Snapshot;
 use leash_core::model::TableError;
@@ -110,10 +111,14 @@ impl HasKind for VerifyError {
 }
 
 /// The answer for `lease`, from a snapshot that covers its root's tree. Pure.
+///
+/// `caller` is who would signal: an escapee the signalling guards refuse to it (another uid's
+/// process, say) is what `reap` leaves alone, and the answer says so, never that reap ends it.
 pub fn judge(
     lease: &Lease,
     expect: &Expect<'_>,
     snap: Result<&Snapshot, &TableError>,
+    caller: &Caller,
 ) -> VerifyReport {
     let mut report = VerifyReport {
         answer: Answer::Unavailable,
@@ -154,21 +159,38 @@ pub fn judge(
             None => {
                 // Escaped: the lease's processes still run (the verdict and the members say
                 // which), but its wrapper is gone, so there is no session to resume.
+                // What reap would do with them is decided by the same guards reap applies.
                 report.answer = Answer::Dead;
                 report.evidence = tree.evidence.clone();
+                let (signals, refused) = leash_core::plan::signals_for(&tree, snap, caller);
                 for m in tree.children_first() {
-                    report.evidence.push(format!(
-                        "pid {} ({:?}, start time {}): {}",
-                        m.pid, m.role, m.start_time, m.evidence
-                    ));
-                    report.members.push(LiveMember::from(m));
+                    if signals.iter().any(|s| s.pid == m.pid) {
+                        report.evidence.push(format!(
+                            "pid {} ({:?}, start time {}): {}",
+                            m.pid, m.role, m.start_time, m.evidence
+                        ));
+                        report.members.push(LiveMember::from(m));
+                    }
                 }
-                report.evidence.push(format!(
-                    "the wrapper is gone, so there is no session to resume; {} escaped \
-                     process(es) of the lease still run: `leash reap` (or the daemon's \
-                     reconcile) terminates them",
-                    tree.len()
-                ));
+                for r in refused.iter().filter(|r| tree.contains(r.pid)) {
+                    report.evidence.push(format!(
+                        "pid {} carries the lease's markers, but `leash reap` leaves it alone: {}",
+                        r.pid, r.reason
+                    ));
+                }
+                report.evidence.push(if signals.is_empty() {
+                    "the wrapper is gone, so there is no session to resume; `leash reap` \
+                     signals none of the processes that carry the lease's markers (the \
+                     signalling guards refuse each one): they are left alone"
+                        .to_string()
+                } else {
+                    format!(
+                        "the wrapper is gone, so there is no session to resume; {} escaped \
+                         process(es) of the lease still run: `leash reap` (or the daemon's \
+                         reconcile) terminates them",
+                        signals.len()
+                    )
+                });
             }
         },
         Verdict::Gone { reason } | Verdict::NotOwned { reason } => {
@@ -223,7 +245,7 @@ impl Controller<'_> {
         // The same evidence `ps` reads, judged by the same verifier `reap --dry-run` and `close`
         // use: one ownership answer whichever verb asks.
         let snap = crate::ps::observe_lease(&lease, &expect, self.table);
-        let report = judge(&lease, &expect, snap.as_ref());
+        let report = judge(&lease, &expect, snap.as_ref(), &self.caller);
         tracing::info!(lease_id = %report.lease_id, session = %report.session_key, pid = report.root_pid, op = "verify", answer = report.answer.as_str(), "verified");
         Ok(report)
     }
@@ -275,7 +297,52 @@ mod tests {
 
     fn judge_with(t: &FixtureTable) -> VerifyReport {
         let snap = t.snapshot();
-        judge(&lease(), &expect(), snap.as_ref())
+        judge(&lease(), &expect(), snap.as_ref(), &caller(0))
+    }
+
+    fn caller(uid: u32) -> Caller {
+        Caller {
+            pid: 7,
+            pgid: 7,
+            uid,
+        }
+    }
+
+    /// An escapee of another uid (it carries the lease's markers; its wrapper is gone) is what
+    /// `reap` leaves alone, and `verify` says the same: one verdict, not "reap terminates it".
+    #[test]
+    fn another_uids_escapee_is_what_reap_leaves_alone() {
+        let mut escapee = wrapper(20);
+        escapee.pid = 300;
+        escapee.ppid = 1;
+        escapee.exe = Some("/usr/bin/adapter".into());
+        escapee.argv = Some(vec!["adapter".into()]);
+        let t = FixtureTable {
+            processes: vec![escapee],
+            unavailable: None,
+        };
+        let snap = t.snapshot();
+        let l = lease();
+        // The caller is uid 1000; the escapee runs as uid 0.
+        let r = judge(&l, &expect(), snap.as_ref(), &caller(1000));
+        assert_eq!(r.answer, Answer::Dead, "{r:?}");
+        let text = r.evidence.join("\n");
+        assert!(!text.contains("terminates them"), "{text}");
+        assert!(text.contains("leaves it alone"), "{text}");
+        assert!(r.members.is_empty(), "{r:?}");
+        // Reap's plan for the same lease, the same snapshot and caller: nothing signalled.
+        let plan = leash_core::plan::plan_lease(
+            &l,
+            &expect(),
+            snap.as_ref(),
+            &caller(1000),
+            100,
+        );
+        assert!(plan.signals.is_empty(), "{plan:?}");
+        // The lease's own uid: the escapee is reap's to end, and verify says that.
+        let r = judge(&l, &expect(), snap.as_ref(), &caller(0));
+        assert!(r.evidence.join("\n").contains("terminates them"), "{r:?}");
+        assert_eq!(r.members.len(), 1);
     }
 
     #[test]
