@@ -443,9 +443,9 @@ fn the_incumbents_orphans_are_reaped_from_its_own_state_and_nothing_else() {
     let out = import(&state_a, &acpx_a, &[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("adopted by this fresh root"),
+        out.stdout.contains("adopted by this fresh root"),
         "{}",
-        out.stderr
+        out.stdout
     );
     assert_eq!(
         rows(&state_a),
@@ -477,7 +477,7 @@ fn the_incumbents_orphans_are_reaped_from_its_own_state_and_nothing_else() {
     // Importing again changes nothing.
     let out = import(&state_a, &acpx_a, &[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stderr.contains("3 already present"), "{}", out.stderr);
+    assert!(out.stdout.contains("3 already present"), "{}", out.stdout);
     assert_eq!(rows(&state_a).0, 3);
 
     // B into A's root: another gateway id, refused and said why; with --adopt-gateway-id still
@@ -799,9 +799,9 @@ fn adoption_is_refused_while_own_leases_are_open() {
     let out = import(&state, &oc.join("acpx"), &["--adopt-gateway-id"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("adopted (--adopt-gateway-id)"),
+        out.stdout.contains("adopted (--adopt-gateway-id)"),
         "{}",
-        out.stderr
+        out.stdout
     );
     assert_eq!(rows(&state).2, gw);
 }

@@ -47,7 +47,7 @@ fn legacy_records_are_verified_or_left_alone() {
         tmp.path(),
         "reaper.sh",
         &format!(
-            "printf '[{{\"sessionKey\":\"old-self\",\"pid\":%d,\"command\":\"leash reap\"}}]' $$ > '{f}'\n'{l}' --state-dir '{s}' legacy import '{f}' 2>/dev/null\nexec '{l}' --state-dir '{s}' reap --json --grace-ms 300",
+            "printf '[{{\"sessionKey\":\"old-self\",\"pid\":%d,\"command\":\"leash reap\"}}]' $$ > '{f}'\n'{l}' --state-dir '{s}' legacy import '{f}' >/dev/null 2>&1\nexec '{l}' --state-dir '{s}' reap --json --grace-ms 300",
             f = selfrec.display(),
             l = leash_bin().display(),
             s = state.display()
