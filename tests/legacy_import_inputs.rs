@@ -51,7 +51,11 @@ fn refused(state: &Path, out: &Output, gateway: &str, says: &str) {
     assert_eq!(out.code, Some(1), "{says}: {}", out.stderr);
     assert!(out.stderr.contains(says), "{says}: {}", out.stderr);
     assert!(out.stderr.contains("nothing imported"), "{}", out.stderr);
-    assert_ne!(gateway_of(state).as_deref(), Some(gateway), "{says}: adopted");
+    assert_ne!(
+        gateway_of(state).as_deref(),
+        Some(gateway),
+        "{says}: adopted"
+    );
 }
 
 /// Symlinked inputs and devices are refused, and what a link points at is never echoed.
@@ -160,7 +164,12 @@ fn a_file_past_the_bound_is_refused_unread() {
     let started = Instant::now();
     let out = import(&state, &acpx, &[]);
     let took = started.elapsed();
-    refused(&state, &out, &gw, "more than the 64 MiB leash reads from one file");
+    refused(
+        &state,
+        &out,
+        &gw,
+        "more than the 64 MiB leash reads from one file",
+    );
     eprintln!("a 400 MB lease file refused in {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
 
@@ -186,8 +195,9 @@ fn success_is_reported_on_stdout() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stderr, "", "nothing on stderr");
     assert!(
-        out.stdout.contains(&format!("gateway instance id {gw} adopted by this fresh root"))
-            && out.stdout.contains("imported 1 acpx lease(s)"),
+        out.stdout.contains(&format!(
+            "gateway instance id {gw} adopted by this fresh root"
+        )) && out.stdout.contains("imported 1 acpx lease(s)"),
         "{}",
         out.stdout
     );
@@ -197,8 +207,8 @@ fn success_is_reported_on_stdout() {
     let out = import(&state, &acpx, &["--json"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stderr, "");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    let v: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
     assert_eq!(v["gatewayInstanceId"], gw.as_str(), "{v}");
     assert_eq!(v["adoption"], "fresh", "{v}");
     assert_eq!(v["leases"], 1, "{v}");
@@ -206,7 +216,10 @@ fn success_is_reported_on_stdout() {
     // Again: already there.
     let out = import(&state, &acpx, &["--json"]);
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
-    assert_eq!((v["adoption"].as_str(), v["alreadyPresent"].as_u64()), (Some("same"), Some(1)));
+    assert_eq!(
+        (v["adoption"].as_str(), v["alreadyPresent"].as_u64()),
+        (Some("same"), Some(1))
+    );
 
     // leash's own legacy format too.
     let file = tmp.join("records.json");
@@ -219,9 +232,16 @@ fn success_is_reported_on_stdout() {
     let out = run(&state, &["legacy", "import", file.to_str().unwrap()]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(out.stderr, "");
-    assert!(out.stdout.contains("imported 1 legacy record(s)"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("imported 1 legacy record(s)"),
+        "{}",
+        out.stdout
+    );
     let state = tmp.join("state-records-json");
-    let out = run(&state, &["legacy", "import", "--json", file.to_str().unwrap()]);
+    let out = run(
+        &state,
+        &["legacy", "import", "--json", file.to_str().unwrap()],
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(v["imported"], 1, "{v}");

@@ -148,8 +148,8 @@ fn reap_leaves_it(place: &Place, state: &Path, what: &str) {
         "{what}: {}",
         out.stderr
     );
-    let report: serde_json::Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("{what}: {e}: {}", out.stdout));
+    let report: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", out.stdout));
     let legacy = report["legacy"].as_array().expect("legacy outcomes");
     assert_eq!(legacy.len(), 1, "{what}: {report}");
     assert_eq!(legacy[0]["result"], "leftOpen", "{what}: {report}");
@@ -211,7 +211,10 @@ fn scenario(contained: bool, daemon: bool) {
     // Reproduction 1: the record stored in the session's own root. Reap leaves it.
     store_record(&a, &lease, &gw, &acpx);
     reap_leaves_it(&place, &a, "own root");
-    assert!(adapter.pid.alive(), "the session survives its own root's reap");
+    assert!(
+        adapter.pid.alive(),
+        "the session survives its own root's reap"
+    );
 
     // Reproduction 2: a second root that holds the gateway id, with the record.
     let b = tmp.join("root-b");
@@ -219,14 +222,18 @@ fn scenario(contained: bool, daemon: bool) {
     set_gateway(&b, &gw);
     store_record(&b, &lease, &gw, &acpx);
     reap_leaves_it(&place, &b, "second root");
-    assert!(adapter.pid.alive(), "the session survives the second root's reap");
+    assert!(
+        adapter.pid.alive(),
+        "the session survives the second root's reap"
+    );
 
     // The imports themselves are refused, saying why, and write nothing.
     let before = legacy_count(&a);
     let out = place.run(&a, &["legacy", "import", "--acpx", acpx.to_str().unwrap()]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
-        out.stderr.contains(&format!("acpx lease {lease} is a lease of this state root")),
+        out.stderr
+            .contains(&format!("acpx lease {lease} is a lease of this state root")),
         "{}",
         out.stderr
     );
@@ -237,13 +244,18 @@ fn scenario(contained: bool, daemon: bool) {
     let out = place.run(&c, &["legacy", "import", "--acpx", other.to_str().unwrap()]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
-        out.stderr.contains(&format!("refusing to adopt gateway instance id {gw}"))
+        out.stderr
+            .contains(&format!("refusing to adopt gateway instance id {gw}"))
             && out.stderr.contains("another live leash state root uses it"),
         "{}",
         out.stderr
     );
     if contained {
-        assert!(out.stderr.contains("its cgroup directory"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("its cgroup directory"),
+            "{}",
+            out.stderr
+        );
     } else {
         assert!(out.stderr.contains("leash-wrap pid"), "{}", out.stderr);
     }
@@ -294,12 +306,22 @@ fn adoption_under_leash_serve_is_refused() {
     std::fs::write(oc.join("gateway-instance-id"), &theirs).unwrap();
     let ours = gateway_of(&state);
     let acpx = oc.join("acpx");
-    let out = run(&state, &["legacy", "import", "--acpx", acpx.to_str().unwrap()]);
+    let out = run(
+        &state,
+        &["legacy", "import", "--acpx", acpx.to_str().unwrap()],
+    );
     assert_eq!(out.code, Some(1), "{}", out.stderr);
-    assert!(out.stderr.contains("stop leash serve first"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("stop leash serve first"),
+        "{}",
+        out.stderr
+    );
     assert_eq!(gateway_of(&state), ours, "one gateway id for the root");
     assert!(d.terminate().success());
-    let out = run(&state, &["legacy", "import", "--acpx", acpx.to_str().unwrap()]);
+    let out = run(
+        &state,
+        &["legacy", "import", "--acpx", acpx.to_str().unwrap()],
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(gateway_of(&state), theirs);
 }

@@ -1013,7 +1013,14 @@ mod tests {
                 50,
                 500,
                 "/state/wrappers/leash-wrap",
-                &["/state/wrappers/leash-wrap", "--owner-pid", "50", "--", "sleep", "600"],
+                &[
+                    "/state/wrappers/leash-wrap",
+                    "--owner-pid",
+                    "50",
+                    "--",
+                    "sleep",
+                    "600",
+                ],
                 true,
             ),
             proc(101, 100, 501, "/usr/bin/sleep", &["sleep", "600"], true),
@@ -1081,7 +1088,14 @@ mod tests {
         let snap = Snapshot::new([
             ProcessInfo {
                 env: Some(Default::default()),
-                ..proc(200, 1, 400, "/usr/bin/old-gateway", &["old-gateway", "--serve"], false)
+                ..proc(
+                    200,
+                    1,
+                    400,
+                    "/usr/bin/old-gateway",
+                    &["old-gateway", "--serve"],
+                    false,
+                )
             },
             proc(
                 201,

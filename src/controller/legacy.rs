@@ -413,7 +413,7 @@ impl Controller<'_> {
     /// would resolve it, whether or not this root contains its sessions: where every state
     /// root of the host puts its lease cgroups. Decides only; creates nothing.
     fn leash_cgroup_root(&self) -> Option<PathBuf> {
-        let mut settings = cgroup::Settings::from_env().unwrap_or_else(|_| cgroup::Settings {
+        let mut settings = cgroup::Settings::from_env().unwrap_or(cgroup::Settings {
             requested: cgroup::Requested::On,
             root: None,
         });

@@ -331,13 +331,7 @@ mod tests {
         assert!(text.contains("leaves it alone"), "{text}");
         assert!(r.members.is_empty(), "{r:?}");
         // Reap's plan for the same lease, the same snapshot and caller: nothing signalled.
-        let plan = leash_core::plan::plan_lease(
-            &l,
-            &expect(),
-            snap.as_ref(),
-            &caller(1000),
-            100,
-        );
+        let plan = leash_core::plan::plan_lease(&l, &expect(), snap.as_ref(), &caller(1000), 100);
         assert!(plan.signals.is_empty(), "{plan:?}");
         // The lease's own uid: the escapee is reap's to end, and verify says that.
         let r = judge(&l, &expect(), snap.as_ref(), &caller(0));
