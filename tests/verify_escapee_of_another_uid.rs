@@ -38,7 +38,14 @@ fn verify_and_reap_agree_on_another_uids_marked_process() {
     // A process of uid 65534 carrying the lease's markers.
     let stranger = guard.child(
         Command::new("setpriv")
-            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "env"])
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "env",
+            ])
             .arg(format!("OPENCLAW_ACPX_LEASE_ID={lease}"))
             .arg(format!("OPENCLAW_GATEWAY_INSTANCE_ID={gw}"))
             .args(["sleep", "600"])
@@ -55,8 +62,8 @@ fn verify_and_reap_agree_on_another_uids_marked_process() {
     // `dead` exits 8 (docs: the verify exit codes); the answer is on stdout either way.
     let out = run(&state, &["verify", "--json", "--session", "s"]);
     assert_eq!(out.code, Some(8), "{}", out.stderr);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
     let evidence = v["evidence"].to_string();
     assert_eq!(v["answer"], "dead", "{v}");
     assert!(!evidence.contains("terminates them"), "{v}");

@@ -1048,7 +1048,6 @@ mod tests {
         let mut snap = Snapshot::new([adapter]);
         snap.set_leash_seen(crate::model::LeashSeen {
             cgroup_members: [(101, "/cg/leash/G/L-1".to_string())].into(),
-            cgroups_read: true,
             ..Default::default()
         });
         refused_because(&verdict(&snap), "in leash's lease cgroup /cg/leash/G/L-1");

@@ -341,10 +341,6 @@ pub struct LeashSeen {
     pub lease_ids: std::collections::HashSet<String>,
     /// Processes in a lease cgroup under leash's cgroup root (any gateway), with its path.
     pub cgroup_members: HashMap<i32, String>,
-    /// Whether leash's lease cgroups could be listed (`false`: containment unavailable and no
-    /// cgroup root to look in, or the listing failed; cgroup evidence is then absent, not
-    /// "nothing there").
-    pub cgroups_read: bool,
 }
 
 impl Snapshot {

@@ -3,7 +3,11 @@
 //! through the engine and closed; the others are marked lost (nothing running) or left open with
 //! the reason. Nothing here trusts a record's pid alone. `legacy import --acpx` reads the acpx
 //! extension's own state from disk (its files and SQLite keyed stores; parsing and verification
-//! are pure, in [`crate::legacy`]) and imports it in one transaction.
+//! are pure, in [`crate::legacy`]) and imports it in one transaction. The import refuses what
+//! would let a record claim leash's own processes or give the root a second gateway id: a lease
+//! id of leash's own, a gateway id another live root uses, an adoption while `leash serve` holds
+//! the root. Reap verifies records against what the host shows of leash's own leases
+//! (`Controller::leash_seen`).
 
 use super::*;
 use crate::store::legacy::{AcpxImported, NewAcpxRecord, NewAcpxSession};
@@ -388,7 +392,7 @@ impl<'t> Controller<'t> {
         // second gateway id.
         let adopting = gateway != self.gateway;
         let _lock = if adopting {
-            Some(self.hold_off_the_daemon(&gateway)?)
+            self.hold_off_the_daemon(&gateway)?
         } else {
             None
         };
@@ -438,7 +442,6 @@ impl Controller<'_> {
             ..Default::default()
         };
         if let Some(root) = self.leash_cgroup_root() {
-            seen.cgroups_read = root.is_dir();
             for (gateway, _) in cgroup::children(&root) {
                 let dir = root.join(&gateway);
                 for (lease, _) in cgroup::children(&dir) {
