@@ -128,9 +128,9 @@ pub struct Limits {
 pub struct LeaseInfo {
     pub lease_id: String,
     pub root: ProcessId,
-    /// Where its wrapper's report is (`StateRoot::report_file` of the row; `None`: the row's
-    /// claim of a reports directory was refused, and no report is read).
-    pub report: Option<std::path::PathBuf>,
+    /// Where its wrapper's report is: the file in the row's reports directory, and the state
+    /// root's `run/` file the wrapper falls back to when that one cannot take a record.
+    pub report: crate::report::ReportPaths,
 }
 
 /// The daemon's supervised child: one session's `leash exec` child and everything the daemon
@@ -162,6 +162,10 @@ pub struct Supervised {
     /// reader classifies lines only then. Set under `inner` before the request is written;
     /// cleared under `inner` by the reader when both are empty.
     tracking: AtomicBool,
+    /// Set once the wrapper's report was found in the state root's `run/` instead of the row's
+    /// reports directory: the wrapper could not write it there (said once in the log, counted
+    /// by the `ensure` that started the session).
+    report_fell_back: AtomicBool,
 }
 
 struct Inner {

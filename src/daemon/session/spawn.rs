@@ -188,6 +188,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         changed: Condvar::new(),
         drained: Condvar::new(),
         tracking: AtomicBool::new(false),
+        report_fell_back: AtomicBool::new(false),
     });
     tracing::info!(session = %req.session, pid = child_pid, argv = crate::logvalue::json(&req.argv), "session spawned");
 
@@ -230,12 +231,11 @@ impl Supervised {
         loop {
             self.find_lease();
             if let Some(info) = self.lease.get() {
-                if let Some(r) = info
-                    .report
-                    .as_deref()
-                    .and_then(|p| WrapperReport::read(p, &info.lease_id))
-                    .filter(|r| r.wrapper_pid == self.child_pid)
-                {
+                let ours = |r: &WrapperReport| r.wrapper_pid == self.child_pid;
+                if let Some((r, fell_back)) = info.report.read_where(&info.lease_id, ours) {
+                    if fell_back {
+                        self.note_report_fell_back(info);
+                    }
                     if r.adapter_pid.is_some() {
                         self.lock().life.started();
                         return Ok(());
@@ -279,6 +279,26 @@ impl Supervised {
         }
     }
 
+    /// The wrapper wrote its report to the state root's `run/`: its reports directory could not
+    /// take it (full, out of inodes, gone). The session goes on; said once.
+    fn note_report_fell_back(&self, info: &LeaseInfo) {
+        if !self.report_fell_back.swap(true, AtomicOrdering::Relaxed) {
+            tracing::warn!(
+                session = %self.key,
+                lease_id = %info.lease_id,
+                reports_dir = info.report.primary.as_deref().and_then(std::path::Path::parent).map(|d| d.display().to_string()),
+                fallback = %info.report.fallback.display(),
+                "the wrapper could not write its report to the reports directory (full, out of inodes, or gone); it wrote it to the state root's run/ directory"
+            );
+        }
+    }
+
+    /// Whether the wrapper's report was found in the state root's `run/` instead of its reports
+    /// directory (see [`Supervised::await_started`]).
+    pub fn report_fell_back(&self) -> bool {
+        self.report_fell_back.load(AtomicOrdering::Relaxed)
+    }
+
     /// The session's lease, read from the store (and kept) once `leash exec` committed it.
     pub(super) fn find_lease(&self) -> Option<&LeaseInfo> {
         if self.lease.get().is_none() {
@@ -288,7 +308,7 @@ impl Supervised {
                     let _ = self.lease.set(LeaseInfo {
                         lease_id: l.lease_id.clone(),
                         root: l.root(),
-                        report: self.root.report_file(&l.lease_id, l.report_dir.as_deref()),
+                        report: crate::report::ReportPaths::of(&self.root, &l),
                     });
                     self.sync_events();
                 }
