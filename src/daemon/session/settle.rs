@@ -173,6 +173,12 @@ impl Supervised {
     /// whatever may remain of its tree is verified and terminated like any close.
     pub(super) fn settle_lease(&self, info: &LeaseInfo, ctl: &Controller<'_>) {
         let slot = SETTLES.enter();
+        // Whether the report went to `run/` is seen before it is folded in and removed (an
+        // adapter that died at once is settled before its `ensure` reads the report).
+        let ours = |r: &WrapperReport| r.wrapper_pid == self.child_pid;
+        if let Some((_, true)) = info.report.read_where(&info.lease_id, ours) {
+            self.note_report_fell_back(info);
+        }
         if let Err(e) = ctl.ingest_reports_marking_ended_lost() {
             tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }

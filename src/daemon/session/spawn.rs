@@ -281,7 +281,7 @@ impl Supervised {
 
     /// The wrapper wrote its report to the state root's `run/`: its reports directory could not
     /// take it (full, out of inodes, gone). The session goes on; said once.
-    fn note_report_fell_back(&self, info: &LeaseInfo) {
+    pub(super) fn note_report_fell_back(&self, info: &LeaseInfo) {
         if !self.report_fell_back.swap(true, AtomicOrdering::Relaxed) {
             tracing::warn!(
                 session = %self.key,
