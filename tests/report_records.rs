@@ -71,6 +71,14 @@ fn start_sleeper(
     (wrapper, adapter, rt.join(format!("{lease_id}.json")))
 }
 
+/// Puts a file that is no report at `report` in the place of the wrapper's (which keeps writing
+/// to its own, unlinked): nothing of it can be read, whatever the wrapper writes after.
+fn unreadable(report: &Path) {
+    let other = report.with_extension("other");
+    std::fs::write(&other, "not a report\n").unwrap();
+    std::fs::rename(&other, report).unwrap();
+}
+
 #[test]
 fn a_line_added_to_a_running_leases_report_is_not_its_exit() {
     let tmp = TempDir::new("report-forged");
@@ -137,8 +145,7 @@ fn a_lease_closed_without_its_report_read_has_it_removed() {
     let mut guard = Guard::new();
     let id = new_id();
     let (wrapper, _adapter, report) = start_sleeper(&state, &rt, &id, "unread", &mut guard);
-    // A report that cannot be read: nothing of it is folded in.
-    std::fs::write(&report, "not a report\n").unwrap();
+    unreadable(&report);
     let out = run(&state, &["--no-daemon", "close", "--session", "unread"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(wait_for(|| !wrapper.alive()));
@@ -183,7 +190,7 @@ fn a_lease_reaped_without_its_report_read_has_it_removed() {
     let wrapper = root.unwrap();
     guard.add(wrapper);
     let report = rt.join(format!("{id}.json"));
-    std::fs::write(&report, "not a report\n").unwrap();
+    unreadable(&report);
     (&stdin).write_all(b"\n").unwrap();
     drop(stdin);
     assert!(wait_for(|| !wrapper.alive()), "the wrapper outlived its owner");
