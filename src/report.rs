@@ -165,7 +165,12 @@ impl ReportPaths {
 
     /// Removes both files (what is not there is no error).
     pub fn remove(&self) {
-        for path in self.primary.iter().map(PathBuf::as_path).chain(self.other()) {
+        for path in self
+            .primary
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.other())
+        {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -102,7 +102,11 @@ fn leash_exec_with_a_full_reports_directory_ends_its_lease_with_the_exit_status(
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot write report"), "{stderr}");
     let l = row_of(&state, "x");
@@ -152,7 +156,11 @@ fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() 
         "ensure",
         json!({"session": "seven", "argv": ["sh", "-c", "exit 7"], "graceMs": 500}),
     );
-    assert!(t.elapsed() < Duration::from_secs(10), "ensure took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "ensure took {:?}",
+        t.elapsed()
+    );
     assert_eq!(r["ok"], true, "{r}");
     let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
     let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");

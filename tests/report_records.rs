@@ -22,7 +22,14 @@ fn runtime_dir(tmp: &Path) -> PathBuf {
 fn exec(state: &Path, rt: &Path, lease_id: &str, session: &str, cmd: &[&str]) -> Command {
     let mut c = leash(state);
     c.env("LEASH_RUNTIME_DIR", rt)
-        .args(["--no-daemon", "exec", "--lease-id", lease_id, "--session", session])
+        .args([
+            "--no-daemon",
+            "exec",
+            "--lease-id",
+            lease_id,
+            "--session",
+            session,
+        ])
         .arg("--")
         .args(cmd)
         .stdin(Stdio::null());
@@ -65,7 +72,11 @@ fn start_sleeper(
             .and_then(|p| Pid::of(p as i32));
         adapter.is_some()
     });
-    assert!(ok, "the adapter never started: {:?}", find_row(state, lease_id));
+    assert!(
+        ok,
+        "the adapter never started: {:?}",
+        find_row(state, lease_id)
+    );
     let adapter = adapter.unwrap();
     guard.add(adapter);
     (wrapper, adapter, rt.join(format!("{lease_id}.json")))
@@ -168,7 +179,14 @@ fn a_lease_reaped_without_its_report_read_has_it_removed() {
         .arg(leash_bin())
         .arg("--state-dir")
         .arg(&state)
-        .args(["--no-daemon", "exec", "--lease-id", &id, "--session", "reaped"])
+        .args([
+            "--no-daemon",
+            "exec",
+            "--lease-id",
+            &id,
+            "--session",
+            "reaped",
+        ])
         .args(["--", "sleep", "600"])
         .env("LEASH_RUNTIME_DIR", &rt)
         .env_remove("LEASH_STATE_DIR")
@@ -193,7 +211,10 @@ fn a_lease_reaped_without_its_report_read_has_it_removed() {
     unreadable(&report);
     (&stdin).write_all(b"\n").unwrap();
     drop(stdin);
-    assert!(wait_for(|| !wrapper.alive()), "the wrapper outlived its owner");
+    assert!(
+        wait_for(|| !wrapper.alive()),
+        "the wrapper outlived its owner"
+    );
     assert_eq!(row(&state, &id)["state"], "open", "nothing read the report");
     let out = run(&state, &["--no-daemon", "reap"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);

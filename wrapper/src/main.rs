@@ -561,7 +561,10 @@ impl Report {
                 Err(e) => e,
             };
             let Some(fallback) = &self.fallback else {
-                diag(&format!("cannot write report {}: {err}", self.path.display()));
+                diag(&format!(
+                    "cannot write report {}: {err}",
+                    self.path.display()
+                ));
                 return;
             };
             diag(&format!(

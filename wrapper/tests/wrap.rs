@@ -212,7 +212,10 @@ fn a_report_the_report_path_cannot_take_goes_to_the_fallback() {
     assert!(!report.exists());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("cannot write report") && err.contains("run-r.json"), "{err}");
+    assert!(
+        err.contains("cannot write report") && err.contains("run-r.json"),
+        "{err}"
+    );
 }
 
 #[test]
