@@ -2,8 +2,10 @@
 //! 8 inodes, filled) is the wrapper's problem alone: a daemon `ensure` starts the session and
 //! answers at once, an adapter that exits is told as its exit (status 7), `leash exec` returns
 //! the adapter's status and its lease ends `ended` with it (not `lost`): the wrapper writes the
-//! report to the state root's `run/`, and the daemon logs and counts it. Real tmpfs mounts (as
-//! root; skipped otherwise), on directories of the test's own, unmounted on drop.
+//! report to the state root's `run/`, and the daemon logs and counts it. With `run/` full too,
+//! the daemon's `ensure` still answers at once and its wait for the wrapper gives the lease its
+//! exit status. Real tmpfs mounts (as root; skipped otherwise), on directories of the test's
+//! own, unmounted on drop.
 mod common;
 mod daemon_support;
 use common::*;
@@ -175,10 +177,10 @@ fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() 
         .unwrap()
         .to_string();
     assert!(
-        text.contains("leash_report_fallbacks_total 2\n"),
+        text.contains("leash_report_write_failures_total 2\n"),
         "{}",
         text.lines()
-            .filter(|l| l.contains("report_fallbacks"))
+            .filter(|l| l.contains("report_write_failures"))
             .collect::<Vec<_>>()
             .join("\n")
     );
@@ -195,4 +197,67 @@ fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() 
         wait_for(|| !fallback.exists()),
         "the closed lease's report stays"
     );
+}
+
+#[test]
+fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exit() {
+    let tmp = TempDir::new("full-rt-and-run");
+    let Some(full) = FullTmpfs::new(&tmp.join("rt")) else {
+        return;
+    };
+    let state = tmp.join("state");
+    // The state root made (its run/ among it), then run/ is a full tmpfs too.
+    init_state_root(&state);
+    let Some(_run) = FullTmpfs::new(&state.join("run")) else {
+        return;
+    };
+    let daemon = Daemon::start_with_env(
+        &state,
+        &[],
+        "info",
+        &[("LEASH_RUNTIME_DIR", full.path().to_str().unwrap())],
+    );
+    let mut c = daemon.connect();
+
+    let t = Instant::now();
+    let r = c.request(
+        "ensure",
+        json!({"session": "long", "argv": ["sleep", "600"], "graceMs": 500}),
+    );
+    let took = t.elapsed();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["phase"], "running", "{r}");
+    assert!(took < Duration::from_secs(10), "ensure took {took:?}");
+
+    // Started (its wrapper's child), then exits 7: the lease ends with the daemon's wait's 7.
+    let r = c.request(
+        "ensure",
+        json!({"session": "seven", "argv": ["sh", "-c", "sleep 3; exit 7"], "graceMs": 500}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
+    let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");
+    let l = lease_row(&mut c, &seven);
+    assert!(ended, "{l}");
+    assert_eq!(l["exitStatus"], 7, "{l}");
+
+    let text = c.call("metrics", json!({}))["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("leash_report_write_failures_total 2\n"),
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("report_write_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        daemon.log_text().contains("could write its report neither"),
+        "{}",
+        daemon.log_text()
+    );
+    let r = c.request("close", json!({"session": "long"}));
+    assert_eq!(r["ok"], true, "{r}");
 }

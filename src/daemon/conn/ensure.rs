@@ -174,8 +174,8 @@ fn start(
     d.metrics.wrapper_starts.inc();
     d.sessions().insert(e.session.clone(), s.clone());
     let started = s.await_started();
-    if s.report_fell_back() {
-        d.metrics.report_fallbacks.inc();
+    if s.report_failed() {
+        d.metrics.report_write_failures.inc();
     }
     if let Err(err) = started {
         if matches!(err, SpawnError::Timeout(_)) {

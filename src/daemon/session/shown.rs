@@ -215,7 +215,7 @@ mod tests {
             changed: Condvar::new(),
             drained: Condvar::new(),
             tracking: AtomicBool::new(false),
-            report_fell_back: AtomicBool::new(false),
+            report_failed: AtomicBool::new(false),
         }
     }
 
