@@ -232,7 +232,7 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     // Started (its wrapper's child), then exits 7: the lease ends with the daemon's wait's 7.
     let r = c.request(
         "ensure",
-        json!({"session": "seven", "argv": ["sh", "-c", "sleep 3; exit 7"], "graceMs": 500}),
+        json!({"session": "seven", "argv": ["sh", "-c", "sleep 5; exit 7"], "graceMs": 500}),
     );
     assert_eq!(r["ok"], true, "{r}");
     let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
