@@ -9,6 +9,7 @@ use crate::state::StateRoot;
 use crate::store::{ReportUpdate, Store, StoreError};
 use leash_core::model::{Lease, LeaseState};
 use serde::Deserialize;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,13 +33,15 @@ pub struct WrapperReport {
 const REPORT_READ_LIMIT: u64 = 64 * 1024;
 
 impl WrapperReport {
-    /// The lease's report as the wrapper last wrote it, or `None` if there is none yet.
+    /// The report in file `path`, or `None` if there is none yet.
     ///
-    /// A report is a file of records, one JSON line each, appended (the wrapper's `Report`): the
-    /// start, then the end. The report is the last line that ends in a newline: a line without
-    /// one is a record still being written (or cut short by a full disk), and is not read. A
-    /// complete line that does not parse is said in the log and the one before it is taken.
-    pub fn read(path: &std::path::Path, lease_id: &str) -> Option<WrapperReport> {
+    /// A report is a file of at most two records, one JSON line each (the wrapper's `Report`):
+    /// the start, then the end, written at the wrapper's own offset. The report is the first
+    /// line, or the second when the first has no exit status and the second names the same
+    /// wrapper; a line without its newline is a record still being written (or cut short by a
+    /// full disk), and is not read. Lines after the second are not the wrapper's: a line
+    /// another process adds is never believed over the wrapper's end record.
+    pub fn read(path: &Path, lease_id: &str) -> Option<WrapperReport> {
         use std::io::Read;
         let mut bytes = Vec::new();
         std::fs::File::open(path)
@@ -46,24 +49,33 @@ impl WrapperReport {
             .take(REPORT_READ_LIMIT)
             .read_to_end(&mut bytes)
             .ok()?;
-        Self::last_record(&bytes, lease_id)
+        Self::record(&bytes, lease_id)
     }
 
-    /// The last complete record of a report's bytes; see [`WrapperReport::read`].
-    fn last_record(bytes: &[u8], lease_id: &str) -> Option<WrapperReport> {
+    /// The record of a report's bytes; see [`WrapperReport::read`].
+    fn record(bytes: &[u8], lease_id: &str) -> Option<WrapperReport> {
         let end = bytes.iter().rposition(|&b| b == b'\n')?;
-        for line in bytes[..end].rsplit(|&b| b == b'\n') {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
+        let mut lines = bytes[..end].split(|&b| b == b'\n');
+        let parse = |line: &[u8]| match serde_json::from_slice::<WrapperReport>(line) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(lease_id, error = %e, "ignoring an unreadable wrapper report record");
+                None
             }
-            match serde_json::from_slice(line) {
-                Ok(r) => return Some(r),
-                Err(e) => {
-                    tracing::warn!(lease_id, error = %e, "ignoring an unreadable wrapper report record")
-                }
-            }
+        };
+        let first = parse(lines.next()?)?;
+        if first.exit_status.is_some() {
+            return Some(first);
         }
-        None
+        match lines.next().and_then(parse) {
+            Some(end)
+                if end.wrapper_pid == first.wrapper_pid
+                    && end.wrapper_start_time == first.wrapper_start_time =>
+            {
+                Some(end)
+            }
+            _ => Some(first),
+        }
     }
 
     fn matches(&self, lease: &Lease) -> bool {
@@ -76,22 +88,95 @@ impl WrapperReport {
     /// The lease's report, if there is one and it names the lease's own wrapper; a report that
     /// names another process is ignored (and said so in the log).
     pub fn read_for(root: &StateRoot, lease: &Lease) -> Option<WrapperReport> {
-        let path = root.report_file(&lease.lease_id, lease.report_dir.as_deref())?;
-        Self::read_for_at(&path, lease)
+        ReportPaths::of(root, lease).read_for(lease)
+    }
+}
+
+/// Where a lease's report may be: the file in the reports directory its row names (`None`:
+/// the row's claim of one was refused, [`StateRoot::report_file`]), and the state root's
+/// `run/<lease>.json`, where its wrapper puts the records that file cannot take (a full or
+/// missing reports directory; the same file when the row names no directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportPaths {
+    pub primary: Option<PathBuf>,
+    pub fallback: PathBuf,
+}
+
+impl ReportPaths {
+    pub fn of(root: &StateRoot, lease: &Lease) -> ReportPaths {
+        Self::with(
+            root,
+            lease,
+            root.report_file(&lease.lease_id, lease.report_dir.as_deref()),
+        )
     }
 
-    /// [`WrapperReport::read_for`] from `path`, the lease's report file as
-    /// [`StateRoot::report_file`] (or [`ReportFiles`]) found it.
-    fn read_for_at(path: &std::path::Path, lease: &Lease) -> Option<WrapperReport> {
-        let report = Self::read(path, &lease.lease_id)?;
-        if report.matches(lease) {
-            Some(report)
-        } else {
-            tracing::warn!(lease_id = %lease.lease_id, "wrapper report names another process; ignored");
-            None
+    fn with(root: &StateRoot, lease: &Lease, primary: Option<PathBuf>) -> ReportPaths {
+        ReportPaths {
+            primary,
+            fallback: root.report_path(&lease.lease_id),
         }
     }
 
+    /// The fallback file, when it is another file than the primary one.
+    fn other(&self) -> Option<&Path> {
+        Some(self.fallback.as_path()).filter(|f| self.primary.as_deref() != Some(*f))
+    }
+
+    /// The report as its wrapper wrote it, from either file: the one with an exit status, else
+    /// the one there is (the primary first); `filter` says which records may be taken. The
+    /// flag says it came from the fallback.
+    pub fn read_where(
+        &self,
+        lease_id: &str,
+        filter: impl Fn(&WrapperReport) -> bool,
+    ) -> Option<(WrapperReport, bool)> {
+        let primary = self
+            .primary
+            .as_deref()
+            .and_then(|p| WrapperReport::read(p, lease_id))
+            .filter(&filter);
+        if primary.as_ref().is_some_and(|r| r.exit_status.is_some()) {
+            return primary.map(|r| (r, false));
+        }
+        let fallback = self
+            .other()
+            .and_then(|p| WrapperReport::read(p, lease_id))
+            .filter(&filter);
+        match (primary, fallback) {
+            (Some(p), Some(f)) if f.exit_status.is_none() => Some((p, false)),
+            (_, Some(f)) => Some((f, true)),
+            (p, None) => p.map(|r| (r, false)),
+        }
+    }
+
+    /// The lease's report if it names the lease's own wrapper; a report that names another
+    /// process is ignored (and said so in the log).
+    pub fn read_for(&self, lease: &Lease) -> Option<WrapperReport> {
+        let mine = |r: &WrapperReport| {
+            let ok = r.matches(lease);
+            if !ok {
+                tracing::warn!(lease_id = %lease.lease_id, "wrapper report names another process; ignored");
+            }
+            ok
+        };
+        self.read_where(&lease.lease_id, mine).map(|(r, _)| r)
+    }
+
+    /// Removes both files (what is not there is no error).
+    pub fn remove(&self) {
+        for path in self
+            .primary
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.other())
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl WrapperReport {
     /// Whether this report has a field the row lacks: the one case [`WrapperReport::apply`]
     /// changes the row. Checked on the row as read, so a reader (`leash leases` every 20 ms)
     /// takes the write lock only when there is something to fold, never on every call.
@@ -119,8 +204,10 @@ impl WrapperReport {
 /// Folds every active lease's report into its row. A lease whose wrapper reported its end and is
 /// no longer alive becomes `ended` (leash saw the adapter end: its exit status, or why it could
 /// not be started, is recorded); a lease whose wrapper vanished without that report is left for
-/// the close or reap that finds it gone (`lost`). Returns how many leases changed state. Writes only
-/// what changes a row: with nothing new to fold it is a read, and takes no write lock.
+/// the close or reap that finds it gone (`lost`). An exit status is believed only once the
+/// wrapper is gone: while it runs, the wrapper has written no end record, and a line claiming
+/// one is not its. Returns how many leases changed state. Writes only what changes a row: with
+/// nothing new to fold it is a read, and takes no write lock.
 pub fn ingest_reports(
     root: &StateRoot,
     store: &mut Store,
@@ -133,29 +220,28 @@ pub fn ingest_reports(
         .into_iter()
         .flatten()
     {
-        let Some(path) = files.of(root, &lease) else {
+        let paths = files.of(root, &lease);
+        let Some(mut report) = paths.read_for(&lease) else {
             continue;
         };
-        let Some(report) = WrapperReport::read_for_at(&path, &lease) else {
-            continue;
-        };
+        // The wrapper exits only after its whole tree is gone; confirm it is gone too.
+        if report.exit_status.is_some() && !matches!(table.alive(lease.root()), Ok(false)) {
+            report.exit_status = None;
+        }
         if report.fills(&lease) {
             report.apply(store, &lease.lease_id)?;
         }
         if let (Some(code), LeaseState::Open) = (report.exit_status, lease.state) {
-            // The wrapper exits only after its whole tree is gone; confirm it is gone too.
-            if matches!(table.alive(lease.root()), Ok(false)) {
-                let reason = report.end_words(code);
-                if store.transition(
-                    &lease.lease_id,
-                    LeaseState::Open,
-                    LeaseState::Ended,
-                    None,
-                    &reason,
-                )? {
-                    let _ = std::fs::remove_file(&path);
-                    ended += 1;
-                }
+            let reason = report.end_words(code);
+            if store.transition(
+                &lease.lease_id,
+                LeaseState::Open,
+                LeaseState::Ended,
+                None,
+                &reason,
+            )? {
+                paths.remove();
+                ended += 1;
             }
         }
     }
@@ -192,14 +278,14 @@ impl WrapperReport {
 /// lease, since they share one or two.
 #[derive(Default)]
 pub struct ReportFiles {
-    checked: Vec<(std::path::PathBuf, bool)>,
+    checked: Vec<(PathBuf, bool)>,
 }
 
 impl ReportFiles {
-    /// The report file of `lease` ([`StateRoot::report_file`]).
-    pub fn of(&mut self, root: &StateRoot, lease: &Lease) -> Option<std::path::PathBuf> {
+    /// The report files of `lease` ([`ReportPaths::of`]).
+    pub fn of(&mut self, root: &StateRoot, lease: &Lease) -> ReportPaths {
         let checked = &mut self.checked;
-        let mut usable = |dir: &std::path::Path| match checked.iter().find(|(d, _)| d == dir) {
+        let mut usable = |dir: &Path| match checked.iter().find(|(d, _)| d == dir) {
             Some(&(_, ok)) => ok,
             None => {
                 let ok = crate::state::reports_dir_usable(dir);
@@ -207,16 +293,17 @@ impl ReportFiles {
                 ok
             }
         };
-        root.report_file_with(&lease.lease_id, lease.report_dir.as_deref(), &mut usable)
+        let primary =
+            root.report_file_with(&lease.lease_id, lease.report_dir.as_deref(), &mut usable);
+        ReportPaths::with(root, lease, primary)
     }
 }
 
-/// The report of a lease that reached a terminal state is no longer needed. Removed only where
-/// [`StateRoot::report_file`] accepts the row's claim of where it is.
+/// The report of a lease that reached a terminal state is no longer needed, read or not: both
+/// its files go. The reports directory's file only where [`StateRoot::report_file`] accepts
+/// the row's claim of where it is.
 pub fn remove_report(root: &StateRoot, lease: &Lease) {
-    if let Some(path) = root.report_file(&lease.lease_id, lease.report_dir.as_deref()) {
-        let _ = std::fs::remove_file(path);
-    }
+    ReportPaths::of(root, lease).remove();
 }
 
 #[cfg(test)]
@@ -232,13 +319,12 @@ mod tests {
     }
 
     fn last(text: &str) -> Option<(i32, Option<i32>)> {
-        WrapperReport::last_record(text.as_bytes(), "l").map(|r| (r.wrapper_pid, r.exit_status))
+        WrapperReport::record(text.as_bytes(), "l").map(|r| (r.wrapper_pid, r.exit_status))
     }
 
     #[test]
-    fn the_report_is_the_last_whole_line() {
+    fn the_report_is_the_start_record_then_the_end_record() {
         let (start, end) = (rec(10, "null"), rec(10, "3"));
-        // One record, as every wrapper before the append wrote it.
         assert_eq!(last(&format!("{start}\n")), Some((10, None)));
         assert_eq!(last(&format!("{start}\n{end}\n")), Some((10, Some(3))));
         // Nothing yet: the file made, its first record not written, or written in part.
@@ -248,25 +334,50 @@ mod tests {
         // The end record half written: the start record is the report.
         assert_eq!(last(&format!("{start}\n{}", &end[..30])), Some((10, None)));
         assert_eq!(last(&format!("{start}\n{end}")), Some((10, None)));
+        // A single end record (nothing ran) is the report.
+        assert_eq!(last(&format!("{end}\n")), Some((10, Some(3))));
+    }
+
+    #[test]
+    fn lines_after_the_wrappers_are_not_believed() {
+        let (start, end) = (rec(10, "null"), rec(10, "143"));
+        let forged = rec(10, "0");
+        // A line added after the end record does not replace it.
+        assert_eq!(
+            last(&format!("{start}\n{end}\n{forged}\n")),
+            Some((10, Some(143)))
+        );
+        // Nor after a single end record.
+        assert_eq!(last(&format!("{end}\n{forged}\n")), Some((10, Some(143))));
+        // A second line naming another wrapper is not this report's end.
+        assert_eq!(
+            last(&format!("{start}\n{}\n", rec(11, "0"))),
+            Some((10, None))
+        );
+        // The wrapper's end record written over a longer forged line: what is left of the
+        // forgery after the end record's newline is a third line, not read.
+        let long = format!("{forged}{}", " ".repeat(40));
+        let mut bytes = format!("{start}\n{long}\n").into_bytes();
+        let at = start.len() + 1;
+        bytes[at..at + end.len() + 1].copy_from_slice(format!("{end}\n").as_bytes());
+        assert_eq!(
+            WrapperReport::record(&bytes, "l").map(|r| r.exit_status),
+            Some(Some(143))
+        );
     }
 
     #[test]
     fn a_line_that_does_not_parse_is_passed_over_not_merged() {
         let (start, end) = (rec(10, "null"), rec(10, "3"));
-        // A record cut short by a full disk, ended by the wrapper's repair newline.
+        // A record cut short by a full disk and ended by a newline.
         assert_eq!(
             last(&format!("{start}\n{}\n", &end[..30])),
             Some((10, None))
-        );
-        // And the next record after it still counts.
-        assert_eq!(
-            last(&format!("{start}\n{}\n{end}\n", &end[..30])),
-            Some((10, Some(3)))
         );
         assert_eq!(last("garbage\n"), None);
         assert_eq!(last("\n\n"), None);
         assert_eq!(last(&format!("{start}\n\n")), Some((10, None)));
         // Not UTF-8 at all.
-        assert_eq!(WrapperReport::last_record(b"\xff\xfe\n", "l"), None);
+        assert_eq!(WrapperReport::record(b"\xff\xfe\n", "l"), None);
     }
 }

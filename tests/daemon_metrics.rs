@@ -405,6 +405,7 @@ fn counters_start_at_zero_and_only_slash_metrics_serves_them() {
     let m = samples(&text);
     let mut expected = vec![
         "leash_wrapper_starts_total".to_string(),
+        "leash_report_write_failures_total".to_string(),
         "leash_escapees_killed_total".to_string(),
     ];
     for result in ["closed", "lost", "left_open", "conflict"] {

@@ -64,8 +64,13 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
     let mut activate = Command::new(activate);
     // The activator passes only what -E names: the daemon contains under this binary's own cgroup
-    // root (tests/common; set by the leash commands above), never the default one next to it.
-    for var in ["LEASH_CGROUP_ROOT", "LEASH_CONTAINMENT"] {
+    // root and its wrappers report into this binary's own runtime directory (tests/common; set by
+    // the leash commands above), never the default ones.
+    for var in [
+        "LEASH_CGROUP_ROOT",
+        "LEASH_CONTAINMENT",
+        "LEASH_RUNTIME_DIR",
+    ] {
         if let Some(v) = std::env::var_os(var) {
             let mut kv = std::ffi::OsString::from(format!("{var}="));
             kv.push(v);

@@ -423,7 +423,9 @@ impl<'t> Controller<'t> {
                 (true, LeaseState::Lost) => CloseResult::Lost,
                 (true, _) => CloseResult::LeftOpen,
             };
-            if changed && f.to.is_terminal() && report.is_some() {
+            // Read or not (none, or one naming another wrapper), a settled lease's report
+            // files go: nothing reads them again.
+            if changed && f.to.is_terminal() {
                 report::remove_report(&self.root, &f.lease);
             }
             tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = crate::logvalue::json(&result), reason = %f.reason, "close finished");

@@ -353,7 +353,7 @@ struct Launch {
 
 /// Execs the wrapper; returns only when that failed (the lease is then recorded lost).
 fn launch_wrapper(root: &StateRoot, req: &ExecRequest, launch: Launch) -> ExecError {
-    let err = wrapper_command(req, &launch).exec();
+    let err = wrapper_command(req, &launch, &root.report_path(&launch.lease_id)).exec();
     let made = match (launch.made, &launch.cgroup, launch.cgroup_id) {
         (Some(m), _, _) => Some(m),
         (None, Some(p), Some(id)) => Some(MadeCgroup {
@@ -929,9 +929,18 @@ fn commit(
         wrapper_root: &wrapper_root,
         cgroup_root: containment.gateway_root.as_deref(),
     };
-    let supersede = |old: &Lease| supersede_reason(old, &expect, &LiveTable, root, &new.lease_id);
+    let mut superseded: Option<Lease> = None;
+    let supersede = |old: &Lease| {
+        let reason = supersede_reason(old, &expect, &LiveTable, root, &new.lease_id)?;
+        superseded = Some(old.clone());
+        Some(superseded_by_report(root, old, &new.lease_id, reason))
+    };
     match store.insert_lease(new, Some(session), supersede) {
-        Ok(()) => {}
+        Ok(()) => {
+            if let Some(old) = &superseded {
+                crate::report::remove_report(root, old);
+            }
+        }
         Err(e) => {
             discard_cgroup(made);
             return Err(match e {
@@ -950,10 +959,34 @@ fn commit(
     Ok(made)
 }
 
+/// How a session's previous lease, whose processes are verifiably gone, ends as `new_lease_id`
+/// takes its place: `ended` with the exit status its wrapper reported (its root is gone, so the
+/// report's end record is the wrapper's last word), else `lost` for `gone` (the verdict's
+/// reason).
+fn superseded_by_report(
+    root: &StateRoot,
+    old: &Lease,
+    new_lease_id: &str,
+    gone: String,
+) -> crate::store::Superseded {
+    let report = crate::report::WrapperReport::read_for(root, old);
+    match report.as_ref().and_then(|r| Some((r, r.exit_status?))) {
+        Some((r, code)) => crate::store::Superseded {
+            reason: format!("{}; superseded by lease {new_lease_id}", r.end_words(code)),
+            exit_status: Some(code),
+        },
+        None => crate::store::Superseded::lost(gone),
+    }
+}
+
 /// The wrapper's command line: the grace, the owner it watches, its report file, the cgroup it
 /// starts the adapter in, the error format; the environment policy, then the lease markers
 /// (after it, so no policy can remove them), then the adapter's command.
-fn wrapper_command(req: &ExecRequest, launch: &Launch) -> Command {
+///
+/// `fallback` is where the wrapper puts the report records its reports directory cannot take
+/// (`run/<lease>.json` of the state root): a full or missing directory on tmpfs is the
+/// wrapper's problem alone, and the lease's end is still known.
+fn wrapper_command(req: &ExecRequest, launch: &Launch, fallback: &std::path::Path) -> Command {
     let mut cmd = Command::new(&launch.wrapper_path);
     cmd.args(wrapper_options(
         req,
@@ -961,6 +994,9 @@ fn wrapper_command(req: &ExecRequest, launch: &Launch) -> Command {
         launch.owner_pid,
         launch.cgroup.as_deref(),
     ));
+    if launch.report != fallback {
+        cmd.arg("--report-fallback").arg(fallback);
+    }
     // The scrub, on the wrapper's own exec (no `env` process): the adapter inherits what the
     // wrapper got.
     req.env.apply(&mut cmd);
@@ -1020,6 +1056,8 @@ fn wrapper_exec_failed(
 ) -> ExecError {
     let reason = format!("cannot exec wrapper {}: {err}", wrapper_path.display());
     discard_cgroup(made);
+    // No wrapper ran, so none wrote a report; a stray file of that name goes all the same.
+    let _ = std::fs::remove_file(root.report_path(lease_id));
     if let Ok(mut store) = Store::open(&root.db_path()) {
         let _ = store.transition(lease_id, LeaseState::Open, LeaseState::Lost, None, &reason);
     }

@@ -437,15 +437,15 @@ impl<'t> Controller<'t> {
         let expiring: std::collections::HashSet<&str> =
             plan.expire.iter().map(String::as_str).collect();
         let mut files = report::ReportFiles::default();
-        let reports: Vec<std::path::PathBuf> = rows
+        let reports: Vec<report::ReportPaths> = rows
             .iter()
             .flatten()
             .filter(|l| expiring.contains(l.lease_id.as_str()))
-            .filter_map(|l| files.of(&self.root, l))
+            .map(|l| files.of(&self.root, l))
             .collect();
         report.expired = self.store().expire(opts.now_ms - opts.retention_ms)?;
-        for path in &reports {
-            let _ = std::fs::remove_file(path);
+        for paths in &reports {
+            paths.remove();
         }
         // After the leases: a cgroup whose lease was just closed is already gone, and one whose
         // lease just expired is swept now.

@@ -70,6 +70,7 @@ pub struct Metrics {
     pub leases: Family<StateLabel, Gauge>,
     pub sessions: Family<PhaseLabels, Gauge>,
     pub wrapper_starts: Counter,
+    pub report_write_failures: Counter,
     pub closes: Family<ResultLabel, Counter>,
     pub reaps: Family<ResultLabel, Counter>,
     pub signals_sent: Family<SignalLabels, Counter>,
@@ -115,6 +116,7 @@ impl Metrics {
             leases: Family::default(),
             sessions: Family::default(),
             wrapper_starts: Counter::default(),
+            report_write_failures: Counter::default(),
             closes: Family::default(),
             reaps: Family::default(),
             signals_sent: Family::default(),
@@ -143,6 +145,11 @@ impl Metrics {
             "wrapper_starts",
             "Wrappers (sessions) started by this daemon",
             m.wrapper_starts.clone(),
+        );
+        registry.register(
+            "report_write_failures",
+            "Sessions whose wrapper could not write its report to the reports directory (full, out of inodes, or gone): it wrote it to the state root's run/, or nowhere",
+            m.report_write_failures.clone(),
         );
         registry.register(
             "closes",

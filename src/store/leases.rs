@@ -44,16 +44,34 @@ pub struct ReportUpdate {
     pub exit_status: Option<i32>,
 }
 
+/// How a session's previous lease ends when a new lease takes its place (its processes are
+/// verifiably gone): `ended` with the exit status its wrapper reported, else `lost`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superseded {
+    pub reason: String,
+    pub exit_status: Option<i32>,
+}
+
+impl Superseded {
+    /// Gone without a report of its end.
+    pub fn lost(reason: impl Into<String>) -> Superseded {
+        Superseded {
+            reason: reason.into(),
+            exit_status: None,
+        }
+    }
+}
+
 impl Store {
     /// Inserts a new open lease (and the session row, when given) in one transaction. When the
     /// session already has an active lease, `supersede` decides: it is given that lease and
-    /// returns `Some(reason)` to mark it lost (its processes are verifiably gone) or `None` to
+    /// returns how it ended ([`Superseded`]: its processes are verifiably gone) or `None` to
     /// refuse with [`StoreError::SessionBusy`].
     pub fn insert_lease(
         &mut self,
         lease: &Lease,
         session: Option<&SessionRow>,
-        supersede: impl FnOnce(&Lease) -> Option<String>,
+        supersede: impl FnOnce(&Lease) -> Option<Superseded>,
     ) -> Result<(), StoreError> {
         let unstorable = |detail: String| StoreError::Unstorable {
             lease_id: lease.lease_id.clone(),
@@ -77,19 +95,27 @@ impl Store {
         if let Some(old) = existing {
             let old = old?;
             match supersede(&old) {
-                Some(reason) => {
+                Some(Superseded {
+                    reason,
+                    exit_status,
+                }) => {
+                    let to = match exit_status {
+                        Some(_) => LeaseState::Ended,
+                        None => LeaseState::Lost,
+                    };
                     tx.execute(
-                        "UPDATE leases SET state = 'lost', state_reason = ?2, closed_at = ?3, \
-                         updated_at = ?3, claimed_by_pid = NULL, claimed_by_start = NULL \
+                        "UPDATE leases SET state = ?4, state_reason = ?2, closed_at = ?3, \
+                         updated_at = ?3, claimed_by_pid = NULL, claimed_by_start = NULL, \
+                         exit_status = COALESCE(exit_status, ?5) \
                          WHERE lease_id = ?1 AND state IN ('open','closing')",
-                        params![old.lease_id, reason, now],
+                        params![old.lease_id, reason, now, to.as_str(), exit_status],
                     )
                     .map_err(err)?;
                     insert_event(
                         tx,
                         &old.session_key,
                         Some(&old.lease_id),
-                        "lost",
+                        to.as_str(),
                         Some(serde_json::json!({"reason": reason})),
                         now,
                     )

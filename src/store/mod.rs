@@ -20,7 +20,7 @@ mod migrations;
 mod sessions;
 
 pub use events::Event;
-pub use leases::{Counts, ReportUpdate, Transition};
+pub use leases::{Counts, ReportUpdate, Superseded, Transition};
 pub use legacy::NewLegacyRecord;
 pub use meta::SPEC_KEY_PREFIX;
 
@@ -558,7 +558,9 @@ mod tests {
             Err(StoreError::SessionBusy { .. })
         ));
         store
-            .insert_lease(&b, None, |old| Some(format!("{} gone", old.lease_id)))
+            .insert_lease(&b, None, |old| {
+                Some(Superseded::lost(format!("{} gone", old.lease_id)))
+            })
             .unwrap();
         assert_eq!(
             store.lease(&a.lease_id).unwrap().unwrap().state,

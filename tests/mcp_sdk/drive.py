@@ -9,6 +9,7 @@ test holds the expectations, so this script asserts only what the SDK itself pro
 """
 
 import json
+import os
 import sys
 import time
 
@@ -34,7 +35,9 @@ async def run_config(plan, cfg):
     params = StdioServerParameters(
         command=plan["leash"],
         args=["--state-dir", plan["state"], "mcp", *cfg["args"]],
-        env={"LEASH_LOG": "warn"},
+        # The SDK passes only a few variables of its own environment on: the reports directory
+        # of the test (LEASH_RUNTIME_DIR) goes with the server too, never the shared default.
+        env={"LEASH_LOG": "warn", **{k: os.environ[k] for k in ("LEASH_RUNTIME_DIR",) if k in os.environ}},
     )
     seen = {"id": cfg["id"]}
     async with Client(params) as client:

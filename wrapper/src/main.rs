@@ -52,8 +52,9 @@ const TRIM_AFTER_IDLE: Duration = Duration::from_millis(10);
 const PARENT_POLL_FALLBACK: Duration = Duration::from_millis(50);
 
 const USAGE: &str = "\
-usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--cgroup DIR]
-                  [--remove-empty-parent] [--error-format text|json] [--] CMD [ARGS...]
+usage: leash-wrap [--grace-ms N] [--owner-pid PID] [--report PATH] [--report-fallback PATH]
+                  [--cgroup DIR] [--remove-empty-parent] [--error-format text|json]
+                  [--] CMD [ARGS...]
 
 Runs CMD in its own process group and keeps its whole tree from outliving this wrapper's parent.
 
@@ -62,7 +63,10 @@ Runs CMD in its own process group and keeps its whole tree from outliving this w
   --owner-pid PID   the parent this wrapper must have; if it is already gone, CMD is not started
                     (default: the parent at start)
   --report PATH     write pids, start times, group id and the exit status to PATH (one JSON
-                    line per record: the start, then the end; the last whole line holds)
+                    line per record: the start, then the end; later lines are not the report)
+  --report-fallback PATH
+                    where a record goes that cannot be written to --report's PATH (a full
+                    or missing directory): the same records, from the one that failed on
   --error-format F  text (default) or json: how a failure to start CMD is told on stderr
                     (json: leash's error line, {\"error\":{\"code\",\"message\",\"exitCode\"}})
   --cgroup DIR      start CMD inside this cgroup v2 directory (clone3 CLONE_INTO_CGROUP, else
@@ -86,6 +90,8 @@ struct Args {
     grace: Duration,
     owner_pid: Option<i32>,
     report: Option<PathBuf>,
+    /// `--report-fallback`: where the report goes when `report` cannot be written.
+    report_fallback: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     /// `--error-format json`: a failure to start the command is told as leash's JSON error line.
     json_errors: bool,
@@ -111,7 +117,10 @@ fn run(args: Args) -> i32 {
             "cannot become a child subreaper: {e} (needs Linux >= 3.4)"
         ));
     }
-    let mut report = args.report.as_deref().map(Report::new);
+    let mut report = args
+        .report
+        .as_deref()
+        .map(|p| Report::new(p, args.report_fallback.as_deref()));
     let cgroup = match args.cgroup.as_deref().map(open_cgroup).transpose() {
         Ok(c) => c,
         Err(msg) => return end_early(&mut report, fail(&msg), "cannot-start"),
@@ -199,6 +208,7 @@ fn parse_args() -> Args {
     let mut grace = Duration::from_millis(DEFAULT_GRACE_MS);
     let mut owner_pid = None;
     let mut report = None;
+    let mut report_fallback = None;
     let mut cgroup = None;
     let mut json_errors = false;
     let mut remove_empty_parent = false;
@@ -234,6 +244,10 @@ fn parse_args() -> Args {
                 Some(p) => report = Some(PathBuf::from(p)),
                 None => usage_error("--report needs a path"),
             },
+            b"--report-fallback" => match it.next() {
+                Some(p) => report_fallback = Some(PathBuf::from(p)),
+                None => usage_error("--report-fallback needs a path"),
+            },
             b"--error-format" => match it.next().as_ref().map(|v| v.as_bytes()) {
                 Some(b"json") => json_errors = true,
                 Some(b"text") => json_errors = false,
@@ -261,6 +275,7 @@ fn parse_args() -> Args {
         grace,
         owner_pid,
         report,
+        report_fallback,
         cgroup,
         json_errors,
         remove_empty_parent,
@@ -453,23 +468,30 @@ fn json_str(s: &str) -> String {
 
 struct Report {
     path: PathBuf,
+    /// `--report-fallback`: where the records go once `path` could not take one.
+    fallback: Option<PathBuf>,
     wrapper_pid: i32,
     wrapper_start: u64,
     /// Adapter pid, its start time and its group id, once spawned.
     adapter: Option<(i32, u64, i32)>,
-    /// The report, open for appending, once its first record is written.
+    /// The file the records go to, open for writing just after the wrapper's last record, once
+    /// the first is written.
     file: Option<std::fs::File>,
+    /// Whether the records go to `fallback`: `path` could not take one.
+    fell_back: bool,
 }
 
 impl Report {
-    fn new(path: &std::path::Path) -> Report {
+    fn new(path: &std::path::Path, fallback: Option<&std::path::Path>) -> Report {
         let wrapper_pid = std::process::id() as i32;
         Report {
             path: path.to_path_buf(),
+            fallback: fallback.map(std::path::Path::to_path_buf),
             wrapper_pid,
             wrapper_start: sys::start_time(wrapper_pid).unwrap_or(0),
             adapter: None,
             file: None,
+            fell_back: false,
         }
     }
 
@@ -480,11 +502,17 @@ impl Report {
     }
 
     /// Writes a record of the report: one whole JSON line with every field known so far. The
-    /// first record makes the file; a later one (the end) is appended to it with one `write`,
-    /// and a reader takes the last line that ends in a newline (`leash`'s `report.rs`), so it
-    /// sees a whole record, this one or the one before, never part of one. Failures are
-    /// reported once on stderr and otherwise ignored: the lease already identifies the
-    /// wrapper; the report only adds detail.
+    /// first record makes the file; the second (the end) is written just after it, at the
+    /// wrapper's own offset (the file is not opened for appending), so a line another process
+    /// added in between is overwritten, not read as the wrapper's. A reader takes the first
+    /// line, and the second when the first has no exit status (`leash`'s `report.rs`); a line
+    /// without its newline is a record still being written, or cut short, and is not read.
+    ///
+    /// A record `path` cannot take (its directory full, out of inodes, gone) goes to the
+    /// fallback (`--report-fallback`, the state root's `run/`), and so does every record
+    /// after it: the reader looks there for what the report lacks. Failures are said once on
+    /// stderr and otherwise ignored: the lease already identifies the wrapper; the report only
+    /// adds detail, and the adapter runs whether it can be written or not.
     ///
     /// Why not a temporary file renamed over the report, as until 2026-12: two renames in
     /// a `leash exec`'s path, the second one over an existing file, which ext4 follows with a
@@ -527,25 +555,57 @@ impl Report {
             num(start_error.map(json_str)),
         );
         // One line: `json_str` escapes every control character, a newline included.
-        let res = match &mut self.file {
-            Some(file) => append(file, body.as_bytes()),
-            None => create_private(&self.path, body.as_bytes()).map(|f| self.file = Some(f)),
-        };
-        if let Err(e) = res {
-            diag(&format!("cannot write report {}: {e}", self.path.display()));
+        if !self.fell_back {
+            let err = match self.put(body.as_bytes()) {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            let Some(fallback) = &self.fallback else {
+                diag(&format!(
+                    "cannot write report {}: {err}",
+                    self.path.display()
+                ));
+                return;
+            };
+            diag(&format!(
+                "cannot write report {}: {err}; writing it to {}",
+                self.path.display(),
+                fallback.display()
+            ));
+            self.fell_back = true;
+            self.file = None;
         }
+        if let Err(e) = self.put(body.as_bytes()) {
+            let path = self.fallback.as_deref().unwrap_or(&self.path);
+            diag(&format!("cannot write report {}: {e}", path.display()));
+        }
+    }
+
+    /// Writes one record to the current file (`path`, or the fallback once fallen back),
+    /// making it with the first.
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if let Some(file) = &mut self.file {
+            return write_whole(file, bytes);
+        }
+        let path = match (&self.fallback, self.fell_back) {
+            (Some(f), true) => f,
+            _ => &self.path,
+        };
+        self.file = Some(create_private(path, bytes)?);
+        Ok(())
     }
 }
 
 /// Makes `path` a new file of mode 0600 whatever the umask (`std::fs::write` makes it 0666 less
 /// the umask: world-writable under umask 0), never through a symlink, holding `bytes`, and
-/// returns it open for appending. A left-over file at `path` (lease ids are not reused, so only
-/// a stray or a forgery) is removed and replaced, never reused with its mode or its lines.
+/// returns it open for writing just after them. A left-over file at `path` (lease ids are not
+/// reused, so only a stray or a forgery) is removed and replaced, never reused with its mode or
+/// its lines.
 fn create_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let open = || {
         std::fs::OpenOptions::new()
-            .append(true)
+            .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -559,21 +619,24 @@ fn create_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::
         other => other?,
     };
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    append(&mut f, bytes)?;
+    if let Err(e) = write_whole(&mut f, bytes) {
+        // A file without its first whole record is no report: leave none behind.
+        drop(f);
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
     Ok(f)
 }
 
-/// Appends one record with a single `write`: a record is a few hundred bytes, which a regular
-/// file takes whole unless the disk is full. A record cut short by that has no newline, so a
-/// reader skips it, and the next record is started on a line of its own.
-fn append(f: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes one record with a single `write` at the file's own offset: a record is a few hundred
+/// bytes, which a regular file takes whole unless its filesystem is full. A record cut short
+/// has no newline, so a reader does not take it.
+fn write_whole(f: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let n = f.write(bytes)?;
     if n == bytes.len() {
         return Ok(());
     }
-    // Short: end the cut record's line so the next one stands alone, and say so.
-    let _ = f.write(b"\n");
     Err(std::io::Error::new(
         std::io::ErrorKind::WriteZero,
         format!("wrote {n} of {} bytes", bytes.len()),

@@ -124,7 +124,7 @@ fn the_report_is_a_start_record_then_an_end_record_each_a_whole_line() {
     assert!(start.contains("\"endReason\":null"), "{start}");
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(5));
-    // The end record is appended: the start record is still the first line, unchanged.
+    // The end record follows it: the start record is still the first line, unchanged.
     let lines = records(&report);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0], start);
@@ -138,6 +138,84 @@ fn the_report_is_a_start_record_then_an_end_record_each_a_whole_line() {
     assert_eq!(mode, 0o600);
     let leftovers = std::fs::read_dir(&dir.0).unwrap().count();
     assert_eq!(leftovers, 1, "nothing but the report");
+}
+
+/// Waits for the report's first record (the start) and returns the report's lines.
+fn wait_start_record(report: &std::path::Path) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let [one] = records(report).as_slice() {
+            return one.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no start record");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// A line another process appends while the adapter runs is not the end record: the wrapper
+/// writes its end record just after its start record, over what was added there.
+#[test]
+fn the_end_record_follows_the_start_record_over_a_line_added_between() {
+    use std::io::Write;
+    let dir = Scratch::new("report-forged");
+    let report = dir.0.join("r.json");
+    let mut child = wrap()
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "sh", "-c", "read line; exit 5"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = wait_start_record(&report);
+    let forged = start.replace("\"exitStatus\":null", "\"exitStatus\":0");
+    let padded = format!("{forged}{}\n", " ".repeat(64));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&report)
+        .unwrap()
+        .write_all(padded.as_bytes())
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(5));
+    let lines = records(&report);
+    assert_eq!(lines[0], start);
+    assert!(lines[1].contains("\"exitStatus\":5"), "{lines:?}");
+    assert!(!lines[1].contains("\"exitStatus\":0"), "{lines:?}");
+}
+
+/// A report the `--report` path cannot take (here: its directory does not exist) goes to
+/// `--report-fallback`, start and end; the adapter runs all the same, and says so once.
+#[test]
+fn a_report_the_report_path_cannot_take_goes_to_the_fallback() {
+    use std::io::Write;
+    let dir = Scratch::new("report-fallback");
+    let report = dir.0.join("gone/r.json");
+    let fallback = dir.0.join("run-r.json");
+    let mut child = wrap()
+        .arg("--report")
+        .arg(&report)
+        .arg("--report-fallback")
+        .arg(&fallback)
+        .args(["--", "sh", "-c", "read line; exit 6"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = wait_start_record(&fallback);
+    assert!(start.contains("\"exitStatus\":null"), "{start}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    let lines = records(&fallback);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].contains("\"exitStatus\":6"), "{lines:?}");
+    assert!(!report.exists());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot write report") && err.contains("run-r.json"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,8 +2,10 @@
 // LEASH_BIN) on a scratch state root, polling with deadlines, and the fake agent's argv. Every
 // test stops (by pid) the daemons it started and removes its scratch directory. The cgroups
 // leash makes for the tests' sessions are under this process's own cgroup root
-// (cgroup-root.mjs, imported first: in place before any leash command), removed at exit.
+// (cgroup-root.mjs, imported first: in place before any leash command), removed at exit; so is
+// the wrappers' reports directory, LEASH_RUNTIME_DIR (runtime-dir.mjs).
 import './cgroup-root.mjs';
+import './runtime-dir.mjs';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, readFileSync, openSync, closeSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';

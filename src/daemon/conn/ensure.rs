@@ -173,7 +173,11 @@ fn start(
     let s = session::spawn(&spec, e)?;
     d.metrics.wrapper_starts.inc();
     d.sessions().insert(e.session.clone(), s.clone());
-    if let Err(err) = s.await_started() {
+    let started = s.await_started();
+    if s.report_failed() {
+        d.metrics.report_write_failures.inc();
+    }
+    if let Err(err) = started {
         if matches!(err, SpawnError::Timeout(_)) {
             if let Some(id) = s.lease_id() {
                 let _ = d.close(&[LeaseRef::Id(id.to_string())], None, "start timed out");

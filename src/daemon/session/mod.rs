@@ -98,6 +98,20 @@ pub const MAX_STDERR_LINE: usize = 64 * 1024;
 /// How long `ensure` waits for the lease and the adapter's start.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long an `ensure` waits for the wrapper's report before it takes a child of the wrapper as
+/// the adapter started without one (its reports directory and `run/` both full). A report comes
+/// within milliseconds when it can be written at all.
+const REPORT_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Where the wrapper's report went when its reports directory could not take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReportFailure {
+    /// To the state root's `run/`.
+    FellBack,
+    /// Nowhere: `run/` could not take it either.
+    Nowhere,
+}
+
 /// After the wrapper exits, how long to wait for the rest of its stdout.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -128,9 +142,9 @@ pub struct Limits {
 pub struct LeaseInfo {
     pub lease_id: String,
     pub root: ProcessId,
-    /// Where its wrapper's report is (`StateRoot::report_file` of the row; `None`: the row's
-    /// claim of a reports directory was refused, and no report is read).
-    pub report: Option<std::path::PathBuf>,
+    /// Where its wrapper's report is: the file in the row's reports directory, and the state
+    /// root's `run/` file the wrapper falls back to when that one cannot take a record.
+    pub report: crate::report::ReportPaths,
 }
 
 /// The daemon's supervised child: one session's `leash exec` child and everything the daemon
@@ -162,6 +176,10 @@ pub struct Supervised {
     /// reader classifies lines only then. Set under `inner` before the request is written;
     /// cleared under `inner` by the reader when both are empty.
     tracking: AtomicBool,
+    /// Set once the wrapper's report was found in the state root's `run/` instead of the row's
+    /// reports directory, or nowhere: the wrapper could not write it there (said once in the
+    /// log, counted by the `ensure` that started the session).
+    report_failed: AtomicBool,
 }
 
 struct Inner {

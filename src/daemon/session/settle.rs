@@ -91,6 +91,7 @@ impl Supervised {
         ctl: &Controller<'_>,
     ) {
         let status = child.wait();
+        let exited = status.as_ref().ok().and_then(|s| s.code());
         let code = match &status {
             Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
             Err(e) => {
@@ -115,7 +116,7 @@ impl Supervised {
         // An adapter that died at once may be gone before `ensure` read its lease: find it here,
         // so that its lease is settled all the same.
         if let Some(info) = self.find_lease().cloned() {
-            self.settle_lease(&info, ctl);
+            self.settle_lease(&info, ctl, exited);
         }
         if !drained {
             let _ = stdout_done.recv_timeout(DRAIN_TIMEOUT);
@@ -171,15 +172,31 @@ impl Supervised {
     /// The wrapper is gone (we reaped it). Its report turns an open lease `ended` with the exit
     /// status; a lease still open after that lost its wrapper without a report (SIGKILL), so
     /// whatever may remain of its tree is verified and terminated like any close.
-    pub(super) fn settle_lease(&self, info: &LeaseInfo, ctl: &Controller<'_>) {
+    ///
+    /// `exited`: the wrapper's exit code when it exited by itself (not killed by a signal), as
+    /// the daemon's wait for it says. A wrapper exits by itself only once its tree is gone, as
+    /// its report's end record says; where no end record could be written (its reports
+    /// directory and `run/` full), the wait's code is the lease's exit status.
+    pub(super) fn settle_lease(&self, info: &LeaseInfo, ctl: &Controller<'_>, exited: Option<i32>) {
         let slot = SETTLES.enter();
+        // Whether the report went to `run/` is seen before it is folded in and removed (an
+        // adapter that died at once is settled before its `ensure` reads the report).
+        let ours = |r: &WrapperReport| r.wrapper_pid == self.child_pid;
+        let report = info.report.read_where(&info.lease_id, ours);
+        if let Some((_, true)) = report {
+            self.note_report_failure(info, ReportFailure::FellBack);
+        }
         if let Err(e) = ctl.ingest_reports_marking_ended_lost() {
             tracing::warn!(session = %self.key, error = %e, "cannot ingest the wrapper's report");
         }
-        let still_open = matches!(
+        let mut still_open = matches!(
             ctl.store().lease(&info.lease_id),
             Ok(Some(l)) if l.state == LeaseState::Open
         );
+        let reported_end = report.is_some_and(|(r, _)| r.exit_status.is_some());
+        if let (true, false, Some(code)) = (still_open, reported_end, exited) {
+            still_open = !self.end_by_wait(info, ctl, code);
+        }
         if still_open {
             match ctl.close(&[LeaseRef::Id(info.lease_id.clone())], None) {
                 Ok(out) => {
@@ -194,6 +211,45 @@ impl Supervised {
         }
         drop(slot);
         self.sync_events();
+    }
+}
+
+impl Supervised {
+    /// Ends the open lease `ended` with the exit status of the daemon's wait for its wrapper,
+    /// which exited by itself without a report of its end. Returns whether it did.
+    fn end_by_wait(&self, info: &LeaseInfo, ctl: &Controller<'_>, code: i32) -> bool {
+        self.note_report_failure(info, ReportFailure::Nowhere);
+        let reason = format!(
+            "the wrapper exited with status {code}, the adapter's (its report could not be \
+             written; the status is the daemon's wait for the wrapper)"
+        );
+        let mut store = ctl.store();
+        let update = crate::store::ReportUpdate {
+            exit_status: Some(code),
+            ..Default::default()
+        };
+        let ended = store.apply_report(&info.lease_id, &update).and_then(|_| {
+            store.transition(
+                &info.lease_id,
+                LeaseState::Open,
+                LeaseState::Ended,
+                None,
+                &reason,
+            )
+        });
+        drop(store);
+        match ended {
+            Ok(true) => {
+                info.report.remove();
+                tracing::info!(lease_id = %info.lease_id, status = code, "lease ended by the daemon's wait for its wrapper");
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(lease_id = %info.lease_id, error = %e, "cannot record the wrapper's exit");
+                false
+            }
+        }
     }
 }
 

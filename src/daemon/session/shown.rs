@@ -215,6 +215,7 @@ mod tests {
             changed: Condvar::new(),
             drained: Condvar::new(),
             tracking: AtomicBool::new(false),
+            report_failed: AtomicBool::new(false),
         }
     }
 

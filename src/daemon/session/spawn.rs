@@ -188,6 +188,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         changed: Condvar::new(),
         drained: Condvar::new(),
         tracking: AtomicBool::new(false),
+        report_failed: AtomicBool::new(false),
     });
     tracing::info!(session = %req.session, pid = child_pid, argv = crate::logvalue::json(&req.argv), "session spawned");
 
@@ -226,23 +227,35 @@ impl Supervised {
     /// wrapper's report that the adapter started. On failure the reason includes the last lines
     /// the child wrote to stderr.
     pub fn await_started(&self) -> Result<(), SpawnError> {
-        let deadline = Instant::now() + START_TIMEOUT;
+        let begun = Instant::now();
+        let deadline = begun + START_TIMEOUT;
         loop {
             self.find_lease();
             if let Some(info) = self.lease.get() {
-                if let Some(r) = info
-                    .report
-                    .as_deref()
-                    .and_then(|p| WrapperReport::read(p, &info.lease_id))
-                    .filter(|r| r.wrapper_pid == self.child_pid)
-                {
-                    if r.adapter_pid.is_some() {
+                let ours = |r: &WrapperReport| r.wrapper_pid == self.child_pid;
+                match info.report.read_where(&info.lease_id, ours) {
+                    Some((r, fell_back)) => {
+                        if fell_back {
+                            self.note_report_failure(info, ReportFailure::FellBack);
+                        }
+                        if r.adapter_pid.is_some() {
+                            self.lock().life.started();
+                            return Ok(());
+                        }
+                        if let Some(code) = r.exit_status {
+                            return Err(self.failure(Some(code)));
+                        }
+                    }
+                    // No report anywhere, well after the wrapper began: its reports directory
+                    // and `run/` are both full. The lease is committed, so the child is the
+                    // wrapper (`leash exec` starts no process of its own), and a child of it is
+                    // the adapter it started.
+                    None if begun.elapsed() >= REPORT_PATIENCE && self.wrapper_has_child() => {
+                        self.note_report_failure(info, ReportFailure::Nowhere);
                         self.lock().life.started();
                         return Ok(());
                     }
-                    if let Some(code) = r.exit_status {
-                        return Err(self.failure(Some(code)));
-                    }
+                    None => {}
                 }
             }
             let (phase, status) = {
@@ -279,6 +292,51 @@ impl Supervised {
         }
     }
 
+    /// The wrapper could not write its report to its reports directory (full, out of inodes,
+    /// gone): it wrote it to the state root's `run/`, or nowhere. The session goes on; said once.
+    pub(super) fn note_report_failure(&self, info: &LeaseInfo, how: ReportFailure) {
+        if self.report_failed.swap(true, AtomicOrdering::Relaxed) {
+            return;
+        }
+        let reports_dir = info
+            .report
+            .primary
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(|d| d.display().to_string());
+        let fallback = info.report.fallback.display();
+        match how {
+            ReportFailure::FellBack => tracing::warn!(
+                session = %self.key,
+                lease_id = %info.lease_id,
+                reports_dir,
+                %fallback,
+                "the wrapper could not write its report to the reports directory (full, out of inodes, or gone); it wrote it to the state root's run/ directory"
+            ),
+            ReportFailure::Nowhere => tracing::warn!(
+                session = %self.key,
+                lease_id = %info.lease_id,
+                reports_dir,
+                %fallback,
+                "the wrapper could write its report neither to the reports directory nor to the state root's run/ directory (full, out of inodes, or gone); the adapter is known started by the wrapper's child, and its exit status comes from the daemon's wait for the wrapper"
+            ),
+        }
+    }
+
+    /// Whether the wrapper's report could not be written to its reports directory (see
+    /// [`Supervised::note_report_failure`]).
+    pub fn report_failed(&self) -> bool {
+        self.report_failed.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Whether the child (the wrapper, once the lease is committed) has a child of its own: read
+    /// from `/proc/<pid>/task/<pid>/children`, which holds while the child is unreaped (ours).
+    fn wrapper_has_child(&self) -> bool {
+        let pid = self.child_pid;
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .is_ok_and(|c| !c.trim().is_empty())
+    }
+
     /// The session's lease, read from the store (and kept) once `leash exec` committed it.
     pub(super) fn find_lease(&self) -> Option<&LeaseInfo> {
         if self.lease.get().is_none() {
@@ -288,7 +346,7 @@ impl Supervised {
                     let _ = self.lease.set(LeaseInfo {
                         lease_id: l.lease_id.clone(),
                         root: l.root(),
-                        report: self.root.report_file(&l.lease_id, l.report_dir.as_deref()),
+                        report: crate::report::ReportPaths::of(&self.root, &l),
                     });
                     self.sync_events();
                 }

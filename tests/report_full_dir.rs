@@ -1,0 +1,263 @@
+//! A reports directory that cannot take a report (out of space and inodes: a 64 KiB tmpfs with
+//! 8 inodes, filled) is the wrapper's problem alone: a daemon `ensure` starts the session and
+//! answers at once, an adapter that exits is told as its exit (status 7), `leash exec` returns
+//! the adapter's status and its lease ends `ended` with it (not `lost`): the wrapper writes the
+//! report to the state root's `run/`, and the daemon logs and counts it. With `run/` full too,
+//! the daemon's `ensure` still answers at once and its wait for the wrapper gives the lease its
+//! exit status. Real tmpfs mounts (as root; skipped otherwise), on directories of the test's
+//! own, unmounted on drop.
+mod common;
+mod daemon_support;
+use common::*;
+use daemon_support::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A tmpfs of 64 KiB and 8 inodes mounted on a directory of the test's own, mode 0700, filled
+/// until it takes neither another file nor another byte; unmounted (and its directory removed)
+/// on drop, also when the test fails.
+struct FullTmpfs(PathBuf);
+
+impl FullTmpfs {
+    /// `None`, with the skip recorded, where this process cannot mount one (not root).
+    fn new(dir: &Path) -> Option<FullTmpfs> {
+        if !is_root() {
+            skip("a full reports directory: mounting a tmpfs needs root");
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k,nr_inodes=8,mode=0700"])
+            .arg("leash-test-full")
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        if !out.status.success() {
+            skip(format!(
+                "a full reports directory: cannot mount a tmpfs: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            return None;
+        }
+        let full = FullTmpfs(dir.to_path_buf());
+        full.fill();
+        Some(full)
+    }
+
+    fn fill(&self) {
+        use std::io::Write;
+        let mut files = 0;
+        loop {
+            let Ok(mut f) = std::fs::File::create(self.0.join(format!("fill-{files}"))) else {
+                break;
+            };
+            files += 1;
+            let chunk = [b'x'; 4096];
+            while f.write_all(&chunk).is_ok() {}
+            while f.write_all(b"x").is_ok() {}
+            assert!(files < 100, "the tmpfs never filled up");
+        }
+        let probe = std::fs::File::create(self.0.join("probe"));
+        assert!(probe.is_err(), "the tmpfs still takes a file");
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for FullTmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The lease row of `session` (read with `--no-daemon`: the reports are folded in).
+fn row_of(state: &Path, session: &str) -> Value {
+    db_leases(state)
+        .into_iter()
+        .find(|l| l["sessionKey"] == session)
+        .unwrap_or_else(|| panic!("no lease of session {session}"))
+}
+
+#[test]
+fn leash_exec_with_a_full_reports_directory_ends_its_lease_with_the_exit_status() {
+    let tmp = TempDir::new("full-rt-exec");
+    let Some(full) = FullTmpfs::new(&tmp.join("rt")) else {
+        return;
+    };
+    let state = tmp.join("state");
+    let started = Instant::now();
+    let out = leash(&state)
+        .env("LEASH_RUNTIME_DIR", full.path())
+        .args(["--no-daemon", "exec", "--session", "x", "--"])
+        .args(["sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot write report"), "{stderr}");
+    let l = row_of(&state, "x");
+    assert_eq!(l["reportDir"], full.path().to_str().unwrap(), "{l}");
+    assert_eq!(l["state"], "ended", "{l}");
+    assert_eq!(l["exitStatus"], 3, "{l}");
+    // Read and settled: the fallback report is gone too.
+    let id = l["leaseId"].as_str().unwrap();
+    assert!(!state.join("run").join(format!("{id}.json")).exists());
+}
+
+#[test]
+fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() {
+    let tmp = TempDir::new("full-rt-ensure");
+    let Some(full) = FullTmpfs::new(&tmp.join("rt")) else {
+        return;
+    };
+    let state = tmp.join("state");
+    let daemon = Daemon::start_with_env(
+        &state,
+        &[],
+        "info",
+        &[("LEASH_RUNTIME_DIR", full.path().to_str().unwrap())],
+    );
+    let mut c = daemon.connect();
+
+    // A long-running adapter: started, and the answer comes at once (no start timeout).
+    let t = Instant::now();
+    let r = c.request(
+        "ensure",
+        json!({"session": "long", "argv": ["sleep", "600"], "graceMs": 500}),
+    );
+    let took = t.elapsed();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["phase"], "running", "{r}");
+    assert!(took < Duration::from_secs(10), "ensure took {took:?}");
+    let long = r["result"]["leaseId"].as_str().unwrap().to_string();
+    let l = lease_row(&mut c, &long);
+    assert_eq!(l["reportDir"], full.path().to_str().unwrap(), "{l}");
+    assert!(l["adapterPid"].as_i64().is_some(), "{l}");
+    let fallback = state.join("run").join(format!("{long}.json"));
+    assert!(fallback.exists(), "the report is in run/");
+
+    // An adapter that exits 7: started, and its end is its exit, not a failed start.
+    let t = Instant::now();
+    let r = c.request(
+        "ensure",
+        json!({"session": "seven", "argv": ["sh", "-c", "exit 7"], "graceMs": 500}),
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "ensure took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
+    let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");
+    let l = lease_row(&mut c, &seven);
+    assert!(ended, "{l}");
+    assert_eq!(l["exitStatus"], 7, "{l}");
+    assert!(!state.join("run").join(format!("{seven}.json")).exists());
+
+    // Logged and counted, once per session.
+    let text = c.call("metrics", json!({}))["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("leash_report_write_failures_total 2\n"),
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("report_write_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        daemon.log_text().contains("could not write its report"),
+        "{}",
+        daemon.log_text()
+    );
+
+    // Closed: its report files go.
+    let r = c.request("close", json!({"session": "long"}));
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(
+        wait_for(|| !fallback.exists()),
+        "the closed lease's report stays"
+    );
+}
+
+#[test]
+fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exit() {
+    let tmp = TempDir::new("full-rt-and-run");
+    let Some(full) = FullTmpfs::new(&tmp.join("rt")) else {
+        return;
+    };
+    let state = tmp.join("state");
+    // The state root made (its run/ among it), then run/ is a full tmpfs too.
+    init_state_root(&state);
+    let Some(_run) = FullTmpfs::new(&state.join("run")) else {
+        return;
+    };
+    let daemon = Daemon::start_with_env(
+        &state,
+        &[],
+        "info",
+        &[("LEASH_RUNTIME_DIR", full.path().to_str().unwrap())],
+    );
+    let mut c = daemon.connect();
+
+    let t = Instant::now();
+    let r = c.request(
+        "ensure",
+        json!({"session": "long", "argv": ["sleep", "600"], "graceMs": 500}),
+    );
+    let took = t.elapsed();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["phase"], "running", "{r}");
+    assert!(took < Duration::from_secs(10), "ensure took {took:?}");
+
+    // Started (its wrapper's child), then exits 7: the lease ends with the daemon's wait's 7.
+    let r = c.request(
+        "ensure",
+        json!({"session": "seven", "argv": ["sh", "-c", "sleep 5; exit 7"], "graceMs": 500}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
+    let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");
+    let l = lease_row(&mut c, &seven);
+    assert!(ended, "{l}");
+    assert_eq!(l["exitStatus"], 7, "{l}");
+
+    let text = c.call("metrics", json!({}))["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("leash_report_write_failures_total 2\n"),
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("report_write_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        daemon.log_text().contains("could write its report neither"),
+        "{}",
+        daemon.log_text()
+    );
+    let r = c.request("close", json!({"session": "long"}));
+    assert_eq!(r["ok"], true, "{r}");
+}
