@@ -460,11 +460,19 @@ export class LeashClient extends EventEmitter {
     const sock = this.#socket;
     for (const a of [...this.#attaches]) a._failed(new ConnectionClosedError('the client was closed'));
     this.#attaches.clear();
-    if (sock) {
+    if (sock && !sock.destroyed) {
+      // The wait holds the event loop: an idle client's socket is unref'd, and a promise that
+      // nothing referenced can settle would end a top-level `await` with Node's exit 13.
+      // The daemon closes its side on our end-of-file; a daemon that does not within a second
+      // has the socket destroyed.
+      sock.ref();
       await new Promise((r) => {
-        sock.once('close', r);
+        const timer = setTimeout(() => sock.destroy(), 1000);
+        sock.once('close', () => {
+          clearTimeout(timer);
+          r();
+        });
         sock.end();
-        setTimeout(() => sock.destroy(), 1000).unref();
       });
     }
   }
