@@ -179,7 +179,13 @@ fn start(
                 let _ = d.close(&[LeaseRef::Id(id.to_string())], None, "start timed out");
             }
         }
-        return Err(err.into());
+        let mut op: OpError = err.into();
+        // The lease leash exec committed (and recorded ended with the reason), when it got that
+        // far: a gateway looks it up as it would after `leash exec`.
+        if op.data.lease_id.is_none() {
+            op.data.lease_id = s.lease_id().map(str::to_string);
+        }
+        return Err(op);
     }
     // Under a lease, adapter started: a close waiting for this ensure goes on now.
     ticket.publish(&s);
