@@ -316,6 +316,19 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
             return;
         }
     };
+    // One process may hold only so many connections: the descriptors are everyone's.
+    let _slot = match d.peers.admit(peer.pid) {
+        Ok(slot) => slot,
+        Err(msg) => {
+            out.send(&err_line(
+                &Value::Null,
+                Code::Conflict,
+                &msg,
+                &ErrorData::default(),
+            ));
+            return;
+        }
+    };
     // Above the adapters for the connection's life (see `priority`).
     super::priority::raise();
     let mut reader = LineReader::new(stream, protocol::MAX_LINE);

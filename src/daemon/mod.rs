@@ -197,6 +197,10 @@ pub(crate) struct Daemon {
     activated: bool,
     /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
     push: push::Hub,
+    /// The connections each peer process holds, under a cap (`socket::PeerConnections`).
+    peers: socket::PeerConnections,
+    /// Failed accepts (out of descriptors): logged once a period.
+    accept_failures: socket::RateLog,
     /// The contained sessions' usage as `status` last sampled it (see [`Daemon::usage_for`]).
     usage: Mutex<status::UsageCache>,
     /// The state directory and the socket as the daemon found them at start (device, inode):
@@ -362,6 +366,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         last_reconcile: Mutex::new(Value::Null),
         activated: listening.activated,
         push: push::Hub::default(),
+        peers: socket::PeerConnections::default(),
+        accept_failures: socket::RateLog::default(),
         usage: Mutex::new(status::UsageCache::default()),
         socket_inode: listening.bound.filter(|_| !listening.activated),
         wake,
