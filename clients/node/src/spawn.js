@@ -230,9 +230,10 @@ function execCli(opts, args, done) {
   execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 64 << 20 }, done);
 }
 
-/** The `cli_failed` error of a leash command that exited non-zero. */
+/** The `cli_failed` error of a leash command that exited non-zero (`data.stderr`: its lines). */
 function cliFailed(what, err, stderr) {
-  return new LeashError(`leash ${what} failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: String(stderr) } });
+  const lines = String(stderr).split('\n').filter((l) => l.trim() !== '');
+  return new LeashError(`leash ${what} failed (exit ${err.code}): ${lines.join(' | ')}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: lines } });
 }
 
 function runCli(opts, args) {
