@@ -42,7 +42,10 @@ fn ensure_in_flight(daemon: &Daemon, adapter: &std::path::Path) -> std::thread::
 }
 
 fn assert_closed(r: &Value, adapter: Pid) {
-    assert_eq!(r["ok"], false, "an ensure answered for a session a close took: {r}");
+    assert_eq!(
+        r["ok"], false,
+        "an ensure answered for a session a close took: {r}"
+    );
     assert_eq!(r["error"]["code"], "closed", "{r}");
     assert!(r["error"]["leaseId"].is_string(), "{r}");
     assert!(wait_for(|| !adapter.alive()), "the adapter still runs");

@@ -130,10 +130,14 @@ fn ensure_reports_what_could_not_start_and_whose_lease_is_in_the_way() {
     assert_eq!(e["exitStatus"], 127, "{r}");
     let stderr = e["stderr"].as_array().expect("stderr is an array");
     assert!(
-        stderr.iter().all(|l| !l.as_str().unwrap().contains("{\"error\"")),
+        stderr
+            .iter()
+            .all(|l| !l.as_str().unwrap().contains("{\"error\"")),
         "{r}"
     );
-    let lease = e["leaseId"].as_str().expect("the lease leash exec recorded");
+    let lease = e["leaseId"]
+        .as_str()
+        .expect("the lease leash exec recorded");
     let rows = c.call("leases", json!({}));
     let row = rows
         .as_array()

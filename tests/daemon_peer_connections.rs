@@ -17,7 +17,8 @@ const CAP: usize = 4;
 /// (`None`) within a short wait for a connection that is served.
 fn unasked(daemon: &Daemon) -> (UnixStream, Option<serde_json::Value>) {
     let s = UnixStream::connect(&daemon.socket).expect("connect");
-    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut line = String::new();
     let said = match BufReader::new(s.try_clone().unwrap()).read_line(&mut line) {
         Ok(n) if n > 0 => Some(serde_json::from_str(&line).expect("a JSON line")),
@@ -31,12 +32,8 @@ fn a_process_past_its_connection_cap_is_refused_and_others_are_served() {
     let tmp = TempDir::new("d-peer-cap");
     let state = tmp.join("state");
     let cap = CAP.to_string();
-    let daemon = Daemon::start_with_env(
-        &state,
-        &[],
-        "info",
-        &[("LEASH_MAX_PEER_CONNECTIONS", &cap)],
-    );
+    let daemon =
+        Daemon::start_with_env(&state, &[], "info", &[("LEASH_MAX_PEER_CONNECTIONS", &cap)]);
     // This process takes its whole allowance, each connection answering.
     let mut held: Vec<Conn> = (0..CAP).map(|_| daemon.connect()).collect();
     for c in &mut held {
@@ -50,8 +47,10 @@ fn a_process_past_its_connection_cap_is_refused_and_others_are_served() {
         assert_eq!(said["error"]["code"], "conflict", "{said}");
         let msg = said["error"]["message"].as_str().unwrap();
         assert!(
-            msg.contains(&format!("process {} already holds {CAP}", std::process::id()))
-                && msg.contains("LEASH_MAX_PEER_CONNECTIONS"),
+            msg.contains(&format!(
+                "process {} already holds {CAP}",
+                std::process::id()
+            )) && msg.contains("LEASH_MAX_PEER_CONNECTIONS"),
             "{msg}"
         );
         let mut rest = String::new();
@@ -78,7 +77,10 @@ fn a_process_past_its_connection_cap_is_refused_and_others_are_served() {
     drop(freed);
     // The refusals were logged once, not 40 times.
     let log = daemon.log_text();
-    let lines = log.lines().filter(|l| l.contains("connection refused")).count();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("connection refused"))
+        .count();
     assert_eq!(lines, 1, "{log}");
     assert!(log.contains("refusals are logged once a minute"), "{log}");
 }

@@ -46,7 +46,10 @@ fn shutdown_does_not_close_a_session_whose_lease_settled() {
     drop(holder);
     let log = daemon.log_text();
     assert!(!log.contains("closing session"), "{log}");
-    assert!(!log.contains("already settled when shutdown reached it"), "{log}");
+    assert!(
+        !log.contains("already settled when shutdown reached it"),
+        "{log}"
+    );
     assert!(!log.contains("closed at shutdown"), "{log}");
     assert!(log.contains("leash serve stopped"), "{log}");
 }

@@ -22,7 +22,13 @@ impl Tmpfs {
     fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(at).unwrap();
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(at)
             .status()
             .map(|s| s.success())
@@ -89,7 +95,12 @@ fn reads_answer(state: &Path, session: &str) {
         vec!["reap", "--dry-run", "--json"],
     ] {
         let out = run(state, &args);
-        assert_eq!(out.code, Some(0), "leash {args:?} on a full disk: {}", out.stderr);
+        assert_eq!(
+            out.code,
+            Some(0),
+            "leash {args:?} on a full disk: {}",
+            out.stderr
+        );
     }
 }
 
@@ -108,7 +119,9 @@ fn reads_and_a_close_work_on_a_full_disk() {
         .spawn()
         .unwrap();
     guard.add(Pid::of(child.id() as i32).unwrap());
-    assert!(wait_for(|| db_lease_of(&state, "S").is_some_and(|l| l["adapterPid"].is_number())));
+    assert!(wait_for(
+        || db_lease_of(&state, "S").is_some_and(|l| l["adapterPid"].is_number())
+    ));
     let lease = lease_of(&state, "S");
     let adapter = Pid::of(lease["adapterPid"].as_i64().unwrap() as i32).unwrap();
     guard.add(adapter);
@@ -127,7 +140,10 @@ fn reads_and_a_close_work_on_a_full_disk() {
     assert!(!state.join("leash.db-reserve").exists());
     std::fs::remove_file(filler).unwrap();
     run_json(&state, &["leases", "--json"]);
-    assert!(state.join("leash.db-reserve").is_file(), "the reserve is not kept again");
+    assert!(
+        state.join("leash.db-reserve").is_file(),
+        "the reserve is not kept again"
+    );
 }
 
 #[test]
@@ -139,7 +155,10 @@ fn reads_a_close_and_an_ensure_through_the_daemon_on_a_full_disk() {
     let daemon = Daemon::start(&state, &[]);
     let mut guard = Guard::new();
     let mut c = daemon.connect();
-    let r = c.call("ensure", json!({"session": "d", "argv": ["cat"], "graceMs": 500}));
+    let r = c.call(
+        "ensure",
+        json!({"session": "d", "argv": ["cat"], "graceMs": 500}),
+    );
     let wrapper = Pid::of(r["rootPid"].as_i64().unwrap() as i32).unwrap();
     guard.add(wrapper);
 
@@ -147,7 +166,13 @@ fn reads_a_close_and_an_ensure_through_the_daemon_on_a_full_disk() {
     reads_answer(&state, "d");
     // Through the daemon: its leases op, then the close.
     let rows = c.call("leases", json!({}));
-    assert!(rows.as_array().unwrap().iter().any(|l| l["sessionKey"] == "d"), "{rows}");
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["sessionKey"] == "d"),
+        "{rows}"
+    );
     let out = run_json(&state, &["close", "--json", "--session", "d"]);
     assert_eq!(out[0]["result"], "closed", "{out}");
     assert!(wait_for(|| !wrapper.alive()), "the wrapper still runs");

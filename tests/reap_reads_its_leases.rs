@@ -423,15 +423,23 @@ fn the_host_wide_pass_reads_no_retained_row_and_still_reaps_a_closed_lease_whose
         .map(|_| {
             let child = guard.child(
                 Command::new("setpriv")
-                    .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "100000"])
+                    .args([
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                        "sleep",
+                        "100000",
+                    ])
                     .stdin(Stdio::null())
                     .spawn()
                     .unwrap(),
             );
             let pid = child.id() as i32;
             assert!(wait_for(|| stat_fields(pid).is_some_and(|_| {
-                std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")))
+                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                    s.lines()
+                        .any(|l| l.starts_with("Uid:") && l.contains("65534"))
+                })
             })));
             Pid::of(pid).unwrap()
         })
@@ -469,7 +477,11 @@ fn the_host_wide_pass_reads_no_retained_row_and_still_reaps_a_closed_lease_whose
         .find(|o| o.lease_id == id)
         .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
     assert!(out.signals.iter().any(|s| s.pid == wrapper.pid), "{out:?}");
-    for (what, p) in [("wrapper", wrapper), ("adapter", adapter), ("escapee", escapee)] {
+    for (what, p) in [
+        ("wrapper", wrapper),
+        ("adapter", adapter),
+        ("escapee", escapee),
+    ] {
         assert!(wait_for(|| !p.alive()), "the {what} is gone");
     }
     for s in &strangers {
