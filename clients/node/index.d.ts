@@ -542,7 +542,7 @@ export declare class LeashAbortError extends LeashError {}
 export declare class ConnectionClosedError extends LeashError {}
 export declare class NoDaemonError extends LeashError {}
 export declare class ProtocolError extends LeashError {}
-/** The name `spawn()`'s failures have had: the same class as `SpawnFailedError`. */
+/** Another name for `SpawnFailedError`, kept for code that catches `spawn()`'s failures by it. */
 export declare const ExecFailedError: typeof SpawnFailedError;
 export type ExecFailedError = SpawnFailedError;
 export declare class AcpError extends LeashError {

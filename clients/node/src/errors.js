@@ -93,8 +93,8 @@ export class NoDaemonError extends wire('no_daemon') {}
 /** A line from the daemon that is not valid protocol. */
 export class ProtocolError extends wire('protocol') {}
 /**
- * The name `spawn()`'s failures have had: the same class as SpawnFailedError (one class per
- * cause, whichever door the start went through).
+ * Another name for SpawnFailedError, kept for code that catches `spawn()`'s failures by it (one
+ * class per cause, whichever door the start went through).
  */
 export const ExecFailedError = SpawnFailedError;
 /**
