@@ -5,6 +5,7 @@
 //! still happens and is recorded: the store keeps a reserve beside the database and gives it
 //! back when a write that ends a lease finds the disk full. Through the daemon, an `ensure` on
 //! the full disk names the cause (leash exec's message, not a bare exit 125 with empty stderr).
+//! A close whose end cannot be recorded even so ends the tree and says what was not recorded.
 //! Needs root (mount); skips with the reason otherwise.
 mod common;
 mod daemon_support;
@@ -186,4 +187,79 @@ fn reads_a_close_and_an_ensure_through_the_daemon_on_a_full_disk() {
     assert!(r["error"]["cause"].is_string(), "{r}");
     std::fs::remove_file(filler).unwrap();
     std::fs::remove_file(more).unwrap();
+}
+
+/// A close whose end cannot be recorded (the disk filled up again during its grace, after the
+/// reserve gave it room for its claim) still ends the tree, and its answer says what was not
+/// recorded; a later close, with room, records it.
+#[test]
+fn a_close_that_cannot_record_its_end_says_so() {
+    let tmp = TempDir::new("full-disk-unrecorded");
+    let Some((mnt, state)) = mounted(&tmp) else {
+        return;
+    };
+    let mut guard = Guard::new();
+    let pid_file = tmp.join("adapter.pid");
+    let stubborn = script(
+        tmp.path(),
+        "stubborn.sh",
+        &format!(
+            "trap '' TERM\necho $$ > '{}'\nexec sleep 600\n",
+            pid_file.display()
+        ),
+    );
+    let mut exec = leash(&state)
+        .args(["exec", "--session", "T", "--"])
+        .arg(&stubborn)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    guard.add(Pid::of(exec.id() as i32).unwrap());
+    let adapter = read_pid_file(&pid_file);
+    guard.add(adapter);
+    assert!(wait_for(
+        || db_lease_of(&state, "T").is_some_and(|l| l["adapterPid"].is_number())
+    ));
+
+    let first = fill(&state, &mnt.0);
+    let close = leash(&state)
+        .args(["close", "--json", "--grace-ms", "3000", "--session", "T"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Claimed (with the reserve's room): then the disk is taken again, during the grace.
+    assert!(wait_for(|| {
+        run_json(&state, &["leases", "--json"])[0]["state"] == "closing"
+    }));
+    let second = fill(&state, &mnt.0.join("more"));
+    let out = close.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(answer[0]["result"], "closed", "{answer}");
+    let reason = answer[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not recorded") && reason.contains("disk is full"),
+        "{answer}"
+    );
+    assert!(wait_for(|| !adapter.alive()), "the adapter still runs");
+    let _ = exec.wait();
+    assert_eq!(
+        run_json(&state, &["leases", "--json"])[0]["state"],
+        "closing"
+    );
+    // With room again, a close records it.
+    std::fs::remove_file(first).unwrap();
+    std::fs::remove_file(second).unwrap();
+    run(&state, &["close", "--json", "--session", "T"]);
+    let state_now = run_json(&state, &["leases", "--json"])[0]["state"].clone();
+    assert!(state_now == "closed" || state_now == "lost", "{state_now}");
 }
