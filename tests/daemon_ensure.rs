@@ -123,6 +123,29 @@ fn ensure_reports_what_could_not_start_and_whose_lease_is_in_the_way() {
             && msg.contains("the adapter could not be started: /nonexistent/adapter: not found"),
         "{msg}"
     );
+    // The fields `leash exec --error-format json` gives: its cause word and status; stderr is
+    // the adapter's lines (an array, without leash's JSON line); the lease it recorded.
+    let e = &r["error"];
+    assert_eq!(e["cause"], "adapter_not_found", "{r}");
+    assert_eq!(e["exitStatus"], 127, "{r}");
+    let stderr = e["stderr"].as_array().expect("stderr is an array");
+    assert!(
+        stderr
+            .iter()
+            .all(|l| !l.as_str().unwrap().contains("{\"error\"")),
+        "{r}"
+    );
+    let lease = e["leaseId"]
+        .as_str()
+        .expect("the lease leash exec recorded");
+    let rows = c.call("leases", json!({}));
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["leaseId"] == lease)
+        .unwrap_or_else(|| panic!("{lease} in {rows}"));
+    assert_ne!(row["state"], "open", "{row}");
 
     // A session whose live lease another process holds (a gateway's own leash exec).
     let mut other = leash(&state)

@@ -11,7 +11,8 @@
 //! processes) add no `/proc` read. What can still hold a process of ours is read all the same:
 //! a closed lease whose wrapper still runs (its cgroup still there) is found and its tree
 //! reaped, also when its cgroup emptied while the wrapper was stopped and a stray sweep ran
-//! first.
+//! first. When the host-wide pass is needed all the same (an uncontained lease among the rows),
+//! the history's recorded pids, reused by another user's processes, are not read in full.
 mod common;
 use common::counting::Counting;
 use common::*;
@@ -390,4 +391,100 @@ fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_s
     assert_eq!(lease_of(&state, key)["state"], "closed");
     assert_eq!(t.scans(), 0, "no host-wide pass");
     assert!(wait_for(|| !cgroup.exists()), "its cgroup went with it");
+}
+
+/// When reap does need the host-wide pass (here: an uncontained closed lease of this gateway
+/// among the rows), the retained history still costs nothing beyond it: the recorded roots and
+/// adapters of closed leases that can hold nothing any more (reused by now by another user's
+/// processes) are not read in full, while a closed lease whose wrapper still runs (its cgroup
+/// still there) is found and reaped all the same.
+#[test]
+fn the_host_wide_pass_reads_no_retained_row_and_still_reaps_a_closed_lease_whose_wrapper_runs() {
+    if !is_root() {
+        common::skip("processes of another user need root to start");
+        return;
+    }
+    let Some(cg) = CgroupRoot::new("reapscanhistory") else {
+        return;
+    };
+    let tmp = TempDir::new("reapscanhistory");
+    let mut guard = Guard::new();
+    let (state, key) = (tmp.join("state"), "z");
+    let Session {
+        wrapper,
+        adapter,
+        escapee,
+        cgroup: _,
+    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+    let id = mark_closed_while_running(&state, key);
+    stop(wrapper);
+    // Another user's processes, at the pids the history recorded.
+    let strangers: Vec<Pid> = (0..20)
+        .map(|_| {
+            let child = guard.child(
+                Command::new("setpriv")
+                    .args([
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                        "sleep",
+                        "100000",
+                    ])
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+            let pid = child.id() as i32;
+            assert!(wait_for(|| stat_fields(pid).is_some_and(|_| {
+                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                    s.lines()
+                        .any(|l| l.starts_with("Uid:") && l.contains("65534"))
+                })
+            })));
+            Pid::of(pid).unwrap()
+        })
+        .collect();
+    add_history(&state, &id, 200, &strangers);
+    // One uncontained closed lease of this gateway: its escapees could be anywhere, so reap
+    // takes the host-wide pass.
+    {
+        let root = StateRoot::open(&state).unwrap();
+        let mut store = Store::open(&root.db_path()).unwrap();
+        let mut l = store.lease(&id).unwrap().unwrap();
+        l.lease_id = leash::lease::new_lease_id();
+        l.session_key = "uncontained".into();
+        l.cgroup_path = None;
+        l.cgroup_id = None;
+        l.root_pid = std::process::id() as i32;
+        l.adapter_pid = None;
+        l.closed_at = Some(leash::lease::now_ms() - 60_000);
+        store.insert_lease(&l, None, |_| None).unwrap();
+    }
+
+    let t = Counting::default();
+    let c = controller(&cg, &state, &t);
+    let report = c.reap(&reap_options()).unwrap();
+    drop(c);
+    assert_eq!(t.scans(), 1, "the host-wide pass");
+    assert_eq!(
+        t.others_in_full(),
+        0,
+        "another user's processes were read in full for the retained rows that name them"
+    );
+    let out = report
+        .escapees
+        .iter()
+        .find(|o| o.lease_id == id)
+        .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
+    assert!(out.signals.iter().any(|s| s.pid == wrapper.pid), "{out:?}");
+    for (what, p) in [
+        ("wrapper", wrapper),
+        ("adapter", adapter),
+        ("escapee", escapee),
+    ] {
+        assert!(wait_for(|| !p.alive()), "the {what} is gone");
+    }
+    for s in &strangers {
+        assert!(s.alive(), "another user's process was signalled");
+    }
 }

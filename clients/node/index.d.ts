@@ -467,9 +467,9 @@ export interface LeasedChildProcess extends ChildProcess {
 
 /**
  * `child_process.spawn` through `leash exec`. When the adapter cannot be started, the child emits
- * an `ExecFailedError` ('error' event) after its 'exit': exit 125 (leash itself failed), 127 (the
- * adapter was not found) or 126 (not executable); `err.data.exitStatus` is the status,
- * `err.data.cause` leash's cause word (`adapter_not_found`, …), `err.cause` its message.
+ * a `SpawnFailedError` ('error' event) after its 'exit', as `ensure` rejects with one: exit 125
+ * (leash itself failed), 127 (the adapter was not found: an `AdapterNotFoundError`) or 126 (not
+ * executable: an `AdapterNotExecutableError`); see `SpawnFailureData` for its fields.
  */
 export declare function spawn(argv: string[], opts?: SpawnOptions): LeasedChildProcess;
 export declare function execArgs(argv: string[], opts?: SpawnOptions): string[];
@@ -504,7 +504,30 @@ export declare class NotVisibleError extends LeashError {}
 export declare class ConflictError extends LeashError {}
 export declare class NotRunningError extends LeashError {}
 export declare class SeqEvictedError extends LeashError {}
-export declare class SpawnFailedError extends LeashError {}
+/** The fields of a failed start, the same through `ensure` and `spawn()`. */
+export interface SpawnFailureData {
+  /** leash exec's exit status (125, 126, 127), or the adapter's own when it died at once; `null` when unknown. */
+  exitStatus: number | null;
+  /** leash's cause word when leash itself failed: `adapter_not_found`, `adapter_not_executable`, `conflict`, `spawn_failed`, `internal`, … */
+  cause?: string;
+  /** The adapter's last stderr lines (leash's own error line is the message, not one of them). */
+  stderr: string[];
+  /** The lease leash exec committed, when it got that far. */
+  leaseId?: string;
+  /** The adapter command (`spawn()`, and `ensure` given `argv`). */
+  argv?: string[];
+  [key: string]: any;
+}
+/** The adapter could not be started (`ensure`'s `spawn_failed`, `spawn()`'s exit 125/126/127). */
+export declare class SpawnFailedError extends LeashError {
+  data: SpawnFailureData;
+}
+/** `data.cause` `adapter_not_found`: the adapter command was not found (exit 127). */
+export declare class AdapterNotFoundError extends SpawnFailedError {}
+/** `data.cause` `adapter_not_executable`: the adapter command could not be executed (exit 126). */
+export declare class AdapterNotExecutableError extends SpawnFailedError {}
+/** The class of a failed start by its cause word. */
+export declare const SPAWN_CAUSES: Record<string, typeof SpawnFailedError>;
 /** The adapter exited before its first line of output (`data.exitStatus`, `data.stderr`). */
 export declare class StartFailedError extends SpawnFailedError {}
 /** The adapter did not answer the handshake in time (`initialize` of ensure, the first request of acp()/spawn() with handshakeTimeoutMs); its session or lease was closed first. `data.stderr`: its last stderr lines; `data.leaseId`. */
@@ -519,9 +542,9 @@ export declare class LeashAbortError extends LeashError {}
 export declare class ConnectionClosedError extends LeashError {}
 export declare class NoDaemonError extends LeashError {}
 export declare class ProtocolError extends LeashError {}
-export declare class ExecFailedError extends LeashError {
-  data: { argv: string[]; exitStatus: 125 | 126 | 127; cause?: string; stderr: string };
-}
+/** Another name for `SpawnFailedError`, kept for code that catches `spawn()`'s failures by it. */
+export declare const ExecFailedError: typeof SpawnFailedError;
+export type ExecFailedError = SpawnFailedError;
 export declare class AcpError extends LeashError {
   rpcCode: number | undefined;
 }

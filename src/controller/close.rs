@@ -396,7 +396,15 @@ impl<'t> Controller<'t> {
             let lease = &f.lease;
             let report = WrapperReport::read_for(&self.root, lease);
             if let Some(r) = &report {
-                r.apply(&mut store, &lease.lease_id)?;
+                match r.apply(&mut store, &lease.lease_id) {
+                    // The exit status is still in the answer; the report stays for the next look.
+                    Err(e) if e.is_disk_full() => {
+                        tracing::warn!(lease_id = %lease.lease_id, error = %e, "the wrapper's report cannot be recorded (disk full)")
+                    }
+                    other => {
+                        other?;
+                    }
+                }
             }
             reports.push(report);
         }
@@ -409,7 +417,15 @@ impl<'t> Controller<'t> {
                 reason: &f.reason,
             })
             .collect();
-        let changed = store.transition_many(&transitions, Some(self.me))?;
+        // On a full disk (the store's reserve given back and still no room) the close happened
+        // all the same: its answer says so, and what could not be recorded (the row stays
+        // `closing`, claimed by this process, and a later close or reap on a disk with room
+        // takes the stale claim over and records it).
+        let (changed, unrecorded) = match store.transition_many(&transitions, Some(self.me)) {
+            Ok(changed) => (changed, None),
+            Err(e) if e.is_disk_full() => (vec![true; transitions.len()], Some(e.to_string())),
+            Err(e) => return Err(e),
+        };
         drop(store);
         let mut outcomes = Vec::with_capacity(finishes.len());
         for ((f, changed), report) in finishes.into_iter().zip(changed).zip(reports) {
@@ -424,8 +440,9 @@ impl<'t> Controller<'t> {
                 (true, _) => CloseResult::LeftOpen,
             };
             // Read or not (none, or one naming another wrapper), a settled lease's report
-            // files go: nothing reads them again.
-            if changed && f.to.is_terminal() {
+            // files go: nothing reads them again. A close whose end could not be recorded keeps
+            // them for the close that records it.
+            if changed && unrecorded.is_none() && f.to.is_terminal() {
                 report::remove_report(&self.root, &f.lease);
             }
             tracing::info!(lease_id = %f.lease.lease_id, session = %f.lease.session_key, result = crate::logvalue::json(&result), reason = %f.reason, "close finished");
@@ -434,7 +451,12 @@ impl<'t> Controller<'t> {
                 lease_id: f.lease.lease_id,
                 session_key: f.lease.session_key,
                 result,
-                reason: if changed {
+                reason: if let Some(e) = &unrecorded {
+                    format!(
+                        "{}; not recorded: {e} (the row stays closing until a close or reap on a disk with room records it)",
+                        f.reason
+                    )
+                } else if changed {
                     f.reason
                 } else if signalled {
                     format!(

@@ -369,8 +369,18 @@ impl<'t> Controller<'t> {
     /// whose wrapper reported its end and is gone moves to `ended`, with the reported exit status
     /// (the name is older than the `ended` state: it marks ended leases, never `lost` ones).
     /// Returns how many leases changed state.
+    ///
+    /// On a full disk what cannot be recorded stays as it is (the report stays too, for the
+    /// next look): reading never needs room, so a `leases`, `status` or `ps` answers from the
+    /// rows as they are, and a close goes on to its own claim (which has the store's reserve).
     pub fn ingest_reports_marking_ended_lost(&self) -> Result<usize, StoreError> {
-        report::ingest_reports(&self.root, &mut self.store(), self.table)
+        match report::ingest_reports(&self.root, &mut self.store(), self.table) {
+            Err(e) if e.is_disk_full() => {
+                tracing::warn!(error = %e, "the wrappers' reports cannot be recorded now (the state database's disk is full); answering from the rows as they are");
+                Ok(0)
+            }
+            other => other,
+        }
     }
 
     pub fn resolve(&self, r: &LeaseRef) -> Result<Lease, LifecycleError> {

@@ -273,16 +273,30 @@ impl<'t> Controller<'t> {
     /// do not name every process it may need ([`Controller::reap_read_down`]): `stat` and uid of
     /// every process, and the costly fields (exe, cmdline, environ) only where they can matter —
     /// the processes of the caller's uid (the only ones leash may signal, so the only possible
-    /// members and marker carriers) and the recorded roots, adapters, owners and legacy pids.
+    /// members and marker carriers), the recorded roots and adapters of the active leases and
+    /// of the terminal ones that can still hold a process of ours
+    /// ([`Controller::terminal_may_hold`]), and the legacy pids. The retained history's recorded
+    /// pids (reused by now, by anyone) cost no read: what is left of such a lease carries its
+    /// markers and runs as the caller, and so is read all the same.
     fn reap_scan(
         &self,
         leases: &[Result<Lease, String>],
         legacy: &[LegacyRecord],
     ) -> Result<Snapshot, TableError> {
+        let root = self.cgroup_root();
+        let dirs: std::collections::HashSet<String> = root
+            .as_deref()
+            .map(|r| cgroup::children(r).into_iter().map(|(n, _)| n).collect())
+            .unwrap_or_default();
         let mut named = std::collections::HashSet::new();
         for l in leases.iter().filter_map(|l| l.as_ref().ok()) {
-            named.insert(l.root_pid);
-            named.extend(l.adapter_pid);
+            let may_hold = l.state.is_active()
+                || (l.gateway_instance_id == self.gateway
+                    && Self::terminal_may_hold(l, dirs.contains(&l.lease_id)));
+            if may_hold {
+                named.insert(l.root_pid);
+                named.extend(l.adapter_pid);
+            }
         }
         named.extend(legacy.iter().map(|r| r.pid));
         let uid = self.caller.uid;

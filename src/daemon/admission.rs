@@ -19,6 +19,14 @@
 //! `closed` (not a spawn failure, not `running`): no session survives a close, and neither reply
 //! is false. Registering and the ensure's release take the slot's one lock, so a close is either
 //! seen by the ensure (it answers `closed`) or comes after its reply (an ordinary close).
+//!
+//! **Every close of the daemon meets the ensure the same way**, whichever route it takes: the
+//! `close` op registers before it looks for the session; an idle close, a shutdown close and a
+//! takeover register in the shared close path ([`Admission::close_meets`]) once they marked the
+//! session closing. An ensure whose session a close of the daemon began on waits, at its release,
+//! for that close's registration, so no ensure answers success for a session a close took (an
+//! `initialize` that never came back, say). The ensure's own closes (a start or a handshake that
+//! timed out) are its answer and register nothing ([`Ticket::closing_itself`]).
 
 use super::session::Supervised;
 use crate::controller::CloseOutcome;
@@ -68,6 +76,8 @@ struct SlotState {
     /// The ensure replied (or gave up): a close arriving now is an ordinary close.
     released: bool,
     close: CloseState,
+    /// The ensure closes its session itself (its start or handshake timed out).
+    closing_itself: bool,
 }
 
 #[derive(Default, Clone)]
@@ -203,6 +213,21 @@ impl Admission {
         drop(st);
         Some(PendingClose { slot, done: false })
     }
+
+    /// A close that marked `key`'s session closing (the shared close path): when an ensure of
+    /// the key is in flight and no close registered on it yet, registers, so the ensure answers
+    /// with this close's outcome. Never waits: the session is there already.
+    pub(crate) fn close_meets(&self, key: &str) -> Option<PendingClose> {
+        let slot = self.map().get(key).cloned()?;
+        let mut st = slot.lock();
+        if st.released || st.closing_itself || !matches!(st.close, CloseState::None) {
+            return None;
+        }
+        st.close = CloseState::Requested;
+        drop(st);
+        slot.changed.notify_all();
+        Some(PendingClose { slot, done: false })
+    }
 }
 
 impl Slot {
@@ -230,6 +255,12 @@ impl Ticket<'_> {
         !matches!(self.slot.lock().close, CloseState::None)
     }
 
+    /// The ensure is about to close its own session (its answer says why): that close does not
+    /// register as one that met it.
+    pub(crate) fn closing_itself(&self) {
+        self.slot.lock().closing_itself = true;
+    }
+
     /// Gives the slot back. When a close registered before that, waits (at most `limit`) for it
     /// to finish and says so; a close registering later is an ordinary close.
     pub(crate) fn release(self, limit: Duration) -> Release {
@@ -244,8 +275,12 @@ impl Ticket<'_> {
             return Release::Alone;
         }
         let release = loop {
+            // A close of the daemon that began on the session registers right after it marked
+            // it (the shared close path): wait for it, as for a registered close.
+            let marked = st.session.as_ref().is_some_and(|s| s.close_begun());
             match &st.close {
-                CloseState::None => break Release::Alone,
+                CloseState::None if st.closing_itself || !marked => break Release::Alone,
+                CloseState::None => {}
                 CloseState::Done(out) => break Release::Closed(out.clone()),
                 CloseState::Requested => {}
             }

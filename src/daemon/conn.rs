@@ -125,14 +125,36 @@ impl From<SpawnError> for OpError {
         let code = Code::of(e.kind());
         // Whichever way the death was seen (the wrapper's report, the child's exit, or the watch
         // after the start), the client gets the same status and last words.
+        let mut message = e.to_string();
         let data = match &e {
-            SpawnError::Failed { status, stderr } | SpawnError::StartFailed { status, stderr } => {
-                ErrorData {
-                    exit_status: Some(*status),
-                    stderr: Some(stderr.clone()),
-                    ..ErrorData::default()
+            SpawnError::Failed { status, stderr } => {
+                // `leash exec`'s own refusal (its JSON error line, last on stderr, with the exit
+                // status it left with) is the cause; the other lines are the adapter's.
+                match leash_error_line(stderr, *status) {
+                    Some((cause, said, rest)) => {
+                        message = format!(
+                            "{said} (exit status {})",
+                            status.map_or("unknown".into(), |c| c.to_string())
+                        );
+                        ErrorData {
+                            cause: Some(cause),
+                            exit_status: Some(*status),
+                            stderr: Some(rest),
+                            ..ErrorData::default()
+                        }
+                    }
+                    None => ErrorData {
+                        exit_status: Some(*status),
+                        stderr: Some(stderr.clone()),
+                        ..ErrorData::default()
+                    },
                 }
             }
+            SpawnError::StartFailed { status, stderr } => ErrorData {
+                exit_status: Some(*status),
+                stderr: Some(stderr.clone()),
+                ..ErrorData::default()
+            },
             _ => ErrorData::default(),
         };
         let data = Box::new(data);
@@ -145,10 +167,28 @@ impl From<SpawnError> for OpError {
         };
         OpError {
             code,
-            message: e.to_string(),
+            message,
             data,
         }
     }
+}
+
+/// `leash exec --error-format json`'s error line, `{"error":{"code","message","exitCode"}}`, when
+/// it is the last of `stderr` and names the status the process left with: its code, its message
+/// and the lines before it. An adapter's own line of that shape with another status is not one.
+fn leash_error_line(
+    stderr: &[String],
+    status: Option<i32>,
+) -> Option<(String, String, Vec<String>)> {
+    let (last, rest) = stderr.split_last()?;
+    let v: Value = serde_json::from_str(last).ok()?;
+    let err = v.get("error")?;
+    let code = err.get("code")?.as_str()?;
+    let message = err.get("message")?.as_str()?;
+    if err.get("exitCode")?.as_i64()? != i64::from(status?) {
+        return None;
+    }
+    Some((code.to_string(), message.to_string(), rest.to_vec()))
 }
 
 /// The write side of a connection, shared by the request loop and its stream threads.
@@ -270,6 +310,19 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
             out.send(&err_line(
                 &Value::Null,
                 Code::Forbidden,
+                &msg,
+                &ErrorData::default(),
+            ));
+            return;
+        }
+    };
+    // One process may hold only so many connections: the descriptors are everyone's.
+    let _slot = match d.peers.admit(peer.pid) {
+        Ok(slot) => slot,
+        Err(msg) => {
+            out.send(&err_line(
+                &Value::Null,
+                Code::Conflict,
                 &msg,
                 &ErrorData::default(),
             ));

@@ -197,6 +197,10 @@ pub(crate) struct Daemon {
     activated: bool,
     /// Connections subscribed to lifecycle pushes (`hello {"events": true}`).
     push: push::Hub,
+    /// The connections each peer process holds, under a cap (`socket::PeerConnections`).
+    peers: socket::PeerConnections,
+    /// Failed accepts (out of descriptors): logged once a period.
+    accept_failures: socket::RateLog,
     /// The contained sessions' usage as `status` last sampled it (see [`Daemon::usage_for`]).
     usage: Mutex<status::UsageCache>,
     /// The state directory and the socket as the daemon found them at start (device, inode):
@@ -281,13 +285,19 @@ impl Daemon {
     }
 
     /// The second half of [`Daemon::close`], for callers that marked their sessions closing
-    /// themselves (idle close decides and marks atomically).
+    /// themselves (idle close decides and marks atomically). Every close of the daemon comes
+    /// here: an ensure of a marked session's key in flight is met as the `close` op meets it
+    /// (see `admission`), so it answers with this close's outcome.
     fn close_marked(
         &self,
         marked: &[Arc<Supervised>],
         refs: &[LeaseRef],
         grace_ms: Option<u64>,
     ) -> Result<Vec<CloseOutcome>, LifecycleError> {
+        let met: Vec<admission::PendingClose> = marked
+            .iter()
+            .filter_map(|s| self.admission.close_meets(&s.key))
+            .collect();
         let result = self.ctl.close(refs, grace_ms);
         if let Ok(out) = &result {
             self.metrics.record_outcomes(out, false);
@@ -298,6 +308,9 @@ impl Daemon {
                     .find(|o| Some(o.lease_id.as_str()) == s.lease_id())
             });
             s.end_close(outcome);
+        }
+        for p in met {
+            p.done(result.as_deref().ok());
         }
         result
     }
@@ -362,6 +375,8 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         last_reconcile: Mutex::new(Value::Null),
         activated: listening.activated,
         push: push::Hub::default(),
+        peers: socket::PeerConnections::default(),
+        accept_failures: socket::RateLog::default(),
         usage: Mutex::new(status::UsageCache::default()),
         socket_inode: listening.bound.filter(|_| !listening.activated),
         wake,

@@ -103,10 +103,15 @@ pub(super) fn shutdown(d: &Daemon) {
             tracing::error!(error = %e, "cannot persist the interrupted sessions");
         }
     }
+    // A session whose lease settled already (its wrapper exited and the lease was ended or
+    // settled, while the session still drains its output) has nothing left to close: closing
+    // it would only mark it closing and answer a conflict.
     let refs: Vec<LeaseRef> = sessions
         .iter()
         .filter(|s| matches!(s.phase(), Phase::Starting | Phase::Running))
-        .filter_map(|s| s.lease_id().map(|id| LeaseRef::Id(id.to_string())))
+        .filter_map(|s| s.lease_id())
+        .filter(|id| !matches!(d.store().lease(id), Ok(Some(l)) if l.state.is_terminal()))
+        .map(|id| LeaseRef::Id(id.to_string()))
         .collect();
     if !refs.is_empty() {
         match d.close(&refs, None, "daemon shutdown") {

@@ -329,7 +329,7 @@ impl Store {
         stale_claim: impl Fn(ProcessId) -> bool,
     ) -> Result<Vec<Option<Lease>>, StoreError> {
         let now = crate::lease::now_ms();
-        self.write(|tx, ctx| {
+        self.write_ending(|tx, ctx| {
             let mut out = Vec::with_capacity(lease_ids.len());
             for id in lease_ids {
                 out.push(
@@ -380,7 +380,7 @@ impl Store {
             }
         }
         let now = crate::lease::now_ms();
-        self.write(|tx, ctx| {
+        self.write_ending(|tx, ctx| {
             let mut out = Vec::with_capacity(items.len());
             for t in items {
                 out.push(transition_in(tx, t, claimant, now).map_err(|e| ctx.err(e))?);

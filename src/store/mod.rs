@@ -111,6 +111,31 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// The filesystem of the state database has no room left (SQLite's `SQLITE_FULL`, or
+    /// `ENOSPC`/`EDQUOT` creating it).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(f, _),
+                ..
+            } => f.code == rusqlite::ErrorCode::DiskFull,
+            StoreError::Create { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            }
+            _ => false,
+        }
+    }
+
+    /// SQLite's `SQLITE_IOERR` (among its causes: no room to grow the `-shm` index).
+    pub fn is_io_error(&self) -> bool {
+        matches!(self, StoreError::Sqlite {
+            source: rusqlite::Error::SqliteFailure(f, _),
+            ..
+        } if f.code == rusqlite::ErrorCode::SystemIoFailure)
+    }
+}
+
 impl HasKind for StoreError {
     fn kind(&self) -> Kind {
         match self {
@@ -135,6 +160,17 @@ impl Store {
     }
 
     pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Store, StoreError> {
+        match Self::open_once(path, busy) {
+            // A database whose `-shm` must be made (or grown) on a full disk cannot even be
+            // read: the reserve gives the room for it.
+            Err(e) if (e.is_disk_full() || e.is_io_error()) && give_back_reserve(path) => {
+                Self::open_once(path, busy)
+            }
+            other => other,
+        }
+    }
+
+    fn open_once(path: &Path, busy: Duration) -> Result<Store, StoreError> {
         let err = |e| map_err(path, busy, e);
         refuse_symlinks(path)?;
         create_private(path).map_err(|source| StoreError::Create {
@@ -173,7 +209,27 @@ impl Store {
             busy,
         };
         store.migrate(busy)?;
+        keep_reserve(&reserve_path(path));
         Ok(store)
+    }
+
+    /// Gives the reserve's room back to the filesystem (the disk is full and a write that ends
+    /// a lease needs it). Whether there was one to give.
+    fn give_back_reserve(&self) -> bool {
+        give_back_reserve(&self.path)
+    }
+
+    /// [`Store::write`] for what ends a lease (a claim for closing, a transition to its end):
+    /// when the disk is full, the reserve is given back and the write tried once more, so a
+    /// verified tree can still be closed and recorded.
+    fn write_ending<T>(
+        &mut self,
+        mut body: impl FnMut(&Transaction<'_>, Ctx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match self.write(&mut body) {
+            Err(e) if e.is_disk_full() && self.give_back_reserve() => self.write(body),
+            other => other,
+        }
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
@@ -274,6 +330,54 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.settle_wal();
+    }
+}
+
+/// The room kept for closing leases on a full disk: a file of this many bytes beside the
+/// database (`leash.db-reserve`), allocated when a store opens and there is room, and removed
+/// when a write that ends a lease finds the disk full (as databases keep ballast). A close's
+/// claim and its end take a few WAL frames of 4 KiB each; this is room for hundreds.
+pub const RESERVE_BYTES: u64 = 1 << 20;
+
+/// The reserve beside the database at `db` (`leash.db-reserve`): see [`RESERVE_BYTES`].
+fn reserve_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-reserve");
+    PathBuf::from(p)
+}
+
+/// Removes the reserve of the database at `db`; whether there was one.
+fn give_back_reserve(db: &Path) -> bool {
+    let p = reserve_path(db);
+    match std::fs::remove_file(&p) {
+        Ok(()) => {
+            tracing::warn!(path = %p.display(), bytes = RESERVE_BYTES, "the state database's disk is full: gave back its reserve so that leases can still be read and closed; free some space (the reserve is kept again once there is room)");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Allocates the reserve when it is missing (best effort: without room, there is none to keep).
+fn keep_reserve(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::symlink_metadata(path).is_ok() {
+        return;
+    }
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    let Ok(f) = made else {
+        return;
+    };
+    // Blocks really allocated (a sparse file would give nothing back).
+    use std::os::fd::AsRawFd;
+    if nix::fcntl::posix_fallocate(f.as_raw_fd(), 0, RESERVE_BYTES as i64).is_err() {
+        drop(f);
+        let _ = std::fs::remove_file(path);
     }
 }
 

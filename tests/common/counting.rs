@@ -16,6 +16,9 @@ pub struct Counting {
     host_scans: AtomicUsize,
     /// Process entries read, by any method.
     entries: AtomicUsize,
+    /// Processes of another uid than this process's whose costly fields (exe, cmdline,
+    /// environ) a host-wide `scan` read.
+    others_in_full: AtomicUsize,
 }
 
 impl Counting {
@@ -24,6 +27,9 @@ impl Counting {
     }
     pub fn entries(&self) -> usize {
         self.entries.load(Ordering::SeqCst)
+    }
+    pub fn others_in_full(&self) -> usize {
+        self.others_in_full.load(Ordering::SeqCst)
     }
     pub fn count(&self, n: usize) {
         self.entries.fetch_add(n, Ordering::SeqCst);
@@ -39,7 +45,14 @@ impl ProcessTable for Counting {
     }
     fn scan(&self, wants: &dyn Fn(&ProcessInfo) -> bool) -> Result<Snapshot, TableError> {
         self.host_scans.fetch_add(1, Ordering::SeqCst);
-        let s = LiveTable.scan(wants)?;
+        let me = nix::unistd::geteuid().as_raw();
+        let s = LiveTable.scan(&|p: &ProcessInfo| {
+            let w = wants(p);
+            if w && p.uid != me {
+                self.others_in_full.fetch_add(1, Ordering::SeqCst);
+            }
+            w
+        })?;
         self.count(s.len());
         Ok(s)
     }

@@ -26,6 +26,7 @@ import {
   ForbiddenError,
   AcpError,
   ResumeError,
+  SpawnFailedError,
   errorFromWire,
 } from './errors.js';
 import { findSocket, resolveStateDir } from './locate.js';
@@ -460,11 +461,19 @@ export class LeashClient extends EventEmitter {
     const sock = this.#socket;
     for (const a of [...this.#attaches]) a._failed(new ConnectionClosedError('the client was closed'));
     this.#attaches.clear();
-    if (sock) {
+    if (sock && !sock.destroyed) {
+      // The wait holds the event loop: an idle client's socket is unref'd, and a promise that
+      // nothing referenced can settle would end a top-level `await` with Node's exit 13.
+      // The daemon closes its side on our end-of-file; a daemon that does not within a second
+      // has the socket destroyed.
+      sock.ref();
       await new Promise((r) => {
-        sock.once('close', r);
+        const timer = setTimeout(() => sock.destroy(), 1000);
+        sock.once('close', () => {
+          clearTimeout(timer);
+          r();
+        });
         sock.end();
-        setTimeout(() => sock.destroy(), 1000).unref();
       });
     }
   }
@@ -496,7 +505,13 @@ export class LeashClient extends EventEmitter {
     // With `initialize`, the handshake's deadline and the close after a timeout as well.
     const handshake = spec.initialize ? (spec.handshakeTimeoutMs ?? 30_000) + (spec.graceMs ?? 3_000) + 5_000 : 0;
     const waits = (spec.queueTimeoutMs ?? 120_000) + (spec.waitMs ?? 0) + handshake + 5_000;
-    return this.request('ensure', { session, ...spec }, { timeoutMs: Math.max(this.#opts.timeoutMs, 30_000, waits), ...opts });
+    const reply = this.request('ensure', { session, ...spec }, { timeoutMs: Math.max(this.#opts.timeoutMs, 30_000, waits), ...opts });
+    if (!Array.isArray(spec.argv)) return reply;
+    // A failed start carries the command, as spawn()'s does.
+    return reply.catch((e) => {
+      if (e instanceof SpawnFailedError && e.data.argv === undefined) e.data.argv = spec.argv;
+      throw e;
+    });
   }
 
   send(session, line, opts) {

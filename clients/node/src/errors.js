@@ -37,7 +37,26 @@ export class NotVisibleError extends wire('not_visible') {}
 export class ConflictError extends wire('conflict') {}
 export class NotRunningError extends wire('not_running') {}
 export class SeqEvictedError extends wire('seq_evicted') {}
+/**
+ * The adapter could not be started, through either door: `ensure` (the daemon's `spawn_failed`)
+ * or `spawn()` (`leash exec` leaving with 125, or 127/126 with its JSON error line). The same
+ * fields both ways: `data.exitStatus` (leash exec's status: 125, 126, 127, or the adapter's own
+ * for an adapter that died at once), `data.cause` (leash's cause word when leash itself failed:
+ * `adapter_not_found`, `adapter_not_executable`, `conflict`, `spawn_failed`, `internal`, …),
+ * `data.stderr` (the adapter's last stderr lines, an array, without leash's error line),
+ * `data.leaseId` (the lease leash exec committed, when it got that far). A cause a gateway
+ * branches on has a class of its own below.
+ */
 export class SpawnFailedError extends wire('spawn_failed') {}
+/** The adapter command was not found (not on PATH, no such file): leash exec's exit 127. */
+export class AdapterNotFoundError extends SpawnFailedError {}
+/** The adapter command exists but could not be executed (permission, interpreter): exit 126. */
+export class AdapterNotExecutableError extends SpawnFailedError {}
+/** The class of a failed start by leash's cause word (`data.cause`). */
+export const SPAWN_CAUSES = {
+  adapter_not_found: AdapterNotFoundError,
+  adapter_not_executable: AdapterNotExecutableError,
+};
 /**
  * The adapter started and exited before its first line of output (`ensure` with `waitMs`; the
  * attach stream's `start_failed` end carries the same fields). A SpawnFailedError, so code that
@@ -74,10 +93,10 @@ export class NoDaemonError extends wire('no_daemon') {}
 /** A line from the daemon that is not valid protocol. */
 export class ProtocolError extends wire('protocol') {}
 /**
- * `leash exec` could not start the adapter: exit 125 (leash itself failed), or 127/126 with leash's
- * JSON error line (the adapter was not found / not executable); `cause` says why.
+ * Another name for SpawnFailedError, kept for code that catches `spawn()`'s failures by it (one
+ * class per cause, whichever door the start went through).
  */
-export class ExecFailedError extends wire('exec_failed') {}
+export const ExecFailedError = SpawnFailedError;
 /**
  * `resume()` could not restore the session's ACP context and the caller did not allow a fresh
  * one. `reason` says why: `no_acp_session` (no ACP session was recorded for it),
@@ -124,7 +143,7 @@ export const WIRE_ERRORS = {
 /** The typed error for a reply's `error` object. */
 export function errorFromWire(error) {
   const { code, message, ...data } = error && typeof error === 'object' ? error : {};
-  const Cls = WIRE_ERRORS[code];
+  const Cls = (code === 'spawn_failed' && SPAWN_CAUSES[data.cause]) || WIRE_ERRORS[code];
   const msg = typeof message === 'string' ? message : `leash serve answered ${code ?? 'an error'}`;
   if (Cls) return new Cls(msg, { data });
   return new LeashError(msg, { code: typeof code === 'string' ? code : 'leash_error', data });

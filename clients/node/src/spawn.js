@@ -4,9 +4,9 @@
 // tree is leased, owned by the gateway, and taken down when the gateway dies. Exit status 125
 // means leash itself could not start the adapter, 127/126 that the adapter command was not found
 // or not executable (leash asks for JSON errors, so those come with leash's JSON error line, and
-// an adapter that itself exits 127 is not mistaken for one): the child then emits an
-// ExecFailedError (an 'error' event, as child_process does when a spawn fails) whose `cause` is
-// leash's message.
+// an adapter that itself exits 127 is not mistaken for one): the child then emits a
+// SpawnFailedError (an 'error' event, as child_process does when a spawn fails), of the class of
+// leash's cause word and with the fields an `ensure` of the daemon gives (see errors.js).
 //
 // The lease id is the caller's before anything runs: `spawn` takes `leaseId` (else it makes a
 // UUIDv7), passes it as `leash exec --lease-id`, and sets `child.leaseId` synchronously, so a
@@ -18,7 +18,7 @@
 
 import { spawn as cpSpawn, execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { ExecFailedError, HandshakeTimeoutError, LeashError, NoDaemonError } from './errors.js';
+import { SPAWN_CAUSES, SpawnFailedError, HandshakeTimeoutError, LeashError, NoDaemonError } from './errors.js';
 import { connect } from './client.js';
 
 function leashBin(opts) {
@@ -121,16 +121,17 @@ export function spawn(argv, opts = {}) {
   });
   child.once('exit', (code) => {
     if (code !== 125 && code !== 126 && code !== 127) return;
-    const text = tail.join('').trim().split('\n').slice(-5).join('\n');
-    const line = leashError(text, code);
+    const lines = tail.join('').split('\n').filter((l) => l.trim() !== '');
+    const line = leashError(lines.at(-1) ?? '', code);
     // 126/127 are leash's only with its error line: without one, they are the adapter's own.
     if (code !== 125 && !line) return;
-    const message = line?.message ?? text;
-    const err = new ExecFailedError(`leash exec could not start ${argv[0]}: ${message || 'no message (stderr was not piped)'}`, {
-      cause: message || undefined,
-      data: { argv, exitStatus: code, cause: line?.code, stderr: text, leaseId },
-    });
-    child.emit('error', err);
+    // As the daemon's spawn_failed: leash's line is the cause and the message, the rest stderr.
+    const stderr = (line ? lines.slice(0, -1) : lines).slice(-20);
+    const message = `${line?.message ?? stderr.at(-1) ?? 'leash exec gave no message (stderr was not piped)'} (exit status ${code})`;
+    const Cls = SPAWN_CAUSES[line?.code] ?? SpawnFailedError;
+    const data = { exitStatus: code, stderr, leaseId, argv };
+    if (line) data.cause = line.code;
+    child.emit('error', new Cls(message, { data }));
   });
   if (hs !== undefined) watchHandshake(child, argv, opts, leaseId, tail, hs);
   return child;
@@ -213,9 +214,8 @@ function watchHandshake(child, argv, opts, leaseId, tail, ms) {
   };
 }
 
-/** leash's JSON error line (`{"error":{"code","message","exitCode"}}`) for this exit, if stderr ends in one. */
-function leashError(text, code) {
-  const last = text.split('\n').pop() ?? '';
+/** leash's JSON error line (`{"error":{"code","message","exitCode"}}`) for this exit, if `last` is one. */
+function leashError(last, code) {
   try {
     const e = JSON.parse(last)?.error;
     if (e && typeof e.message === 'string' && e.exitCode === code) return e;
@@ -230,9 +230,10 @@ function execCli(opts, args, done) {
   execFile(leashBin(opts), [...stateArgs(opts), ...args], { maxBuffer: 64 << 20 }, done);
 }
 
-/** The `cli_failed` error of a leash command that exited non-zero. */
+/** The `cli_failed` error of a leash command that exited non-zero (`data.stderr`: its lines). */
 function cliFailed(what, err, stderr) {
-  return new LeashError(`leash ${what} failed (exit ${err.code}): ${String(stderr).trim()}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: String(stderr) } });
+  const lines = String(stderr).split('\n').filter((l) => l.trim() !== '');
+  return new LeashError(`leash ${what} failed (exit ${err.code}): ${lines.join(' | ')}`, { code: 'cli_failed', data: { exitStatus: err.code, stderr: lines } });
 }
 
 function runCli(opts, args) {

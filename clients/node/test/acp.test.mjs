@@ -141,24 +141,50 @@ test('spawn() runs the adapter under leash exec, owned by this process; exit 125
   assert.throws(() => leash.spawn([]), TypeError);
 });
 
-test('spawn(): an adapter not found (127) or not executable (126) is an ExecFailedError; an adapter that exits 127 itself is not', async (t) => {
+test('an adapter not found (127) or not executable (126) is one error class with the same fields through ensure and spawn(); an adapter that exits 127 itself is not one', async (t) => {
   const dir = scratch(t, 'spawn-missing');
   const state = join(dir, 'state');
   const opts = { stateDir: state, leashBin: LEASH_BIN };
-  const missing = leash.spawn(['leash-test-no-such-adapter'], { ...opts, session: 'missing' });
-  const e = await new Promise((resolve) => missing.once('error', resolve));
-  assert.ok(e instanceof leash.ExecFailedError, String(e));
-  assert.equal(e.data.exitStatus, 127);
-  assert.equal(e.data.cause, 'adapter_not_found');
-  assert.match(String(e.cause), /the adapter could not be started: leash-test-no-such-adapter: not found on PATH/);
-
+  await Daemon.start(t, state);
+  const c = await leash.connect({ stateDir: state });
+  t.after(() => c.disconnect());
   const script = join(dir, 'not-executable.sh');
   writeFileSync(script, '#!/bin/sh\n', { mode: 0o644 });
-  const noexec = leash.spawn([script], { ...opts, session: 'noexec' });
-  const e2 = await new Promise((resolve) => noexec.once('error', resolve));
-  assert.ok(e2 instanceof leash.ExecFailedError, String(e2));
-  assert.equal(e2.data.exitStatus, 126);
-  assert.equal(e2.data.cause, 'adapter_not_executable');
+  const viaSpawn = async (argv, session) => {
+    const child = leash.spawn(argv, { ...opts, session });
+    return new Promise((resolve) => child.once('error', resolve));
+  };
+  const viaEnsure = (argv, session) => c.ensure(session, { argv }).then(() => assert.fail('ensure started it'), (e) => e);
+  const cases = [
+    [['leash-test-no-such-adapter'], leash.AdapterNotFoundError, 127, 'adapter_not_found', /leash-test-no-such-adapter: not found on PATH/],
+    [[script], leash.AdapterNotExecutableError, 126, 'adapter_not_executable', /not-executable\.sh: not executable/],
+  ];
+  for (const [argv, Cls, status, cause, said] of cases) {
+    const doors = { spawn: await viaSpawn(argv, `s-${status}`), ensure: await viaEnsure(argv, `e-${status}`) };
+    for (const [door, e] of Object.entries(doors)) {
+      const what = `${door} ${argv[0]}: ${e?.stack} ${JSON.stringify(e?.data)}`;
+      assert.ok(e instanceof Cls, what);
+      assert.ok(e instanceof leash.SpawnFailedError, what);
+      assert.ok(e instanceof leash.ExecFailedError, what);
+      assert.equal(e.code, 'spawn_failed', what);
+      assert.match(e.message, said, what);
+      assert.equal(e.data.exitStatus, status, what);
+      assert.equal(e.data.cause, cause, what);
+      // stderr is an array of the adapter's lines, never leash's raw JSON error line.
+      assert.ok(Array.isArray(e.data.stderr), what);
+      assert.ok(!e.data.stderr.some((l) => l.includes('{"error"')), what);
+      assert.match(e.data.leaseId ?? '', /^[0-9a-f-]{36}$/, what);
+      assert.deepEqual(e.data.argv, argv, what);
+    }
+    assert.deepEqual(Object.keys(doors.spawn.data).sort(), Object.keys(doors.ensure.data).sort());
+    // The lease each door names is the one leash exec recorded, ended with the reason.
+    const leases = await c.leases();
+    for (const e of Object.values(doors)) {
+      const row = leases.find((l) => l.leaseId === e.data.leaseId);
+      assert.ok(row, `lease ${e.data.leaseId} in ${JSON.stringify(leases)}`);
+      assert.notEqual(row.state, 'open', JSON.stringify(row));
+    }
+  }
 
   // The adapter's own 127 (its shell did not find a command) is its status, not leash's error.
   const own = leash.spawn(['sh', '-c', 'exit 127'], { ...opts, session: 'own' });

@@ -91,3 +91,22 @@ for await (const item of leash.attach('s', { since: 0 })) {
   assert.deepEqual(out.exit, { code: 0, signal: null }, out.stderr);
   assert.equal(out.stdout, 'attached\ngot hello\n', out.stderr);
 });
+
+test('await disconnect() on an idle client resolves and the next line runs', async (t) => {
+  const dir = scratch(t, 'idle-disconnect');
+  const state = join(dir, 'state');
+  await Daemon.start(t, state);
+  const root = app(dir, `import { connect } from 'leash-client';
+const leash = await connect({ stateDir: process.argv[2] });
+await leash.ping();
+await leash.disconnect();
+console.log('after disconnect', leash.connected);
+await leash.disconnect();
+console.log('twice');
+`);
+  const out = run(t, root, [state]);
+  await waitFor(() => out.exit !== null, 'the script to exit');
+  // A top-level await that never settles ends node with status 13 and the lines unprinted.
+  assert.deepEqual(out.exit, { code: 0, signal: null }, out.stderr);
+  assert.equal(out.stdout, 'after disconnect false\ntwice\n', out.stderr);
+});

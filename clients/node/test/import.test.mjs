@@ -53,7 +53,9 @@ test('a malformed file rejects with a LeashError and changes nothing', async (t)
   const acpx = incumbent(dir, gw, '{"version": 1, "leases": [ {"leaseId": 7 ');
   await assert.rejects(
     leash.AcpxLifecycleController.importAcpxState(acpx, { stateDir: state, leashBin: LEASH_BIN }),
-    (e) => e instanceof leash.LeashError && e.code === 'cli_failed' && e.data.exitStatus !== 0 && /process-leases/.test(e.message),
+    (e) => e instanceof leash.LeashError && e.code === 'cli_failed' && e.data.exitStatus !== 0 && /process-leases/.test(e.message)
+      // stderr, as everywhere in the client's errors, is an array of lines.
+      && Array.isArray(e.data.stderr) && e.data.stderr.some((l) => /process-leases/.test(l)),
   );
   assert.deepEqual(legacyList(state), [], 'no record');
   assert.notEqual(status(state).gatewayInstanceId, gw, 'the gateway id was not adopted');

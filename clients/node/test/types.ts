@@ -7,6 +7,7 @@ import {
   LeashError,
   NotFoundError,
   SpawnFailedError,
+  AdapterNotFoundError,
   type AttachItem,
   type EnsureResult,
   type HelloResult,
@@ -84,7 +85,11 @@ export async function gateway(): Promise<void> {
   try {
     await client.send('s', 'x', { signal: AbortSignal.timeout(10) });
   } catch (err) {
-    if (err instanceof NotFoundError || err instanceof SpawnFailedError) console.log(err.code, err.data);
+    if (err instanceof AdapterNotFoundError) {
+      const lines: string[] = err.data.stderr;
+      const status: number | null = err.data.exitStatus;
+      console.log(err.data.cause, status, lines.join('\n'));
+    } else if (err instanceof NotFoundError || err instanceof SpawnFailedError) console.log(err.code, err.data);
     else if (err instanceof LeashError) console.log(err.code);
   }
   const st = await client.status();

@@ -180,10 +180,17 @@ fn start(
     if let Err(err) = started {
         if matches!(err, SpawnError::Timeout(_)) {
             if let Some(id) = s.lease_id() {
+                ticket.closing_itself();
                 let _ = d.close(&[LeaseRef::Id(id.to_string())], None, "start timed out");
             }
         }
-        return Err(err.into());
+        let mut op: OpError = err.into();
+        // The lease leash exec committed (and recorded ended with the reason), when it got that
+        // far: a gateway looks it up as it would after `leash exec`.
+        if op.data.lease_id.is_none() {
+            op.data.lease_id = s.lease_id().map(str::to_string);
+        }
+        return Err(op);
     }
     // Under a lease, adapter started: a close waiting for this ensure goes on now.
     ticket.publish(&s);
@@ -191,7 +198,7 @@ fn start(
         // The reply is the close's (see `ensure`); the adapter is not watched any more.
         return Ok(describe(&s, true, true));
     }
-    let initialize = handshake(d, e, &s)?;
+    let initialize = handshake(d, e, &s, ticket)?;
     after_start(d, e, &s)?;
     let mut r = describe(&s, true, true);
     r.initialize = initialize;
@@ -283,7 +290,12 @@ fn on_running(d: &Daemon, e: &Ensure) {
 /// lines, so a retry starts afresh and no process is left per retry. An adapter that closed
 /// its stdin or died first fails the same way (it will never answer); a close that began
 /// meanwhile answers for the ensure (`closed`).
-fn handshake(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<Option<Value>, OpError> {
+fn handshake(
+    d: &Daemon,
+    e: &Ensure,
+    s: &Supervised,
+    ticket: &crate::daemon::admission::Ticket<'_>,
+) -> Result<Option<Value>, OpError> {
     use crate::daemon::session::HandshakeFailure;
     let Some(params) = &e.initialize else {
         return Ok(None);
@@ -293,7 +305,11 @@ fn handshake(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<Option<Value>, Op
         .unwrap_or(crate::limits::DEFAULT_HANDSHAKE_TIMEOUT_MS);
     let why = match s.handshake(params, Duration::from_millis(ms)) {
         Ok(response) => return Ok(Some(response)),
-        Err(HandshakeFailure::Ended) if s.phase() != Phase::Ended => return Ok(None),
+        // A close of the daemon took the session: it met this ensure (see `admission`), whose
+        // release answers with its outcome.
+        Err(HandshakeFailure::Ended) if s.close_begun() || s.phase() != Phase::Ended => {
+            return Ok(None)
+        }
         Err(HandshakeFailure::Ended) => {
             // An exit before its first line is the start's failure, as without a handshake.
             s.await_early_exit(Duration::ZERO)?;
@@ -304,6 +320,8 @@ fn handshake(d: &Daemon, e: &Ensure, s: &Supervised) -> Result<Option<Value>, Op
     };
     let lease = s.lease_id().map(str::to_owned);
     tracing::warn!(session_key = %e.session, lease_id = lease.as_deref(), reason = %why, "handshake failed; closing the session");
+    // This close is the answer's; it does not meet the ensure as another's would.
+    ticket.closing_itself();
     let closed = match &lease {
         Some(id) => d
             .close(

@@ -115,6 +115,12 @@ pub struct ErrorData {
     /// `send_timeout`: how much of it the adapter took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_written: Option<u64>,
+    /// `spawn_failed`: leash's cause word when `leash exec` itself refused or could not start
+    /// the adapter (`adapter_not_found`, `adapter_not_executable`, `conflict`, `spawn_failed`,
+    /// `internal`, …): the `code` of its JSON error line, as a `leash exec --error-format json`
+    /// caller reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     /// `spawn_failed`: the adapter's exit status, when it started and died at once; given as
     /// `null` with `stderr` when the adapter died without one being known (a client reads that
     /// `null` back as `None`).

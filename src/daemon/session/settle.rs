@@ -13,6 +13,11 @@ impl Supervised {
         begun
     }
 
+    /// A close of this daemon began on the session (whatever became of it).
+    pub fn close_begun(&self) -> bool {
+        self.lock().close_begun
+    }
+
     /// Marks the session closing if it is running, not busy, and quiet for at least `idle`;
     /// returns how long it was quiet. Decided under the order lock, so a prompt being sent
     /// right now is either seen (busy: kept) or comes after the mark (refused: not running).

@@ -98,8 +98,12 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let last = lock_store(spec.store).last_seq(&req.session)?;
     let grace = req.grace_ms.unwrap_or(spec.default_grace_ms);
     let mut cmd = Command::new(spec.exe);
+    // leash's own failures (an adapter not found, a refused lease) come as its JSON error line,
+    // the last stderr line, which the ensure's error reply turns into its `cause`.
     cmd.arg("--state-dir")
         .arg(spec.root.dir())
+        .arg("--error-format")
+        .arg("json")
         .arg("exec")
         .arg("--owner-pid")
         .arg(spec.daemon_pid.to_string())

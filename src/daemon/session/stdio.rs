@@ -162,17 +162,22 @@ impl Supervised {
             // Encoded before any lock is taken; numbered like output (never a seq the store
             // did not reserve; held while it cannot reserve).
             let encoded = serde_json::to_string(&text).expect("strings serialise");
+            {
+                // Kept for the error messages before the line waits for a seq: on a full disk
+                // the line is held, and a failed start still says why.
+                let mut g = self.lock();
+                if g.stderr_tail.len() == STDERR_TAIL {
+                    g.stderr_tail.pop_front();
+                }
+                g.stderr_tail.push_back(text);
+            }
             let Some((mut g, seq)) = self.output_seq() else {
                 continue;
             };
-            if g.stderr_tail.len() == STDERR_TAIL {
-                g.stderr_tail.pop_front();
-            }
             let mut rest = format!(",\"type\":\"stderr\",\"line\":{encoded}");
             if truncated {
                 rest.push_str(",\"truncated\":true");
             }
-            g.stderr_tail.push_back(text);
             g.push(Item::single(seq, &rest, true));
             g.notify_changed();
         }
