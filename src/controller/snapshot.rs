@@ -322,8 +322,12 @@ impl SnapshotFilter {
 impl<'t> Controller<'t> {
     /// What a decision over these leases reads, from the store and one read of the process
     /// table: the leases and legacy records `filter` takes, and the processes that matter (see
-    /// [`relevant`]). Changes nothing, signals nothing.
+    /// [`relevant`]). Signals nothing; like `leash leases`, it folds the wrappers' reports into
+    /// the rows first.
     pub fn snapshot(&self, filter: &SnapshotFilter) -> Result<SnapshotDoc, StoreError> {
+        // The wrappers' reports first, as every verb (and `leash leases`) folds them: the
+        // adapter's pid and start time a reap would read are then in the rows written down.
+        self.ingest_reports_marking_ended_lost()?;
         let (leases, legacy) = {
             let mut store = self.store();
             let leases: Vec<Lease> = store
