@@ -410,11 +410,12 @@ fn markers_only(mut p: ProcessInfo) -> ProcessInfo {
     p
 }
 
-/// The pids a decision over `leases` and `legacy` can read: each lease's root, adapter, owner
-/// and claimant and whatever those pids name now, its process group, its cgroup's members, every
-/// process carrying one of its markers (or, for an unfiltered snapshot, this gateway's marker or
-/// any lease marker), every process whose exe lies under the wrapper root, the legacy records'
-/// pids and groups; then every descendant of all of those, and pid 1.
+/// The pids a decision over `leases` and `legacy` can read: each lease's root and adapter and
+/// whatever those pids name now, its process group, its cgroup's members, every process carrying
+/// one of its markers (or, for an unfiltered snapshot, any lease marker, and every process whose
+/// exe lies under the wrapper root), the legacy records' pids and groups, and every descendant of
+/// all of those; then, without their descendants (a gateway's other children are not the
+/// lease's), each lease's owner and claimant, and pid 1.
 fn relevant(
     snap: &Snapshot,
     leases: &[Lease],
@@ -426,11 +427,9 @@ fn relevant(
     let ids: BTreeSet<&str> = leases.iter().map(|l| l.lease_id.as_str()).collect();
     let mut pids: BTreeSet<i32> = BTreeSet::new();
     let mut groups: BTreeSet<i32> = BTreeSet::new();
-    pids.insert(1);
     for l in leases {
-        pids.extend([l.root_pid, l.owner_pid]);
+        pids.insert(l.root_pid);
         pids.extend(l.adapter_pid);
-        pids.extend(l.claimed_by.map(|c| c.pid));
         groups.extend(l.process_group_id.filter(|&g| g > 1));
     }
     for r in legacy {
@@ -444,19 +443,25 @@ fn relevant(
                 || (gateway.is_some()
                     && (e.lease_id.is_some() || e.gateway_instance_id.is_some()))
         });
-        let wrapper = p
-            .exe
-            .as_deref()
-            .is_some_and(|x| std::path::Path::new(x).starts_with(wrapper_root));
+        let wrapper = gateway.is_some()
+            && p.exe
+                .as_deref()
+                .is_some_and(|x| std::path::Path::new(x).starts_with(wrapper_root));
         if marked || wrapper || groups.contains(&p.pgid) {
             pids.insert(p.pid);
         }
     }
-    pids.retain(|&pid| pid > 0 && snap.get(pid).is_some());
-    let roots: Vec<i32> = pids.iter().copied().filter(|&p| p > 1).collect();
+    pids.retain(|&pid| pid > 1 && snap.get(pid).is_some());
+    let roots: Vec<i32> = pids.iter().copied().collect();
     for root in roots {
         pids.extend(snap.subtree(root).iter().map(|p| p.pid));
     }
+    pids.insert(1);
+    for l in leases {
+        pids.insert(l.owner_pid);
+        pids.extend(l.claimed_by.map(|c| c.pid));
+    }
+    pids.retain(|&pid| pid > 0 && snap.get(pid).is_some());
     pids
 }
 
