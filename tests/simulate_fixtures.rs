@@ -96,7 +96,11 @@ fn every_fixture_runs_through_simulate_expect() {
         let out = leash(&["simulate", path, "--json"]);
         let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
         let code = if want.is_empty() { 0 } else { 1 };
-        assert_eq!(out.status.code(), Some(code), "{case}: exit without --expect");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{case}: exit without --expect"
+        );
         assert_eq!(pids(&sim["signalled"]), want, "{case}");
         if let Some(tl) = doc["simulate"]["reap"]["timeline"].as_array() {
             let got: Vec<String> = text(&leash(&["simulate", path]).stdout)
@@ -181,7 +185,11 @@ fn close_and_verify_are_replayed_too() {
         "01936b2a-0000-7000-8000-000000000000",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("no lease"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no lease"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Not JSON, not a snapshot, a newer version, a cycle in the parent links, a pid listed twice,

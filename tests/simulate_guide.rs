@@ -17,7 +17,10 @@ fn repo(p: &str) -> PathBuf {
 /// The first ```json block of the guide.
 fn guide_example() -> String {
     let text = std::fs::read_to_string(repo("docs/guide/simulate.md")).unwrap();
-    let start = text.find("```json\n").expect("the guide has a JSON example") + 8;
+    let start = text
+        .find("```json\n")
+        .expect("the guide has a JSON example")
+        + 8;
     let end = start + text[start..].find("\n```").unwrap();
     text[start..end].to_string()
 }
@@ -53,7 +56,10 @@ fn the_guides_fixture_runs_and_its_expectation_is_checked() {
     std::fs::write(&g, doc.to_string()).unwrap();
     let (code, out) = simulate(&[&g], &["--expect", g.to_str().unwrap()]);
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("- pid 1202 is signalled but must not be"), "{out}");
+    assert!(
+        out.contains("- pid 1202 is signalled but must not be"),
+        "{out}"
+    );
 }
 
 /// Validates each document against the schema with Python's jsonschema; returns the errors
@@ -146,7 +152,10 @@ fn fixtures_the_guide_and_a_live_snapshot_follow_the_schema() {
     };
     let all = snap(&[]);
     assert!(pids(&all).contains(&(wa.pid as i64)) && pids(&all).contains(&(wb.pid as i64)));
-    let (a, b) = (la["adapterPid"].as_i64().unwrap(), lb["adapterPid"].as_i64().unwrap());
+    let (a, b) = (
+        la["adapterPid"].as_i64().unwrap(),
+        lb["adapterPid"].as_i64().unwrap(),
+    );
     for (s, keep, drop_) in [
         (snap(&["--session", "a"]), (&la, wa, a), (&lb, wb, b)),
         (
@@ -179,5 +188,8 @@ fn fixtures_the_guide_and_a_live_snapshot_follow_the_schema() {
         assert!(errs.is_empty(), "{name}: {errs:?}");
     }
     assert!(!errors[n].is_empty(), "a newer version passes the schema");
-    assert!(!errors[n + 1].is_empty(), "an environment value passes the schema");
+    assert!(
+        !errors[n + 1].is_empty(),
+        "an environment value passes the schema"
+    );
 }

@@ -55,8 +55,11 @@ fn signals(report: &Value) -> Vec<(String, i64, String)> {
     out
 }
 
-/// Per lease id: its result and its (signal, pid) list.
-fn per_lease(report: &Value) -> Vec<(String, String, Vec<(String, i64)>)> {
+/// A lease's id, its result and its (signal, pid) list.
+type LeaseSignals = (String, String, Vec<(String, i64)>);
+
+/// Per lease: its id, its result and its (signal, pid) list, sorted by id.
+fn per_lease(report: &Value) -> Vec<LeaseSignals> {
     let mut v: Vec<_> = report["leases"]
         .as_array()
         .into_iter()
@@ -234,7 +237,10 @@ fn scene_and_round_trip(tag: &str, background: usize) {
     let snap: Value = serde_json::from_str(&snap_text).unwrap();
     assert_eq!(snap["format"], "leash-snapshot");
     assert_eq!(snap["version"], 1);
-    assert!(snap["environment"].as_str().unwrap().contains("markers only"));
+    assert!(snap["environment"]
+        .as_str()
+        .unwrap()
+        .contains("markers only"));
     let listed: Vec<i64> = snap["table"]["processes"]
         .as_array()
         .unwrap()
@@ -295,7 +301,8 @@ fn scene_and_round_trip(tag: &str, background: usize) {
     let sim: Value = serde_json::from_str(&sim_text).unwrap();
     let simulated = signals(&sim["reap"]);
 
-    let (code, real_text, err) = out_of(leash_off(&state).args(["reap", "--json", "--grace-ms", "300"]));
+    let (code, real_text, err) =
+        out_of(leash_off(&state).args(["reap", "--json", "--grace-ms", "300"]));
     assert_eq!(code, Some(0), "reap: {real_text} {err}");
     let real: Value = serde_json::from_str(&real_text).unwrap();
     let really = signals(&real);
@@ -310,7 +317,10 @@ fn scene_and_round_trip(tag: &str, background: usize) {
     // never the strangers.
     let pids: Vec<i64> = really.iter().map(|s| s.1).collect();
     let at = |p: Pid| pids.iter().position(|&x| x == p.pid as i64);
-    assert!(at(orphan_adapter).unwrap() < at(orphan_wrapper).unwrap(), "{really:?}");
+    assert!(
+        at(orphan_adapter).unwrap() < at(orphan_wrapper).unwrap(),
+        "{really:?}"
+    );
     assert!(at(escapee).is_some(), "{really:?}");
     for p in [stranger.pid, decoy.pid, other_wrapper, other_adapter] {
         assert!(at(p).is_none(), "{} was signalled: {really:?}", p.pid);

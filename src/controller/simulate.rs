@@ -101,10 +101,8 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "leash-simulate-{}-{nanos:x}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("leash-simulate-{}-{nanos:x}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -211,8 +209,8 @@ pub fn simulate(
     expect: Option<&Expectation>,
 ) -> Result<Simulation, SimulateError> {
     let tmp = TempDir::new()?;
-    let root = StateRoot::open(&tmp.0.join("state"))
-        .map_err(|e| SimulateError::Setup(e.to_string()))?;
+    let root =
+        StateRoot::open(&tmp.0.join("state")).map_err(|e| SimulateError::Setup(e.to_string()))?;
     {
         let mut store = Store::open(&root.db_path())?;
         store.set_meta(

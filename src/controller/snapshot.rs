@@ -440,8 +440,7 @@ fn relevant(
     for p in snap.iter() {
         let marked = p.env.as_ref().is_some_and(|e| {
             e.lease_id.as_deref().is_some_and(|id| ids.contains(id))
-                || (gateway.is_some()
-                    && (e.lease_id.is_some() || e.gateway_instance_id.is_some()))
+                || (gateway.is_some() && (e.lease_id.is_some() || e.gateway_instance_id.is_some()))
         });
         let wrapper = gateway.is_some()
             && p.exe
