@@ -269,6 +269,11 @@ fn bad_files_are_refused_with_exit_2() {
             "not a UUID",
         ),
         (
+            "time before the epoch",
+            with(&|v| v["takenAt"] = i64::MIN.into()),
+            "takenAt",
+        ),
+        (
             "table not an object",
             with(&|v| v["table"] = 7.into()),
             "table",
@@ -289,5 +294,70 @@ fn bad_files_are_refused_with_exit_2() {
     let out = leash(&["simulate", dir.join("absent.json").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("cannot read"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Extreme values a snapshot may hold (a script's delays at the top of their range, pids and a
+/// caller the guards refuse) replay to an end, with exit 0 or 1, never a panic.
+#[test]
+fn extreme_values_replay_without_a_panic() {
+    let base: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/lifecycle/wrapper_killed_escapee_found_by_markers.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let id = base["leases"][0]["leaseId"].as_str().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("leash-simwild-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "onKill max",
+            serde_json::json!({"script": {"1204": {"onTerm": null, "onKill": u64::MAX}}}),
+        ),
+        (
+            "onTerm max",
+            serde_json::json!({"script": {"1204": {"onTerm": u64::MAX}}}),
+        ),
+        (
+            "at max",
+            serde_json::json!({"script": {"1204": {"onTerm": null, "onKill": null, "at": u64::MAX}}}),
+        ),
+        (
+            "after itself",
+            serde_json::json!({"script": {"1204": {"onTerm": null, "after": [1204]}}}),
+        ),
+    ];
+    for (name, script) in cases {
+        let mut v = base.clone();
+        v["simulate"] = script;
+        let f = dir.join(format!("{}.json", name.replace(' ', "-")));
+        std::fs::write(&f, v.to_string()).unwrap();
+        for extra in [
+            vec![],
+            vec!["--close", id.as_str()],
+            vec!["--verify", id.as_str()],
+        ] {
+            let out = leash(&[&["simulate", f.to_str().unwrap()], extra.as_slice()].concat());
+            let stderr = text(&out.stderr);
+            assert!(!stderr.contains("panicked"), "{name} {extra:?}: {stderr}");
+            assert!(
+                matches!(out.status.code(), Some(0 | 1)),
+                "{name} {extra:?}: {stderr}"
+            );
+        }
+    }
+    let mut v = base.clone();
+    v["caller"] = serde_json::json!({"pid": 1204, "pgid": 1204, "uid": 0});
+    let f = dir.join("caller.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    let out = leash(&["simulate", f.to_str().unwrap(), "--json"]);
+    let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !pids(&sim["signalled"]).contains(&1204),
+        "the caller is never signalled: {sim}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,6 +20,9 @@ pub const FORMAT: &str = "leash-snapshot";
 /// The newest snapshot version this leash writes and reads.
 pub const VERSION: u32 = 1;
 
+/// The latest `takenAt` read: 2^53 - 1 ms, the largest integer JSON readers agree on.
+const MAX_TIME_MS: i64 = (1 << 53) - 1;
+
 /// The `environment` field: what of each process's environment the document holds.
 pub fn environment_note() -> String {
     format!(
@@ -209,6 +212,12 @@ impl SnapshotDoc {
             return Err(invalid(format!(
                 "gateway.wrapperRoot {:?} is not an absolute directory below /",
                 doc.gateway.wrapper_root
+            )));
+        }
+        // Milliseconds since the epoch, up to JavaScript's exact integers (year 287,396).
+        if let Some(t) = doc.taken_at.filter(|t| !(0..=MAX_TIME_MS).contains(t)) {
+            return Err(invalid(format!(
+                "takenAt {t} is not a time in ms since the epoch (0 to {MAX_TIME_MS})"
             )));
         }
         doc.leases().map_err(invalid)?;
