@@ -12,10 +12,13 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// `leash --state-dir STATE --containment off ARGS…` (the simulator replays uncontained leases).
-fn leash_off(state: &Path) -> Command {
+/// `leash --state-dir STATE ARGS…`, with `--containment off` unless the scene is contained
+/// (then as the test binary's containment says: its own cgroup root).
+fn leash_in(state: &Path, contained: bool) -> Command {
     let mut c = leash(state);
-    c.args(["--containment", "off"]);
+    if !contained {
+        c.args(["--containment", "off"]);
+    }
     c
 }
 
@@ -38,8 +41,9 @@ fn out_of(c: &mut Command) -> (Option<i32>, String, String) {
     )
 }
 
-/// (signal, pid, role) of every signal an outcome list records, leases then escapees, in order.
-fn signals(report: &Value) -> Vec<(String, i64, String)> {
+/// (signal, pid, role, delivery) of every signal an outcome list records, leases then
+/// escapees, in order.
+fn signals(report: &Value) -> Vec<(String, i64, String, String)> {
     let mut out = Vec::new();
     for part in ["leases", "escapees"] {
         for o in report[part].as_array().into_iter().flatten() {
@@ -48,6 +52,7 @@ fn signals(report: &Value) -> Vec<(String, i64, String)> {
                     s["signal"].as_str().unwrap_or("?").to_string(),
                     s["pid"].as_i64().unwrap(),
                     s["role"].as_str().unwrap_or("?").to_string(),
+                    s["delivery"].as_str().unwrap_or("?").to_string(),
                 ));
             }
         }
@@ -86,7 +91,9 @@ fn per_lease(report: &Value) -> Vec<LeaseSignals> {
     v
 }
 
-fn scene_and_round_trip(tag: &str, background: usize) {
+fn scene_and_round_trip(tag: &str, background: usize, contained: bool) {
+    let leash_off = |state: &Path| leash_in(state, contained);
+    let off = if contained { "" } else { "--containment off " };
     let _serial = FORCING_PIDS.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = TempDir::new(tag);
     let state = tmp.join("state");
@@ -136,7 +143,7 @@ fn scene_and_round_trip(tag: &str, background: usize) {
         tmp.path(),
         "orphan.sh",
         &format!(
-            "'{bin}' --state-dir '{}' --containment off exec --grace-ms 600000 --session orphan -- '{}' &\necho $! > '{d}/orphan-wrapper.pid'\nwait",
+            "'{bin}' --state-dir '{}' {off}exec --grace-ms 600000 --session orphan -- '{}' &\necho $! > '{d}/orphan-wrapper.pid'\nwait",
             state.display(),
             deaf.display()
         ),
@@ -175,7 +182,7 @@ fn scene_and_round_trip(tag: &str, background: usize) {
         tmp.path(),
         "escape.sh",
         &format!(
-            "'{bin}' --state-dir '{}' --containment off exec --session escape -- '{}' &\necho $! > '{d}/escape-wrapper.pid'\nwait",
+            "'{bin}' --state-dir '{}' {off}exec --session escape -- '{}' &\necho $! > '{d}/escape-wrapper.pid'\nwait",
             state.display(),
             adapter_sh.display()
         ),
@@ -203,7 +210,7 @@ fn scene_and_round_trip(tag: &str, background: usize) {
             tmp.path(),
             &format!("{session}.sh"),
             &format!(
-                "'{bin}' --state-dir '{}' --containment off exec --session {session} -- sleep 1000 &\necho $! > '{d}/{session}.pid'\nwait",
+                "'{bin}' --state-dir '{}' {off}exec --session {session} -- sleep 1000 &\necho $! > '{d}/{session}.pid'\nwait",
                 state.display(),
             ),
         );
@@ -313,6 +320,12 @@ fn scene_and_round_trip(tag: &str, background: usize) {
         sim["reap"]
     );
     assert_eq!(per_lease(&real), per_lease(&sim["reap"]));
+    if contained {
+        assert!(
+            really.iter().any(|s| s.3 == "cgroupKill"),
+            "a contained lease's survivors go by cgroup.kill: {really:?}"
+        );
+    }
     // The scene's facts, on both sides: the orphan's adapter, then its wrapper; the escapee;
     // never the strangers.
     let pids: Vec<i64> = really.iter().map(|s| s.1).collect();
@@ -338,7 +351,7 @@ fn snapshot_simulate_and_reap_agree_quiet() {
         common::skip("forcing pids through ns_last_pid needs root");
         return;
     }
-    scene_and_round_trip("roundtrip-quiet", 0);
+    scene_and_round_trip("roundtrip-quiet", 0, false);
 }
 
 #[test]
@@ -347,5 +360,18 @@ fn snapshot_simulate_and_reap_agree_among_2000_processes() {
         common::skip("forcing pids through ns_last_pid needs root");
         return;
     }
-    scene_and_round_trip("roundtrip-busy", 2000);
+    scene_and_round_trip("roundtrip-busy", 2000, false);
+}
+
+#[test]
+fn snapshot_simulate_and_reap_agree_contained() {
+    if !is_root() {
+        common::skip("forcing pids through ns_last_pid needs root");
+        return;
+    }
+    if !containment_available() {
+        common::skip("containment (cgroup2) is not available here");
+        return;
+    }
+    scene_and_round_trip("roundtrip-contained", 0, true);
 }

@@ -7,7 +7,12 @@
 //!
 //! The temporary state root's wrapper directory stands in for the snapshot's wrapper root: every
 //! path under the one is rewritten to the other on the way in, and back on the way out, so the
-//! results name the snapshot's paths (and `<state>` for the temporary root itself).
+//! results name the snapshot's paths (and `<state>` for the temporary root itself). Likewise,
+//! when the snapshot's host contained its leases, a temporary directory stands in for the
+//! gateway's cgroup directory, with a directory per lease cgroup the snapshot lists (its inode
+//! the cgroup's id) whose members the recording signaller holds, and a `cgroup.kill` of one is
+//! recorded, never written. (A cgroup id a row recorded for a cgroup other than the one
+//! observed stays as it is, so it disagrees in the replay as it did on the host.)
 
 use super::snapshot::{Expectation, SnapshotDoc};
 use super::verify::VerifyReport;
@@ -222,6 +227,19 @@ pub fn simulate(
     let to = root.wrapper_root().display().to_string();
     let mut text = serde_json::to_value(doc).map_err(|e| SimulateError::Setup(e.to_string()))?;
     rebase(&mut text, &from, &to);
+    // Containment: a directory of stand-ins for the gateway's lease cgroups (each one's inode
+    // its id), in which the recording signaller holds the members the snapshot lists.
+    let cg_root = tmp.0.join("cgroups");
+    let stand_in = cg_root.join("gateway");
+    let real_gw = doc
+        .containment
+        .as_ref()
+        .map(|c| c.gateway_root.trim_end_matches('/').to_string());
+    if let Some(gw) = &real_gw {
+        std::fs::create_dir_all(&stand_in)
+            .map_err(|e| SimulateError::Setup(format!("{}: {e}", stand_in.display())))?;
+        rebase(&mut text, gw, &stand_in.display().to_string());
+    }
     let doc: SnapshotDoc =
         serde_json::from_value(text).map_err(|e| SimulateError::Setup(e.to_string()))?;
     let leases = doc.leases().map_err(SimulateError::Setup)?;
@@ -239,11 +257,45 @@ pub fn simulate(
                 .collect::<Result<_, _>>()?
         }
     };
-    let sim = RecordingSignaller::new(doc.table.clone(), script);
-    let ctl = Controller::open(root.clone(), &sim)?
-        .with_containment(&cgroup::Settings::default_off())
-        .with_signaller(&sim, &sim, doc.caller.into());
+    let mut sim = RecordingSignaller::new(doc.table.clone(), script);
+    // Stand-in id of each lease cgroup whose observed id the row recorded.
+    let mut ids: HashMap<String, (Option<u64>, u64)> = HashMap::new();
+    if real_gw.is_some() {
+        for c in &doc.cgroups {
+            let path = std::path::PathBuf::from(&c.path);
+            // Only a direct child of the gateway's directory is a lease cgroup.
+            if path.parent() != Some(stand_in.as_path()) {
+                continue;
+            }
+            std::fs::create_dir_all(&path)
+                .map_err(|e| SimulateError::Setup(format!("{}: {e}", path.display())))?;
+            let ino = std::os::unix::fs::MetadataExt::ino(
+                &std::fs::metadata(&path).map_err(|e| SimulateError::Setup(e.to_string()))?,
+            );
+            ids.insert(c.path.clone(), (c.id, ino));
+            sim = sim.with_cgroup(path, c.members.clone());
+        }
+    }
+    let ctl = Controller::open(root.clone(), &sim)?;
+    let ctl = match &real_gw {
+        None => ctl.with_containment(&cgroup::Settings::default_off()),
+        Some(_) => ctl.with_resolved_containment(cgroup::Containment {
+            mode: "on".into(),
+            root: Some(cg_root.clone()),
+            gateway_root: Some(stand_in.clone()),
+            mount: None,
+            controllers: Vec::new(),
+            reason: None,
+        }),
+    }
+    .with_signaller(&sim, &sim, doc.caller.into());
     for mut l in leases.clone() {
+        // The row's cgroup id names the stand-in when it named the cgroup observed.
+        if let Some((observed, ino)) = l.cgroup_path.as_ref().and_then(|p| ids.get(p)) {
+            if l.cgroup_id.is_some() && l.cgroup_id == *observed {
+                l.cgroup_id = Some(*ino);
+            }
+        }
         // A replay reads no file of any host: a wrapper report the row points at stays unread
         // (what it said is in the row already, or the snapshot's host had not folded it yet).
         l.report_dir = None;
@@ -332,7 +384,12 @@ pub fn simulate(
     }
     drop(ctl);
     let state = root.dir().display().to_string();
-    unmap(out, &[(to, from), (state, "<state>".into())])
+    let mut pairs = vec![(to, from)];
+    if let Some(gw) = real_gw {
+        pairs.push((stand_in.display().to_string(), gw));
+    }
+    pairs.push((state, "<state>".into()));
+    unmap(out, &pairs)
 }
 
 #[cfg(test)]

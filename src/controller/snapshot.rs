@@ -54,6 +54,13 @@ pub struct SnapshotDoc {
     #[serde(default)]
     pub legacy: Vec<LegacyRecord>,
     pub table: proc::FixtureTable,
+    /// Containment on the host: where this gateway's lease cgroups are. Absent: off (the
+    /// replay then reads processes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<SnapContainment>,
+    /// The leases' cgroups that exist, with the pids in each (`cgroup.procs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<SnapCgroup>,
     /// What must and must not be signalled ([`Expectation`]), and the fixtures' plan
     /// expectations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,6 +76,23 @@ pub struct SnapshotDoc {
 pub struct SnapGateway {
     pub gateway_instance_id: String,
     pub wrapper_root: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapContainment {
+    /// This gateway's directory of lease cgroups (each lease's is `<gatewayRoot>/<lease id>`).
+    pub gateway_root: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapCgroup {
+    pub path: String,
+    /// Its id (the directory's inode), as observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    pub members: Vec<i32>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -351,13 +375,22 @@ impl<'t> Controller<'t> {
                 .collect();
             (leases, legacy)
         };
+        let containment = self.containment();
+        let cgroups: Vec<SnapCgroup> = leases
+            .iter()
+            .filter_map(|l| l.cgroup_path.as_deref())
+            .map(|p| self.table.cgroup(std::path::Path::new(p)))
+            .filter(|o| o.id.is_some())
+            .map(|o| SnapCgroup {
+                path: o.path.display().to_string(),
+                id: o.id,
+                members: o.procs,
+            })
+            .collect();
         let table = match self.table.snapshot() {
             Ok(snap) => {
-                let cgroup_members: Vec<i32> = leases
-                    .iter()
-                    .filter_map(|l| l.cgroup_path.as_deref())
-                    .flat_map(|p| self.table.cgroup(std::path::Path::new(p)).procs)
-                    .collect();
+                let cgroup_members: Vec<i32> =
+                    cgroups.iter().flat_map(|c| c.members.clone()).collect();
                 let wrapper_root = self.wrapper_root();
                 let keep = relevant(
                     &snap,
@@ -403,6 +436,14 @@ impl<'t> Controller<'t> {
                 .collect(),
             legacy,
             table,
+            containment: containment
+                .gateway_root
+                .as_ref()
+                .filter(|_| containment.is_on())
+                .map(|g| SnapContainment {
+                    gateway_root: g.display().to_string(),
+                }),
+            cgroups,
             expect: None,
             simulate: None,
         })
