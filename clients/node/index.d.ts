@@ -484,6 +484,51 @@ export interface CliOptions extends CallOptions {
 export declare function close(target: string | CloseTargets, opts?: CliOptions): Promise<CloseOutcome[]>;
 export declare function reap(options?: ReapOptions, opts?: CliOptions): Promise<any>;
 export declare function verify(fields?: { session?: string; lease?: string }, opts?: CliOptions): Promise<any>;
+/** Options of {@link simulate}. */
+export interface SimulateOptions {
+  /** Replay `leash close` of this lease instead of `leash reap`. */
+  close?: string;
+  /** Replay `leash verify` of this lease instead of `leash reap`. */
+  verify?: string;
+  /** An expectation file ({"signalled": [...], "notSignalled": [...]}, or a snapshot holding one under "expect"). */
+  expect?: string;
+  /** The leash binary (default LEASH_BIN, else `leash` on PATH). */
+  leashBin?: string;
+  signal?: AbortSignal;
+}
+/** One line of a simulated timeline. */
+export interface SimEvent {
+  /** Simulated time, ms. */
+  at: number;
+  pid: number;
+  event: 'signal' | 'refused' | 'cgroupKill';
+  signal?: 'SIGTERM' | 'SIGKILL';
+  group?: boolean;
+  delivery?: 'delivered' | 'alreadyGone' | 'cgroupKill';
+  members?: number[];
+  reason?: string;
+  cgroup?: string;
+}
+/** What `leash simulate FILE --json` prints, plus its exit status. */
+export interface Simulation {
+  verb: 'reap' | 'close' | 'verify';
+  leaseId?: string;
+  /** What `leash reap --dry-run --json` would print. */
+  plan: any;
+  reap?: any;
+  close?: CloseOutcome[];
+  verify?: any;
+  timeline: SimEvent[];
+  /** The pids signalled, in the order first signalled. */
+  signalled: number[];
+  /** [pid, ms] of each process that exited. */
+  exits: [number, number][];
+  expect?: { expected: { signalled?: number[]; notSignalled: number[] }; diff: string[] };
+  /** 0 no signal (with expect: it holds), 1 some, 2 the expectation does not hold. */
+  exitStatus: 0 | 1 | 2;
+}
+/** Replays a snapshot (`leash snapshot`, or a fixture written by hand) through `leash simulate`. Signals nothing. */
+export declare function simulate(file: string, options?: SimulateOptions): Promise<Simulation>;
 export declare function resolveStateDir(stateDir?: string): string;
 export declare function findSocket(opts?: { stateDir?: string; socket?: string }): Promise<string>;
 

@@ -20,6 +20,7 @@ mod mcp;
 mod output;
 mod serve;
 pub mod sessions;
+mod simulate;
 mod verify;
 
 use crate::controller::exec::ExecRequest;
@@ -233,6 +234,12 @@ enabled), else from the verified process tree. Sorted by RSS, largest first."
     /// Serve the session tools to an agent over MCP (stdio), as one fixed requester.
     #[command(long_about = mcp::MCP_ABOUT)]
     Mcp(mcp::McpArgs),
+    /// Write what a decision reads (leases, the processes that matter) as JSON, for `simulate`.
+    #[command(long_about = simulate::SNAPSHOT_ABOUT)]
+    Snapshot(simulate::SnapshotArgs),
+    /// Replay reap, close or verify over a snapshot on a recording signaller; signals nothing.
+    #[command(long_about = simulate::SIMULATE_ABOUT, after_help = simulate::SIMULATE_CODES)]
+    Simulate(simulate::SimulateArgs),
 }
 
 /// A session key (or agent id): the one rule of [`crate::limits::check_key`].
@@ -774,6 +781,7 @@ fn wants_json(c: &Command) -> bool {
         Command::Legacy(LegacyCommand::List(a)) => a.json,
         Command::Legacy(LegacyCommand::Import { json, .. }) => json.json,
         Command::Sessions(c) => c.json(),
+        Command::Simulate(a) => a.json,
         // exec, serve, legacy import (and commands without --json): text unless
         // --error-format json.
         _ => false,
@@ -902,6 +910,12 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
     match &cli.command {
         Command::Completions(a) => return docs::completions(a),
         Command::Man(a) => return docs::man(a),
+        Command::Simulate(_) => {
+            let Command::Simulate(a) = cli.command else {
+                unreachable!("matched above")
+            };
+            return simulate::run_simulate(a);
+        }
         _ => {}
     }
     let settings = containment_settings(&cli);
@@ -961,6 +975,8 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
         Command::Verify(a) => verify::run(&mut *backend()?, &a),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
         Command::Mcp(a) => mcp::run(root, a),
+        Command::Snapshot(a) => simulate::run_snapshot(root, a),
+        Command::Simulate(_) => unreachable!("handled above"),
     }
 }
 

@@ -70,7 +70,7 @@ fn exit_code(answer: Answer) -> u8 {
     }
 }
 
-fn print(r: &VerifyReport, json: bool) {
+pub(super) fn print(r: &VerifyReport, json: bool) {
     if json {
         super::output::print_json(r);
         return;

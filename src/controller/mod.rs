@@ -6,7 +6,8 @@
 //! [`status`](Controller::root_status) (`status.rs`), [`events`](Controller::events) and
 //! [`history`](Controller::history) (`events.rs`), the sessions queries and `send`
 //! (`sessions.rs`), [`verify`](Controller::verify) (`verify.rs`), [`ps`](Controller::ps)
-//! (`ps.rs`), legacy records' [`import`](Controller::legacy_import) and
+//! (`ps.rs`), [`snapshot`](Controller::snapshot) of what a decision reads (`snapshot.rs`) and
+//! its replay through the verbs on the recording signaller ([`simulate`], `simulate.rs`), legacy records' [`import`](Controller::legacy_import) and
 //! [`list`](Controller::legacy_records) (`legacy.rs`), and the TERM → grace → KILL
 //! engine they share (`terminate.rs`). This file
 //! holds what every verb needs: opening the store and the machine (process table, signaller,
@@ -64,6 +65,8 @@ mod legacy;
 mod ps;
 mod reap;
 pub mod sessions;
+pub mod simulate;
+pub mod snapshot;
 mod status;
 pub mod terminate;
 pub mod verify;

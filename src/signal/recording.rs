@@ -215,8 +215,8 @@ impl RecordingSignaller {
     fn exit_time_within(&self, id: ProcessId, depth: usize) -> Option<u64> {
         let exit = self.script.get(&id.pid).cloned().unwrap_or_default();
         let got = lock(&self.received).get(&id).copied().unwrap_or_default();
-        let on_term = got.term.zip(exit.on_term).map(|(t, d)| t + d);
-        let on_kill = got.kill.zip(exit.on_kill).map(|(t, d)| t + d);
+        let on_term = got.term.zip(exit.on_term).map(|(t, d)| t.saturating_add(d));
+        let on_kill = got.kill.zip(exit.on_kill).map(|(t, d)| t.saturating_add(d));
         // The last of them to exit, once all of them have an exit time (a pid the table does
         // not list has gone already).
         let after = if exit.after.is_empty() || depth == 0 {

@@ -19,6 +19,8 @@ import {
   type AcpxProcessLease,
   type GatewayInstanceId,
   type OwnedProcessTree,
+  simulate,
+  type Simulation,
 } from '../index.js';
 
 /** A gateway written against the design's interface only. */
@@ -110,4 +112,12 @@ export async function gateway(): Promise<void> {
   const v: unknown = await client.request('metrics', {});
   console.log(v);
   await client.disconnect();
+}
+
+/** A CI step written against the simulate declaration. */
+export async function ciStep(file: string): Promise<number[]> {
+  const sim: Simulation = await simulate(file, { expect: file });
+  if (sim.exitStatus === 2) throw new Error(sim.expect?.diff.join('\n'));
+  for (const e of sim.timeline) if (e.event === 'signal') console.log(`t+${e.at} ms ${e.signal} pid ${e.pid}`);
+  return sim.signalled;
 }
