@@ -34,7 +34,10 @@ fn render() -> String {
     for (name, mut cmd) in commands {
         let help = cmd.render_long_help().to_string();
         let help: Vec<&str> = help.lines().map(str::trim_end).collect();
-        out.push_str(&format!("\n### `{name}`\n\n```text\n{}\n```\n", help.join("\n").trim_end()));
+        out.push_str(&format!(
+            "\n### `{name}`\n\n```text\n{}\n```\n",
+            help.join("\n").trim_end()
+        ));
     }
     out
 }
@@ -49,7 +52,10 @@ fn the_command_reference_is_the_clap_definitions() {
     let end = doc
         .find(END)
         .unwrap_or_else(|| panic!("docs/cli.md lacks the line {END}"));
-    assert!(start < end, "docs/cli.md: the END marker comes before BEGIN");
+    assert!(
+        start < end,
+        "docs/cli.md: the END marker comes before BEGIN"
+    );
     let generated = render();
     let current = &doc[start + BEGIN.len()..end];
     let wanted = format!("\n{generated}\n");

@@ -139,11 +139,13 @@ fn every_relative_link_and_anchor_resolves() {
                 continue; // an anchor into source code (a line) is GitHub's, not a heading
             }
             let canonical = target.canonicalize().unwrap();
-            let anchors = anchors_of.entry(canonical.clone()).or_insert_with(|| {
-                read(&std::fs::read_to_string(&canonical).unwrap()).0
-            });
+            let anchors = anchors_of
+                .entry(canonical.clone())
+                .or_insert_with(|| read(&std::fs::read_to_string(&canonical).unwrap()).0);
             if !anchors.contains(anchor) {
-                broken.push(format!("{shown}:{line}: {dest}: no heading with that anchor"));
+                broken.push(format!(
+                    "{shown}:{line}: {dest}: no heading with that anchor"
+                ));
             }
         }
     }
@@ -154,10 +156,7 @@ fn every_relative_link_and_anchor_resolves() {
 #[test]
 fn the_anchor_rule_is_githubs() {
     // Examples of headings in these docs and the anchors GitHub gives them.
-    assert_eq!(
-        slug("The daemon: `leash serve`"),
-        "the-daemon-leash-serve"
-    );
+    assert_eq!(slug("The daemon: `leash serve`"), "the-daemon-leash-serve");
     assert_eq!(slug("Set up (two commands)"), "set-up-two-commands");
     assert_eq!(slug("`leash mcp` start-up"), "leash-mcp-start-up");
     let (anchors, _) = read("# A\n\n## A\n\n## B: c/d\n");

@@ -131,8 +131,9 @@ fn the_operating_guide_installs_what_the_units_run_and_their_man_pages() {
     assert_eq!(exec_start_binary(&user), "%h/.cargo/bin/leash");
     // README's set-up installs with cargo's default root, ~/.cargo: the user unit's binary.
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
-    assert!(readme
-        .contains("cargo install --locked --path . && cargo install --locked --path wrapper"));
+    assert!(
+        readme.contains("cargo install --locked --path . && cargo install --locked --path wrapper")
+    );
     // The man pages the units name, and where the guide puts them.
     for unit in [&system, &user] {
         for page in unit
