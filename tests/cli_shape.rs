@@ -1,4 +1,4 @@
-//! The CLI's shape as a new user meets it (issue 25, item 8): a lease is named the same way by
+//! The CLI's shape as a new user meets it: a lease is named the same way by
 //! every command (`LEASE`, `--lease ID` or `--session KEY`) and a command given none names all
 //! three; `leash leases` prints session keys whole (they are pasted back into `--session`) and
 //! keeps REASON short; `reap --dry-run` speaks words, each said once; `leash exec` without `--`

@@ -597,7 +597,7 @@ impl Cgroup {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
             // Most adapters make no cgroup of their own: the rmdir alone does it, without
-            // listing the directory first (issue 24).
+            // listing the directory first.
             if libc::rmdir(c.as_ptr()) == 0 {
                 return Ok(());
             }
