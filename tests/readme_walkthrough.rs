@@ -403,3 +403,37 @@ fn the_walk_through_runs_as_written() {
     assert!(status.success(), "{status}: {printed:?}");
     assert!(!sock.exists(), "the daemon left its socket");
 }
+
+#[test]
+fn the_set_up_commands_are_the_ones_ci_and_the_user_unit_use() {
+    // README's two set-up commands stay true: the install is `cargo install --locked` of both
+    // crates into cargo's default root (where the user unit runs leash) followed by the main job,
+    // and the test command is the one `.ci/run` runs.
+    let doc = read("README.md");
+    let setup = blocks(&doc[doc.find("## Set up").expect("a set-up section")..])
+        .into_iter()
+        .find(|(lang, _)| lang == "sh no-run")
+        .expect("README's set-up block")
+        .1;
+    let commands: Vec<&str> = setup
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "cargo install --locked --path . && cargo install --locked --path wrapper && leash serve",
+            "cargo test --workspace",
+        ],
+        "README's set-up commands"
+    );
+    let ci = read(".ci/run");
+    assert!(
+        ci.lines()
+            .any(|l| l.starts_with("cargo test --workspace -- ")
+                || l.trim() == "cargo test --workspace"),
+        ".ci/run does not run README's test command"
+    );
+    let unit = read("contrib/systemd/user/leash.service");
+    assert!(unit.contains("ExecStart=%h/.cargo/bin/leash"), "{unit}");
+}
