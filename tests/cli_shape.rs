@@ -180,7 +180,7 @@ fn reap_dry_run_speaks_words_and_says_each_thing_once() {
         text.contains("cgroup.kill its 1 member(s) once the grace is over"),
         "{text}"
     );
-    // No line is said twice (the cgroup's evidence was printed once as evidence and again on
+    // No line is said twice (the cgroup's evidence is not printed both as evidence and again on
     // the cgroup's line).
     let verified: Vec<&str> = text
         .lines()
