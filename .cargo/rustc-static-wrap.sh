@@ -7,7 +7,7 @@
 # below). One wrapper runs per session; linking it statically
 # saves the dynamic loader's work (about 0.5 ms per start) and 0.65-0.85 MB of RSS per wrapper
 # (measured in docs/benchmarks.md). `leash` runs once per `leash exec`, and its start is part of
-# every session start that the front door leaves to it (issue 16): statically linked it skips loading libgcc_s, libm and libc,
+# every session start that the front door leaves to it: statically linked it skips loading libgcc_s, libm and libc,
 # their relocations and libgcc_s's own CPU probe (≈ 1 ms per start on the benchmark VM, where
 # `cpuid` traps; docs/benchmarks.md, Host scale). leash resolves no users, hosts or services
 # through NSS, so glibc's static-linking caveats do not reach it. Cargo's fingerprints do not see

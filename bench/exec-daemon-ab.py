@@ -1,5 +1,5 @@
 # `leash exec -- /bin/true` through the daemon, two builds in the same turns, against the bare
-# wrapper (issue 24): per round each subject's median of PER runs, taken run by run in turns;
+# wrapper: per round each subject's median of PER runs, taken run by run in turns;
 # the difference and the ratio to the bare wrapper per round, summarised over ROUNDS rounds.
 #
 #   python3 bench/exec-daemon-ab.py old=/path/to/old/release new=target/release

@@ -1,4 +1,4 @@
-/* The issue's own floor under `leash exec` (issue 24: "the wrapper plus one SQLite commit in WAL
+/* A floor under `leash exec` ("the wrapper plus one SQLite commit in WAL
  * and one mkdir"), as one process and as lean as it can be written: no daemon, no round trip, no
  * parser, no checks; one table with its key the only index; static with musl (no glibc start-up,
  * whose CPU probe costs this VM ~0.85 ms a process) and SQLite's amalgamation linked in. Built by

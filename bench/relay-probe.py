@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Relay probe (issue 24, docs/benchmarks.md "Fourth round"): the loop of `leash_bench --only
+"""Relay probe (docs/benchmarks.md, "The daemon"): the loop of `leash_bench --only
 relay` (a pipe round, then the same lines through `leash serve` to one attached client) with
 load-independent instruments on the daemon: `--perf OUT` runs `perf stat --per-thread` (task-clock,
 context switches, page faults) over the counted rounds, `--callgrind OUT` runs the daemon under

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # `status` latency while N daemon sessions print as fast as a shell loop can (bursts of 2,000
 # lines every 20 ms each), next to the latency of a request that does no work (an unknown op).
-# Issue 10, item 7: with 100 sessions the old daemon answered no `status` within 20 s (its
-# output threads held each session's lock across a database write).
+# A daemon whose output threads held each session's lock across a database write answered no
+# `status` within 20 s with 100 sessions; this script shows whether `status` stays fast.
 #   usage: bench/status-under-load.py path/to/leash [N] [op] [idle]   (op: status, ping, or both:
 #   status and ping interleaved, each figure with the load average at the start and the end)
 # Starts its own `leash serve` on a temporary state root and SIGKILLs it at the end (its

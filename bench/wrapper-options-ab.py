@@ -1,4 +1,4 @@
-# What `leash exec`'s options cost the wrapper (issue 24): `leash-wrap -- /bin/true` bare, with
+# What `leash exec`'s options cost the wrapper: `leash-wrap -- /bin/true` bare, with
 # `--report`, with `--cgroup`, and with both, run by run in turns; per round each subject's median
 # of PER runs; printed: the median over ROUNDS rounds and the difference to the bare wrapper of
 # the same round (median, min..max). Give a second wrapper as NAME=PATH to measure it in the same

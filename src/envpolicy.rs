@@ -1,4 +1,4 @@
-//! What an adapter's environment is made of: the credential scrub of issue 23. The incumbent
+//! What an adapter's environment is made of: the credential scrub. The incumbent
 //! prefixes every harness command with `env -u ANTHROPIC_API_KEY …` so that an adapter never
 //! inherits the gateway's provider credentials; leash takes the same decision as data: a list
 //! of variables to remove (`--unset-env`, `unsetEnv`), or an empty start plus an allow-list

@@ -266,7 +266,7 @@ pub fn reports_dir_usable(dir: &Path) -> bool {
 ///
 /// Why: a report is one file created per `leash exec`. On a disk filesystem (ext4 here) that
 /// create takes 20–60 µs in quiet minutes and 0.5–0.7 ms in busy ones, the largest swing in
-/// `leash exec`'s time (docs/benchmarks.md, stop 35). A report is needed only while its lease's
+/// `leash exec`'s time (docs/benchmarks.md). A report is needed only while its lease's
 /// processes may be alive: for this boot, like everything in `/run`.
 ///
 /// The choice, first that holds:

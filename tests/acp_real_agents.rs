@@ -1,6 +1,6 @@
 //! leash with the real npm packages. acpx drives `@zed-industries/codex-acp` through `leash exec`
-//! (the README's recipe) and gets codex-acp's "Authentication required" answer to `session/new` (no
-//! credentials here), the lease recorded and settled, nothing left running; and
+//! (the recipe of docs/guide/gateway.md) and gets codex-acp's "Authentication required" answer to
+//! `session/new` (no credentials here), the lease recorded and settled, nothing left running; and
 //! `examples/gateway.mjs --agent codex` reports that error cleanly through `leash serve`. The
 //! packages are installed on first use under `target/node-deps-acpx` (pinned versions).
 mod common;

@@ -90,7 +90,7 @@ fn close_repairs_a_row_it_cannot_read_but_whose_root_it_verifies() {
     let state = tmp.join("state");
     let mut guard = Guard::new();
     let (wrapper, adapter, id) = stubborn(&mut guard, &tmp, &state, "s");
-    // What the old code stored for --grace-ms 2^64-1: a negative grace.
+    // What an unchecked --grace-ms 2^64-1 would store: a negative grace.
     tamper(&state, &id, "grace_ms = ?2", &[-1]);
     assert!(unreadable(&state), "the tampered row does not read");
 

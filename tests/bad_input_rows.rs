@@ -280,10 +280,10 @@ fn a_row_naming_the_reapers_own_group_is_refused() {
     assert_eq!(lease_of(&state, "s")["state"], "open");
 }
 
-/// Regression: with the root gone, a row's adapter pid and start time were trusted without the
-/// lease's markers, so a row rewritten to name any same-uid group leader (both numbers are public
-/// in /proc) got that process and, through the group signal, its whole group SIGTERM and SIGKILL.
-/// The markers are now required of an adapter that is not a descendant of a verified root.
+/// With the root gone, a row's adapter pid and start time are claims: trusted without the lease's
+/// markers, a row rewritten to name any same-uid group leader (both numbers are public in /proc)
+/// would get that process and, through the group signal, its whole group SIGTERM and SIGKILL.
+/// The markers are required of an adapter that is not a descendant of a verified root.
 #[test]
 fn a_row_naming_a_stranger_as_its_adapter_signals_nothing() {
     let tmp = TempDir::new("row-stranger-adapter");

@@ -1,5 +1,5 @@
 //! The gateway's cgroup directory (`<leash cgroup root>/<gateway id>`) goes with its last session
-//! (issue 25, item 10), with no daemon running: the wrapper that removes the last lease cgroup
+//! when no daemon runs: the wrapper that removes the last lease cgroup
 //! removes the empty gateway directory too, and so does a close that removes the last one; while
 //! another session's cgroup is in it, it stays; the next `leash exec` makes it again. With a
 //! daemon serving the state root it stays for the daemon's life (its hold, `daemon-hold`, which

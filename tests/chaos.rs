@@ -576,7 +576,7 @@ enum OwnerKind {
     /// `KEY GRACE MODE` written to its stdin, and otherwise just lives. It traps and logs every
     /// catchable signal: leash must never signal an owner.
     Shell { stdin: ChildStdin },
-    /// `leash serve` (issue 5): it spawns each session's `leash exec` itself, so it is the
+    /// `leash serve`: it spawns each session's `leash exec` itself, so it is the
     /// wrappers' parent; sessions are asked for with `ensure` over its socket.
     Daemon { socket: PathBuf },
 }

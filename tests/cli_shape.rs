@@ -1,4 +1,4 @@
-//! The CLI's shape as a new user meets it (issue 25, item 8): a lease is named the same way by
+//! The CLI's shape as a new user meets it: a lease is named the same way by
 //! every command (`LEASE`, `--lease ID` or `--session KEY`) and a command given none names all
 //! three; `leash leases` prints session keys whole (they are pasted back into `--session`) and
 //! keeps REASON short; `reap --dry-run` speaks words, each said once; `leash exec` without `--`
@@ -180,7 +180,7 @@ fn reap_dry_run_speaks_words_and_says_each_thing_once() {
         text.contains("cgroup.kill its 1 member(s) once the grace is over"),
         "{text}"
     );
-    // No line is said twice (the cgroup's evidence was printed once as evidence and again on
+    // No line is said twice (the cgroup's evidence is not printed both as evidence and again on
     // the cgroup's line).
     let verified: Vec<&str> = text
         .lines()

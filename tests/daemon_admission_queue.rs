@@ -1,4 +1,4 @@
-//! Same-key admission, live (issue 23.3): a second `ensure` of a key whose first ensure is in
+//! Same-key admission, live: a second `ensure` of a key whose first ensure is in
 //! flight queues behind it instead of answering `conflict`, and gets the outcome it would have had
 //! alone: the session its predecessor started (`running`, `created: false`, the same lease); a
 //! fresh start when the predecessor failed; a fresh start when a close arrived in between (the

@@ -1,4 +1,4 @@
-//! Backpressure on the adapter's stdout (issue 24): an attached client that keeps reading, at its
+//! Backpressure on the adapter's stdout: an attached client that keeps reading, at its
 //! own pace, gets every item of an adapter that writes as fast as it can (the daemon stops
 //! reading the adapter while the slowest live attach is a buffer behind); a client that stops
 //! reading is dropped at the stall deadline and then holds nothing back; a close while the

@@ -101,7 +101,7 @@ fn cancel_writes_one_notification_and_signals_nothing() {
 
 #[test]
 fn cancel_without_a_known_acp_session_records_the_intent_and_writes_nothing() {
-    // Issue 10: a cancel answers the same with or without a daemon. With no ACP session to
+    // A cancel answers the same with or without a daemon. With no ACP session to
     // notify, the intent is recorded (as `leash cancel --no-daemon` does) and `notified: false`
     // says that nothing was written.
     let tmp = TempDir::new("d-cancel-noid");

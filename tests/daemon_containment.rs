@@ -86,9 +86,9 @@ fn daemon_sessions_are_contained_with_totals_limits_and_escapees() {
         "close through the daemon left the escapee"
     );
     assert!(wait_for(|| !cgroup.exists()), "cgroup not removed");
-    // Without a daemon the gateway's directory goes with its last session (issue 25,
+    // Without a daemon the gateway's directory goes with its last session (see
     // tests/cgroup_gateway_dir.rs); a serving daemon keeps it for its life, empty but for its
-    // hold (issue 24: no `leash exec` makes it again), and takes it along when it stops (below).
+    // hold (no `leash exec` makes it again), and takes it along when it stops (below).
     let gateway_dir = cgroup.parent().unwrap().to_path_buf();
     let entries = |d: &std::path::Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)

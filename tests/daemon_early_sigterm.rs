@@ -1,9 +1,9 @@
 //! A SIGTERM that reaches `leash serve` the moment it is ready (its socket answers and
 //! `daemon.lock` names it) shuts it down cleanly, exit 0, socket removed: the signal handlers are
-//! installed before the socket is bound. Before, they came after the lock was written, and a
-//! supervisor's (or a test's) SIGTERM in that window ended the daemon by the signal itself
-//! (seen: `daemon_json_logs` got exit status None). The window is narrow, so the test stops
-//! the daemon at once, many times over.
+//! installed before the socket is bound. Handlers installed after the lock is written would leave
+//! a window in which a supervisor's (or a test's) SIGTERM ends the daemon by the signal itself
+//! (exit status None). The window is narrow, so the test stops the daemon at once, many times
+//! over.
 mod common;
 mod daemon_support;
 use common::*;

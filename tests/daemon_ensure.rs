@@ -240,7 +240,7 @@ fn an_adapter_that_exits_ends_its_stream_in_order() {
         .collect();
     assert_eq!(stored, streamed);
     let lease = lease_row(&mut c, &lease_id);
-    // The adapter exited on its own and leash saw it: ended, not lost (issue 25).
+    // The adapter exited on its own and leash saw it: ended, not lost.
     assert_eq!(lease["state"], "ended", "{lease}");
     assert_eq!(lease["exitStatus"], 3, "{lease}");
 }

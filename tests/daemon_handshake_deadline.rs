@@ -1,4 +1,4 @@
-//! The handshake deadline (issue 23.2; the incumbent's #147352: a peer that never answers
+//! The handshake deadline (the incumbent's #147352: a peer that never answers
 //! `initialize` hung the gateway and left a process per retry). `ensure` with `initialize`
 //! makes the daemon send that request to the new adapter and wait for its response within
 //! `handshakeTimeoutMs`: the reply carries the response, or the ensure fails `handshake_timeout`

@@ -1,5 +1,5 @@
 //! The daemon reads an adapter's stdout a chunk at a time and numbers all complete lines of a
-//! chunk under one lock (issue 16, relay). What that could break, checked on a live daemon:
+//! chunk under one lock (relay). What that could break, checked on a live daemon:
 //! many lines in one read keep their order and consecutive seqs (skipping only where a seq block
 //! ends), a burst longer than a seq block crosses blocks without a repeat, a line cut across two
 //! writes arrives whole (its `\r\n` ending stripped), a line longer than the item bound is cut

@@ -83,8 +83,8 @@ fn thread_nice_named(pid: i32, name: &str) -> Option<i32> {
 
 /// A session's stdout reader runs niced while nobody reads its output, at the daemon's own
 /// priority (the adapter's: sessions start at it) while a live attach reads it, as does the
-/// attach's streaming thread, and the reader runs niced again once that attach ends (issue 24:
-/// a niced reader on a busy host relayed at a tenth of a pipe's pace; one raised above the
+/// attach's streaming thread, and the reader runs niced again once that attach ends (a
+/// niced reader on a busy host relayed at a tenth of a pipe's pace; one raised above the
 /// adapter took the CPU from it for every few lines it wrote).
 #[test]
 fn an_attached_sessions_output_reader_runs_at_the_adapters_priority() {
@@ -152,7 +152,7 @@ fn conn_threads(pid: i32) -> Vec<String> {
 }
 
 /// A connection thread that is done with its connection waits for the next one instead of
-/// exiting (issue 24: a short request such as `leash exec`'s one `exec` is not preceded by a
+/// exiting (a short request such as `leash exec`'s one `exec` is not preceded by a
 /// thread's start and followed by its teardown), and it stays raised once, not a further
 /// 10 nice steps per connection it serves.
 #[test]

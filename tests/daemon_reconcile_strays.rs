@@ -3,7 +3,7 @@
 //! commit leaves it), old enough that no commit can still be in flight, is removed within two
 //! passes when it is empty, without anyone running `reap`; with a process inside (which leash
 //! cannot have started: a wrapper starts only after its lease's commit) it is left, and so is the
-//! process (issue 21.2). A directory that is not named for a lease id is left alone too.
+//! process. A directory that is not named for a lease id is left alone too.
 mod common;
 mod daemon_support;
 use common::*;

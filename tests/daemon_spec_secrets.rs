@@ -1,4 +1,4 @@
-//! Stored ensure specs and the secrets in them (issue 21 item 6), read straight from the state
+//! Stored ensure specs and the secrets in them, read straight from the state
 //! database: a spec keeps the names of its env but not the values unless the ensure asks for them
 //! (`persistEnv: true`), and a resume then needs the values again; `persistSpec: false` deletes
 //! the stored spec also when the session is found running; a close with

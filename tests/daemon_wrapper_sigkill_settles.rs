@@ -33,7 +33,7 @@ fn a_sigkilled_wrapper_is_settled_within_the_grace() {
     signal(wrapper, libc::SIGKILL);
     assert!(wait_for(|| !member.alive()), "the group member survived");
     let took = t.elapsed();
-    // Grace 300 ms, then SIGKILL; the old code waited 5 s for the pipe first.
+    // Grace 300 ms, then SIGKILL; nothing waits 5 s for the dead wrapper's pipe first.
     assert!(
         took < Duration::from_millis(4000),
         "the tree outlived its wrapper by {took:?}"

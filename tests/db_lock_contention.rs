@@ -59,7 +59,7 @@ fn a_fresh_database_opens_while_another_opener_holds_the_write_lock() {
                 })
             })
     }));
-    // Contention for a while (the old code failed within milliseconds of meeting it).
+    // Contention for a while (a bare SQLITE_BUSY at the WAL switch fails within milliseconds).
     let held = Duration::from_millis(500);
     while started.elapsed() < held {
         if exec.try_wait().unwrap().is_some() {
@@ -117,8 +117,8 @@ fn leases_takes_no_write_lock_when_there_is_nothing_to_fold() {
 
 /// The scene as it was seen: pollers running `leash leases --json` back to back (and one every
 /// 20 ms) while two first `leash exec`s start on a fresh state root, round after round. Every
-/// exec and every poll succeeds. (The race this stages is narrow: the old code failed about one
-/// exec in 400 here; the test above stages it deterministically.)
+/// exec and every poll succeeds. (The race this stages is narrow: without the retry about one exec
+/// in 400 fails here; the test above stages it deterministically.)
 #[test]
 fn first_execs_on_a_fresh_root_succeed_under_a_stream_of_leases_polls() {
     let tmp = TempDir::new("db-poll-storm");

@@ -1,4 +1,4 @@
-//! The credential scrub (issue 23 item 4), live: an adapter that prints its environment shows
+//! The credential scrub, live: an adapter that prints its environment shows
 //! exactly what each mode lets through, through `leash exec` (`--unset-env`, `--clear-env`,
 //! `--keep-env`) and through the daemon's `ensure` (`unsetEnv`, `clearEnv`, `keepEnv`, and the
 //! default scrub of the provider credentials from the daemon's own environment). The lease

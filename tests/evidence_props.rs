@@ -1,4 +1,4 @@
-//! Issue 21.1's property over the pure verifier and planner: whatever a lease row says, no
+//! The evidence rule as a property of the pure verifier and planner: whatever a lease row says, no
 //! planned signal, no group signal and no `cgroup.kill` ever reaches a stranger. Each case
 //! generates a process table (a lease's real tree: its wrapper, adapter and descendants, maybe an
 //! escapee carrying the markers, maybe a verified cgroup; and strangers: their own trees and

@@ -1,4 +1,4 @@
-//! Issue 21 items 1 and 2, issue 25 item 3, live: a stored fact is a claim, never evidence.
+//! Live: a stored fact is a claim, never evidence.
 //!
 //! A lease row rewritten to name a stranger (its adapter pid and start time, its group, its root,
 //! its wrapper path, its cgroup) never gets the stranger signalled, on any path that reads it:

@@ -1,4 +1,4 @@
-//! `leash exec` with a daemon serving the state root (issue 24): the daemon commits the lease on
+//! `leash exec` with a daemon serving the state root: the daemon commits the lease on
 //! its warm connection, rooted at the peer of the socket as the kernel says; without one, or with
 //! a daemon that cannot honour the request, `leash exec` commits it itself; a refusal reads the
 //! same either way; and a daemon that dies while a client waits leaves the client to decide by the

@@ -1,4 +1,4 @@
-//! The one error vocabulary stays one: README.md's exit-code table is the code's exit-code table
+//! The one error vocabulary stays one: docs/cli.md's exit-code table is the code's exit-code table
 //! (`leash_core::kind::KINDS`, row for row, meaning for meaning), `leash --help` lists the same codes,
 //! and docs/protocol.md's error-code table names exactly the wire codes of the code's table
 //! (`leash_core::kind::CODES`). A code added on one side and not the other fails here.
@@ -37,9 +37,9 @@ fn table_after(doc: &str, heading: &str) -> Vec<Vec<String>> {
 }
 
 #[test]
-fn readme_exit_code_table_is_the_codes_table() {
-    let readme = read("README.md");
-    let rows = table_after(&readme, "### Exit codes");
+fn cli_doc_exit_code_table_is_the_codes_table() {
+    let doc = read("docs/cli.md");
+    let rows = table_after(&doc, "## Exit codes");
     let mut expected: Vec<(u8, String)> = vec![(0, SUCCESS_MEANING.to_string())];
     expected.extend(KINDS.iter().map(|r| (r.code, r.meaning.to_string())));
     expected.sort();
@@ -48,19 +48,19 @@ fn readme_exit_code_table_is_the_codes_table() {
         .map(|r| {
             let code = r[0]
                 .parse::<u8>()
-                .unwrap_or_else(|_| panic!("README exit-code row {r:?}: not a code"));
+                .unwrap_or_else(|_| panic!("docs/cli.md exit-code row {r:?}: not a code"));
             (code, r[1].clone())
         })
         .collect();
     found.sort();
-    // Rendered from the code's table, for the message: what README.md should say.
+    // Rendered from the code's table, for the message: what docs/cli.md should say.
     let rendered: String = expected
         .iter()
         .map(|(c, m)| format!("| {c} | {m} |\n"))
         .collect();
     assert_eq!(
         found, expected,
-        "README.md's exit-code table differs from leash_core::kind::KINDS; it should read:\n{rendered}"
+        "docs/cli.md's exit-code table differs from leash_core::kind::KINDS; it should read:\n{rendered}"
     );
 }
 
@@ -102,13 +102,13 @@ fn protocol_doc_names_every_wire_code_and_no_other() {
 fn a_daemon_error_exits_as_its_direct_twin() {
     // The CLI's JSON error causes that are not wire codes are the kinds only the CLI has; every
     // other cause is a wire code whose kind is the row's own.
-    let readme = read("README.md");
+    let doc = read("docs/cli.md");
     for row in KINDS {
         match CODES.iter().find(|c| c.1 == row.cause) {
             Some(c) => assert_eq!(c.2, row.kind, "{}", row.cause),
             None => assert!(
-                row.cause == "dead" || readme.contains(&format!("`{}`", row.cause)),
-                "the CLI-only cause {} is not documented in README.md",
+                row.cause == "dead" || doc.contains(&format!("`{}`", row.cause)),
+                "the CLI-only cause {} is not documented in docs/cli.md",
                 row.cause
             ),
         }

@@ -1,4 +1,4 @@
-//! The front door (`leash`, src/front/main.rs; issue 24): a small program without a C library
+//! The front door (`leash`, src/front/main.rs): a small program without a C library
 //! that takes `leash exec` to a daemon of its state root with `execArgv` (the daemon reads and
 //! parses the process's own command line) and hands everything else to `leash-main`. Whatever
 //! way a command line goes, its effect is the one `leash-main` gives it: the adapter gets the

@@ -1,4 +1,4 @@
-//! Issue 16: the cost of `leash exec` and `close` follows the session, not the host. A counting
+//! The cost of `leash exec` and `close` follows the session, not the host. A counting
 //! `ProcessTable` (every `/proc` entry read through the trait, and every host-wide pass) shows
 //! that deciding a reused key's previous lease is over reads its root's `stat` and nothing of
 //! any other process, that closing one session reads that session's tree only, and that the

@@ -1,4 +1,4 @@
-//! What a lease says about how its session ended (issue 25, items 1 and 2), with real `leash
+//! What a lease says about how its session ended, with real `leash
 //! exec` runs: an adapter that cannot be started exits 127 (not found) or 126 (not executable),
 //! told as a plain line or leash's JSON error line, and its lease is `ended` with the reason; an
 //! adapter that exits on its own (0 or 3) leaves its lease `ended` with that status; only a

@@ -1,6 +1,6 @@
 //! The lease row (right pid, start time, owner) is in the database before the wrapper's first
 //! instruction, so the adapter itself can read it when it starts: committed by `leash exec`
-//! itself, and by the daemon serving the state root (issue 24: the `exec` op).
+//! itself, and by the daemon serving the state root (the `exec` op).
 mod common;
 mod daemon_support;
 use common::*;

@@ -1,4 +1,4 @@
-//! Every arrow points down (issue 22): the top-level modules of the leash crate (`controller`,
+//! Every arrow points down: the top-level modules of the leash crate (`controller`,
 //! `daemon`, `store`, `cli`, …) import one another without a circle. A module's arrows are the
 //! `crate::<module>` paths in its code (comments and `#[cfg(test)]` parts left out); the test
 //! fails naming the circle, e.g. a store that logs through the CLI's helper.

@@ -1,11 +1,14 @@
-//! README.md's walk-through is run as written, so it cannot drift from what leash does: its `sh`
-//! blocks in one bash (the exec part, then the daemon started in the background, then the
-//! one-off `socat` request and the `kill $daemon` that ends it), with the binaries under test
-//! first on PATH and the demo's `/tmp/leash-demo` swapped for a scratch directory. What the
-//! commands print is compared with the README's "What it prints" after ids, pids, ages and the
-//! cgroup paths are normalised, and the interactive `socat` session is replayed request by
-//! request: every reply and stream item the README shows comes, with the same fields.
+//! README.md's tour is run as written, so it cannot drift from what leash does: its `sh` blocks
+//! in one bash (the exec part, then the daemon started in the background, then the Node client's
+//! session and the `kill $daemon` that ends it), from the root of the source tree, with the
+//! binaries under test first on PATH and the demo's `/tmp/leash-demo` swapped for a scratch
+//! directory. What the commands print is compared with the README's "What it prints" after ids,
+//! pids, ages and the cgroup paths are normalised. Between the daemon's start and the Node
+//! client, the interactive `socat` session of docs/guide/gateway.md is replayed request by
+//! request against the same daemon: every reply and stream item the guide shows comes, with the
+//! same fields.
 mod common;
+mod node_support;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -14,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
 }
 
 /// The fenced blocks of a Markdown text: (language, body).
@@ -43,13 +46,11 @@ fn blocks(doc: &str) -> Vec<(String, String)> {
 fn block(doc: &str, heading: &str, lang: &str, needle: &str) -> String {
     let at = doc
         .find(heading)
-        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
+        .unwrap_or_else(|| panic!("no heading {heading:?}"));
     blocks(&doc[at..])
         .into_iter()
         .find(|(l, b)| l == lang && b.contains(needle))
-        .unwrap_or_else(|| {
-            panic!("README.md has no {lang} block with {needle:?} after {heading:?}")
-        })
+        .unwrap_or_else(|| panic!("no {lang} block with {needle:?} after {heading:?}"))
         .1
 }
 
@@ -135,7 +136,7 @@ fn uuid_replacer() -> impl Fn(&str, &str) -> String {
 /// The sample's JSON line with its elisions made parseable.
 fn sample_json(line: &str) -> Value {
     serde_json::from_str(&line.replace("[…]", "[]"))
-        .unwrap_or_else(|e| panic!("README sample line is not JSON ({e}): {line}"))
+        .unwrap_or_else(|e| panic!("sample line is not JSON ({e}): {line}"))
 }
 
 fn keys(v: &Value) -> BTreeSet<String> {
@@ -187,17 +188,35 @@ fn the_walk_through_runs_as_written() {
             return;
         }
     };
-    let doc = readme();
-    let walk = block(&doc, "## Walk-through", "sh", "leash exec --session chat-1");
-    let shown = block(&doc, "## Walk-through", "console", "$ leash status");
-    let start = block(&doc, "## The supervisor daemon", "sh", "daemon=$!");
-    let session = block(
+    if let Err(why) = node_support::node() {
+        skip(format!("the tour's Node client needs node: {why}"));
+        return;
+    }
+    let doc = read("README.md");
+    let walk = block(
         &doc,
-        "## The supervisor daemon",
+        "## A one-minute tour",
+        "sh",
+        "leash exec --session chat-1",
+    );
+    let shown = block(&doc, "## A one-minute tour", "console", "$ leash status");
+    let start = block(&doc, "## A one-minute tour", "sh", "daemon=$!");
+    let end = block(&doc, "## A one-minute tour", "sh", "kill $daemon");
+    // Every `sh` block of the README is one of the three run here.
+    let run: Vec<&String> = vec![&walk, &start, &end];
+    for (lang, body) in blocks(&doc) {
+        assert!(
+            lang != "sh" || run.contains(&&body),
+            "README.md has an `sh` block this test does not run:\n{body}"
+        );
+    }
+    let guide = read("docs/guide/gateway.md");
+    let session = block(
+        &guide,
+        "## The protocol in one page",
         "console",
         "$ socat - UNIX-CONNECT:$LEASH_STATE_DIR/leash.sock",
     );
-    let end = block(&doc, "## The supervisor daemon", "sh", "kill $daemon");
 
     let tmp = TempDir::new("readme");
     let demo = tmp.join("leash-demo");
@@ -230,7 +249,7 @@ fn the_walk_through_runs_as_written() {
             .arg(&script)
             .env("PATH", &path)
             .env_remove("LEASH_STATE_DIR")
-            .current_dir(tmp.path())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -290,7 +309,7 @@ fn the_walk_through_runs_as_written() {
         "{printed:?}"
     );
 
-    // The socat session, request by request, on the socket the README names.
+    // The gateway guide's socat session, request by request, on the socket the README names.
     let sock = demo.join("leash.sock");
     let mut socat_guard = Guard::new();
     let sc = socat_guard.child(
@@ -349,13 +368,13 @@ fn the_walk_through_runs_as_written() {
                     && g.get("kind") == want.get("kind")
             })
             .unwrap_or_else(|| panic!("no reply like {want}:\n{}", seen.join("\n")));
-        assert_eq!(keys(&got), keys(want), "{got} vs README {want}");
+        assert_eq!(keys(&got), keys(want), "{got} vs the guide's {want}");
         let (g, w) = (&got["result"], &want["result"]);
         let (g, w) = match (g, w) {
             (Value::Array(g), Value::Array(w)) => (&g[0], &w[0]),
             _ => (g, w),
         };
-        assert_eq!(keys(g), keys(w), "{got} vs README {want}");
+        assert_eq!(keys(g), keys(w), "{got} vs the guide's {want}");
         if want["type"] == "output" {
             assert_eq!(got["line"], want["line"]);
         }
@@ -364,18 +383,57 @@ fn the_walk_through_runs_as_written() {
         }
     }
 
-    // The end: the one-off request and `kill $daemon`.
+    // The end: the Node client's session and `kill $daemon`.
     writeln!(bash_in, "go").unwrap();
     drop(bash_in);
     read_until(&out, &mut printed, |l| l.starts_with("daemon exited"));
     assert_eq!(printed.last().unwrap(), "daemon exited 0", "{printed:?}");
-    assert!(
-        printed
-            .iter()
-            .any(|l| l.starts_with(r#"{"id":1,"ok":true,"result":{"gatewayInstanceId""#)),
-        "{printed:?}"
-    );
+    // What the README says the client prints.
+    for line in ["echoed: hello", "close: closed"] {
+        assert!(
+            printed.iter().any(|l| l == line),
+            "the tour's Node client did not print {line:?}: {printed:?}"
+        );
+        assert!(
+            doc.contains(&format!("`{line}`")),
+            "README.md does not show {line:?}"
+        );
+    }
     let status = bash.wait().unwrap();
     assert!(status.success(), "{status}: {printed:?}");
     assert!(!sock.exists(), "the daemon left its socket");
+}
+
+#[test]
+fn the_set_up_commands_are_the_ones_ci_and_the_user_unit_use() {
+    // README's two set-up commands stay true: the install is `cargo install --locked` of both
+    // crates into cargo's default root (where the user unit runs leash) followed by the main job,
+    // and the test command is the one `.ci/run` runs.
+    let doc = read("README.md");
+    let setup = blocks(&doc[doc.find("## Set up").expect("a set-up section")..])
+        .into_iter()
+        .find(|(lang, _)| lang == "sh no-run")
+        .expect("README's set-up block")
+        .1;
+    let commands: Vec<&str> = setup
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "cargo install --locked --path . && cargo install --locked --path wrapper && leash serve",
+            "cargo test --workspace",
+        ],
+        "README's set-up commands"
+    );
+    let ci = read(".ci/run");
+    assert!(
+        ci.lines()
+            .any(|l| l.starts_with("cargo test --workspace -- ")
+                || l.trim() == "cargo test --workspace"),
+        ".ci/run does not run README's test command"
+    );
+    let unit = read("contrib/systemd/user/leash.service");
+    assert!(unit.contains("ExecStart=%h/.cargo/bin/leash"), "{unit}");
 }

@@ -1,4 +1,4 @@
-//! Issue 24: when every lease is contained, `reap` reads only what its leases name — their roots,
+//! When every lease is contained, `reap` reads only what its leases name — their roots,
 //! owners and adapters, and the members their cgroups list — not the host. A counting
 //! `ProcessTable` over the live table counts every `/proc` entry read through the trait while a
 //! reap runs next to a thousand unrelated processes: no host-wide pass, and a few entries per

@@ -1,4 +1,4 @@
-//! Issue 15: the cost of a continuous-reconcile pass is bounded by the leases, not the host. A
+//! The cost of a continuous-reconcile pass is bounded by the leases, not the host. A
 //! counting `ProcessTable` (every `/proc` entry read through the trait, and every host-wide pass)
 //! shows that an idle pass over live sessions started with `leash exec` reads only each lease's
 //! owner/root entries — no host-wide snapshot, no command-line search — and that only a pass that

@@ -1,4 +1,4 @@
-//! Where the wrappers' reports go (issue 24, the exec path): a private runtime directory on
+//! Where the wrappers' reports go (the exec path): a private runtime directory on
 //! tmpfs (`LEASH_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/leash`, `/run/leash` for root,
 //! `/dev/shm/leash-<uid>`), named in each lease's row (`reportDir`), so every reader finds the
 //! report whatever its own environment; the state root's `run/` where none can be used. The row's

@@ -1,4 +1,4 @@
-//! History is scoped per lease, not per key (issue 21 item 7): a session key reused by a new owner
+//! History is scoped per lease, not per key: a session key reused by a new owner
 //! shows the new owner only its own leases' events, and the previous owner still reads its own
 //! (argv included), through `leash sessions history` and through `leash mcp`'s
 //! `sessions_history` tool (the same controller function), which merges a running daemon's live

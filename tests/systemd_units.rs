@@ -106,31 +106,35 @@ fn exec_start_binary(unit: &str) -> String {
 }
 
 #[test]
-fn the_readme_installs_what_the_units_run_and_their_man_pages() {
-    // A reader who follows README.md's systemd section gets the binary at the path the unit's
-    // ExecStart= names (leash-wrap beside it) and the man pages its Documentation= names.
+fn the_operating_guide_installs_what_the_units_run_and_their_man_pages() {
+    // A reader who follows the systemd section of docs/guide/operating.md gets the binary at the
+    // path the unit's ExecStart= names (leash-wrap beside it) and the man pages its
+    // Documentation= names; README's set-up installs where the user unit looks.
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
-    let start = readme.find("### systemd").expect("a systemd section");
-    let section = &readme[start..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let guide = std::fs::read_to_string(repo.join("docs/guide/operating.md")).unwrap();
+    let start = guide.find("\n## systemd").expect("a systemd section");
+    let section = &guide[start + 1..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     let system = std::fs::read_to_string(repo.join("contrib/systemd/leash.service")).unwrap();
     let bin = exec_start_binary(&system);
     let prefix = bin
         .strip_suffix("/bin/leash")
         .unwrap_or_else(|| panic!("{bin}: not <prefix>/bin/leash"));
     for crate_path in [".", "wrapper"] {
-        let install = format!("cargo install --path {crate_path} --root {prefix}");
+        let install = format!("cargo install --locked --path {crate_path} --root {prefix}");
         assert!(
             section.contains(&install),
-            "README's systemd section lacks `{install}`"
+            "the guide's systemd section lacks `{install}`"
         );
     }
     let user = std::fs::read_to_string(repo.join("contrib/systemd/user/leash.service")).unwrap();
     assert_eq!(exec_start_binary(&user), "%h/.cargo/bin/leash");
-    // The Setup installs with cargo's default root, ~/.cargo: the user unit's binary.
-    assert!(readme.contains("cargo install --path . && cargo install --path wrapper"));
-    // The man pages the units name, and where the README puts them.
+    // README's set-up installs with cargo's default root, ~/.cargo: the user unit's binary.
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    assert!(
+        readme.contains("cargo install --locked --path . && cargo install --locked --path wrapper")
+    );
+    // The man pages the units name, and where the guide puts them.
     for unit in [&system, &user] {
         for page in unit
             .lines()
@@ -142,6 +146,6 @@ fn the_readme_installs_what_the_units_run_and_their_man_pages() {
     }
     assert!(
         section.contains(&format!("leash man --out-dir {prefix}/share/man/man1")),
-        "README's systemd section does not install the man pages"
+        "the guide's systemd section does not install the man pages"
     );
 }

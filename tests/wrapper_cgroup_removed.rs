@@ -46,7 +46,7 @@ fn wrapper_ends_when_its_emptied_cgroup_is_removed_under_it() {
     // cgroup: a member that is not the wrapper's descendant but passes the wrapper's member
     // check (younger than the wrapper, its uid, no other lease's id), so the wrapper keeps
     // draining the cgroup after its adapter has exited. (One older than the wrapper would be a
-    // bystander the wrapper leaves alone: issue 21.2.)
+    // bystander the wrapper leaves alone.)
     let wrapper_start = start_time(wrapper_pid.pid).unwrap();
     assert!(wait_for(|| {
         let out = std::process::Command::new("sh")

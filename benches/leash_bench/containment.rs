@@ -1,4 +1,4 @@
-//! Containment (issue 12): what a cgroup per session costs and saves, side by side in one run.
+//! Containment: what a cgroup per session costs and saves, side by side in one run.
 //! - `leash exec -- /bin/true` with and without containment, run for run in turns (mkdir of the
 //!   cgroup, the commit, clone3 into it, the wrapper's rmdir: all in the contained figure);
 //! - close of many TERM-ignoring trees with `cgroup.kill` against SIGKILL per pid (the `scale`

@@ -1,4 +1,4 @@
-//! The daemon under load (issue 16): each figure next to a baseline measured in the same round,
+//! The daemon under load: each figure next to a baseline measured in the same round,
 //! on the quiet host and again with 2,000 unrelated `sleep` processes that this section starts
 //! (and kills, by pid, at the end).
 //!
@@ -24,8 +24,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
-    let mut out =
-        String::from("\n### The daemon: `status` under load, memory per session (issue 16)\n\n");
+    let mut out = String::from("\n### The daemon: `status` under load, memory per session\n\n");
     let mut status = Table::new(&[
         "host",
         "sessions printing",
@@ -68,13 +67,12 @@ fn host_name(crowd: usize) -> String {
     }
 }
 
-/// The relay section (issue 24): one session's output through `leash serve` to one attached
+/// The relay section: one session's output through `leash serve` to one attached
 /// client against the same generator read from a pipe, every round reported with its ratio and
 /// whether it is ≥ 0.8×; quiet and with 2,000 idle unrelated processes.
 pub fn relay(env: &Env, cfg: &Config) -> Result<String, String> {
-    let mut out = String::from(
-        "\n### Relay: one session to one attached client against a pipe (issues 16, 24)\n\n",
-    );
+    let mut out =
+        String::from("\n### Relay: one session to one attached client against a pipe\n\n");
     let mut relay = Table::new(&[
         "host",
         "line",

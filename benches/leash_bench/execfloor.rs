@@ -1,4 +1,4 @@
-//! The fixed cost of `leash exec` against its floor (issue 24): `leash exec -- /bin/true` (the
+//! The fixed cost of `leash exec` against its floor: `leash exec -- /bin/true` (the
 //! lease committed to SQLite, the lease's cgroup made, then the wrapper exec'd in place) against
 //! the bare `leash-wrap -- /bin/true` (no lease, no cgroup, no report), run for run in turns, on
 //! a quiet host and with 2,000 unrelated processes. Per round each command's figure is the median
@@ -52,8 +52,7 @@ struct Subject {
 /// bare wrapper and `/bin/true` of their own; the direct path's (`leash-main` committing to its
 /// own database, and a baseline build's) with another pair. `leash-main` is an 8 MB program that
 /// opens, commits to and checkpoints a database of its own on every run: between two daemon-path
-/// runs it made them 0.12–0.19 ms slower in every one of three A/B pairs (stop 35,
-/// docs/benchmarks.md), a cost of the bench's own turns, not of the daemon path.
+/// runs it made them 0.12–0.19 ms slower in every one of three A/B pairs, a cost of the bench's own turns, not of the daemon path.
 const DAEMON_TURNS: usize = 0;
 const DIRECT_TURNS: usize = 1;
 
@@ -312,7 +311,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     drop(issue_floor);
 
     let mut out = format!(
-        "\n### 10. `leash exec` against the bare wrapper (issue 24)\n\n{rounds} rounds per \
+        "\n### 10. `leash exec` against the bare wrapper\n\n{rounds} rounds per \
          level; each round runs every command {batch} times, the commands taking turns run by \
          run; per command the round's median; shown: median (min–max) over rounds. The \
          difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \

@@ -1,4 +1,4 @@
-//! The floor under `leash exec` through a daemon (issue 24): a server of the bench's own that
+//! The floor under `leash exec` through a daemon: a server of the bench's own that
 //! answers the front door's `execArgv` with the least any daemon must do, so that the cost of the
 //! architecture (the front door's process, the round trip, the wrapper's options) and the cost of
 //! leash's own op are told apart in the same turns.

@@ -5,7 +5,7 @@
 //! from `smaps_rollup`) once the adapter has exec'd and the wrapper sleeps in its wait loop.
 //! VmRSS counts shared pages (libc, the binary's page-cache pages) in full for every process that
 //! maps them; that is the figure the peers are usually quoted with, so it is the headline. The
-//! target (issue 16) is 0.75 MB, catatonit's class; the line under the table gives the ratio.
+//! target is 0.75 MB, catatonit's class; the line under the table gives the ratio.
 
 use crate::pdeath::node_wrapper_script;
 use crate::procs::{self, Children, Rss, Tracked};

@@ -1,11 +1,11 @@
-//! Reap of contained leases on a busy host (issue 24): `leash reap` over 100 contained sessions
+//! Reap of contained leases on a busy host: `leash reap` over 100 contained sessions
 //! (live, owned by this process: every one is planned from its root, owner and cgroup, and
 //! skipped), on a quiet host and with 10,000 unrelated processes, in the same round. The control
-//! is the same reap of the same state with containment off, which takes the host-wide pass (what
-//! every reap took before issue 24). Each round measures quiet, then busy (the `sleep`s started,
+//! is the same reap of the same state with containment off, which takes the host-wide pass (what a
+//! reap takes for uncontained leases). Each round measures quiet, then busy (the `sleep`s started,
 //! measured, killed); the ratio is per round, busy against that round's quiet figure.
 //!
-//! The history row (issue 24 left from stop 27): the same reap over another 100 live contained
+//! The history row: the same reap over another 100 live contained
 //! sessions whose state root also retains 2,000 closed contained leases (what days of closed
 //! sessions leave within the 7-day retention; their cgroups gone, their pids long dead), against
 //! the row without them, in the same round: the history should cost no `/proc` read, only its
@@ -105,7 +105,7 @@ fn reap(env: &Env, state: &std::path::Path, settings: &Settings) -> Result<f64, 
 }
 
 pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
-    let title = "\n### Reap of contained leases on a busy host (issue 24)\n\n";
+    let title = "\n### Reap of contained leases on a busy host\n\n";
     // Dropped last: kills and removes what is left in the sessions' cgroups.
     let root = match BenchRoot::new() {
         Ok(r) => r,
@@ -220,7 +220,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     ]);
     out.push_str(&t.render());
     out.push_str(&format!(
-        "\nWhat the history costs (issue 24: reap reads no `/proc` entry for a closed lease whose \
+        "\nWhat the history costs (reap reads no `/proc` entry for a closed lease whose \
          cgroup is gone): the reap of {SESSIONS} sessions plus {HISTORY} retained closed leases \
          against the same reap without them, per round in the same run.\n\n"
     ));

@@ -1,4 +1,4 @@
-//! Host scale (issue 16): what `leash exec` with a reused session key, `leash close` of one idle
+//! Host scale: what `leash exec` with a reused session key, `leash close` of one idle
 //! session and `leash reap` cost on a quiet host and with N unrelated processes running (N = 0,
 //! 500, 2,000, 10,000 where pid_max and the process limit allow), side by side in one run, with
 //! the ratios against the quiet figure. The unrelated processes are `sleep`s this section starts
@@ -220,7 +220,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     results.push((0, host_processes(), again));
 
     let mut out = format!(
-        "\n### 8. Host scale (issue 16)\n\nContainment off. Per level: {} runs of `leash exec \
+        "\n### 8. Host scale\n\nContainment off. Per level: {} runs of `leash exec \
          --session K -- true` (K reused: its previous lease is open, its root gone), {} of \
          `leash close --session C` of an idle session (`sleep`), {} of `leash reap`; median ms, \
          and the ratio to the quiet host; the control is a plain spawn of `true` from the same \

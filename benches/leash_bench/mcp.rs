@@ -3,7 +3,7 @@
 //! process — spawn, write `initialize`, read the response line — next to the same round trip
 //! through `cat` (exec plus one line each way, nothing else: the floor for any stdio server), in
 //! the same rounds, taking turns run by run. Also the first `sessions_list` answer (the state
-//! database opened on first use, and read). Target (issue 14): `initialize` answered within
+//! database opened on first use, and read). Target: `initialize` answered within
 //! 20 ms of exec.
 
 use crate::procs::TempDir;

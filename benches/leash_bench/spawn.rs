@@ -202,7 +202,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         ]);
     }
     out.push_str(&t.render());
-    // Issue 16: the wrapper spawns in catatonit's class; a memory saving must not cost that.
+    // The wrapper spawns in catatonit's class; a memory saving must not cost that.
     if let Some(cat) = by_name.get("catatonit") {
         let r = per_round(by_name["leash-wrap"], &cat.rounds);
         out.push_str(&format!(

@@ -3,7 +3,7 @@
 //! the `leash` exit code (and the cause word of `--error-format json`), and [`CODES`] into a wire
 //! code and back. The CLI's direct path and its
 //! daemon path both end in these tables, so the same failure exits with the same code whichever
-//! way it went; README.md's exit-code table is checked against [`KINDS`] by a test.
+//! way it went; docs/cli.md's exit-code table is checked against [`KINDS`] by a test.
 
 /// What kind of failure an error is: what a caller can do about it, not where it happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,7 +36,7 @@ pub enum Kind {
 
 /// One row of the exit-code table: a kind, the `leash` exit code it leaves with, the cause word
 /// of a JSON error line (the protocol's code where the protocol has the kind), and the meaning
-/// as README.md's "Exit codes" table gives it.
+/// as docs/cli.md's "Exit codes" table gives it.
 #[derive(Debug, Clone, Copy)]
 pub struct ExitRow {
     pub kind: Kind,
@@ -45,7 +45,7 @@ pub struct ExitRow {
     pub meaning: &'static str,
 }
 
-/// Exit code 0's meaning in README.md's table (success has no kind).
+/// Exit code 0's meaning in docs/cli.md's table (success has no kind).
 pub const SUCCESS_MEANING: &str = "success";
 
 /// The exit-code table: the only place a kind becomes an exit code.

@@ -37,7 +37,7 @@ pub const ENV_GATEWAY_ID: &str = "OPENCLAW_GATEWAY_INSTANCE_ID";
 /// reported the adapter's exit status, or that the adapter could not be started, and its tree was
 /// then found gone); `lost` is a tree leash lost sight of without seeing it end (a wrapper
 /// SIGKILLed or vanished without a report, a superseded lease whose processes were found gone).
-/// README.md ("Lease states") defines every state for operators.
+/// docs/cli.md ("Lease states") defines every state for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LeaseState {

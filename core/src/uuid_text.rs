@@ -83,7 +83,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// What the code before this module computed with the `uuid` crate.
+    /// The same reading done by the `uuid` crate: what this module must agree with.
     fn by_uuid(text: &str) -> Option<([u8; 16], Option<i64>)> {
         let u = ::uuid::Uuid::parse_str(text).ok()?;
         let ms = u.get_timestamp().map(|t| {

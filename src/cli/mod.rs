@@ -119,7 +119,7 @@ pub struct GlobalArgs {
 
 /// `leash exec`'s command line alone: the global options and [`ExecArgs`], without the other
 /// subcommands. Every session start runs `leash exec`, and clap builds every argument of every
-/// subcommand of [`Cli`] before it parses one (issue 24). [`parse`] takes its answer only when it
+/// subcommand of [`Cli`] before it parses one. [`parse`] takes its answer only when it
 /// parses: any refusal, `--help` included, is [`Cli`]'s own, word for word.
 #[derive(Debug, Parser)]
 #[command(name = "leash")]
@@ -1073,7 +1073,7 @@ fn run_exec(dir: &std::path::Path, mut req: ExecRequest, no_daemon: bool) -> Res
         .map_err(|e| Failure::new(e.kind(), e.to_string()).of_exec())?;
     let root = StateRoot::open(dir)
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
-    // A daemon of this state root commits the lease on its warm connection (issue 24); without
+    // A daemon of this state root commits the lease on its warm connection; without
     // one (or with --no-daemon) the lease is committed here.
     let through = crate::daemon::exec_client::ExecThroughDaemon { root: &root };
     let through: &dyn crate::controller::exec::ExecDaemon = &through;

@@ -170,7 +170,7 @@ impl<'t> Controller<'t> {
     }
 
     /// A snapshot that covers the given leases, read from each lease down, never from the host
-    /// when it can be helped (issue 16): a lease with a verified cgroup is its live root plus the
+    /// when it can be helped: a lease with a verified cgroup is its live root plus the
     /// members `cgroup.procs` lists (whatever forked, re-parented or left the group, it cannot
     /// leave the cgroup: no tree walk); a lease with a live root is its subtree (a live wrapper is
     /// a subreaper, so its whole tree hangs below it). Only a lease whose wrapper is gone and

@@ -12,7 +12,7 @@
 //! always, and the gateway that spawned `leash exec` is the wrapper's parent (the lease's owner).
 //! Nothing is printed on stdout: it is the adapter's.
 //!
-//! With a `leash serve` of the state root running, the commit is the daemon's (issue 24): this
+//! With a `leash serve` of the state root running, the commit is the daemon's: this
 //! process resolves what only it can (its containment, the installed wrapper, a lease id of its
 //! choosing), sends one `exec` request and waits for the answer, and opens no database; the
 //! daemon runs [`decide_and_commit`] — the same steps, errors and messages — with the socket's
@@ -157,7 +157,7 @@ pub fn cli_message(e: &ExecError) -> String {
 }
 
 /// Whether a session's previous active lease is over, so that a new one may take its place;
-/// `Some(reason)` when it is. The cost does not grow with the host (issue 16): the answer comes
+/// `Some(reason)` when it is. The cost does not grow with the host: the answer comes
 /// from the old root's `/proc/<pid>/stat` (pid, start time, pidfs inode), and only when that
 /// root is gone from the lease's cgroup (`cgroup.procs`) and its process group (one `kill(-pgid,
 /// 0)`). Only when the group still has members — something of the session may still run — is the
@@ -268,7 +268,7 @@ pub fn is_canonical_uuid(id: &str) -> bool {
 /// Commits the lease and execs the wrapper. Returns only on failure. One step per line; each
 /// step's rules are in its own function below.
 ///
-/// `daemon`: the way to a `leash serve` of this state root, if one may be asked (issue 24).
+/// `daemon`: the way to a `leash serve` of this state root, if one may be asked.
 /// When one answers and can honour the request, it runs the same decision
 /// ([`decide_and_commit`]) on its warm connection and this process opens no database at all;
 /// otherwise (no daemon, another state root, settings the daemon did not resolve) the lease is

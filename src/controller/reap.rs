@@ -1,7 +1,7 @@
 //! `reap`: the startup reap. Plans from one snapshot (this gateway's open and closing leases
 //! whose owner is gone, legacy records, closed leases' escapees, stray cgroups): read from the
 //! leases down when every lease is contained (their roots, owners and the members their cgroups
-//! list: issue 24), else from one pass over the host. It claims and terminates the orphans like
+//! list), else from one pass over the host. It claims and terminates the orphans like
 //! `close`, sweeps the escapees of closed and lost leases by their markers, handles legacy
 //! records (`legacy.rs`), expires old leases and sweeps stray cgroups. `plan_reap` alone is the
 //! dry run.
@@ -171,7 +171,7 @@ impl<'t> Controller<'t> {
         })
     }
 
-    /// Reap's snapshot read from its leases down, without the host (issue 24), when that is
+    /// Reap's snapshot read from its leases down, without the host, when that is
     /// enough: every lease of this gateway contained (a closed or lost one's escapees can only
     /// be in its cgroup, which is read if it still exists), no legacy record, and no active
     /// lease that needs the whole table by [`Controller::read_down`]'s rule (a wrapper gone
@@ -259,7 +259,7 @@ impl<'t> Controller<'t> {
     /// is no longer alive, `lost` only when nothing of the lease was alive (or the wrapper could
     /// not be exec'd), `closed` only after every pinned process, the root included, was seen to
     /// exit. So such a row, without its cgroup, can hold nothing: the days of retained history
-    /// cost reap no read at all (issue 24). (A process that moved itself out of its lease's cgroup
+    /// cost reap no read at all. (A process that moved itself out of its lease's cgroup
     /// and out of its wrapper's tree is not looked for: docs/security.md.)
     fn terminal_may_hold(l: &Lease, cgroup_left: bool) -> bool {
         cgroup_left
@@ -269,7 +269,7 @@ impl<'t> Controller<'t> {
                     .is_some_and(|r| r.contains(terminate::SURVIVED_SIGKILL)))
     }
 
-    /// Reap's one pass over the host, shared by every lease (issue 16), when its leases alone
+    /// Reap's one pass over the host, shared by every lease, when its leases alone
     /// do not name every process it may need ([`Controller::reap_read_down`]): `stat` and uid of
     /// every process, and the costly fields (exe, cmdline, environ) only where they can matter —
     /// the processes of the caller's uid (the only ones leash may signal, so the only possible

@@ -440,7 +440,7 @@ impl Engine<'_> {
 
 /// The clause a lease's reason gets when something it signalled outlived SIGKILL (a process in
 /// uninterruptible sleep): the one way a lease ends `closed` while a process it pinned, its
-/// wrapper perhaps, may still run. `reap` reads such a lease's root again (issue 24).
+/// wrapper perhaps, may still run. `reap` reads such a lease's root again.
 pub const SURVIVED_SIGKILL: &str = "still alive after SIGKILL";
 
 /// [`Engine::lease_end`], from the facts alone: `pinned` members were signalled, `survivors`

@@ -1,4 +1,4 @@
-//! The WAL's checkpoints, off the `exec` path (issue 24). The connection `leash exec`'s leases
+//! The WAL's checkpoints, off the `exec` path. The connection `leash exec`'s leases
 //! are committed through ([`Daemon::exec_store`]) does not checkpoint: SQLite's automatic
 //! checkpoint runs inside the commit that crosses the WAL's bound, with four `fsync`s, and that
 //! commit's reply — one session start in about ten — waited 2–3 ms for them. Instead every few

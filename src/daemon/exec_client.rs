@@ -1,4 +1,4 @@
-//! `leash exec`'s way to the daemon (issue 24): one request on one connection, no database.
+//! `leash exec`'s way to the daemon: one request on one connection, no database.
 //!
 //! The daemon is found the way [`super::client`] finds it — the lock file is held and names
 //! the socket and the pid, the socket is not a symlink, the peer is that pid — but nothing

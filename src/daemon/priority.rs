@@ -1,7 +1,7 @@
 //! The control plane's priority: connection threads run raised above the adapters.
 //!
-//! `status` and `ping` must answer in milliseconds whatever the sessions do (issue 10, item 7;
-//! issue 16: p99 ≤ 50 ms with 100 sessions printing as fast as they can), and a `send` or a
+//! `status` and `ping` must answer in milliseconds whatever the sessions do (p99
+//! ≤ 50 ms with 100 sessions printing as fast as they can), and a `send` or a
 //! `cancel` should not queue behind them either. On a host whose CPUs are taken by the adapters
 //! themselves, a connection thread at the adapters' priority waits behind the whole run queue,
 //! once to wake up and again for every further scheduler slice its answer needs (`status` of

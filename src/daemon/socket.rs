@@ -180,7 +180,7 @@ const IDLE_WORKERS: usize = 2;
 /// threads that have none wait on the listening socket themselves (each on an epoll instance of
 /// its own, `EPOLLEXCLUSIVE`: a connection wakes one of them), accept, and serve. So a
 /// connection is served by the thread its `connect` woke: no accept thread wakes first to hand
-/// it over (issue 24: one wake-up and two context switches less on every `leash exec`). A thread
+/// it over (one wake-up and two context switches less on every `leash exec`). A thread
 /// that takes a connection while no other waits starts one that does; one done with its
 /// connection waits for the next, up to [`IDLE_WORKERS`] of them, and ends beyond that. They
 /// stop waiting when the daemon stops ([`Pool::close`]); a thread still serving ends after its

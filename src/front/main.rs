@@ -1,4 +1,4 @@
-//! `leash`: the front door of every leash command (issue 24).
+//! `leash`: the front door of every leash command.
 //!
 //! A session start runs `leash exec`, and on a virtual machine the C library's start-up alone
 //! costs more than everything else the front door does: glibc probes the CPU's caches with

@@ -2,7 +2,7 @@
 //! line. This module is pure — bytes in, values out — so every rule of the framing can be tested
 //! without a process, and a fuzz target could call [`classify`] on arbitrary bytes.
 //!
-//! The rules (the whole contract of a stdio server, docs in README "leash mcp"):
+//! The rules (the whole contract of a stdio server, docs in docs/guide/agents.md):
 //! - A line that is not UTF-8 or not JSON gets `-32700` with `id: null`; so does an object with
 //!   the same key twice at any depth (which of the two is meant is not ours to guess).
 //! - A JSON value that is not a message object (an array — MCP dropped batches in 2025-06-18 —,

@@ -12,7 +12,7 @@
 //! of at most [`jsonrpc::MAX_LINE`] bytes, answer it, flush, until EOF.
 //!
 //! stdout carries only JSON-RPC messages, one per line, each flushed; logs go to stderr. The
-//! framing is written here rather than taken from the `rmcp` crate: see README "leash mcp" for
+//! framing is written here rather than taken from the `rmcp` crate: see docs/guide/agents.md for
 //! the measurements behind that choice.
 
 pub mod effects;

@@ -184,7 +184,7 @@ impl Clock for SystemClock {
 }
 
 /// The re-check every pin makes once it holds its handle: the process read again (`stat` and
-/// uid only, issue 16) must be the verified instance (same start time), not a zombie, and not a
+/// uid only) must be the verified instance (same start time), not a zombie, and not a
 /// hard refusal. Returns its process group, or `None` when it has gone.
 fn recheck(
     table: &dyn ProcessTable,

@@ -85,7 +85,7 @@ impl Store {
         self.write(|tx, ctx| {
         let err = |e| ctx.err(e);
         // The statements of a lease's commit are prepared once per connection (the daemon
-        // commits every `leash exec` on one warm connection: issue 24).
+        // commits every `leash exec` on one warm connection).
         let existing = tx
             .prepare_cached(&format!("SELECT {LEASE_COLS} FROM leases WHERE session_key = ?1 AND state IN ('open','closing')"))
             .map_err(err)?

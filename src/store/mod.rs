@@ -294,7 +294,7 @@ impl Store {
     }
 
     /// Leaves this connection's checkpoints to another (the daemon's checkpointer thread): its
-    /// commits no longer run SQLite's automatic checkpoint, which runs inside the committing call
+    /// commits do not run SQLite's automatic checkpoint, which runs inside the committing call
     /// — four `fsync`s, 2–3 ms on the benchmark VM, in the reply of one `leash exec` in ten.
     pub fn without_autocheckpoint(self) -> Result<Store, StoreError> {
         self.conn

@@ -755,7 +755,7 @@ fn supervise(
             // A member of the cgroup that is not our descendant (an escapee that left the tree)
             // goes with the rest; a process moved in from outside, which fails the member check
             // (started before the wrapper, another uid, another lease's id), is not the lease's:
-            // it is neither signalled nor waited for (issue 21.2).
+            // it is neither signalled nor waited for.
             let contained_left = !children_left && cgroup.is_some_and(sys::Cgroup::has_members);
             if !children_left && !contained_left {
                 return Outcome {

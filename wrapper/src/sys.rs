@@ -201,7 +201,7 @@ pub fn owns_foreground_tty() -> bool {
 /// The child shares our memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, as glibc's
 /// posix_spawn does, which itself cannot arm PR_SET_PDEATHSIG): no page tables are copied and no
 /// copy-on-write faults follow. Against std's fork (what std takes once a `pre_exec` hook is set)
-/// that is ~0.1 ms per start on a quiet machine, and std's spawn machinery no longer links
+/// that is ~0.1 ms per start on a quiet machine, and std's spawn machinery is not linked
 /// (~50 kB of the static binary); see docs/benchmarks.md. While the child runs we are suspended,
 /// so it may use our memory: it runs on its own stack, makes only async-signal-safe calls that
 /// neither allocate nor lock, and reports a failure by storing its errno in `ChildArgs` before
@@ -597,7 +597,7 @@ impl Cgroup {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
             // Most adapters make no cgroup of their own: the rmdir alone does it, without
-            // listing the directory first (issue 24).
+            // listing the directory first.
             if libc::rmdir(c.as_ptr()) == 0 {
                 return Ok(());
             }

@@ -1,4 +1,4 @@
-// Same-key admission through the client against a real daemon (issue 23.3): a second ensure of a
+// Same-key admission through the client against a real daemon: a second ensure of a
 // key whose first ensure is in flight waits behind it (on its own client: a queued ensure holds
 // its connection) and resolves as it would have alone; a short queueTimeoutMs rejects with
 // ConflictError and starts nothing.

@@ -1,4 +1,4 @@
-// The handshake deadline through the client (issue 23.2) against a real daemon and real
+// The handshake deadline through the client against a real daemon and real
 // processes: `ensure` with `initialize` rejects with HandshakeTimeoutError (stderr tail, lease
 // id) once the daemon closed a silent adapter; the controller's ensureSession does the same and
 // five retries leave no process; a channel opened with `handshakeTimeoutMs` and a `spawn()`

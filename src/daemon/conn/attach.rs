@@ -74,7 +74,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
             // stdout reader does while it is attached (`session::stdio`, `ReaderPriority`): the
             // relay's two halves are then scheduled as a pipe's two ends are. Raised with its
             // connection, it took the CPU from the adapter or the client each time the reader
-            // woke it (issue 24, stop 33: docs/benchmarks.md). Requests on the connection are
+            // woke it (docs/benchmarks.md). Requests on the connection are
             // still answered by its raised thread.
             let _at_adapters = crate::daemon::priority::lowered();
             // Live from here until the stream ends: its cursor holds the adapter back (see

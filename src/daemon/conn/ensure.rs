@@ -283,7 +283,7 @@ fn on_running(d: &Daemon, e: &Ensure) {
     }
 }
 
-/// `ensure` with `initialize` (the handshake deadline, issue 23.2): once the adapter started,
+/// `ensure` with `initialize` (the handshake deadline): once the adapter started,
 /// the daemon sends it `initialize` and waits for the response within `handshakeTimeoutMs`. The
 /// response is the reply's `initialize`. None in time: the session is closed (TERM, the grace,
 /// KILL) and ended before the ensure answers `handshake_timeout` with the adapter's last stderr

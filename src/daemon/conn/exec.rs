@@ -1,5 +1,5 @@
-//! `exec`: the lease of a `leash exec` process, committed on the daemon's warm connection
-//! (issue 24). The lease's root is the socket's peer as the kernel recorded it (`SO_PEERCRED`
+//! `exec`: the lease of a `leash exec` process, committed on the daemon's warm connection.
+//! The lease's root is the socket's peer as the kernel recorded it (`SO_PEERCRED`
 //! and `SO_PEERPIDFD`), never a pid from the request; its owner is that process's parent, read
 //! from `/proc`; the decision is `leash exec`'s own ([`decide_and_commit`]), with its errors and
 //! messages. Settings this daemon did not resolve are answered [`ExecAnswer::Direct`]: the

@@ -1,4 +1,4 @@
-//! `execArgv`: the front door's `leash exec` (issue 24). The `leash` binary has no C library and
+//! `execArgv`: the front door's `leash exec`. The `leash` binary has no C library and
 //! no parser of its own (src/front/main.rs): it asks the daemon to do, for it, everything
 //! `leash exec` does before the wrapper's exec. The daemon reads the peer's command line,
 //! environment, current directory and binary from `/proc/<pid>` (the peer proven, as for `exec`,

@@ -722,7 +722,7 @@ impl OpRequest for Ping {
     }
 }
 
-/// `exec`: commit the lease of the calling `leash exec` process (issue 24). The request is the
+/// `exec`: commit the lease of the calling `leash exec` process. The request is the
 /// library's [`ExecAsk`](crate::controller::exec::ExecAsk); the root and the owner are never in
 /// it (the daemon reads them from the socket's peer).
 impl OpRequest for Box<crate::controller::exec::ExecAsk> {
@@ -799,7 +799,7 @@ impl OpRequest for Box<crate::controller::exec::ExecAsk> {
     }
 }
 
-/// `execArgv`: the front door's `leash exec` (issue 24): commit the lease for the calling
+/// `execArgv`: the front door's `leash exec`: commit the lease for the calling
 /// process's own command line, which the daemon reads from `/proc` (argv, environment, current
 /// directory) and parses as `leash exec` would. The request carries only a lease id the front
 /// door chose (taken unless its command line gives `--lease-id`), so that a lost answer can be

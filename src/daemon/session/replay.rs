@@ -534,7 +534,7 @@ impl Replay {
     /// seq is at least one above the one before). That guess is checked with the item before it
     /// and taken when it holds: O(1), two reads. A binary search over a buffer of 200,000 items
     /// is 18 reads that each miss the cache, and an attach keeping up with a fast adapter asks
-    /// once per few lines: it was a quarter of the attach thread's time in `perf` (issue 24).
+    /// once per few lines: a search per ask takes a quarter of the attach thread's time in `perf`.
     fn first_after(&self, cursor: i64) -> usize {
         let Some(oldest) = self.items.front().map(|i| i.seq) else {
             return 0;

@@ -255,7 +255,7 @@ static RAISE_REFUSED: AtomicBool = AtomicBool::new(false);
 /// (measured at load 12: the niced reader spent 5.7 s waiting for a CPU against 0.4 s running,
 /// and relayed at 0.1× the pipe). Not above it: a reader raised to the connection threads'
 /// priority took the CPU from the adapter each time a few lines arrived, and read them in small
-/// pieces (issue 24, stop 33: 14,000 reads per million lines against 2,800 at the adapter's
+/// pieces (14,000 reads per million lines against 2,800 at the adapter's
 /// priority, 0.21 against 0.14 µs of CPU a line, and 0.4× against 0.7× a pipe on a quiet host).
 /// With no live attach it runs niced again ([`lower_reader_priority`]): unread output yields to
 /// the control plane, as before. One `setpriority` per change, none per read.
