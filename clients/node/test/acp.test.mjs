@@ -178,10 +178,18 @@ test('an adapter not found (127) or not executable (126) is one error class with
     }
     assert.deepEqual(Object.keys(doors.spawn.data).sort(), Object.keys(doors.ensure.data).sort());
     // The lease each door names is the one leash exec recorded, ended with the reason.
-    const leases = await c.leases();
+    // A wrapper's exit is believed once the wrapper is gone: spawn() may answer from leash's
+    // error line before node has reaped it, so the row settles within a deadline, not at once.
     for (const e of Object.values(doors)) {
-      const row = leases.find((l) => l.leaseId === e.data.leaseId);
-      assert.ok(row, `lease ${e.data.leaseId} in ${JSON.stringify(leases)}`);
+      const deadline = Date.now() + 10_000;
+      let row;
+      for (;;) {
+        const leases = await c.leases();
+        row = leases.find((l) => l.leaseId === e.data.leaseId);
+        assert.ok(row, `lease ${e.data.leaseId} in ${JSON.stringify(leases)}`);
+        if (row.state !== 'open' || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
       assert.notEqual(row.state, 'open', JSON.stringify(row));
     }
   }
