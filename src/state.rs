@@ -52,8 +52,9 @@ pub enum StateError {
     )]
     Relative(PathBuf),
     #[error(
-        "LEASH_RUNTIME_DIR {path} cannot hold the wrappers' reports: {why}; nothing started \
-             (unset it, and leash picks a runtime directory itself)"
+        "LEASH_RUNTIME_DIR {path} cannot be the reports directory (where the wrappers write \
+             their reports): {why}; nothing started (unset it, and leash picks a reports \
+             directory itself)"
     )]
     RuntimeDir { path: PathBuf, why: String },
 }
@@ -333,7 +334,7 @@ fn resolve_reports_dir_among(
         }
         return match make_private_dir(&path, true) {
             Ok(()) => Ok(Some(path)),
-            Err(e) => Err(refuse(e.to_string())),
+            Err(e) => Err(refuse(reports_dir_refusal(e))),
         };
     }
     let mut candidates: Vec<PathBuf> = Vec::with_capacity(3);
@@ -356,6 +357,22 @@ fn resolve_reports_dir_among(
         }
     }
     Ok(None)
+}
+
+/// Why a directory cannot be the reports directory, said of that directory (the state root's
+/// own errors name a "state directory").
+fn reports_dir_refusal(e: StateError) -> String {
+    match e {
+        StateError::Create { source, .. } => format!("cannot create it: {source}"),
+        StateError::Foreign { owner, us, .. } => {
+            format!("it is owned by uid {owner}, not by us (uid {us})")
+        }
+        StateError::NotADir(_) => "it exists but is not a directory".into(),
+        StateError::Symlink(_) => "it is a symbolic link (leash does not follow one: it would \
+             trust whatever the link points to)"
+            .into(),
+        other => other.to_string(),
+    }
 }
 
 /// `dir`'s parent as [`resolve_reports_dir`] requires it: tmpfs, a directory owned by
