@@ -80,6 +80,20 @@ pub enum Role {
     CgroupMember,
 }
 
+impl Role {
+    /// The protocol's name of the role (`role` in `verify`'s members).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Root => "root",
+            Role::Adapter => "adapter",
+            Role::Descendant => "descendant",
+            Role::GroupMember => "groupMember",
+            Role::Marked => "marked",
+            Role::CgroupMember => "cgroupMember",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
@@ -934,6 +948,20 @@ mod tests {
         p.exe = Some(format!("{ROOT}/leash-wrap-9-9"));
         p.argv = Some(vec!["x".into(), "--".into(), "not-the-adapter".into()]);
         not_owned(lease(), p, "neither the command hash nor the exe path");
+    }
+
+    #[test]
+    fn role_names_are_the_protocols() {
+        for r in [
+            Role::Root,
+            Role::Adapter,
+            Role::Descendant,
+            Role::GroupMember,
+            Role::Marked,
+            Role::CgroupMember,
+        ] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
     }
 
     #[test]
