@@ -108,8 +108,9 @@ fn reconcile_removes_a_stray_cgroup_and_leaves_what_leash_did_not_make() {
         assert_eq!(lines.len(), 1, "{}: {lines:#?}", dir.display());
     }
     assert!(
-        log.lines().any(|l| l.contains("populated stray cgroup left alone")
-            && l.contains(&format!("pids={}", inside.pid))),
+        log.lines()
+            .any(|l| l.contains("populated stray cgroup left alone")
+                && l.contains(&format!("pids={}", inside.pid))),
         "{log}"
     );
     assert!(!log.contains("Some(") && !log.contains("None"), "{log}");

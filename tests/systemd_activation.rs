@@ -282,7 +282,11 @@ fn activator(
     let bin = leash_bin();
     let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
     let mut cmd = Command::new(activate);
-    for var in ["LEASH_CGROUP_ROOT", "LEASH_CONTAINMENT", "LEASH_RUNTIME_DIR"] {
+    for var in [
+        "LEASH_CGROUP_ROOT",
+        "LEASH_CONTAINMENT",
+        "LEASH_RUNTIME_DIR",
+    ] {
         if let Some(v) = std::env::var_os(var) {
             let mut kv = std::ffi::OsString::from(format!("{var}="));
             kv.push(v);
@@ -333,7 +337,10 @@ fn client_of(socket: &std::path::Path, home: &std::path::Path) -> Command {
 fn empty_state_dir(tmp: &TempDir) -> std::path::PathBuf {
     use std::os::unix::fs::DirBuilderExt;
     let state = tmp.join("var-lib-leash");
-    std::fs::DirBuilder::new().mode(0o700).create(&state).unwrap();
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&state)
+        .unwrap();
     state
 }
 
@@ -369,8 +376,14 @@ fn a_client_naming_only_the_socket_starts_a_system_daemon_and_is_served() {
         v["stateDir"],
         std::fs::canonicalize(&state).unwrap().display().to_string()
     );
-    assert!(state.join("leash.db").exists(), "the daemon made its database");
-    assert!(!home.exists(), "the client made a state directory of its own");
+    assert!(
+        state.join("leash.db").exists(),
+        "the daemon made its database"
+    );
+    assert!(
+        !home.exists(),
+        "the client made a state directory of its own"
+    );
     signal(pid, libc::SIGTERM);
     assert!(wait_for(|| !pid.alive()));
 }

@@ -60,7 +60,10 @@ fn a_live_session_is_owned_and_a_dead_one_dead() {
             m["pid"],
             m["role"].as_str().unwrap()
         );
-        assert!(evidence.iter().any(|e| e.starts_with(&line)), "{line}: {text}");
+        assert!(
+            evidence.iter().any(|e| e.starts_with(&line)),
+            "{line}: {text}"
+        );
     }
     assert!(
         evidence

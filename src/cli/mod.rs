@@ -923,12 +923,12 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
             backend::served_root(&crate::state::absolute(socket)?)?
         }
         _ => StateRoot::resolve(cli.global.state_dir.as_deref()).map_err(|e| {
-        let f = Failure::from(e);
-        match cli.command {
-            // Every failure of exec itself is 125.
-            Command::Exec(_) => f.of_exec(),
-            _ => f,
-        }
+            let f = Failure::from(e);
+            match cli.command {
+                // Every failure of exec itself is 125.
+                Command::Exec(_) => f.of_exec(),
+                _ => f,
+            }
         })?,
     };
     // Only the commands that start something (and `legacy import`, which records the old
