@@ -41,13 +41,20 @@ pub enum StateError {
     )]
     Missing(PathBuf),
     #[error(
+        "state directory {0} holds no state database (leash.db) yet: no `leash exec`, `leash \
+             serve` or `leash legacy import` has run on it; to reach a daemon that serves it \
+             (or one that socket activation starts), name its socket with --socket"
+    )]
+    NoDatabase(PathBuf),
+    #[error(
         "cannot make {0} an absolute path (is the current directory gone?); give an absolute \
              path"
     )]
     Relative(PathBuf),
     #[error(
-        "LEASH_RUNTIME_DIR {path} cannot hold the wrappers' reports: {why}; nothing started \
-             (unset it, and leash picks a runtime directory itself)"
+        "LEASH_RUNTIME_DIR {path} cannot be the reports directory (where the wrappers write \
+             their reports): {why}; nothing started (unset it, and leash picks a reports \
+             directory itself)"
     )]
     RuntimeDir { path: PathBuf, why: String },
 }
@@ -55,7 +62,7 @@ pub enum StateError {
 impl HasKind for StateError {
     fn kind(&self) -> Kind {
         match self {
-            StateError::Missing(_) => Kind::NotFound,
+            StateError::Missing(_) | StateError::NoDatabase(_) => Kind::NotFound,
             StateError::Relative(_) | StateError::RuntimeDir { .. } => Kind::Usage,
             _ => Kind::Internal,
         }
@@ -141,6 +148,18 @@ impl StateRoot {
     /// `exec`, `serve` and `legacy import` uses, so that none of them creates a state root (and
     /// a new gateway id) by accident. Creates nothing.
     pub fn open_existing(dir: &Path) -> Result<StateRoot, StateError> {
+        let root = Self::open_existing_dir(dir)?;
+        if fs::symlink_metadata(root.db_path()).is_err() {
+            return Err(StateError::NoDatabase(dir.to_path_buf()));
+        }
+        Ok(root)
+    }
+
+    /// Opens a state directory that must exist, with or without its database: what a client of
+    /// a named daemon socket uses (the daemon makes the database; under socket activation the
+    /// client's connection is what starts it, in the empty directory systemd's
+    /// `StateDirectory=` made). Creates nothing.
+    pub fn open_existing_dir(dir: &Path) -> Result<StateRoot, StateError> {
         let missing = || StateError::Missing(dir.to_path_buf());
         match fs::metadata(dir) {
             Ok(m) if m.is_dir() => {}
@@ -158,9 +177,6 @@ impl StateRoot {
             source,
         })?;
         let root = StateRoot { dir: canonical };
-        if fs::symlink_metadata(root.db_path()).is_err() {
-            return Err(missing());
-        }
         check_private_dir(root.dir(), true)?;
         for sub in [root.wrapper_root(), root.run_dir()] {
             if fs::symlink_metadata(&sub).is_ok() {
@@ -318,7 +334,7 @@ fn resolve_reports_dir_among(
         }
         return match make_private_dir(&path, true) {
             Ok(()) => Ok(Some(path)),
-            Err(e) => Err(refuse(e.to_string())),
+            Err(e) => Err(refuse(reports_dir_refusal(e))),
         };
     }
     let mut candidates: Vec<PathBuf> = Vec::with_capacity(3);
@@ -341,6 +357,22 @@ fn resolve_reports_dir_among(
         }
     }
     Ok(None)
+}
+
+/// Why a directory cannot be the reports directory, said of that directory (the state root's
+/// own errors name a "state directory").
+fn reports_dir_refusal(e: StateError) -> String {
+    match e {
+        StateError::Create { source, .. } => format!("cannot create it: {source}"),
+        StateError::Foreign { owner, us, .. } => {
+            format!("it is owned by uid {owner}, not by us (uid {us})")
+        }
+        StateError::NotADir(_) => "it exists but is not a directory".into(),
+        StateError::Symlink(_) => "it is a symbolic link (leash does not follow one: it would \
+             trust whatever the link points to)"
+            .into(),
+        other => other.to_string(),
+    }
 }
 
 /// `dir`'s parent as [`resolve_reports_dir`] requires it: tmpfs, a directory owned by

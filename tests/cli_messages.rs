@@ -2,7 +2,9 @@
 //! (no panic, no backtrace), a size or CPU count names what is wrong with it, a refusal says
 //! "nothing started" once, and a `leash serve` that cannot start leaves no half-made state root.
 mod common;
+mod daemon_support;
 use common::*;
+use daemon_support::Daemon;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
@@ -150,4 +152,75 @@ fn a_serve_that_cannot_start_leaves_no_half_made_state_root() {
     assert!(kept.join("leash.db").exists());
     assert!(kept.join("wrappers").is_dir());
     drop(busy);
+}
+
+/// What a message names, said in the protocol's words and without Rust's `Some(…)`/`None`.
+fn assert_plain_words(what: &str, text: &str) {
+    for rust in ["Some(", "None", "Ok(", "Err("] {
+        assert!(!text.contains(rust), "{what} shows Rust's {rust}: {text}");
+    }
+}
+
+/// A refused `LEASH_RUNTIME_DIR` is called what it is (the reports directory LEASH_RUNTIME_DIR
+/// names), never a "state directory", and the reason is said of it.
+#[test]
+fn a_refused_runtime_dir_is_named_as_the_reports_directory() {
+    let tmp = TempDir::new("runtime-dir-words");
+    let state = tmp.join("state");
+    // A file where the directory should be, and a link to a directory.
+    let file = tmp.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let link = tmp.join("a-link");
+    std::os::unix::fs::symlink(tmp.path(), &link).unwrap();
+    for (dir, why) in [
+        (&file, "it exists but is not a directory"),
+        (&link, "it is a symbolic link"),
+    ] {
+        let out = leash(&state)
+            .env("LEASH_RUNTIME_DIR", dir)
+            .args(["--no-daemon", "exec", "--session", "r", "--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains("LEASH_RUNTIME_DIR"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!err.contains("state directory"), "{err}");
+        assert_plain_words("the refusal", &err);
+    }
+}
+
+/// A daemon that commits with other containment than the client's says which, in the protocol's
+/// words (`containment on (cgroup root …)`), not with Rust's `Some("…")`: the reason the client
+/// then commits directly, which `-vv` shows.
+#[test]
+fn a_containment_mismatch_is_said_in_the_protocols_words() {
+    if !containment_available() {
+        skip("containment is not available: the client cannot ask for it");
+        return;
+    }
+    let tmp = TempDir::new("containment-words");
+    let state = tmp.join("state");
+    init_state_root(&state);
+    let mut daemon = Daemon::start_with_env(&state, &[], "info", &[("LEASH_CONTAINMENT", "off")]);
+    let out = leash(&state)
+        .env("LEASH_CONTAINMENT", "on")
+        .args(["-vv", "exec", "--session", "m", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("the daemon resolved"))
+        .unwrap_or_else(|| panic!("no reason for committing directly: {err}"));
+    assert!(
+        line.contains("the client asked for containment on (cgroup root /")
+            && line.contains("the daemon resolved containment off (no cgroup root)"),
+        "{line}"
+    );
+    assert_plain_words("the reason", line);
+    assert!(daemon.terminate().success());
 }

@@ -3,7 +3,8 @@
 //! commit leaves it), old enough that no commit can still be in flight, is removed within two
 //! passes when it is empty, without anyone running `reap`; with a process inside (which leash
 //! cannot have started: a wrapper starts only after its lease's commit) it is left, and so is the
-//! process. A directory that is not named for a lease id is left alone too.
+//! process. A directory that is not named for a lease id is left alone too. The log
+//! reports each stray once, not on every pass.
 mod common;
 mod daemon_support;
 use common::*;
@@ -91,6 +92,28 @@ fn reconcile_removes_a_stray_cgroup_and_leaves_what_leash_did_not_make() {
         bystander.alive(),
         "a process leash did not start was killed"
     );
+    // Every pass finds the two that stay; the log says so once per stray, with plain cgroup
+    // ids and pids, never Rust's `Some(…)`.
+    let from = passes(&mut c);
+    assert!(
+        wait_for(|| passes(&mut c) >= from + 3),
+        "no three more reconcile passes"
+    );
+    let log = d.log_text();
+    for dir in [&stray, &populated, &foreign] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(dir.to_str().unwrap()))
+            .collect();
+        assert_eq!(lines.len(), 1, "{}: {lines:#?}", dir.display());
+    }
+    assert!(
+        log.lines()
+            .any(|l| l.contains("populated stray cgroup left alone")
+                && l.contains(&format!("pids={}", inside.pid))),
+        "{log}"
+    );
+    assert!(!log.contains("Some(") && !log.contains("None"), "{log}");
     let last = c.call("status", json!({}));
     assert!(
         last["daemon"]["reconcile"]["last"]["straysRemoved"]

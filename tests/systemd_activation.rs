@@ -266,3 +266,180 @@ fn clients_trust_a_daemon_behind_a_forking_service_manager() {
     assert!(wait_for(|| !daemon_pid.alive()), "{}", log_text());
     drop(listener);
 }
+
+/// `systemd-socket-activate` listening on `socket`, set to exec `leash --state-dir state serve`
+/// on the first connection (as leash.socket + leash.service do), with this binary's cgroup root,
+/// containment and reports directory passed through. `None` (and a skip) without the tool.
+fn activator(
+    guard: &mut Guard,
+    tmp: &TempDir,
+    state: &std::path::Path,
+    socket: &std::path::Path,
+) -> Option<Pid> {
+    let activate = match apt::tool("systemd-socket-activate", "systemd") {
+        Ok(p) => p,
+        Err(why) => {
+            common::skip(why);
+            return None;
+        }
+    };
+    // Set the test's environment (leash_bin sets the cgroup root and the reports directory).
+    let bin = leash_bin();
+    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
+    let mut cmd = Command::new(activate);
+    for var in [
+        "LEASH_CGROUP_ROOT",
+        "LEASH_CONTAINMENT",
+        "LEASH_RUNTIME_DIR",
+    ] {
+        if let Some(v) = std::env::var_os(var) {
+            let mut kv = std::ffi::OsString::from(format!("{var}="));
+            kv.push(v);
+            cmd.arg("-E").arg(kv);
+        }
+    }
+    let child = cmd
+        .arg("-l")
+        .arg(socket)
+        .arg("-E")
+        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
+        .arg("-E")
+        .arg("LEASH_LOG=info")
+        .arg(bin)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["serve", "--reconcile-interval", "0"])
+        .stdin(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = Pid::of(child.id() as i32).unwrap();
+    guard.child(child);
+    let log_text = || std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
+    assert!(
+        wait_for(|| log_text().contains("Listening on")),
+        "{}",
+        log_text()
+    );
+    Some(pid)
+}
+
+/// A client of a system daemon: `leash --socket S status` run by a user whose own default state
+/// directory does not exist (HOME points at nothing, no LEASH_STATE_DIR or XDG_STATE_HOME).
+fn client_of(socket: &std::path::Path, home: &std::path::Path) -> Command {
+    let mut c = Command::new(leash_bin());
+    c.arg("--socket")
+        .arg(socket)
+        .env_remove("LEASH_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("LEASH_LOG")
+        .env("HOME", home)
+        .stdin(Stdio::null());
+    c
+}
+
+/// The empty state directory systemd's `StateDirectory=` makes before the first start.
+fn empty_state_dir(tmp: &TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let state = tmp.join("var-lib-leash");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&state)
+        .unwrap();
+    state
+}
+
+/// A client that names only the socket needs no state directory of its own: its connection
+/// starts the socket-activated daemon (in the empty directory systemd made), and it is served
+/// on the root that daemon serves.
+#[test]
+fn a_client_naming_only_the_socket_starts_a_system_daemon_and_is_served() {
+    let tmp = TempDir::new("activate-client");
+    let state = empty_state_dir(&tmp);
+    let socket = tmp.join("leash.sock");
+    let mut guard = Guard::new();
+    let Some(pid) = activator(&mut guard, &tmp, &state, &socket) else {
+        return;
+    };
+    let home = tmp.join("no-such-home");
+    let out = client_of(&socket, &home)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let log_text = std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}\n{log_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["daemon"]["socketActivated"], true, "{stdout}");
+    assert_eq!(v["daemon"]["pid"], pid.pid, "{stdout}");
+    assert_eq!(
+        v["stateDir"],
+        std::fs::canonicalize(&state).unwrap().display().to_string()
+    );
+    assert!(
+        state.join("leash.db").exists(),
+        "the daemon made its database"
+    );
+    assert!(
+        !home.exists(),
+        "the client made a state directory of its own"
+    );
+    signal(pid, libc::SIGTERM);
+    assert!(wait_for(|| !pid.alive()));
+}
+
+/// `--state-dir` naming the empty directory systemd made, with `--socket`: the directory exists,
+/// so it is not "missing"; the client's connection starts the daemon, which serves it. Without
+/// `--socket` the same directory is refused as holding no database yet (not as missing), and
+/// nothing is created in it.
+#[test]
+fn a_named_empty_state_directory_with_the_socket_starts_the_daemon() {
+    let tmp = TempDir::new("activate-empty");
+    let state = empty_state_dir(&tmp);
+    let socket = tmp.join("leash.sock");
+    let mut guard = Guard::new();
+    let home = tmp.join("no-such-home");
+    let out = client_of(&socket, &home)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--no-daemon")
+        .arg("status")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("holds no state database (leash.db) yet") && !err.contains("does not exist"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+
+    let Some(pid) = activator(&mut guard, &tmp, &state, &socket) else {
+        return;
+    };
+    let out = client_of(&socket, &home)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log_text = std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}\n{log_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The daemon answered, not the database directly.
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["daemon"]["pid"], pid.pid, "{stdout}");
+    assert!(state.join("leash.db").exists());
+    signal(pid, libc::SIGTERM);
+    assert!(wait_for(|| !pid.alive()));
+}

@@ -47,6 +47,30 @@ fn a_live_session_is_owned_and_a_dead_one_dead() {
             .any(|e| e.as_str().unwrap().contains("verified")),
         "{text}"
     );
+    // Each member's evidence names its role as `members[].role` does (`root`, `descendant`).
+    let evidence: Vec<&str> = v["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    for m in v["members"].as_array().unwrap() {
+        let line = format!(
+            "pid {} ({}, start time ",
+            m["pid"],
+            m["role"].as_str().unwrap()
+        );
+        assert!(
+            evidence.iter().any(|e| e.starts_with(&line)),
+            "{line}: {text}"
+        );
+    }
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e.starts_with(&format!("pid {} (root, ", wrapper.pid))),
+        "{text}"
+    );
     // The text form names the answer first.
     let out = run(&state, &["verify", "--session", "live"]);
     assert_eq!(out.code, Some(0));

@@ -497,11 +497,19 @@ pub fn plan_strays(
                     CgroupAction::Remove,
                     format!("its lease is {}", l.state),
                 )),
-                _ => out.push(stray(
+                Some(rec) => out.push(stray(
                     CgroupAction::Leave,
                     format!(
-                        "its lease is {} but recorded id {:?}, not {id}: not the lease's",
-                        l.state, l.cgroup_id
+                        "its lease is {} but records cgroup id {rec}, not {id}: not the lease's",
+                        l.state
+                    ),
+                )),
+                None => out.push(stray(
+                    CgroupAction::Leave,
+                    format!(
+                        "its lease is {} and records no cgroup id, so cgroup id {id} is not \
+                         proven the lease's",
+                        l.state
                     ),
                 )),
             },
@@ -545,11 +553,11 @@ pub fn settle_stray(
     } else if obs.id.is_none() {
         s.action = CgroupAction::None;
         s.reason = format!("{}; already gone", s.reason);
-    } else if obs.id != Some(s.id) {
+    } else if let Some(now) = obs.id.filter(|&now| now != s.id) {
         s.action = CgroupAction::Leave;
         s.reason = format!(
-            "{}; made again since it was listed (id {:?}, listed {}), so left alone",
-            s.reason, obs.id, s.id
+            "{}; made again since it was listed (cgroup id {now}, listed {}), so left alone",
+            s.reason, s.id
         );
     } else if obs.populated || !obs.procs.is_empty() {
         s.processes = obs
@@ -861,6 +869,43 @@ mod tests {
         let strays = plan_strays(std::path::Path::new(ROOT), &dirs, &[], i64::MAX / 2, 1);
         let paths: Vec<&str> = strays.iter().map(|s| s.path.as_str()).collect();
         assert_eq!(paths, [format!("{ROOT}/not-a-lease")]);
+    }
+
+    /// A stray's reason names cgroup ids as numbers (what `cgroupId` holds), never Rust's
+    /// `Some(…)`: a lease that records another id, one that records none, and a directory made
+    /// again between the listing and the look.
+    #[test]
+    fn stray_reasons_name_cgroup_ids_in_plain_words() {
+        let mut unrecorded = ended_lease(OTHER, 0);
+        unrecorded.cgroup_id = None;
+        let leases = vec![Ok(ended_lease(LID, 276950)), Ok(unrecorded)];
+        let dirs = vec![(LID.to_string(), 7), (OTHER.to_string(), 8)];
+        let strays = plan_strays(std::path::Path::new(ROOT), &dirs, &leases, i64::MAX / 2, 1);
+        assert_eq!(
+            strays[0].reason,
+            "its lease is closed but records cgroup id 276950, not 7: not the lease's"
+        );
+        assert_eq!(
+            strays[1].reason,
+            "its lease is closed and records no cgroup id, so cgroup id 8 is not proven the \
+             lease's"
+        );
+        let remade = StrayCgroup {
+            path: format!("{ROOT}/{LID}"),
+            id: 7,
+            action: CgroupAction::Remove,
+            reason: "its lease is closed".into(),
+            processes: Vec::new(),
+        };
+        let s = settle_stray(remade, &seen(&format!("{ROOT}/{LID}"), 9, vec![]), |_| None);
+        assert_eq!(
+            s.reason,
+            "its lease is closed; made again since it was listed (cgroup id 9, listed 7), so left \
+             alone"
+        );
+        for r in [&strays[0].reason, &strays[1].reason, &s.reason] {
+            assert!(!r.contains("Some(") && !r.contains("None"), "{r}");
+        }
     }
 
     #[test]

@@ -80,6 +80,20 @@ pub enum Role {
     CgroupMember,
 }
 
+impl Role {
+    /// The protocol's name of the role (`role` in `verify`'s members).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Root => "root",
+            Role::Adapter => "adapter",
+            Role::Descendant => "descendant",
+            Role::GroupMember => "groupMember",
+            Role::Marked => "marked",
+            Role::CgroupMember => "cgroupMember",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
@@ -393,6 +407,14 @@ impl RootProblem {
 }
 
 /// Checks a live root whose pid and start time match. `Err` is the verdict to return.
+/// A marker a process's environment carries, in a reason: `lease id L`, or that it carries none.
+fn carried(what: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("{what} {v}"),
+        None => format!("no {what}"),
+    }
+}
+
 fn check_root(
     lease: &Lease,
     expect: &Expect<'_>,
@@ -426,16 +448,20 @@ fn check_root(
             if env.lease_id.as_deref() != Some(lease.lease_id.as_str()) {
                 return Err(RootProblem::NotOwned {
                     reason: format!(
-                        "root pid {} carries lease id {:?}, not {}",
-                        p.pid, env.lease_id, lease.lease_id
+                        "root pid {} carries {}, not lease id {}",
+                        p.pid,
+                        carried("lease id", env.lease_id.as_deref()),
+                        lease.lease_id
                     ),
                 });
             }
             if env.gateway_instance_id.as_deref() != Some(expect.gateway_instance_id) {
                 return Err(RootProblem::NotOwned {
                     reason: format!(
-                        "root pid {} carries gateway id {:?}, not {}",
-                        p.pid, env.gateway_instance_id, expect.gateway_instance_id
+                        "root pid {} carries {}, not gateway id {}",
+                        p.pid,
+                        carried("gateway id", env.gateway_instance_id.as_deref()),
+                        expect.gateway_instance_id
                     ),
                 });
             }
@@ -914,14 +940,28 @@ mod tests {
         not_owned(lease(), p, "not under this gateway's wrapper root");
         let mut p = wrapper();
         p.env.as_mut().unwrap().lease_id = Some("another".into());
-        not_owned(lease(), p, "carries lease id");
+        not_owned(lease(), p, "carries lease id another, not lease id");
         let mut p = wrapper();
         p.env.as_mut().unwrap().gateway_instance_id = None;
-        not_owned(lease(), p, "carries gateway id");
+        not_owned(lease(), p, "carries no gateway id, not gateway id");
         let mut p = wrapper();
         p.exe = Some(format!("{ROOT}/leash-wrap-9-9"));
         p.argv = Some(vec!["x".into(), "--".into(), "not-the-adapter".into()]);
         not_owned(lease(), p, "neither the command hash nor the exe path");
+    }
+
+    #[test]
+    fn role_names_are_the_protocols() {
+        for r in [
+            Role::Root,
+            Role::Adapter,
+            Role::Descendant,
+            Role::GroupMember,
+            Role::Marked,
+            Role::CgroupMember,
+        ] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
     }
 
     #[test]

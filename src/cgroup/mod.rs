@@ -39,8 +39,8 @@ pub use lifecycle::{
 pub use limits::{enable_controllers, parse_cpu_max, parse_size, Limits};
 pub use observe::{children, observe, Usage};
 pub use root::{
-    cgroup2_mount, default_root, move_self_to_leaf, own_cgroup, Containment, Requested, Settings,
-    DAEMON_LEAF, ENV_CGROUP_ROOT, ENV_CONTAINMENT,
+    cgroup2_mount, default_root, describe, move_self_to_leaf, own_cgroup, Containment, Requested,
+    Settings, DAEMON_LEAF, ENV_CGROUP_ROOT, ENV_CONTAINMENT,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -83,6 +83,16 @@ impl Settings {
     }
 }
 
+/// A containment mode and its cgroup root in the protocol's words (`containment.mode`,
+/// `containment.root`), for messages: `containment on (cgroup root /sys/fs/cgroup/leash)`,
+/// `containment off (no cgroup root)`.
+pub fn describe(mode: &str, root: Option<&Path>) -> String {
+    match root {
+        Some(r) => format!("containment {mode} (cgroup root {})", r.display()),
+        None => format!("containment {mode} (no cgroup root)"),
+    }
+}
+
 /// Whether containment is in effect here, where, and if not, why not. `leash status` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

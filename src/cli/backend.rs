@@ -90,6 +90,24 @@ pub(super) fn open(
     }))
 }
 
+/// The state root the daemon on `socket` serves, asked over a connection of its own: how a
+/// client that names only a socket finds the root. The answer is a claim, used only as a path:
+/// the root must be a private directory of this uid ([`StateRoot::open_existing_dir`]), and
+/// [`open`] then trusts the socket only if that root's lock names its peer, as for any socket.
+pub(super) fn served_root(socket: &Path) -> Result<PathBuf, Failure> {
+    let refused = |e: ClientError| {
+        Failure::new(
+            Kind::DaemonNeeded,
+            format!("{e}; without --socket leash works on the state database directly"),
+        )
+    };
+    if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(refused(ClientError::SymlinkSocket(socket.to_path_buf())));
+    }
+    let mut client = Client::connect(socket).map_err(refused)?;
+    Ok(client.status().map_err(remote)?.root.state_dir)
+}
+
 /// Maps a daemon error to the exit code the same failure has without a daemon, its message in
 /// the CLI's words (flags, not wire fields), its cause the daemon's code.
 pub(super) fn remote(e: ClientError) -> Failure {

@@ -919,14 +919,35 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
         _ => {}
     }
     let settings = containment_settings(&cli);
-    let dir = StateRoot::resolve(cli.global.state_dir.as_deref()).map_err(|e| {
-        let f = Failure::from(e);
-        match cli.command {
-            // Every failure of exec itself is 125.
-            Command::Exec(_) => f.of_exec(),
-            _ => f,
+    // A verb sent to a named daemon socket needs no state root of the caller's own: without
+    // --state-dir / LEASH_STATE_DIR it works on the root that daemon serves, and a named root
+    // need not hold a database yet (the connection may be what starts the daemon, under socket
+    // activation, in the empty directory systemd made for it).
+    let to_named_socket = cli.global.socket.is_some()
+        && !cli.global.no_daemon
+        && matches!(
+            cli.command,
+            Command::Leases(_)
+                | Command::Status(_)
+                | Command::Close(_)
+                | Command::Cancel(_)
+                | Command::Reap(_)
+                | Command::Sessions(_)
+                | Command::Verify(_)
+        );
+    let dir = match (&cli.global.socket, &cli.global.state_dir) {
+        (Some(socket), None) if to_named_socket => {
+            backend::served_root(&crate::state::absolute(socket)?)?
         }
-    })?;
+        _ => StateRoot::resolve(cli.global.state_dir.as_deref()).map_err(|e| {
+            let f = Failure::from(e);
+            match cli.command {
+                // Every failure of exec itself is 125.
+                Command::Exec(_) => f.of_exec(),
+                _ => f,
+            }
+        })?,
+    };
     // Only the commands that start something (and `legacy import`, which records the old
     // gateway's processes before any session runs) may create a state root: a typo in
     // --state-dir must not silently become a second gateway.
@@ -947,6 +968,8 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
     };
     let root = if creates {
         StateRoot::open(&dir)?
+    } else if to_named_socket {
+        StateRoot::open_existing_dir(&dir)?
     } else {
         StateRoot::open_existing(&dir)?
     };

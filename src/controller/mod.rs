@@ -129,6 +129,10 @@ pub struct Controller<'t> {
     clock: &'t (dyn Clock + Sync),
     /// Whoever holds the adapters' stdin, for `sessions send` (a front door sets it).
     input: Box<dyn sessions::SessionInput + Send + Sync>,
+    /// The stray cgroups the last sweep reported, by (path, cgroup id, result): a controller
+    /// that sweeps again and again (the daemon's reconcile passes) reports each once at its
+    /// level and a stray that stays the same at debug only.
+    strays_reported: Mutex<std::collections::HashSet<(String, u64, String)>>,
 }
 
 /// Leases claimed, and (lease id, why not) for the others.
@@ -250,6 +254,7 @@ impl<'t> Controller<'t> {
             signaller: &PidfdSignaller,
             clock: &SystemClock,
             input: Box::new(sessions::NoSessionInput),
+            strays_reported: Mutex::default(),
         })
     }
 

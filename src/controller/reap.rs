@@ -58,7 +58,38 @@ fn stray_min_age_ms() -> i64 {
 }
 
 /// Removes an empty stray (never writes `cgroup.kill`: what is in a stray is not leash's, see
-/// [`plan::settle_stray`]); a populated one is reported and left.
+/// [`plan::settle_stray`]); a populated one is left (and reported: [`report_stray`]).
+/// Logs what the sweep did with one stray: at INFO (WARN when it holds processes) the first
+/// time, at DEBUG when the last sweep reported the same (`first` false).
+fn report_stray(c: &SweptCgroup, first: bool) {
+    let cgroup_id = c.id;
+    if c.processes.is_empty() {
+        if first {
+            tracing::info!(cgroup = %c.path, cgroup_id, result = %c.result, reason = %c.reason, "stray cgroup");
+        } else {
+            tracing::debug!(cgroup = %c.path, cgroup_id, result = %c.result, reason = %c.reason, "stray cgroup, as reported before");
+        }
+        return;
+    }
+    let pids = c
+        .processes
+        .iter()
+        .map(|p| p.pid.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let commands = c
+        .processes
+        .iter()
+        .map(|p| p.command.as_deref().unwrap_or("?"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if first {
+        tracing::warn!(cgroup = %c.path, cgroup_id, result = %c.result, %pids, %commands, reason = %c.reason, "populated stray cgroup left alone");
+    } else {
+        tracing::debug!(cgroup = %c.path, cgroup_id, result = %c.result, %pids, reason = %c.reason, "populated stray cgroup left alone, as reported before");
+    }
+}
+
 fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
     let (result, reason) = match s.action {
         CgroupAction::Remove => {
@@ -73,17 +104,6 @@ fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
             ("left", s.reason)
         }
     };
-    if s.processes.is_empty() {
-        tracing::info!(cgroup = %s.path, result, reason = %reason, "stray cgroup");
-    } else {
-        let pids: Vec<i32> = s.processes.iter().map(|p| p.pid).collect();
-        let commands: Vec<&str> = s
-            .processes
-            .iter()
-            .map(|p| p.command.as_deref().unwrap_or("?"))
-            .collect();
-        tracing::warn!(cgroup = %s.path, result, ?pids, ?commands, reason = %reason, "populated stray cgroup left alone");
-    }
     SweptCgroup {
         path: s.path,
         id: s.id,
@@ -407,10 +427,23 @@ impl<'t> Controller<'t> {
         let Some(root) = self.cgroup_root() else {
             return Vec::new();
         };
-        self.strays(&root, leases, now_ms)
+        let swept: Vec<SweptCgroup> = self
+            .strays(&root, leases, now_ms)
             .into_iter()
             .map(sweep_one)
-            .collect()
+            .collect();
+        let mut reported = self
+            .strays_reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let key = |c: &SweptCgroup| (c.path.clone(), c.id, c.result.clone());
+        let now: std::collections::HashSet<_> = swept.iter().map(key).collect();
+        // Only this sweep's strays are remembered: one that went and comes back is new.
+        reported.retain(|k| now.contains(k));
+        for c in &swept {
+            report_stray(c, reported.insert(key(c)));
+        }
+        swept
     }
 
     /// Startup reap: orphaned leases (owner gone) are verified and terminated or marked lost,

@@ -150,8 +150,11 @@ pub fn judge(
                 report.evidence = tree.evidence.clone();
                 for m in tree.children_first() {
                     report.evidence.push(format!(
-                        "pid {} ({:?}, start time {}): {}",
-                        m.pid, m.role, m.start_time, m.evidence
+                        "pid {} ({}, start time {}): {}",
+                        m.pid,
+                        m.role.name(),
+                        m.start_time,
+                        m.evidence
                     ));
                     report.members.push(LiveMember::from(m));
                 }
@@ -166,8 +169,11 @@ pub fn judge(
                 for m in tree.children_first() {
                     if signals.iter().any(|s| s.pid == m.pid) {
                         report.evidence.push(format!(
-                            "pid {} ({:?}, start time {}): {}",
-                            m.pid, m.role, m.start_time, m.evidence
+                            "pid {} ({}, start time {}): {}",
+                            m.pid,
+                            m.role.name(),
+                            m.start_time,
+                            m.evidence
                         ));
                         report.members.push(LiveMember::from(m));
                     }

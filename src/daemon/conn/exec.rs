@@ -70,8 +70,9 @@ fn cannot_honour(d: &Daemon, ask: &ExecAsk) -> Option<String> {
     }
     if ask.containment != d.containment.mode || ask.cgroup_root != d.containment.root {
         return Some(format!(
-            "containment {} under {:?} asked, the daemon resolved {} under {:?}",
-            ask.containment, ask.cgroup_root, d.containment.mode, d.containment.root
+            "the client asked for {}; the daemon resolved {}",
+            crate::cgroup::describe(&ask.containment, ask.cgroup_root.as_deref()),
+            crate::cgroup::describe(&d.containment.mode, d.containment.root.as_deref())
         ));
     }
     // The client's reports directory: recorded in the row only when it is a private directory

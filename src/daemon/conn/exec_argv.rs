@@ -175,8 +175,9 @@ fn exec_argv(d: &Daemon, peer: &Peer, ask: ExecArgv) -> Reply<ExecArgvAnswer> {
     }
     if mine.mode != d.containment.mode || mine.root != d.containment.root {
         return direct(format!(
-            "containment {} under {:?} asked, the daemon resolved {} under {:?}",
-            mine.mode, mine.root, d.containment.mode, d.containment.root
+            "the client asked for {}; the daemon resolved {}",
+            crate::cgroup::describe(&mine.mode, mine.root.as_deref()),
+            crate::cgroup::describe(&d.containment.mode, d.containment.root.as_deref())
         ));
     }
     let wrapper = match crate::install::locate_wrapper_for(
