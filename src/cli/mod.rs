@@ -612,14 +612,7 @@ pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
     std::process::exit(i32::from(Kind::Internal.exit_code()))
 }
 
-/// The front door's hand-over after it sent `execArgv` (see src/front/main.rs): the lease id it
-/// asked for. Taken out of this process's environment first thing, so no child inherits it.
-const ENV_EXEC_ASKED: &str = "LEASH_EXEC_ASKED";
-
 pub fn main() -> ExitCode {
-    // Single-threaded still: nothing else reads the environment concurrently.
-    let asked = std::env::var(ENV_EXEC_ASKED).ok();
-    std::env::remove_var(ENV_EXEC_ASKED);
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = match parse(&args) {
         Ok(cli) => cli,
@@ -633,7 +626,7 @@ pub fn main() -> ExitCode {
         Some(f) => f == ErrorFormat::Json,
         None => wants_json(&cli.command),
     };
-    match run(cli, asked) {
+    match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             if json_errors {
@@ -798,103 +791,7 @@ fn settings_of(global: &GlobalArgs) -> crate::cgroup::Settings {
     }
 }
 
-/// The options of `leash exec` clap reads from the environment when they are not on the command
-/// line: the arg's id, the variable, the option.
-const PEER_ENV: [(&str, &str, &str); 3] = [
-    ("state_dir", crate::state::ENV_STATE_DIR, "--state-dir"),
-    (
-        "containment",
-        crate::cgroup::ENV_CONTAINMENT,
-        "--containment",
-    ),
-    (
-        "cgroup_root",
-        crate::cgroup::ENV_CGROUP_ROOT,
-        "--cgroup-root",
-    ),
-];
-
-/// [`ExecCli`]'s parser without its environment fallbacks (a peer's are given as options by
-/// [`exec_for_peer`]), built once and kept: building one (and even cloning a built one) costs
-/// more than a parse.
-fn peer_parser() -> std::sync::MutexGuard<'static, clap::Command> {
-    use clap::CommandFactory;
-    static PARSER: std::sync::OnceLock<std::sync::Mutex<clap::Command>> =
-        std::sync::OnceLock::new();
-    PARSER
-        .get_or_init(|| {
-            let mut cmd = ExecCli::command();
-            for (id, _, _) in PEER_ENV {
-                cmd = cmd.mut_arg(id, |a| a.env(None));
-            }
-            cmd.build();
-            std::sync::Mutex::new(cmd)
-        })
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-/// `leash exec`'s command line read for another process — the front door that sent the daemon
-/// `execArgv` — with the parser the command line itself uses: what that process would run, had
-/// it been `leash-main` (a [`crate::controller::exec::PeerExecParser`]). It parses the command
-/// line as the process whose argv, environment (read with `var`) and current directory these are
-/// would: clap's
-/// environment fallbacks (`LEASH_STATE_DIR`, `LEASH_CONTAINMENT`, `LEASH_CGROUP_ROOT`) are read
-/// from `env`, never from this process's. `Err`: it does not parse as `leash exec` (leash-main
-/// says why), with clap's reason.
-pub fn exec_for_peer(
-    argv: &[OsString],
-    var: &dyn Fn(&str) -> Option<OsString>,
-    cwd: &dyn Fn() -> Option<PathBuf>,
-) -> Result<crate::controller::exec::PeerExec, String> {
-    use clap::FromArgMatches;
-    // Before the first `--`, every token that starts with `--` is an option of clap's (no option
-    // of `leash exec` takes a value that starts with a hyphen): a flag is given there or not.
-    let options = argv
-        .iter()
-        .skip(1)
-        .take_while(|a| a.as_os_str() != "--")
-        .filter_map(|a| a.to_str());
-    let given: Vec<&str> = options.filter(|a| a.starts_with("--")).collect();
-    // What clap would have read from the environment, given as the option it stands for.
-    let mut line: Vec<OsString> = argv.to_vec();
-    for (_, name, flag) in PEER_ENV {
-        let on_the_line = given
-            .iter()
-            .any(|a| *a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
-        if on_the_line {
-            continue;
-        }
-        if let Some(v) = var(name) {
-            // Empty: clap's own handling differs from arg to arg; leash-main's to say.
-            if v.is_empty() {
-                return Err(format!("{name} is set but empty"));
-            }
-            let mut opt = OsString::from(format!("{flag}="));
-            opt.push(v);
-            line.insert(1, opt);
-        }
-    }
-    let matches = peer_parser()
-        .try_get_matches_from_mut(&line)
-        .map_err(|e| e.to_string())?;
-    let ExecCli {
-        global,
-        command: ExecOnly::Exec(a),
-    } = ExecCli::from_arg_matches(&matches).map_err(|e| e.to_string())?;
-    let state_dir =
-        StateRoot::resolve_for(global.state_dir.as_deref(), var, cwd).map_err(|e| e.to_string())?;
-    let needs_main = global.no_daemon || global.verbose > 0 || var(logging::ENV_LOG).is_some();
-    let json_errors = global.error_format == Some(ErrorFormat::Json);
-    let request = exec_request(a, settings_of(&global), json_errors, None);
-    Ok(crate::controller::exec::PeerExec {
-        state_dir,
-        request,
-        needs_main,
-    })
-}
-
-pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
+pub fn run(cli: Cli) -> Result<u8, Failure> {
     // These need no state root.
     match &cli.command {
         Command::Completions(a) => return docs::completions(a),
@@ -919,7 +816,7 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
     );
     if let Command::Exec(a) = cli.command {
         let json_errors = cli.global.error_format == Some(ErrorFormat::Json);
-        let req = exec_request(a, settings, json_errors, asked);
+        let req = exec_request(a, settings, json_errors);
         return run_exec(&dir, req, cli.global.no_daemon);
     }
     // The first directory of the state root's path that does not exist yet: what a failed
@@ -1009,13 +906,11 @@ fn remove_unused_root(root: &StateRoot, from: &std::path::Path) {
     }
 }
 
-/// `leash exec`'s request from its command line (the CLI's, and the daemon's for the front
-/// door's `execArgv`).
+/// `leash exec`'s request from its command line.
 fn exec_request(
     a: ExecArgs,
     containment: crate::cgroup::Settings,
     json_errors: bool,
-    asked: Option<String>,
 ) -> ExecRequest {
     ExecRequest {
         containment,
@@ -1039,7 +934,6 @@ fn exec_request(
         },
         lease_id: a.lease_id,
         command: a.command,
-        asked,
         report_dir: None,
     }
 }
@@ -1054,7 +948,7 @@ fn run_exec(dir: &std::path::Path, mut req: ExecRequest, no_daemon: bool) -> Res
         .map_err(|e| Failure::new(e.kind(), e.to_string()).of_exec())?;
     let root = StateRoot::open(dir)
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
-    // A daemon of this state root commits the lease on its warm connection (issue 24); without
+    // A daemon of this state root commits the lease on its warm connection; without
     // one (or with --no-daemon) the lease is committed here.
     let through = crate::daemon::exec_client::ExecThroughDaemon { root: &root };
     let through: &dyn crate::controller::exec::ExecDaemon = &through;
