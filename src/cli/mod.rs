@@ -116,39 +116,8 @@ pub struct GlobalArgs {
     pub cgroup_root: Option<PathBuf>,
 }
 
-/// `leash exec`'s command line alone: the global options and [`ExecArgs`], without the other
-/// subcommands. Every session start runs `leash exec`, and clap builds every argument of every
-/// subcommand of [`Cli`] before it parses one (issue 24). [`parse`] takes its answer only when it
-/// parses: any refusal, `--help` included, is [`Cli`]'s own, word for word.
-#[derive(Debug, Parser)]
-#[command(name = "leash")]
-struct ExecCli {
-    #[command(flatten)]
-    global: GlobalArgs,
-    #[command(subcommand)]
-    command: ExecOnly,
-}
-
-#[derive(Debug, Subcommand)]
-enum ExecOnly {
-    Exec(ExecArgs),
-}
-
-/// Parses a command line: `leash exec ...` through [`ExecCli`] (the same definitions, one
-/// subcommand), else, and whenever that refuses it, through [`Cli`].
+/// Parses a command line, every subcommand `exec` included, with the one parser [`Cli`].
 pub fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    if args.get(1).is_some_and(|a| a == "exec") {
-        if let Ok(ExecCli {
-            global,
-            command: ExecOnly::Exec(a),
-        }) = ExecCli::try_parse_from(args)
-        {
-            return Ok(Cli {
-                global,
-                command: Command::Exec(a),
-            });
-        }
-    }
     Cli::try_parse_from(args)
 }
 
@@ -1104,51 +1073,55 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// `leash exec`'s command lines go through the one parser: global options and the exec's
+    /// own anywhere before `--`, everything after it the command; and what it refuses, it refuses
+    /// as a usage error of `leash exec`.
     #[test]
-    fn exec_cli_is_well_formed() {
-        use clap::CommandFactory;
-        ExecCli::command().debug_assert();
-    }
-
-    /// `leash exec`'s own parser reads every exec command line as the whole CLI does, global
-    /// options and environment included, and refuses what it refuses (then [`parse`] answers
-    /// with the whole CLI's error).
-    #[test]
-    fn the_exec_parser_reads_exec_lines_as_the_whole_cli() {
+    fn exec_lines_parse_with_the_one_parser() {
         let words = |line: &str| -> Vec<OsString> { line.split(' ').map(OsString::from).collect() };
         let accepted = [
-            "leash exec -- /bin/true",
-            "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
-            "leash exec --grace 500ms --owner-pid 1 -- x",
-            "leash exec --grace-ms 700 --lease-id 0190b1f2-7c3a-7d4e-8f00-1234567890ab -- x",
-            "leash exec --memory-max 512M --pids-max 10 --cpu-max 0.5 -- x --flag",
-            "leash exec --unset-env A --unset-env B -- x",
-            "leash exec --clear-env --keep-env PATH -- x",
-            "leash exec --state-dir /tmp/s -vv --error-format json --containment off -- x",
-            "leash exec --cgroup-root /sys/fs/cgroup/x --socket /tmp/x.sock --no-daemon -- x",
-            "leash exec --session=k -- -- x",
+            ("leash exec -- /bin/true", &["/bin/true"][..]),
+            (
+                "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
+                &["cat", "-n"],
+            ),
+            ("leash exec --grace 500ms --owner-pid 1 -- x", &["x"]),
+            (
+                "leash exec --grace-ms 700 --lease-id 0190b1f2-7c3a-7d4e-8f00-1234567890ab -- x",
+                &["x"],
+            ),
+            (
+                "leash exec --memory-max 512M --pids-max 10 --cpu-max 0.5 -- x --flag",
+                &["x", "--flag"],
+            ),
+            ("leash exec --unset-env A --unset-env B -- x", &["x"]),
+            ("leash exec --clear-env --keep-env PATH -- x", &["x"]),
+            (
+                "leash exec --state-dir /tmp/s -vv --error-format json --containment off -- x",
+                &["x"],
+            ),
+            (
+                "leash exec --cgroup-root /sys/fs/cgroup/x --socket /tmp/x.sock --no-daemon -- x",
+                &["x"],
+            ),
+            ("leash exec --session=k -- -- x", &["--", "x"]),
         ];
-        for line in accepted {
-            let fast =
-                ExecCli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
-            let whole = Cli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
-            let ExecOnly::Exec(a) = fast.command;
-            let fast = Cli {
-                global: fast.global,
-                command: Command::Exec(a),
+        for (line, command) in accepted {
+            let cli = parse(&words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let Command::Exec(a) = cli.command else {
+                panic!("{line}: not exec");
             };
-            assert_eq!(format!("{fast:?}"), format!("{whole:?}"), "{line}");
-            assert_eq!(
-                format!("{:?}", parse(&words(line)).unwrap()),
-                format!("{whole:?}"),
-                "{line}"
-            );
+            assert_eq!(a.command, words(&command.join(" ")), "{line}");
         }
+        let global = parse(&words("leash exec --state-dir /tmp/s -vv --no-daemon -- x")).unwrap();
+        assert_eq!(
+            global.global.state_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/s"))
+        );
+        assert_eq!((global.global.verbose, global.global.no_daemon), (2, true));
         let refused = [
             "leash exec",
             "leash exec /bin/true",
-            "leash exec --help",
-            "leash exec --version",
             "leash exec --grace 2h -- x",
             "leash exec --grace 1s --grace-ms 5 -- x",
             "leash exec --keep-env PATH -- x",
@@ -1159,15 +1132,8 @@ mod tests {
             "leash exec --containment maybe -- x",
         ];
         for line in refused {
-            let whole = Cli::try_parse_from(words(line)).expect_err(line);
-            assert!(ExecCli::try_parse_from(words(line)).is_err(), "{line}");
-            let got = parse(&words(line)).expect_err(line);
-            assert_eq!(got.kind(), whole.kind(), "{line}");
-            assert_eq!(
-                got.render().to_string(),
-                whole.render().to_string(),
-                "{line}"
-            );
+            let e = parse(&words(line)).expect_err(line);
+            assert!(e.use_stderr(), "{line}: a usage error, not help");
         }
     }
 
