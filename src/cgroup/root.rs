@@ -1,7 +1,7 @@
 //! Where leash's cgroups live: the cgroup2 mount, the leash cgroup root (flag, environment or
 //! the caller's own cgroup), the gateway's directory under it, and the daemon's own leaf.
 
-use super::write_file;
+use super::files::write_file;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
