@@ -3,15 +3,15 @@
 # in .cargo/config.toml): "$1" is the compiler (or clippy-driver), the rest its arguments.
 #
 # It adds `-C target-feature=+crt-static` to exactly two compilations: the `leash-wrap` and the
-# `leash-main` binaries on a linux-gnu target (and `-C panic=abort` to the `leash` front door, see
-# below). One wrapper runs per session; linking it statically
+# `leash` binaries on a linux-gnu target. One wrapper runs per session; linking it statically
 # saves the dynamic loader's work (about 0.5 ms per start) and 0.65-0.85 MB of RSS per wrapper
 # (measured in docs/benchmarks.md). `leash` runs once per `leash exec`, and its start is part of
-# every session start that the front door leaves to it: statically linked it skips loading libgcc_s, libm and libc,
-# their relocations and libgcc_s's own CPU probe (≈ 1 ms per start on the benchmark VM, where
-# `cpuid` traps; docs/benchmarks.md, Host scale). leash resolves no users, hosts or services
-# through NSS, so glibc's static-linking caveats do not reach it. Cargo's fingerprints do not see
-# this flag: after changing how a binary is linked, `cargo clean -p leash-wrap` (or `-p leash`).
+# every session start: statically linked it skips loading libgcc_s, libm and libc, their
+# relocations and libgcc_s's own CPU probe (about 1 ms per start on the benchmark VM, where
+# `cpuid` traps; docs/benchmarks.md, Host scale). Release artifacts are these static binaries.
+# leash resolves no users, hosts or services through NSS, so glibc's static-linking caveats do
+# not reach it. Cargo's fingerprints do not see this flag: after changing how a binary is linked,
+# `cargo clean -p leash-wrap` (or `-p leash`).
 # Why not a rustflag: `[target.<triple>] rustflags` without `--target` also
 # reach proc-macro crates, which cannot be built with crt-static on gnu ("cannot produce
 # proc-macro ... does not support these crate types"); `[build] target = ...` would move every
@@ -38,14 +38,7 @@ for a in "$@"; do
     prev=$a
 done
 
-# The front door (`leash`, src/front/main.rs) has no C library and no std: it cannot unwind, so
-# it is built with panic=abort in every profile (the release profile says so for everything; a
-# test build would otherwise ask for unwinding, which needs std). build.rs gives its link flags.
-if [ "$crate" = leash ] && [ "$kind" = bin ]; then
-    exec "$@" -C panic=abort
-fi
-
-if { [ "$crate" = leash_wrap ] || [ "$crate" = leash_main ]; } && [ "$kind" = bin ] && [ -z "$test" ] \
+if { [ "$crate" = leash_wrap ] || [ "$crate" = leash ]; } && [ "$kind" = bin ] && [ -z "$test" ] \
     && [ "${LEASH_WRAP_DYNAMIC:-0}" != 1 ]; then
     case "${target:-$(uname -s)}" in
         *-linux-gnu* | Linux)

@@ -93,7 +93,7 @@ gid=$(id -g "$user")
 # skip directory of its own.
 mkdir -m 0755 "$work" "$work/bin"
 touch "$work/.leash-rootless"
-cp "$target_dir/debug/leash" "$target_dir/debug/leash-main" "$target_dir/debug/leash-wrap" "$work/bin/"
+cp "$target_dir/debug/leash" "$target_dir/debug/leash-wrap" "$work/bin/"
 for t in "${tests[@]}"; do
   exe=$(printf '%s\n' "$executables" | awk -F '\t' -v t="$t" '$1 == t { print $2; exit }')
   if [ -z "$exe" ]; then

@@ -50,8 +50,8 @@ pub fn locate_wrapper() -> Result<PathBuf, InstallError> {
 }
 
 /// [`locate_wrapper`] for a process whose binary is `exe` and whose [`ENV_WRAP_BIN`] is
-/// `wrap_bin` (the daemon's `execArgv` looks for the front door's peer).
-pub fn locate_wrapper_for(
+/// `wrap_bin`.
+fn locate_wrapper_for(
     exe: Option<&Path>,
     wrap_bin: Option<std::ffi::OsString>,
 ) -> Result<PathBuf, InstallError> {

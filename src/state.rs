@@ -91,24 +91,6 @@ impl StateRoot {
         Self::resolve_relative(flag, &|k| std::env::var_os(k)).and_then(|p| absolute(&p))
     }
 
-    /// [`StateRoot::resolve`] as another process would resolve it, from its environment (`env`)
-    /// and its current directory (`cwd`, asked only for a relative path; `None` when it cannot be
-    /// read): what the daemon does for the front door's `execArgv`.
-    pub fn resolve_for(
-        flag: Option<&Path>,
-        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
-        cwd: &dyn Fn() -> Option<PathBuf>,
-    ) -> Result<PathBuf, StateError> {
-        let p = Self::resolve_relative(flag, env)?;
-        if p.is_absolute() {
-            return Ok(p);
-        }
-        match cwd() {
-            Some(cwd) => Ok(cwd.join(p)),
-            None => Err(StateError::Relative(p)),
-        }
-    }
-
     fn resolve_relative(
         flag: Option<&Path>,
         env: &dyn Fn(&str) -> Option<std::ffi::OsString>,

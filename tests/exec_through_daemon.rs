@@ -1,11 +1,9 @@
-//! `leash exec` with a daemon serving the state root: the daemon commits the lease on
-//! its warm connection, rooted at the peer of the socket as the kernel says; without one, or with
-//! a daemon that cannot honour the request, `leash exec` commits it itself; a refusal reads the
-//! same either way; and a daemon that dies while a client waits leaves the client to decide by the
-//! lease id it chose. Each through both doors: the front door `leash` (the `execArgv` op: the
-//! daemon reads and parses the peer's own command line) and `leash-main` (the `exec` op: the
-//! client sends what it resolved). Live: real daemons, real SQLite, real cgroups under the test
-//! binary's own root where it can make them.
+//! `leash exec` with a daemon serving the state root: the client sends what it resolved (the
+//! `exec` op) and the daemon commits the lease on its warm connection, rooted at the peer of the
+//! socket as the kernel says; without one, or with a daemon that cannot honour the request,
+//! `leash exec` commits it itself; a refusal reads the same either way; and a daemon that dies
+//! while a client waits leaves the client to decide by the lease id it chose. Live: real daemons,
+//! real SQLite, real cgroups under the test binary's own root where it can make them.
 mod common;
 mod daemon_support;
 use common::*;
@@ -16,26 +14,8 @@ use std::process::Stdio;
 
 const DIRECT: &str = "exec: the client commits directly";
 
-/// A way into `leash exec`: its name, its command, and the daemon's log line for a lease it
-/// committed that way.
-struct Door {
-    name: &'static str,
-    cmd: fn(&Path) -> std::process::Command,
-    committed: &'static str,
-}
-
-const DOORS: [Door; 2] = [
-    Door {
-        name: "front door",
-        cmd: leash,
-        committed: "execArgv: lease committed for the peer",
-    },
-    Door {
-        name: "leash-main",
-        cmd: leash_main,
-        committed: "exec: lease committed for the peer",
-    },
-];
+/// The daemon's log line for a lease it committed for a `leash exec`.
+const COMMITTED: &str = "exec: lease committed for the peer";
 
 /// An adapter that records its parent (the wrapper) and its cgroup, then exits.
 fn recorder(dir: &Path) -> std::path::PathBuf {
@@ -58,17 +38,11 @@ fn recorded_cgroup(dir: &Path) -> Option<std::path::PathBuf> {
 
 #[test]
 fn the_daemon_roots_the_lease_at_the_exec_process_and_its_cgroup() {
-    for door in DOORS {
-        roots_the_lease_at_the_exec_process(&door);
-    }
-}
-
-fn roots_the_lease_at_the_exec_process(door: &Door) {
     let tmp = TempDir::new("exec-daemon-root");
     let state = tmp.join("state");
     let mut daemon = Daemon::start_logging(&state, &[], "debug");
     let adapter = recorder(tmp.path());
-    let mut child = (door.cmd)(&state)
+    let mut child = leash(&state)
         .args(["exec", "--session", "rooted", "--"])
         .arg(&adapter)
         .stdin(Stdio::null())
@@ -76,11 +50,10 @@ fn roots_the_lease_at_the_exec_process(door: &Door) {
         .unwrap();
     let pid = child.id() as i32;
     let start = start_time(pid).expect("leash exec alive or a zombie");
-    assert!(child.wait().unwrap().success(), "{}", door.name);
+    assert!(child.wait().unwrap().success());
     assert!(
-        daemon.log_text().contains(door.committed),
-        "{}: {}",
-        door.name,
+        daemon.log_text().contains(COMMITTED),
+        "{}",
         daemon.log_text()
     );
     let l = db_lease_of(&state, "rooted").expect("the lease row");
@@ -194,17 +167,11 @@ fn a_client_lying_about_pids_gets_nothing_rooted_at_another_process() {
 /// root whose containment differs from the client's: answers "direct", the client commits.
 #[test]
 fn exec_commits_directly_without_a_daemon_of_its_state_root() {
-    for door in DOORS {
-        commits_directly_without_a_daemon_of_its_state_root(&door);
-    }
-}
-
-fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
     let tmp = TempDir::new("exec-daemon-fallback");
     let a = tmp.join("a");
     let b = tmp.join("b");
     let run_true = |state: &Path, session: &str, containment: Option<&str>| {
-        let mut c = (door.cmd)(state);
+        let mut c = leash(state);
         if let Some(m) = containment {
             c.env("LEASH_CONTAINMENT", m);
         }
@@ -225,8 +192,7 @@ fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
     let log = other.log_text();
     assert!(
         !log.contains("lease committed") && !log.contains(DIRECT),
-        "{}: {log}",
-        door.name
+        "{log}"
     );
     drop(other);
 
@@ -240,23 +206,17 @@ fn commits_directly_without_a_daemon_of_its_state_root(door: &Door) {
         let log = d.log_text();
         assert!(
             log.contains(DIRECT) && !log.contains("lease committed"),
-            "{}: {log}",
-            door.name
+            "{log}"
         );
     } else {
         skip("exec_through_daemon: no containment here, the containment mismatch is not tried");
     }
     run_true(&c, "same-containment", Some("off"));
-    assert!(
-        d.log_text().contains(door.committed),
-        "{}: {}",
-        door.name,
-        d.log_text()
-    );
+    assert!(d.log_text().contains(COMMITTED), "{}", d.log_text());
 }
 
 /// A second exec of a live session: the same exit code and the same words, text and JSON,
-/// whether the daemon decided or `leash exec` itself, through either door.
+/// whether the daemon decided or `leash exec` itself.
 #[test]
 fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
     let tmp = TempDir::new("exec-daemon-busy");
@@ -266,11 +226,11 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
     let daemon = Daemon::start_logging(&served, &[], "debug");
     let mut guard = Guard::new();
     let lease = "0190b1f2-7c3a-7d4e-8f00-00000000b051";
-    let refused = |door: &Door, state: &Path| -> Vec<(Option<i32>, String)> {
+    let refused = |state: &Path| -> Vec<(Option<i32>, String)> {
         [&[][..], &["--error-format", "json"][..]]
             .iter()
             .map(|extra| {
-                let out = (door.cmd)(state)
+                let out = leash(state)
                     .args(*extra)
                     .args(["exec", "--session", "busy", "--", "/bin/true"])
                     .output()
@@ -296,11 +256,9 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
             wait_for(|| db_lease_of(state, "busy").is_some_and(|l| l["state"] == "open")),
             "the first lease"
         );
-        for door in &DOORS {
-            refusals.push((door.name, state == &served, refused(door, state)));
-        }
+        refusals.push((state == &served, refused(state)));
     }
-    let first = &refusals[0].2;
+    let first = &refusals[0].1;
     assert_eq!(first[0].0, Some(125), "{refusals:?}");
     assert!(
         first[0]
@@ -308,11 +266,11 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
             .contains(&format!("session busy already has a live lease {lease}")),
         "{refusals:?}"
     );
-    for (door, served, seen) in &refusals {
-        assert_eq!(seen, first, "{door}, served {served}: {refusals:?}");
+    for (served, seen) in &refusals {
+        assert_eq!(seen, first, "served {served}: {refusals:?}");
     }
     assert!(
-        daemon.log_text().contains(DOORS[0].committed),
+        daemon.log_text().contains(COMMITTED),
         "{}",
         daemon.log_text()
     );
@@ -323,7 +281,7 @@ fn a_busy_session_is_refused_in_the_same_words_through_both_paths() {
 /// finds none and commits directly. Either way the adapter runs under a lease rooted at it.
 #[test]
 fn a_client_outlives_a_daemon_killed_mid_request() {
-    for (door, at) in DOORS.iter().flat_map(|d| [(d, "after"), (d, "before")]) {
+    for at in ["after", "before"] {
         let tmp = TempDir::new(&format!("exec-daemon-killed-{at}"));
         let state = tmp.join("state");
         let pause = format!("{at}:60000");
@@ -335,9 +293,8 @@ fn a_client_outlives_a_daemon_killed_mid_request() {
         );
         let adapter = recorder(tmp.path());
         let mut guard = Guard::new();
-        let at = format!("{} {at}", door.name);
         let child = guard.child(
-            (door.cmd)(&state)
+            leash(&state)
                 .args(["exec", "--session", "waits", "--"])
                 .arg(&adapter)
                 .stdin(Stdio::null())

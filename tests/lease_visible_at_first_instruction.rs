@@ -13,8 +13,7 @@ fn adapter_reads_its_own_lease_at_start() {
 }
 
 /// The same with a `leash serve` of the state root running: the daemon commits the lease (its
-/// log says so), rooted at the `leash exec` process, before the wrapper's first instruction —
-/// asked by the front door (`execArgv`).
+/// log says so), rooted at the `leash exec` process, before the wrapper's first instruction.
 #[test]
 fn adapter_reads_its_own_lease_at_start_when_the_daemon_commits_it() {
     let tmp = TempDir::new("visible-daemon");
@@ -23,7 +22,7 @@ fn adapter_reads_its_own_lease_at_start_when_the_daemon_commits_it() {
     check_visible_at_start(&tmp, &state);
     let log = daemon.log_text();
     assert!(
-        log.contains("execArgv: lease committed for the peer"),
+        log.contains("exec: lease committed for the peer"),
         "the daemon did not commit the lease:\n{log}"
     );
     assert!(daemon.terminate().success());

@@ -4,8 +4,8 @@
 //! report whatever its own environment; the state root's `run/` where none can be used. The row's
 //! claim is checked before a report is read or removed: a forged `report_dir` reads and removes
 //! nothing. A squatted or linked default is passed over; an explicit `LEASH_RUNTIME_DIR` that
-//! cannot be used is refused, and nothing starts. Live: real `leash exec`s through each door
-//! (direct, the front door's `execArgv`, `leash-main`'s `exec` op), real SQLite, real files.
+//! cannot be used is refused, and nothing starts. Live: real `leash exec`s both ways (direct,
+//! and through a daemon's `exec` op), real SQLite, real files.
 mod common;
 mod daemon_support;
 use common::*;
@@ -125,20 +125,12 @@ fn every_door_writes_the_report_in_the_runtime_dir_its_row_names() {
     );
     assert_reported_in(&state, "d", &dir, "direct");
 
-    // Through a daemon: the front door (`execArgv`: the daemon picks the directory from the
-    // peer's environment) and leash-main (`exec`: the client sends what it picked).
-    for (name, cmd, committed) in [
-        (
-            "front door",
-            leash as fn(&Path) -> Command,
-            "execArgv: lease committed for the peer",
-        ),
-        (
-            "leash-main",
-            leash_main,
-            "exec: lease committed for the peer",
-        ),
-    ] {
+    // Through a daemon (`exec`: the client sends what it picked).
+    for (name, cmd, committed) in [(
+        "daemon",
+        leash as fn(&Path) -> Command,
+        "exec: lease committed for the peer",
+    )] {
         let state = tmp.join(&name.replace(' ', "-"));
         let dir = fresh_dir("daemon");
         let mut daemon = Daemon::start_logging(&state, &[], "debug");
@@ -311,7 +303,7 @@ fn an_unusable_leash_runtime_dir_is_refused_and_nothing_starts() {
         skip("report_dir: another user's directory needs root to make (chown)");
     }
     for (i, (what, dir, says)) in cases.iter().enumerate() {
-        for door in ["front door", "--no-daemon"] {
+        for door in ["leash", "--no-daemon"] {
             let state = tmp.join(&format!("s{i}-{}", door.replace(' ', "-")));
             let ran = tmp.join(&format!("ran{i}"));
             let mut c = leash(&state);
@@ -488,7 +480,7 @@ mkdir -p -m 700 "$3"
 LEASH_RUNTIME_DIR="$3" exec "$0" --state-dir "$1" exec --session "$2" -- sh -c 'exit 3'"#;
     let out = Command::new(unshare)
         .args(["--mount", "--propagation", "private", "sh", "-c", script])
-        .arg(leash_main_bin())
+        .arg(leash_bin())
         .arg(&state)
         .arg("u")
         .arg(&dir)

@@ -153,8 +153,8 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     assert_eq!(d["socketActivated"], true, "{line}");
     assert_eq!(d["pid"], pid.pid, "the activator execs the daemon in place");
     assert_eq!(d["socket"], socket.display().to_string());
-    // The unit's `leash serve`: the front door, which execs leash-main in place.
-    assert!(exe().ends_with("leash-main"), "{}", exe().display());
+    // The unit's `leash serve`, the very binary the unit names.
+    assert!(exe().ends_with("leash"), "{}", exe().display());
     assert!(
         !seen.iter().any(|m| m.contains("STOPPING=1")),
         "stopping too early: {seen:?}"

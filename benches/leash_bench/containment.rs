@@ -9,28 +9,13 @@
 //! Every cgroup is made under `<cgroup2 mount>/leash-bench-<pid>`, which this section makes and
 //! removes (kill, wait, rmdir, bottom-up), also when it fails. Skipped unless root with cgroup2.
 
-use crate::procs::{self, Children, TempDir, Tracked};
+use crate::procs::{self, env_of, Children, TempDir, Tracked};
 use crate::stats::{Summary, Table};
 use crate::{Config, Env};
 use leash::cgroup::{Requested, Settings};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The environment that gives a `leash` command these settings.
-pub fn env_of(s: &Settings) -> Vec<(&'static str, std::ffi::OsString)> {
-    let mut v = vec![(
-        "LEASH_CONTAINMENT",
-        match s.requested {
-            Requested::On => "on".into(),
-            Requested::Off => "off".into(),
-        },
-    )];
-    if let Some(r) = &s.root {
-        v.push(("LEASH_CGROUP_ROOT", r.clone().into_os_string()));
-    }
-    v
-}
 
 /// A cgroup root this benchmark made; removed with everything below it on drop.
 pub struct BenchRoot(pub PathBuf);

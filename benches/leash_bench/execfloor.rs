@@ -12,7 +12,7 @@
 //!
 //! `leash exec` is timed both ways in the same run: on a state root a `leash serve` started by
 //! this section serves (the daemon commits the lease on its warm connection; stopped with SIGTERM
-//! at the end of the section), and on one no daemon serves (`leash-main` commits the lease to
+//! at the end of the section), and on one no daemon serves (`leash` commits the lease to
 //! SQLite itself). Each way takes turns with a `/bin/true` and a bare wrapper of its own
 //! ([`DAEMON_TURNS`], [`DIRECT_TURNS`]), and is compared with them.
 //!
@@ -23,11 +23,11 @@
 //! its exec, the baseline and the bare wrapper too, and it goes with its mounts when the child is
 //! killed at the end of the section.
 //!
-//! Two more subjects split the daemon path's difference (`floorserve.rs`): the same front door
-//! answered by a server of the bench's own that does nothing (`exec-null`: the front door's
-//! process, the round trip, the wrapper's `execve`), and one that does the least a daemon must
-//! (`exec-floor`: the peer proven, one row committed, the cgroup made, the wrapper given leash's
-//! options). What `leash serve` costs above `exec-floor` is leash's own op.
+//! Two more subjects split the daemon path's difference (`floorserve.rs`): the same `leash exec`
+//! answered by a server of the bench's own that does nothing (`exec-null`: `leash`'s process,
+//! the round trip, the wrapper's `execve`), and one that does the least a daemon must
+//! (`exec-floor`: the peer proven, one row committed, the cgroup made). What `leash serve` costs
+//! above `exec-floor` is leash's own op.
 
 use crate::containment::BenchRoot;
 use crate::floorserve::{floor_db, Floor, FloorServer, HeldGateway};
@@ -49,8 +49,8 @@ struct Subject {
 }
 
 /// The daemon path's subjects (the daemon, the null and the floor servers) take turns with a
-/// bare wrapper and `/bin/true` of their own; the direct path's (`leash-main` committing to its
-/// own database, and a baseline build's) with another pair. `leash-main` is an 8 MB program that
+/// bare wrapper and `/bin/true` of their own; the direct path's (`leash` committing to its
+/// own database, and a baseline build's) with another pair. `leash` is an 8 MB program that
 /// opens, commits to and checkpoints a database of its own on every run: between two daemon-path
 /// runs it made them 0.12–0.19 ms slower in every one of three A/B pairs, a cost of the bench's own turns, not of the daemon path.
 const DAEMON_TURNS: usize = 0;
@@ -118,7 +118,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         }
         v
     };
-    let exec_argv = |leash: &PathBuf| -> Vec<OsString> {
+    let exec_line = |leash: &PathBuf| -> Vec<OsString> {
         vec![
             leash.clone().into(),
             "exec".into(),
@@ -167,7 +167,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 "; containment off"
             }
         ),
-        argv: exec_argv(&env.leash),
+        argv: exec_line(&env.leash),
         envs: contain(state),
     };
     let mut subjects: Vec<Subject> = baselines(DAEMON_TURNS).into_iter().collect();
@@ -181,7 +181,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     for (name, label) in [
         (
             "exec-null",
-            "the same, answered at once by a server that does nothing (front door, round trip)",
+            "the same, answered at once by a server that does nothing (client, round trip)",
         ),
         (
             "exec-floor",
@@ -192,23 +192,17 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             name,
             turns: DAEMON_TURNS,
             label: label.into(),
-            argv: exec_argv(&env.leash),
+            argv: exec_line(&env.leash),
             envs: vec![(
                 "LEASH_STATE_DIR",
                 scratch.path().join(name).into_os_string(),
             )],
         });
     }
-    let null = FloorServer::start(
-        &scratch.path().join("exec-null"),
-        Floor::Null,
-        &env.wrap,
-        None,
-    )?;
+    let null = FloorServer::start(&scratch.path().join("exec-null"), Floor::Null, None)?;
     let floor = FloorServer::start(
         &scratch.path().join("exec-floor"),
         Floor::Commit,
-        &env.wrap,
         cg.as_ref().ok().map(|r| r.0.as_path()),
     )?;
     let _daemon = Serve::start(
@@ -217,13 +211,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
         &scratch.path().join("state-daemon"),
     )?;
     subjects.extend(baselines(DIRECT_TURNS));
-    subjects.push(exec(
-        "exec",
-        DIRECT_TURNS,
-        "state",
-        "no daemon",
-        "`leash-main`",
-    ));
+    subjects.push(exec("exec", DIRECT_TURNS, "state", "no daemon", "`leash`"));
     // The issue's own floor as one static program, no daemon (bench/issue-floor.c, built by
     // bench/setup.sh): in the direct path's turns, as it commits to a database of its own.
     let issue_floor = IssueFloor::prepare(env, &scratch, cg.as_ref().ok().map(|r| r.0.as_path()))?;
@@ -241,7 +229,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
             name: "baseline",
             turns: DIRECT_TURNS,
             label: format!("the same, baseline build ({})", b.display()),
-            argv: exec_argv(&b),
+            argv: exec_line(&b),
             envs: contain("state-baseline"),
         });
     }
@@ -315,7 +303,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
          level; each round runs every command {batch} times, the commands taking turns run by \
          run; per command the round's median; shown: median (min–max) over rounds. The \
          difference and the ratio are per round, against `leash-wrap -- /bin/true` of the same \
-         round. The daemon path and the direct path (`leash-main`, no daemon) are timed in \
+         round. The daemon path and the direct path (`leash`, no daemon) are timed in \
          turns of their own, each with its own bare wrapper: the direct path's runs slowed the \
          daemon path's between them. {} The state roots are under {}, on {}; the wrappers' \
          reports (one file created per exec) are in {}.\n\n",
@@ -384,13 +372,9 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
     // Where the daemon path's difference goes, per round: each step's subject minus the one
     // below it, in the same turns.
     let steps = [
+        ("`leash`'s process and the round trip", "exec-null", "wrap"),
         (
-            "the front door's process and the round trip",
-            "exec-null",
-            "wrap",
-        ),
-        (
-            "the peer's evidence, one commit, the cgroup, the wrapper's options",
+            "the peer's evidence, one commit, the cgroup",
             "exec-floor",
             "exec-null",
         ),
@@ -547,7 +531,7 @@ impl Drop for Mounts {
 /// store would: each run then finds the WAL's index in shared memory, the case most favourable
 /// to the floor. With no connection open, each run's open rebuilds that index by reading the
 /// whole WAL (the program does not checkpoint on close), which grew its time from 3 to 11 ms
-/// over one bench run; checkpointing on every close instead is what `leash-main` does.
+/// over one bench run; checkpointing on every close instead is what `leash` does.
 struct IssueFloor {
     /// Held open while the runs are timed (see above).
     _held: rusqlite::Connection,

@@ -1,28 +1,24 @@
-//! The floor under `leash exec` through a daemon: a server of the bench's own that
-//! answers the front door's `execArgv` with the least any daemon must do, so that the cost of the
-//! architecture (the front door's process, the round trip, the wrapper's options) and the cost of
+//! The floor under `leash exec` through a daemon: a server of the bench's own that answers
+//! `leash exec`'s `exec` op with the least any daemon must do, so that the cost of the
+//! architecture (the client's process, the round trip, the wrapper's exec) and the cost of
 //! leash's own op are told apart in the same turns.
 //!
-//! It speaks to the real front door (`leash exec`, the 35 KB program): it holds a state root's
-//! `daemon.lock` (an exclusive `flock`, the JSON naming its pid and socket) and answers on that
-//! socket, from a thread of the bench process, one connection at a time. Two levels:
+//! It speaks to the real `leash exec`: it holds a state root's `daemon.lock` (an exclusive
+//! `flock`, the JSON naming its pid and socket) and answers on that socket, from a thread of the
+//! bench process, one connection at a time. Two levels:
 //!
-//! - [`Floor::Null`]: the answer at once, naming the bare wrapper (no option): the front door's
-//!   process, its lock-file read, the round trip and its `execve` of the wrapper; no evidence, no
-//!   row, no cgroup.
-//! - [`Floor::Commit`]: what the issue calls the floor: the peer proven by the kernel
-//!   (`SO_PEERCRED`, then its parent and start time read as leash reads them,
-//!   `leash::proc::parent_and_start_of`), one row committed to SQLite in WAL with
-//!   `synchronous=NORMAL` (leash's settings; one table, its key the only index), the lease's
-//!   cgroup made by leash's own `create_lease_cgroup` in a gateway directory held as the daemon
-//!   holds its own (`hold_gateway_dir`), and the wrapper named with leash's own options
-//!   (`wrapper_options`, on a `StateRoot` of its own) and lease markers, so the wrapper's side
-//!   costs what it costs under leash.
+//! - [`Floor::Null`]: the answer at once (the peer's pid and start time from the kernel, which
+//!   the client checks), naming the wrapper the client installed: the client's process, its
+//!   lock-file read, the round trip and its `execve` of the wrapper; no row, no cgroup.
+//! - [`Floor::Commit`]: the floor: the peer proven by the kernel (`SO_PEERCRED`, then its parent
+//!   and start time read as leash reads them, `leash::proc::parent_and_start_of`), one row
+//!   committed to SQLite in WAL with `synchronous=NORMAL` (leash's settings; one table, its key
+//!   the only index), and the lease's cgroup made by leash's own `create_lease_cgroup` in a
+//!   gateway directory held as the daemon holds its own (`hold_gateway_dir`).
 //!
-//! Not a daemon: no parser of the command line, no containment resolution, no install check, no
-//! events or sessions rows, no replay. What `leash serve` does above this is leash's own cost.
+//! Not a daemon: no containment check, no install check, no events or sessions rows, no
+//! replay. What `leash serve` does above this is leash's own cost.
 
-use leash::controller::exec::{lease_markers, wrapper_options, ExecRequest};
 use leash::state::StateRoot;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
@@ -40,8 +36,9 @@ pub enum Floor {
 /// The server: the listening socket, the lock it holds, its thread. Stopped on drop.
 pub struct FloorServer {
     listener: UnixListener,
-    /// Connections it could not answer as asked (each one sends the front door to `leash-main`,
-    /// whose time would then be counted as the floor's): a run with any is not a measurement.
+    /// Connections it could not answer as asked (each one sends `leash exec` down its direct
+    /// path, whose time would then be counted as the floor's): a run with any is not a
+    /// measurement.
     failed: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The gateway's cgroup directory it holds while it serves.
@@ -50,13 +47,12 @@ pub struct FloorServer {
 }
 
 impl FloorServer {
-    /// Serves `state` (made here), naming `wrap` in its answers; with [`Floor::Commit`] its
+    /// Serves `state` (made here); with [`Floor::Commit`] its
     /// cgroups go under `cgroup_root/floor-<pid>`, held while it serves (`None`: no cgroup, as
     /// leash without containment).
     pub fn start(
         state: &Path,
         floor: Floor,
-        wrap: &Path,
         cgroup_root: Option<&Path>,
     ) -> Result<FloorServer, String> {
         let err = |what: &str, e: &dyn std::fmt::Display| format!("floor server: {what}: {e}");
@@ -95,16 +91,7 @@ impl FloorServer {
             )?),
             None => None,
         };
-        // The reports go where leash's would (`resolve_reports_dir`, once: leash does it per exec).
-        let reports = leash::state::resolve_reports_dir(&|k| std::env::var_os(k))
-            .map_err(|e| err("reports dir", &e))?;
         let cfg = Serving {
-            reports,
-            root,
-            wrap: wrap
-                .to_str()
-                .ok_or("floor server: wrapper path not UTF-8")?
-                .into(),
             gateway: gateway.as_ref().map(|g| g.path().to_path_buf()),
         };
         let l = listener.try_clone().map_err(|e| err("listener", &e))?;
@@ -185,10 +172,6 @@ impl Drop for HeldGateway {
 }
 
 struct Serving {
-    root: StateRoot,
-    /// Where the wrappers' reports go (`None`: the state root's `run/`).
-    reports: Option<PathBuf>,
-    wrap: String,
     /// The gateway's cgroup directory (held: no wrapper's `--remove-empty-parent` removes it).
     gateway: Option<PathBuf>,
 }
@@ -226,74 +209,57 @@ fn answer(
     let mut line = String::new();
     let mut r = BufReader::new(&stream);
     r.read_line(&mut line).map_err(|e| e.to_string())?;
-    if !line.contains(r#""op":"execArgv""#) {
-        return Err(format!("not the front door's execArgv: {line:?}"));
+    let ask: serde_json::Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    if ask["op"] != "exec" {
+        return Err(format!("not leash exec's `exec`: {line:?}"));
     }
-    let lease_id = line
-        .split_once(r#""leaseId":""#)
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(id, _)| id.to_string())
-        .ok_or_else(|| format!("no lease id in {line:?}"))?;
+    let text = |k: &str| {
+        ask[k]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no {k} in {line:?}"))
+    };
+    let (lease_id, wrapper) = (text("leaseId")?, text("wrapper")?);
     let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| e.to_string())?;
     let pid = cred.pid();
-    let mut args: Vec<String> = match insert {
-        None => Vec::new(),
-        Some(insert) => {
-            // The peer's parent (the owner) and start time, from the kernel.
-            let (ppid, start) = leash::proc::parent_and_start_of(pid)
-                .ok_or_else(|| format!("the peer {pid} is gone"))?;
-            let cgroup = match &cfg.gateway {
-                None => None,
-                Some(gw) => Some(
-                    leash::cgroup::create_lease_cgroup(gw, &lease_id)
-                        .map_err(|e| e.to_string())?
-                        .0,
-                ),
-            };
-            let now = leash::lease::now_ms();
-            let text = |p: &Path| p.to_str().map(str::to_owned);
-            insert
-                .execute(rusqlite::params![
-                    lease_id,
-                    pid,
-                    start as i64,
-                    ppid,
-                    cgroup.as_deref().and_then(text),
-                    now
-                ])
-                .map_err(|e| e.to_string())?;
-            let req = ExecRequest {
-                grace_ms: leash::limits::DEFAULT_GRACE_MS,
-                ..ExecRequest::default()
-            };
-            let report = cfg.root.report_path_at(cfg.reports.as_deref(), &lease_id);
-            wrapper_options(&req, &report, ppid, cgroup.as_deref())
-                .iter()
-                .map(|a| a.to_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or("a wrapper option is not UTF-8")?
+    // The peer's parent (the owner) and start time, from the kernel: the client checks that the
+    // lease is rooted at it.
+    let (ppid, start) =
+        leash::proc::parent_and_start_of(pid).ok_or_else(|| format!("the peer {pid} is gone"))?;
+    let mut cgroup = None;
+    if let Some(insert) = insert {
+        if let Some(gw) = &cfg.gateway {
+            cgroup = Some(
+                leash::cgroup::create_lease_cgroup(gw, &lease_id)
+                    .map_err(|e| e.to_string())?
+                    .0,
+            );
         }
-    };
-    args.push("--".into());
-    // The front door's own command line is `leash exec -- CMD...`: the command at index 3.
+        let now = leash::lease::now_ms();
+        let text = |p: &Path| p.to_str().map(str::to_owned);
+        insert
+            .execute(rusqlite::params![
+                lease_id,
+                pid,
+                start as i64,
+                ppid,
+                cgroup.as_deref().and_then(text),
+                now
+            ])
+            .map_err(|e| e.to_string())?;
+    }
     let reply = serde_json::json!({
-        "id": 1,
+        "id": ask["id"],
         "ok": true,
         "result": {
             "outcome": "committed",
             "leaseId": lease_id,
+            "gatewayId": "floor",
             "rootPid": pid,
-            "wrapper": cfg.wrap,
-            "args": args,
-            "commandAt": 3,
-            "env": {
-                "base": [],
-                "clear": false,
-                "keep": [],
-                "unset": [],
-                "set": lease_markers(&lease_id, "floor"),
-            },
+            "rootStartTime": start,
+            "wrapperPath": wrapper,
+            "cgroupPath": cgroup,
         },
     });
     let mut text = reply.to_string();

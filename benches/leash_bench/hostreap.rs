@@ -14,7 +14,8 @@
 //! The sessions' cgroups are made under `<cgroup2 mount>/leash-bench-<pid>` (removed on drop,
 //! also on failure). Skipped unless root with cgroup2.
 
-use crate::containment::{env_of, BenchRoot};
+use crate::containment::BenchRoot;
+use crate::procs::env_of;
 use crate::procs::{self, Children, TempDir};
 use crate::stats::{median, Summary, Table};
 use crate::{Config, Env};

@@ -1,6 +1,7 @@
 //! Process plumbing for the benchmarks: guards that clean up everything a benchmark started (and
 //! only that: by pid *and* start time, through leash's own pidfd-checked signalling), polling
-//! with deadlines, and the few `/proc` reads the measurements need (RSS, children, exe).
+//! with deadlines, the few `/proc` reads the measurements need (RSS, children, exe), and the
+//! environment that gives a `leash` command its containment settings.
 
 use leash::proc::{LiveTable, ProcessTable};
 use leash::signal::{self, CurrentCaller};
@@ -276,4 +277,19 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The environment that gives a `leash` command these settings.
+pub fn env_of(s: &leash::cgroup::Settings) -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut v = vec![(
+        "LEASH_CONTAINMENT",
+        match s.requested {
+            leash::cgroup::Requested::On => "on".into(),
+            leash::cgroup::Requested::Off => "off".into(),
+        },
+    )];
+    if let Some(r) = &s.root {
+        v.push(("LEASH_CGROUP_ROOT", r.clone().into_os_string()));
+    }
+    v
 }

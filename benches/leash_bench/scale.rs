@@ -141,7 +141,7 @@ pub fn close_many(
             .arg(&sh)
             .args(["-c", "trap '' TERM; sleep 600 & wait"])
             .env("LEASH_STATE_DIR", &state_dir)
-            .envs(crate::containment::env_of(&settings))
+            .envs(crate::procs::env_of(&settings))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

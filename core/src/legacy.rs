@@ -48,75 +48,27 @@ impl HasKind for TokenError {
     }
 }
 
-/// Splits a command line the way a POSIX shell would for plain words, exactly as the `shlex`
-/// crate's `split` (1.x and 2.x) does, which leash used before the core had its own; a test and
-/// the fuzz target `shell_split` compare the two. Spaces, tabs and newlines separate words;
-/// single quotes keep everything literally; double quotes keep everything but the `\"`, `\\`,
-/// `\$` and `` \` `` escapes and a backslash-newline (dropped); a backslash outside quotes
-/// escapes the next character (a newline it drops); a `#` that starts a word starts a comment up
-/// to the end of the line. No expansion of any kind is performed. A quote left open or a
-/// backslash with nothing after it is an error, never a guess.
+/// Splits a command line the way a POSIX shell would for plain words, with the `shlex` crate's
+/// `split`: spaces, tabs and newlines separate words; single quotes keep everything literally;
+/// double quotes keep everything but the `\"`, `\\`, `\$` and `` \` `` escapes and a
+/// backslash-newline (dropped); a backslash outside quotes escapes the next character (a newline
+/// it drops); a `#` that starts a word starts a comment up to the end of the line. No expansion
+/// of any kind is performed. A quote left open or a backslash with nothing after it is an error,
+/// never a guess; the error names which ([`unclosed`]).
 pub fn shell_split(s: &str) -> Result<Vec<String>, TokenError> {
-    let mut chars = s.chars();
-    let mut words = Vec::new();
-    loop {
-        // Between words: blanks, and a comment from a `#` up to its newline.
-        let first = loop {
-            match chars.next() {
-                None => return Ok(words),
-                Some(' ' | '\t' | '\n') => {}
-                Some('#') => {
-                    if !chars.by_ref().any(|c| c == '\n') {
-                        return Ok(words);
-                    }
-                }
-                Some(c) => break c,
-            }
-        };
-        words.push(shell_word(first, &mut chars)?);
-    }
+    shlex::split(s).ok_or_else(|| unclosed(s))
 }
 
-/// One word, from its first character up to the blank that ends it (read) or the end of the line.
-fn shell_word(first: char, chars: &mut std::str::Chars<'_>) -> Result<String, TokenError> {
-    let mut word = String::new();
-    let mut next = Some(first);
-    while let Some(c) = next {
-        match c {
-            ' ' | '\t' | '\n' => break,
-            '\'' => loop {
-                match chars.next() {
-                    Some('\'') => break,
-                    Some(c) => word.push(c),
-                    None => return Err(TokenError::Unterminated('\'')),
-                }
-            },
-            '"' => loop {
-                match chars.next() {
-                    Some('"') => break,
-                    Some('\\') => match chars.next() {
-                        Some(c @ ('$' | '`' | '"' | '\\')) => word.push(c),
-                        Some('\n') => {}
-                        Some(c) => {
-                            word.push('\\');
-                            word.push(c);
-                        }
-                        None => return Err(TokenError::Unterminated('"')),
-                    },
-                    Some(c) => word.push(c),
-                    None => return Err(TokenError::Unterminated('"')),
-                }
-            },
-            '\\' => match chars.next() {
-                Some('\n') => {}
-                Some(c) => word.push(c),
-                None => return Err(TokenError::TrailingBackslash),
-            },
-            c => word.push(c),
-        }
-        next = chars.next();
+/// What a line `shlex::split` refused leaves open: of the three endings that would close a
+/// single quote, a double quote or a trailing backslash, the one that makes the line split.
+fn unclosed(s: &str) -> TokenError {
+    if shlex::split(&format!("{s}x'")).is_some() {
+        TokenError::Unterminated('\'')
+    } else if shlex::split(&format!("{s}x\"")).is_some() {
+        TokenError::Unterminated('"')
+    } else {
+        TokenError::TrailingBackslash
     }
-    Ok(word)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -531,7 +483,8 @@ pub fn acpx_command_hash(command: &str, lease_id: &str, gateway_id: &str) -> Str
         g,
     ]
     .join(" ");
-    crate::sha256::hex(&crate::sha256::digest(leased.as_bytes()))
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(leased.as_bytes()))
 }
 
 /// The command parts of a live argv that ends with this lease's markers (`None` otherwise).

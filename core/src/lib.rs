@@ -11,16 +11,16 @@
 //!   group, another uid) and the only signals leash may send.
 //! - [`visibility`]: which session rows a requester may see.
 //! - [`kind`]: the error vocabulary and its two tables, exit codes and wire codes.
-//! - [`sha256`] and [`uuid_text`]: the hash of a command and a lease id's text and time, written
-//!   here rather than depended on.
 //!
-//! That this code is pure is a compile-time fact, not a convention: the crate depends on serde
-//! alone (no rusqlite, nix or libc, so it cannot name the database, a pidfd or kill(2); the
-//! crates its own SHA-256, shell splitter and UUID reader are tested against, sha2, shlex and
-//! uuid, are dev-dependencies only), forbids `unsafe`
-//! (so it cannot call the kernel by hand), and its `clippy.toml` makes the file system,
-//! processes, the environment and the clock clippy errors. Reading `/proc`, the cgroup files and
-//! the store, and sending signals, are the `leash` crate's.
+//! That this code is pure is a compile-time fact, not a convention, and it is about effects:
+//! the crate forbids `unsafe` (so it cannot call the kernel by hand), its `clippy.toml` makes
+//! the file system, processes, the network, the environment, sleeping and the clock clippy
+//! errors, and it depends only on crates that do none of those (serde; sha2 for
+//! `command_hash`; uuid, without its default features, for a lease id's text and time; shlex
+//! for the stored commands of legacy records — `tests/pure_core.rs` holds its whole dependency
+//! tree to that list). No rusqlite, nix or libc: it cannot name the database, a pidfd or
+//! kill(2). Reading `/proc`, the cgroup files and the store, and sending signals, are the
+//! `leash` crate's.
 
 #![forbid(unsafe_code)]
 
@@ -29,7 +29,5 @@ pub mod kind;
 pub mod legacy;
 pub mod model;
 pub mod plan;
-pub mod sha256;
-pub mod uuid_text;
 pub mod verify;
 pub mod visibility;

@@ -483,7 +483,7 @@ pub fn plan_strays(
             reason,
             processes: Vec::new(),
         };
-        let Some(uuid) = crate::uuid_text::parse(name) else {
+        let Ok(uuid) = uuid::Uuid::try_parse(name) else {
             out.push(stray(
                 CgroupAction::Leave,
                 "not named for a lease id: leash did not make it".into(),
@@ -514,7 +514,7 @@ pub fn plan_strays(
                 )),
             },
             None => {
-                let made_ms = crate::uuid_text::time_ms(&uuid).unwrap_or(0);
+                let made_ms = uuid_time_ms(&uuid).unwrap_or(0);
                 if now_ms - made_ms < min_age_ms {
                     out.push(stray(
                         CgroupAction::Leave,
@@ -532,6 +532,13 @@ pub fn plan_strays(
         }
     }
     out
+}
+
+/// The time a lease id carries, in milliseconds since the Unix epoch: a UUIDv7's 48-bit prefix
+/// (and a v1's or v6's timestamp, as `uuid` reads it); `None` for a UUID without one.
+fn uuid_time_ms(u: &uuid::Uuid) -> Option<i64> {
+    let (secs, nanos) = u.get_timestamp()?.to_unix();
+    Some(secs as i64 * 1000 + i64::from(nanos) / 1_000_000)
 }
 
 /// What the sweep may do with a stray it would remove, given what is in it now. No open lease
@@ -858,6 +865,20 @@ mod tests {
             wrapper_runs
         };
         settle_strays(strays, &leases, observe, |_| None, wrapper_may_run)
+    }
+
+    /// A lease id's time, as stray cgroups are aged by it: a v7's millisecond prefix; none for
+    /// a v4; a name that is no UUID is no lease id.
+    #[test]
+    fn a_lease_id_carries_its_time() {
+        // A v7 made at 2025-01-01T00:00:00Z.
+        let v7 = uuid::Uuid::try_parse("01941f29-7c00-7abc-8def-0123456789ab").unwrap();
+        assert_eq!(uuid_time_ms(&v7), Some(1_735_689_600_000));
+        let v4 = uuid::Uuid::try_parse("0b5c1e6a-2f1d-4c3b-9a8e-7d6c5b4a3f2e").unwrap();
+        assert_eq!(uuid_time_ms(&v4), None);
+        for bad in ["", "lease", "01941f29-7c00-7abc-8def-0123456789a"] {
+            assert!(uuid::Uuid::try_parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

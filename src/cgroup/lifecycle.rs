@@ -1,8 +1,7 @@
 //! A lease's cgroup from birth to removal: made under the gateway's directory, opened and
 //! proven to be the recorded one ([`Verified`]), removed with the cgroups an adapter nested in it.
 
-use super::observe::{at, open_dir};
-use super::{write_file, CgroupError};
+use super::files::{at, open_dir, write_file, CgroupError};
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::AsRawFd;

@@ -1,7 +1,7 @@
 //! Per-session resource limits: parsed from the flags, checked against the controllers
 //! available, written into the fresh lease cgroup.
 
-use super::{write_file, CgroupError};
+use super::files::{write_file, CgroupError};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

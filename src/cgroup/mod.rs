@@ -20,17 +20,16 @@
 //! The module is split by concern: [`root`] resolves where leash's cgroups live (the cgroup2
 //! mount, the leash root, the daemon's leaf), [`lifecycle`] makes and removes a lease's cgroup
 //! (and holds the [`Verified`] handle), [`observe`] reads a cgroup's members, `populated` and
-//! usage, and [`limits`] parses and applies the per-session limits.
+//! usage, and [`limits`] parses and applies the per-session limits. What they share is in the
+//! low file `files` (the error, opening a cgroup directory, a file in it, writing one).
 
-use leash_core::kind::{HasKind, Kind};
-use std::fs::OpenOptions;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-
+mod files;
 mod lifecycle;
 mod limits;
 mod observe;
 mod root;
+
+pub use files::CgroupError;
 
 pub use lifecycle::{
     create_lease_cgroup, hold_gateway_dir, release_gateway_dir, remove_gateway_dir_if_empty,
@@ -42,57 +41,3 @@ pub use root::{
     cgroup2_mount, default_root, describe, move_self_to_leaf, own_cgroup, Containment, Requested,
     Settings, DAEMON_LEAF, ENV_CGROUP_ROOT, ENV_CONTAINMENT,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    #[error("cannot create cgroup {path}: {source} (turn containment off with --containment off or LEASH_CONTAINMENT=off)")]
-    Create { path: PathBuf, source: io::Error },
-    #[error("cgroup {path} is not the lease's: {reason}; nothing written to it")]
-    NotVerified { path: PathBuf, reason: String },
-    #[error("cannot {what} cgroup {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-    #[error("cgroup {path} still has members {waited_ms} ms after cgroup.kill")]
-    Stuck { path: PathBuf, waited_ms: u128 },
-    #[error("the {controller} controller is not enabled for the session cgroups under {root}, so {limit} cannot be applied (nothing started). Enable it for leash's subtree: under systemd run leash in a unit with Delegate=yes (or Delegate={controller} and DelegateSubgroup=), so that the controller is listed in {root}/cgroup.subtree_control")]
-    ControllerMissing {
-        controller: &'static str,
-        limit: &'static str,
-        root: PathBuf,
-    },
-    #[error("containment is {mode} ({reason}), so --{limit} cannot be applied; nothing started")]
-    LimitWithoutContainment {
-        mode: &'static str,
-        reason: String,
-        limit: &'static str,
-    },
-    #[error("invalid {flag} '{value}': {why}")]
-    BadLimit {
-        flag: &'static str,
-        value: String,
-        why: &'static str,
-    },
-}
-
-impl HasKind for CgroupError {
-    /// A limit asked for without containment, or one the kernel does not take, is bad usage; a
-    /// cgroup that is not the lease's is unverified; the rest is the machine's.
-    fn kind(&self) -> Kind {
-        match self {
-            CgroupError::LimitWithoutContainment { .. } | CgroupError::BadLimit { .. } => {
-                Kind::Usage
-            }
-            CgroupError::NotVerified { .. } => Kind::Unverified,
-            _ => Kind::Internal,
-        }
-    }
-}
-
-pub(crate) fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    // O_TRUNC as a shell's `>` does: cgroupfs ignores it, a regular file needs it.
-    let mut f = OpenOptions::new().write(true).truncate(true).open(path)?;
-    f.write_all(value.as_bytes())
-}

@@ -1,14 +1,14 @@
 //! Reading a cgroup: its members (`cgroup.procs`), whether it is populated (`cgroup.events`),
 //! its id, its usage (`cpu.stat`, `memory.current`), and the lease cgroups under a gateway.
 
+use super::files::{at, open_dir};
 use super::lifecycle::Verified;
 use leash_core::model::Observation;
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Reads a cgroup directory without following symlinks. Never fails: absence and read errors
@@ -39,18 +39,6 @@ pub fn observe(path: &Path) -> Observation {
     }
     o.populated = populated(&dir).unwrap_or(!o.procs.is_empty());
     o
-}
-
-pub(super) fn open_dir(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// A file in the directory held open by `dir` (the magic link pins the very directory).
-pub(super) fn at(dir: &File, name: &str) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
 }
 
 fn read_procs(dir: &File) -> io::Result<Vec<i32>> {

@@ -1,7 +1,7 @@
 //! Where leash's cgroups live: the cgroup2 mount, the leash cgroup root (flag, environment or
 //! the caller's own cgroup), the gateway's directory under it, and the daemon's own leaf.
 
-use super::write_file;
+use super::files::write_file;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
@@ -57,8 +57,7 @@ impl Settings {
 
     /// What these settings make of a process's environment, so that what it runs sees them the
     /// same way: the mode set, the cgroup root set or removed. The CLI sets them into its own
-    /// (`leash exec`'s wrapper and adapter inherit it); the daemon tells the front door the same
-    /// edits (`execArgv`).
+    /// (`leash exec`'s wrapper and adapter inherit it).
     pub fn env(&self) -> [(&'static str, Option<std::ffi::OsString>); 2] {
         let mode = match self.requested {
             Requested::On => "on",
@@ -153,20 +152,7 @@ impl Containment {
     /// [`Containment::resolve`] without reading the controllers (what `leash exec` needs on
     /// every session start).
     pub fn resolve_lean(settings: &Settings, gateway_id: &str) -> Containment {
-        Containment::resolve_lean_for(settings, gateway_id, Path::new("/proc/self"), None)
-    }
-
-    /// [`Containment::resolve_lean`] as the process whose `/proc` directory is `proc` would
-    /// decide it (its mount table, its own cgroup; the write probe is this process's, which must
-    /// be of the same user): the daemon decides for the front door's `execArgv` this way.
-    /// `mount`: the cgroup2 mount when the caller knows it (the same mounts as its own), so the
-    /// mount table is not read.
-    pub fn resolve_lean_for(
-        settings: &Settings,
-        gateway_id: &str,
-        proc: &Path,
-        mount: Option<&Path>,
-    ) -> Containment {
+        let proc = Path::new("/proc/self");
         if settings.requested == Requested::Off {
             return Containment::off(
                 "off",
@@ -175,11 +161,9 @@ impl Containment {
         }
         // Read up to the first cgroup2 line only: the kernel renders the whole table for a full
         // read (8 ms at 5,000 mounts, a container host's), where the cgroup2 mount comes early.
-        let mount = mount.map(Path::to_path_buf).or_else(|| {
-            fs::File::open(proc.join("mountinfo"))
-                .ok()
-                .and_then(|f| cgroup2_mount_in(std::io::BufReader::new(f)))
-        });
+        let mount = fs::File::open(proc.join("mountinfo"))
+            .ok()
+            .and_then(|f| cgroup2_mount_in(std::io::BufReader::new(f)));
         let Some(mount) = mount else {
             return Containment::off(
                 "unavailable",

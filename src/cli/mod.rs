@@ -117,39 +117,8 @@ pub struct GlobalArgs {
     pub cgroup_root: Option<PathBuf>,
 }
 
-/// `leash exec`'s command line alone: the global options and [`ExecArgs`], without the other
-/// subcommands. Every session start runs `leash exec`, and clap builds every argument of every
-/// subcommand of [`Cli`] before it parses one. [`parse`] takes its answer only when it
-/// parses: any refusal, `--help` included, is [`Cli`]'s own, word for word.
-#[derive(Debug, Parser)]
-#[command(name = "leash")]
-struct ExecCli {
-    #[command(flatten)]
-    global: GlobalArgs,
-    #[command(subcommand)]
-    command: ExecOnly,
-}
-
-#[derive(Debug, Subcommand)]
-enum ExecOnly {
-    Exec(ExecArgs),
-}
-
-/// Parses a command line: `leash exec ...` through [`ExecCli`] (the same definitions, one
-/// subcommand), else, and whenever that refuses it, through [`Cli`].
+/// Parses a command line, every subcommand `exec` included, with the one parser [`Cli`].
 pub fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    if args.get(1).is_some_and(|a| a == "exec") {
-        if let Ok(ExecCli {
-            global,
-            command: ExecOnly::Exec(a),
-        }) = ExecCli::try_parse_from(args)
-        {
-            return Ok(Cli {
-                global,
-                command: Command::Exec(a),
-            });
-        }
-    }
     Cli::try_parse_from(args)
 }
 
@@ -621,14 +590,7 @@ pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
     std::process::exit(i32::from(Kind::Internal.exit_code()))
 }
 
-/// The front door's hand-over after it sent `execArgv` (see src/front/main.rs): the lease id it
-/// asked for. Taken out of this process's environment first thing, so no child inherits it.
-const ENV_EXEC_ASKED: &str = "LEASH_EXEC_ASKED";
-
 pub fn main() -> ExitCode {
-    // Single-threaded still: nothing else reads the environment concurrently.
-    let asked = std::env::var(ENV_EXEC_ASKED).ok();
-    std::env::remove_var(ENV_EXEC_ASKED);
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = match parse(&args) {
         Ok(cli) => cli,
@@ -642,7 +604,7 @@ pub fn main() -> ExitCode {
         Some(f) => f == ErrorFormat::Json,
         None => wants_json(&cli.command),
     };
-    match run(cli, asked) {
+    match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             if json_errors {
@@ -809,103 +771,7 @@ fn settings_of(global: &GlobalArgs) -> crate::cgroup::Settings {
     }
 }
 
-/// The options of `leash exec` clap reads from the environment when they are not on the command
-/// line: the arg's id, the variable, the option.
-const PEER_ENV: [(&str, &str, &str); 3] = [
-    ("state_dir", crate::state::ENV_STATE_DIR, "--state-dir"),
-    (
-        "containment",
-        crate::cgroup::ENV_CONTAINMENT,
-        "--containment",
-    ),
-    (
-        "cgroup_root",
-        crate::cgroup::ENV_CGROUP_ROOT,
-        "--cgroup-root",
-    ),
-];
-
-/// [`ExecCli`]'s parser without its environment fallbacks (a peer's are given as options by
-/// [`exec_for_peer`]), built once and kept: building one (and even cloning a built one) costs
-/// more than a parse.
-fn peer_parser() -> std::sync::MutexGuard<'static, clap::Command> {
-    use clap::CommandFactory;
-    static PARSER: std::sync::OnceLock<std::sync::Mutex<clap::Command>> =
-        std::sync::OnceLock::new();
-    PARSER
-        .get_or_init(|| {
-            let mut cmd = ExecCli::command();
-            for (id, _, _) in PEER_ENV {
-                cmd = cmd.mut_arg(id, |a| a.env(None));
-            }
-            cmd.build();
-            std::sync::Mutex::new(cmd)
-        })
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-/// `leash exec`'s command line read for another process — the front door that sent the daemon
-/// `execArgv` — with the parser the command line itself uses: what that process would run, had
-/// it been `leash-main` (a [`crate::controller::exec::PeerExecParser`]). It parses the command
-/// line as the process whose argv, environment (read with `var`) and current directory these are
-/// would: clap's
-/// environment fallbacks (`LEASH_STATE_DIR`, `LEASH_CONTAINMENT`, `LEASH_CGROUP_ROOT`) are read
-/// from `env`, never from this process's. `Err`: it does not parse as `leash exec` (leash-main
-/// says why), with clap's reason.
-pub fn exec_for_peer(
-    argv: &[OsString],
-    var: &dyn Fn(&str) -> Option<OsString>,
-    cwd: &dyn Fn() -> Option<PathBuf>,
-) -> Result<crate::controller::exec::PeerExec, String> {
-    use clap::FromArgMatches;
-    // Before the first `--`, every token that starts with `--` is an option of clap's (no option
-    // of `leash exec` takes a value that starts with a hyphen): a flag is given there or not.
-    let options = argv
-        .iter()
-        .skip(1)
-        .take_while(|a| a.as_os_str() != "--")
-        .filter_map(|a| a.to_str());
-    let given: Vec<&str> = options.filter(|a| a.starts_with("--")).collect();
-    // What clap would have read from the environment, given as the option it stands for.
-    let mut line: Vec<OsString> = argv.to_vec();
-    for (_, name, flag) in PEER_ENV {
-        let on_the_line = given
-            .iter()
-            .any(|a| *a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')));
-        if on_the_line {
-            continue;
-        }
-        if let Some(v) = var(name) {
-            // Empty: clap's own handling differs from arg to arg; leash-main's to say.
-            if v.is_empty() {
-                return Err(format!("{name} is set but empty"));
-            }
-            let mut opt = OsString::from(format!("{flag}="));
-            opt.push(v);
-            line.insert(1, opt);
-        }
-    }
-    let matches = peer_parser()
-        .try_get_matches_from_mut(&line)
-        .map_err(|e| e.to_string())?;
-    let ExecCli {
-        global,
-        command: ExecOnly::Exec(a),
-    } = ExecCli::from_arg_matches(&matches).map_err(|e| e.to_string())?;
-    let state_dir =
-        StateRoot::resolve_for(global.state_dir.as_deref(), var, cwd).map_err(|e| e.to_string())?;
-    let needs_main = global.no_daemon || global.verbose > 0 || var(logging::ENV_LOG).is_some();
-    let json_errors = global.error_format == Some(ErrorFormat::Json);
-    let request = exec_request(a, settings_of(&global), json_errors, None);
-    Ok(crate::controller::exec::PeerExec {
-        state_dir,
-        request,
-        needs_main,
-    })
-}
-
-pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
+pub fn run(cli: Cli) -> Result<u8, Failure> {
     // These need no state root.
     match &cli.command {
         Command::Completions(a) => return docs::completions(a),
@@ -957,7 +823,7 @@ pub fn run(cli: Cli, asked: Option<String>) -> Result<u8, Failure> {
     );
     if let Command::Exec(a) = cli.command {
         let json_errors = cli.global.error_format == Some(ErrorFormat::Json);
-        let req = exec_request(a, settings, json_errors, asked);
+        let req = exec_request(a, settings, json_errors);
         return run_exec(&dir, req, cli.global.no_daemon);
     }
     // The first directory of the state root's path that does not exist yet: what a failed
@@ -1051,13 +917,11 @@ fn remove_unused_root(root: &StateRoot, from: &std::path::Path) {
     }
 }
 
-/// `leash exec`'s request from its command line (the CLI's, and the daemon's for the front
-/// door's `execArgv`).
+/// `leash exec`'s request from its command line.
 fn exec_request(
     a: ExecArgs,
     containment: crate::cgroup::Settings,
     json_errors: bool,
-    asked: Option<String>,
 ) -> ExecRequest {
     ExecRequest {
         containment,
@@ -1081,7 +945,6 @@ fn exec_request(
         },
         lease_id: a.lease_id,
         command: a.command,
-        asked,
         report_dir: None,
     }
 }
@@ -1236,51 +1099,55 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// `leash exec`'s command lines go through the one parser: global options and the exec's
+    /// own anywhere before `--`, everything after it the command; and what it refuses, it refuses
+    /// as a usage error of `leash exec`.
     #[test]
-    fn exec_cli_is_well_formed() {
-        use clap::CommandFactory;
-        ExecCli::command().debug_assert();
-    }
-
-    /// `leash exec`'s own parser reads every exec command line as the whole CLI does, global
-    /// options and environment included, and refuses what it refuses (then [`parse`] answers
-    /// with the whole CLI's error).
-    #[test]
-    fn the_exec_parser_reads_exec_lines_as_the_whole_cli() {
+    fn exec_lines_parse_with_the_one_parser() {
         let words = |line: &str| -> Vec<OsString> { line.split(' ').map(OsString::from).collect() };
         let accepted = [
-            "leash exec -- /bin/true",
-            "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
-            "leash exec --grace 500ms --owner-pid 1 -- x",
-            "leash exec --grace-ms 700 --lease-id 0190b1f2-7c3a-7d4e-8f00-1234567890ab -- x",
-            "leash exec --memory-max 512M --pids-max 10 --cpu-max 0.5 -- x --flag",
-            "leash exec --unset-env A --unset-env B -- x",
-            "leash exec --clear-env --keep-env PATH -- x",
-            "leash exec --state-dir /tmp/s -vv --error-format json --containment off -- x",
-            "leash exec --cgroup-root /sys/fs/cgroup/x --socket /tmp/x.sock --no-daemon -- x",
-            "leash exec --session=k -- -- x",
+            ("leash exec -- /bin/true", &["/bin/true"][..]),
+            (
+                "leash exec --session s1 --agent a --owner o --spawned-by p --parent q -- cat -n",
+                &["cat", "-n"],
+            ),
+            ("leash exec --grace 500ms --owner-pid 1 -- x", &["x"]),
+            (
+                "leash exec --grace-ms 700 --lease-id 0190b1f2-7c3a-7d4e-8f00-1234567890ab -- x",
+                &["x"],
+            ),
+            (
+                "leash exec --memory-max 512M --pids-max 10 --cpu-max 0.5 -- x --flag",
+                &["x", "--flag"],
+            ),
+            ("leash exec --unset-env A --unset-env B -- x", &["x"]),
+            ("leash exec --clear-env --keep-env PATH -- x", &["x"]),
+            (
+                "leash exec --state-dir /tmp/s -vv --error-format json --containment off -- x",
+                &["x"],
+            ),
+            (
+                "leash exec --cgroup-root /sys/fs/cgroup/x --socket /tmp/x.sock --no-daemon -- x",
+                &["x"],
+            ),
+            ("leash exec --session=k -- -- x", &["--", "x"]),
         ];
-        for line in accepted {
-            let fast =
-                ExecCli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
-            let whole = Cli::try_parse_from(words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
-            let ExecOnly::Exec(a) = fast.command;
-            let fast = Cli {
-                global: fast.global,
-                command: Command::Exec(a),
+        for (line, command) in accepted {
+            let cli = parse(&words(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let Command::Exec(a) = cli.command else {
+                panic!("{line}: not exec");
             };
-            assert_eq!(format!("{fast:?}"), format!("{whole:?}"), "{line}");
-            assert_eq!(
-                format!("{:?}", parse(&words(line)).unwrap()),
-                format!("{whole:?}"),
-                "{line}"
-            );
+            assert_eq!(a.command, words(&command.join(" ")), "{line}");
         }
+        let global = parse(&words("leash exec --state-dir /tmp/s -vv --no-daemon -- x")).unwrap();
+        assert_eq!(
+            global.global.state_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/s"))
+        );
+        assert_eq!((global.global.verbose, global.global.no_daemon), (2, true));
         let refused = [
             "leash exec",
             "leash exec /bin/true",
-            "leash exec --help",
-            "leash exec --version",
             "leash exec --grace 2h -- x",
             "leash exec --grace 1s --grace-ms 5 -- x",
             "leash exec --keep-env PATH -- x",
@@ -1291,15 +1158,8 @@ mod tests {
             "leash exec --containment maybe -- x",
         ];
         for line in refused {
-            let whole = Cli::try_parse_from(words(line)).expect_err(line);
-            assert!(ExecCli::try_parse_from(words(line)).is_err(), "{line}");
-            let got = parse(&words(line)).expect_err(line);
-            assert_eq!(got.kind(), whole.kind(), "{line}");
-            assert_eq!(
-                got.render().to_string(),
-                whole.render().to_string(),
-                "{line}"
-            );
+            let e = parse(&words(line)).expect_err(line);
+            assert!(e.use_stderr(), "{line}: a usage error, not help");
         }
     }
 

@@ -93,7 +93,6 @@ pub(super) fn run_serve(
         reconcile_interval: Some(a.reconcile_interval).filter(|d| !d.is_zero()),
         metrics: a.metrics,
         ensure_wait: Duration::from_millis(a.ensure_wait_ms),
-        peer_exec: Some(super::exec_for_peer),
     };
     match serve(root, cfg) {
         Ok(()) => Ok(exitcode::OK),

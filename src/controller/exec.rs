@@ -60,10 +60,6 @@ pub struct ExecRequest {
     /// `--keep-env`); the lease markers are set after it and always survive.
     pub env: crate::envpolicy::EnvPolicy,
     pub command: Vec<OsString>,
-    /// The lease id the front door asked the daemon to commit for this very process, when it
-    /// handed over without a usable answer (`LEASH_EXEC_ASKED`, see src/front/main.rs): a lease
-    /// of that id rooted at this process is committed, and only its wrapper is left to exec.
-    pub asked: Option<String>,
     /// The directory the wrapper writes its report in, as [`crate::state::resolve_reports_dir`]
     /// picked it from the environment of the `leash exec` (the daemon: its peer's); `None`: the
     /// state root's `run/`. Recorded in the lease's row (`report_dir`).
@@ -279,9 +275,6 @@ pub fn exec(
     daemon: Option<&dyn ExecDaemon>,
 ) -> Result<std::convert::Infallible, ExecError> {
     check_request(&req)?;
-    if let Some(launch) = committed_for_the_front_door(root, &req)? {
-        return Err(launch_wrapper(root, &req, launch));
-    }
     if let Some(d) = daemon {
         if let Some(launch) = through_daemon(root, &mut req, d)? {
             return Err(launch_wrapper(root, &req, launch));
@@ -477,26 +470,6 @@ with_ownership_fields! {
     }
 }
 
-/// `leash exec`'s command line as another process would read it (the front door that sent the
-/// daemon `execArgv`): what the CLI's parser made of its argv, environment and directory.
-pub struct PeerExec {
-    /// The state directory it names, absolute (not canonical).
-    pub state_dir: PathBuf,
-    pub request: ExecRequest,
-    /// `--no-daemon`, `-v` or `LEASH_LOG`: leash-main must run it (it would not ask the daemon,
-    /// or it would log).
-    pub needs_main: bool,
-}
-
-/// The CLI's parser of a peer's `leash exec` command line (`cli::exec_for_peer`): its argv, a
-/// lookup in its environment, its current directory (asked only when needed). The CLI hands it
-/// to the daemon it starts (`ServeConfig::peer_exec`), so the daemon imports no front door.
-pub type PeerExecParser = fn(
-    &[OsString],
-    &dyn Fn(&str) -> Option<OsString>,
-    &dyn Fn() -> Option<PathBuf>,
-) -> Result<PeerExec, String>;
-
 /// The daemon's answer to [`ExecAsk`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
@@ -653,41 +626,10 @@ fn rooted_here(
         })
 }
 
-/// The front door handed over after it sent `execArgv` (its answer lost, unreadable, or the
-/// wrapper it named could not be exec'd): the lease it asked for (or the one `--lease-id` chose)
-/// may be committed, rooted at this process. If it is, this process only execs its wrapper (and,
-/// when that fails too, records it lost, as always); if not, nothing was committed and `exec`
-/// goes on as without the front door. A stale or foreign id finds nothing rooted here.
-fn committed_for_the_front_door(
-    root: &StateRoot,
-    req: &ExecRequest,
-) -> Result<Option<Launch>, ExecError> {
-    let Some(asked) = &req.asked else {
-        return Ok(None);
-    };
-    let store = Store::open(&root.db_path())?;
-    let me = proc::self_id();
-    let owner_pid = nix::unistd::getppid().as_raw();
-    for id in std::iter::once(asked).chain(&req.lease_id) {
-        if let Some(l) = store.lease(id)? {
-            if let Some(launch) = rooted_here(root, l, me, owner_pid) {
-                tracing::debug!(lease_id = %id, "the front door's lease is committed; exec'ing its wrapper");
-                return Ok(Some(launch));
-            }
-        }
-    }
-    Ok(None)
-}
-
 /// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
 /// (our parent), the environment policy and a canonical `--lease-id`, before anything is stored.
 fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
-    check_request_for(req, nix::unistd::getppid().as_raw())
-}
-
-/// [`check_request`] for a process whose parent is `parent` (the daemon checks the front door's
-/// request for its peer).
-pub fn check_request_for(req: &ExecRequest, parent: i32) -> Result<(), ExecError> {
+    let parent = nix::unistd::getppid().as_raw();
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
     }
@@ -725,10 +667,7 @@ fn check_lease_id_free(store: &Store, lease_id: Option<&str>) -> Result<(), Exec
 }
 
 /// Limits are refused, before anything is made, where there is no cgroup to enforce them.
-pub fn check_limits_enforceable(
-    limits: &Limits,
-    containment: &Containment,
-) -> Result<(), ExecError> {
+fn check_limits_enforceable(limits: &Limits, containment: &Containment) -> Result<(), ExecError> {
     if limits.is_empty() || containment.is_on() {
         return Ok(());
     }
@@ -1008,9 +947,8 @@ fn wrapper_command(req: &ExecRequest, launch: &Launch, fallback: &std::path::Pat
 }
 
 /// The wrapper's options, before its `--` and the adapter's command: the grace, the owner it
-/// watches, its report file, the cgroup it starts the adapter in, the error format. The daemon
-/// sends the same to the front door (`execArgv`).
-pub fn wrapper_options(
+/// watches, its report file, the cgroup it starts the adapter in, the error format.
+fn wrapper_options(
     req: &ExecRequest,
     report: &std::path::Path,
     owner_pid: i32,
@@ -1041,7 +979,7 @@ pub fn wrapper_options(
 
 /// The lease markers the adapter's environment carries, set after the environment policy (so no
 /// policy can remove them).
-pub fn lease_markers<'a>(lease_id: &'a str, gateway_id: &'a str) -> [(&'static str, &'a str); 2] {
+fn lease_markers<'a>(lease_id: &'a str, gateway_id: &'a str) -> [(&'static str, &'a str); 2] {
     [(ENV_LEASE_ID, lease_id), (ENV_GATEWAY_ID, gateway_id)]
 }
 

@@ -48,7 +48,6 @@ mod detach;
 mod ensure;
 mod events;
 mod exec;
-mod exec_argv;
 mod hello;
 mod leases;
 mod metrics;

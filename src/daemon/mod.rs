@@ -90,9 +90,6 @@ pub struct ServeConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// How long `ensure` watches a new adapter for an early death (see `Supervised::await_early_exit`).
     pub ensure_wait: Duration,
-    /// How the front door's command line is read (`execArgv`): the CLI's own parser. `None`:
-    /// `execArgv` answers `direct`, and the front door hands over to leash-main.
-    pub peer_exec: Option<crate::controller::exec::PeerExecParser>,
 }
 
 /// `serve --ensure-wait-ms` by default: no wait. An `ensure` answers once the adapter started;

@@ -426,23 +426,6 @@ pub fn leash(state: &Path) -> Command {
     c
 }
 
-/// The whole program, `leash-main`, beside the front door `leash` (which execs it for every
-/// command it does not take to the daemon itself).
-#[allow(dead_code)]
-pub fn leash_main_bin() -> PathBuf {
-    leash_bin().with_file_name("leash-main")
-}
-
-/// [`leash`] with `leash-main` itself: what the front door hands over to, and what a `leash
-/// exec` looked like before it (the daemon's `exec` op rather than `execArgv`).
-#[allow(dead_code)]
-pub fn leash_main(state: &Path) -> Command {
-    let mut c = Command::new(leash_main_bin());
-    c.arg("--state-dir").arg(state);
-    c.env_remove("LEASH_STATE_DIR").env_remove("LEASH_LOG");
-    c
-}
-
 /// Creates a state root the way a user does, with `leash exec` (read-only commands never create
 /// one): a lease of `/bin/true`, without containment, that ends at once.
 #[allow(dead_code)]

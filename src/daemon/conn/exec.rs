@@ -13,16 +13,7 @@ use crate::controller::exec::{
 use leash_core::model::ProcessId;
 
 /// The lease's root and owner: the peer, proven to be the process that connected.
-pub(super) fn peer_origin(peer: &Peer) -> Result<Origin, String> {
-    peer_origin_reading(peer, || Ok(())).map(|(o, ())| o)
-}
-
-/// [`peer_origin`], with more of the peer's `/proc` read by `more` before the one check that
-/// proves every read was the peer's (`execArgv` reads its command line and environment).
-pub(super) fn peer_origin_reading<T>(
-    peer: &Peer,
-    more: impl FnOnce() -> Result<T, String>,
-) -> Result<(Origin, T), String> {
+fn peer_origin(peer: &Peer) -> Result<Origin, String> {
     let Some(ino) = peer.pidfs_ino else {
         return Err(
             "this kernel does not name the peer by a pidfd (SO_PEERPIDFD, pidfs: Linux >= 6.9)"
@@ -31,8 +22,7 @@ pub(super) fn peer_origin_reading<T>(
     };
     let (ppid, start_time) = crate::proc::parent_and_start_of(peer.pid)
         .ok_or_else(|| format!("the peer pid {} is gone", peer.pid))?;
-    let more = more()?;
-    // Read after the reads: the pid still names the process that connected, so they were its.
+    // Read after the read: the pid still names the process that connected, so it was its.
     if crate::proc::pidfs_ino_of(peer.pid) != Some(ino) {
         return Err(format!(
             "the peer pid {} now names another process",
@@ -53,7 +43,24 @@ pub(super) fn peer_origin_reading<T>(
             start_time: crate::proc::start_time_of(ppid).unwrap_or(0),
         },
     };
-    Ok((origin, more))
+    Ok(origin)
+}
+
+/// Whether the process of `proc` sees the mounts this one sees (the same mount namespace and
+/// root): then a path the peer names (its reports directory) is the same file for the daemon.
+fn same_mounts(proc: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+    static OWN: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let ns = |p: &Path| {
+        std::fs::metadata(p.join("ns/mnt"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let own = *OWN.get_or_init(|| ns(Path::new("/proc/self")));
+    own.is_some()
+        && ns(proc) == own
+        && std::fs::read_link(proc.join("root")).is_ok_and(|r| r == Path::new("/"))
 }
 
 /// Why this daemon cannot commit the lease the way `leash exec` would (`None`: it can).
@@ -118,7 +125,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
     // reader of the lease must see the same directory under it (a unit's private `/dev/shm`
     // would not be).
     if ask.report_dir.is_some()
-        && !super::exec_argv::same_mounts(std::path::Path::new(&format!("/proc/{}", peer.pid)))
+        && !same_mounts(std::path::Path::new(&format!("/proc/{}", peer.pid)))
     {
         return direct(
             "the client sees other mounts than the daemon, so its reports directory may not be \
@@ -174,7 +181,7 @@ fn exec(d: &Daemon, peer: &Peer, ask: ExecAsk) -> Reply<ExecAnswer> {
 
 /// Tests only: [`ENV_TEST_PAUSE`] `before:MS` or `after:MS` holds the op that long before the
 /// commit, or between the commit and the answer, so a test can kill the daemon exactly there.
-pub(super) fn test_pause(at: &str) {
+fn test_pause(at: &str) {
     static PAUSE: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
     let pause = PAUSE.get_or_init(|| {
         let v = std::env::var(ENV_TEST_PAUSE).ok()?;

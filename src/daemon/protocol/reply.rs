@@ -883,39 +883,3 @@ mod tests {
         assert_eq!(e.data.stderr, Some(vec!["boom".to_string()]));
     }
 }
-
-/// The answer to `execArgv` (the front door's `leash exec`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "camelCase")]
-pub enum ExecArgvAnswer {
-    /// The lease is committed (its cgroup made), rooted at the caller: exec `wrapper` with
-    /// `args`, then the caller's own argv from `commandAt` on (the adapter's command, after
-    /// `--`), in the caller's environment with `env` applied.
-    #[serde(rename_all = "camelCase")]
-    Committed {
-        lease_id: String,
-        root_pid: i32,
-        wrapper: PathBuf,
-        /// The wrapper's options, ending with `--`.
-        args: Vec<String>,
-        command_at: usize,
-        env: WrapperEnv,
-    },
-    /// The daemon does not take this command line (leash-main runs it, and says what is wrong
-    /// with it if anything is): `why`, for the log.
-    Direct { why: String },
-}
-
-/// How the wrapper's environment comes from the caller's, in this order: `base` as
-/// `setenv`/`unsetenv` would change it (a value, or `null` to remove), then `clear` (only `keep`
-/// passes) or `unset`, then `set` (the lease markers). The result is ordered by name, one entry
-/// a name, as `std::process::Command` builds it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WrapperEnv {
-    pub base: Vec<(String, Option<String>)>,
-    pub clear: bool,
-    pub keep: Vec<String>,
-    pub unset: Vec<String>,
-    pub set: Vec<(String, String)>,
-}

@@ -798,30 +798,3 @@ impl OpRequest for Box<crate::controller::exec::ExecAsk> {
         Ok(Box::new(a))
     }
 }
-
-/// `execArgv`: the front door's `leash exec`: commit the lease for the calling
-/// process's own command line, which the daemon reads from `/proc` (argv, environment, current
-/// directory) and parses as `leash exec` would. The request carries only a lease id the front
-/// door chose (taken unless its command line gives `--lease-id`), so that a lost answer can be
-/// looked up by it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecArgv {
-    pub lease_id: String,
-}
-
-impl OpRequest for ExecArgv {
-    const NAME: &'static str = "execArgv";
-    type Reply = super::ExecArgvAnswer;
-
-    fn parse(fields: Value) -> Result<Self, (Code, String)> {
-        let a: ExecArgv = fields_of(Self::NAME, fields)?;
-        if !crate::controller::exec::is_canonical_uuid(&a.lease_id) {
-            return Err(bad(format!(
-                "execArgv: \"leaseId\" must be a UUID in canonical form, got {:?}",
-                super::truncate(&a.lease_id, 64)
-            )));
-        }
-        Ok(a)
-    }
-}

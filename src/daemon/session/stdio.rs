@@ -492,110 +492,69 @@ pub(super) fn encode_bounded(text: &str, cap: usize) -> (String, bool) {
     (out, cut)
 }
 
-/// [`encode_bounded`] appended to `out`; returns whether the line was cut. Escapes as
-/// serde_json does (`\"`, `\\`, `\b\f\n\r\t`, other control bytes as `\u00XX`), copying the
-/// runs between escapes whole.
+/// [`encode_bounded`] appended to `out`; returns whether the line was cut. The encoding is
+/// serde_json's; a line whose encoding is over `cap` is cut to the longest prefix, on a
+/// character boundary, whose encoding fits.
 pub(super) fn encode_bounded_into(out: &mut String, text: &str, cap: usize) -> bool {
-    let budget = cap.saturating_sub(2);
-    let bytes = text.as_bytes();
-    // The common line needs no escape and fits: one copy. The check has no early exit so that
-    // it vectorises (a 1 KiB line is checked in a few dozen instructions).
-    let needs_escape = bytes.iter().fold(false, |acc, &b| {
-        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if !needs_escape && bytes.len() <= budget {
-        out.reserve(bytes.len() + 2);
-        out.push('"');
-        out.push_str(text);
-        out.push('"');
+    let cap = cap.max(2);
+    let start = out.len();
+    push_json_string(out, text);
+    if out.len() - start <= cap {
         return false;
     }
-    // A line with escapes that fits whole (an adapter's JSON-RPC line: every quote escaped):
-    // its encoded size is counted first, in a loop without early exit that vectorises, and
-    // then the runs between escapes are found and copied without the per-byte budget.
-    if needs_escape {
-        let extra = bytes.iter().fold(0usize, |acc, &b| acc + escape_extra(b));
-        if bytes.len() + extra <= budget {
-            out.reserve(bytes.len() + extra + 2);
-            out.push('"');
-            let mut run = 0;
-            while let Some(k) = bytes[run..].iter().position(|&b| escape_extra(b) > 0) {
-                let i = run + k;
-                out.push_str(&text[run..i]);
-                push_escape(out, bytes[i]);
-                run = i + 1;
-            }
-            out.push_str(&text[run..]);
-            out.push('"');
-            return false;
-        }
+    out.truncate(start);
+    // The encoding grows with the prefix, and never is shorter than it: a binary search over
+    // the cuts up to `cap` bytes finds the longest that fits (`lo` fits, `hi` does not).
+    let fits = |out: &mut String, end: usize| {
+        push_json_string(out, &text[..end]);
+        let n = out.len() - start;
+        out.truncate(start);
+        n <= cap
+    };
+    let (mut lo, mut hi) = (0, text.len().min(cap - 1));
+    while !text.is_char_boundary(hi) {
+        hi -= 1;
     }
-    let start_len = out.len();
-    out.push('"');
-    let mut used = 0;
-    let mut run = 0; // start of the run of bytes copied as they are
-    let mut end = bytes.len();
-    for (i, &b) in bytes.iter().enumerate() {
-        let n = match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6,
-            _ => 1,
-        };
-        if used + n > budget {
-            // Cut on a character boundary at or before this byte (escaped bytes are ASCII,
-            // so everything before the boundary fits).
-            let mut j = i;
-            while !text.is_char_boundary(j) {
-                j -= 1;
-            }
-            end = j;
+    if fits(out, hi) {
+        lo = hi;
+    }
+    while lo < hi {
+        let Some(mid) = (lo + (hi - lo) / 2..hi)
+            .chain(lo + 1..hi)
+            .find(|&i| i > lo && text.is_char_boundary(i))
+        else {
             break;
-        }
-        used += n;
-        if n > 1 {
-            out.push_str(&text[run..i]);
-            push_escape(out, b);
-            run = i + 1;
+        };
+        if fits(out, mid) {
+            lo = mid;
+        } else {
+            hi = mid;
         }
     }
-    // An escaped byte is ASCII, so the run after it starts on a boundary at or before the cut.
-    out.push_str(&text[run..end]);
-    out.push('"');
-    debug_assert!(out.len() - start_len <= cap.max(2));
-    end < bytes.len()
+    push_json_string(out, &text[..lo]);
+    true
 }
 
-/// How many bytes escaping `b` adds: 1 for `"`, `\\` and `\b\f\n\r\t`, 5 for another control
-/// byte (`\u00XX`), else 0.
-/// Branch-free, so that a fold over a line vectorises.
-fn escape_extra(b: u8) -> usize {
-    let short = (b == b'"')
-        | (b == b'\\')
-        | (b == b'\n')
-        | (b == b'\r')
-        | (b == b'\t')
-        | (b == 0x08)
-        | (b == 0x0c);
-    let control = b < 0x20;
-    short as usize + 5 * (control & !short) as usize
+/// Appends `text` as a JSON string, as serde_json writes it.
+fn push_json_string(out: &mut String, text: &str) {
+    serde_json::to_writer(AppendUtf8(out), text).expect("a str is always serialisable");
 }
 
-/// Appends the escape of a byte that needs one (see [`escape_extra`]), as serde_json writes it.
-fn push_escape(out: &mut String, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match b {
-        b'"' => out.push_str("\\\""),
-        b'\\' => out.push_str("\\\\"),
-        b'\n' => out.push_str("\\n"),
-        b'\r' => out.push_str("\\r"),
-        b'\t' => out.push_str("\\t"),
-        0x08 => out.push_str("\\b"),
-        0x0c => out.push_str("\\f"),
-        _ => {
-            out.push_str("\\u00");
-            out.push(HEX[(b >> 4) as usize] as char);
-            out.push(HEX[(b & 0xf) as usize] as char);
-        }
+/// `io::Write` onto a `String`. serde_json writes a string as the runs between its escapes and
+/// the escapes themselves (ASCII), each cut on a character boundary, so every write is UTF-8;
+/// one that is not is refused, and nothing of it is appended.
+struct AppendUtf8<'a>(&'a mut String);
+
+impl std::io::Write for AppendUtf8<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(buf)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        self.0.push_str(text);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -682,6 +641,27 @@ mod tests {
                 cut && want.starts_with(&cut_enc[..cut_enc.len() - 1]),
                 "{line:?}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text, any cap: the item's line is serde_json's encoding of the longest prefix
+        /// (cut on a character boundary) whose encoding fits the cap, the whole text when it fits.
+        #[test]
+        fn a_bounded_line_is_serde_jsons_encoding_of_the_longest_prefix_that_fits(
+            text in "(?s).{0,80}|[\\x00-\\x7f]{0,80}",
+            cap in 2usize..120,
+        ) {
+            let (enc, cut) = encode_bounded(&text, cap);
+            let back: String = serde_json::from_str(&enc).unwrap();
+            proptest::prop_assert!(text.starts_with(&back));
+            proptest::prop_assert_eq!(&enc, &serde_json::to_string(&back).unwrap());
+            proptest::prop_assert!(enc.len() <= cap);
+            proptest::prop_assert_eq!(cut, back.len() < text.len());
+            if let Some(c) = text[back.len()..].chars().next() {
+                let longer = &text[..back.len() + c.len_utf8()];
+                proptest::prop_assert!(serde_json::to_string(longer).unwrap().len() > cap);
+            }
         }
     }
 
