@@ -133,14 +133,20 @@ fn workspace() -> Result<Workspace> {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin")))
+            .filter(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "bin"))
+            })
             .filter_map(|t| t["name"].as_str().map(String::from))
             .collect()
     };
     let mut bins = bins_of(leash);
     bins.extend(bins_of(wrap).into_iter().filter(|b| b == "leash-wrap"));
     if !bins.iter().any(|b| b == "leash") || !bins.iter().any(|b| b == "leash-wrap") {
-        return Err(format!("expected binaries leash and leash-wrap, found {bins:?}"));
+        return Err(format!(
+            "expected binaries leash and leash-wrap, found {bins:?}"
+        ));
     }
     Ok(Workspace {
         root,
@@ -155,7 +161,10 @@ fn dist(o: &Opts) -> Result<()> {
     let host = host_target()?;
     let target = o.target.clone().unwrap_or_else(|| host.clone());
     let (os, cpu, deb_arch) = platform_of(&target)?;
-    let out = o.out_dir.clone().unwrap_or_else(|| ws.target_dir.join("dist"));
+    let out = o
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| ws.target_dir.join("dist"));
     let started = std::time::Instant::now();
 
     // The binaries.
@@ -201,17 +210,25 @@ fn dist(o: &Opts) -> Result<()> {
     let mut files: Vec<(PathBuf, String)> = Vec::new(); // (source, path in the archive)
     for b in &ws.bins {
         let src = bin_dir.join(b);
+        check_static(&src)?;
         let dst = stage.join("bin").join(b);
         copy(&src, &dst, 0o755)?;
         files.push((dst, b.clone()));
     }
     let man = stage.join("man/man1");
-    run(Command::new(&docs_leash).arg("man").arg("--out-dir").arg(&man))?;
+    run(Command::new(&docs_leash)
+        .arg("man")
+        .arg("--out-dir")
+        .arg(&man))?;
     for page in sorted_files(&man)? {
         let name = file_name(&page);
         files.push((page, format!("man/man1/{name}")));
     }
-    for (shell, name) in [("bash", "leash.bash"), ("zsh", "_leash"), ("fish", "leash.fish")] {
+    for (shell, name) in [
+        ("bash", "leash.bash"),
+        ("zsh", "_leash"),
+        ("fish", "leash.fish"),
+    ] {
         let text = run_capture(Command::new(&docs_leash).args(["completions", shell]))?;
         let dst = stage.join("complete").join(name);
         write(&dst, &text, 0o644)?;
@@ -253,7 +270,14 @@ fn dist(o: &Opts) -> Result<()> {
     // The archive.
     let base = format!("leash-{}-{target}", ws.version);
     let archive = out.join(format!("{base}.tar.gz"));
-    write_archive(&archive, &base, &files, source_date(&ws.root))?;
+    // A release is compressed as hard as gzip goes; a check build (CI's) as fast.
+    let release = o.profile == "release";
+    let level = if release {
+        flate2::Compression::best()
+    } else {
+        flate2::Compression::fast()
+    };
+    write_archive(&archive, &base, &files, source_date(&ws.root), level)?;
     artifacts.push(archive);
 
     // The Debian package.
@@ -266,6 +290,9 @@ fn dist(o: &Opts) -> Result<()> {
         .arg(&deb);
     if let Some(t) = &o.target {
         cmd.args(["--target", t]);
+    }
+    if !release {
+        cmd.arg("--fast");
     }
     run(&mut cmd)?;
     if !deb.is_file() {
@@ -300,8 +327,14 @@ fn dist(o: &Opts) -> Result<()> {
 
 /// The npm packages: the client (clients/node, its version and its `optionalDependencies`
 /// stamped) and this target's platform package with the staged binaries. Returns the two tarballs.
-fn npm_packages(ws: &Workspace, stage: &Path, out: &Path, os: &str, cpu: &str) -> Result<Vec<PathBuf>> {
-    let npm_root = ws.target_dir.join("dist-npm");
+fn npm_packages(
+    ws: &Workspace,
+    stage: &Path,
+    out: &Path,
+    os: &str,
+    cpu: &str,
+) -> Result<Vec<PathBuf>> {
+    let npm_root = stage.with_file_name("leash-dist-npm");
     reset_dir(&npm_root)?;
     let platform_name = format!("leash-client-{os}-{cpu}");
 
@@ -341,7 +374,8 @@ fn npm_packages(ws: &Workspace, stage: &Path, out: &Path, os: &str, cpu: &str) -
     let src = ws.root.join("clients/node");
     let client = npm_root.join("leash-client");
     let mut pkg: Value = serde_json::from_slice(
-        &fs::read(src.join("package.json")).map_err(|e| format!("clients/node/package.json: {e}"))?,
+        &fs::read(src.join("package.json"))
+            .map_err(|e| format!("clients/node/package.json: {e}"))?,
     )
     .map_err(|e| format!("clients/node/package.json: {e}"))?;
     let listed: Vec<String> = pkg["files"]
@@ -351,7 +385,10 @@ fn npm_packages(ws: &Workspace, stage: &Path, out: &Path, os: &str, cpu: &str) -
         .filter_map(|f| f.as_str().map(String::from))
         .collect();
     for f in &listed {
-        copy_tree(&src.join(f.trim_end_matches('/')), &client.join(f.trim_end_matches('/')))?;
+        copy_tree(
+            &src.join(f.trim_end_matches('/')),
+            &client.join(f.trim_end_matches('/')),
+        )?;
     }
     for doc in ["LICENSE-MIT", "LICENSE-APACHE"] {
         copy(&ws.root.join(doc), &client.join(doc), 0o644)?;
@@ -384,6 +421,44 @@ fn npm_packages(ws: &Workspace, stage: &Path, out: &Path, os: &str, cpu: &str) -
         }
     }
     Ok(tarballs)
+}
+
+/// Fails unless `bin` is a statically linked ELF executable (no PT_INTERP program header): the
+/// archive, the .deb and the npm platform package promise binaries that run on any Linux of
+/// their architecture, whatever its C library.
+fn check_static(bin: &Path) -> Result<()> {
+    let bytes = fs::read(bin).map_err(|e| format!("read {}: {e}", bin.display()))?;
+    let field = |at: usize, len: usize| -> Option<u64> {
+        let b = bytes.get(at..at + len)?;
+        Some(
+            b.iter()
+                .rev()
+                .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
+        )
+    };
+    // A 64-bit little-endian ELF (x86_64, aarch64): e_phoff at 0x20, e_phentsize at 0x36,
+    // e_phnum at 0x38; each program header starts with its u32 p_type (PT_INTERP = 3).
+    if bytes.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return Err(format!(
+            "{}: not a 64-bit little-endian ELF file",
+            bin.display()
+        ));
+    }
+    let malformed = || format!("{}: malformed ELF program headers", bin.display());
+    let phoff = field(0x20, 8).ok_or_else(malformed)? as usize;
+    let phentsize = field(0x36, 2).ok_or_else(malformed)? as usize;
+    let phnum = field(0x38, 2).ok_or_else(malformed)? as usize;
+    for i in 0..phnum {
+        if field(phoff + i * phentsize, 4).ok_or_else(malformed)? == 3 {
+            return Err(format!(
+                "{} is linked dynamically (it names an ELF interpreter); the packages ship \
+                 static binaries: unset LEASH_WRAP_DYNAMIC and RUSTC_WRAPPER, and install glibc's \
+                 static libc.a (see .cargo/rustc-static-wrap.sh)",
+                bin.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_unit(name: &str) -> bool {
@@ -446,9 +521,19 @@ fn cargo_deb(target_dir: &Path) -> Result<PathBuf> {
     if have.is_some_and(|v| v.contains(CARGO_DEB_VERSION)) {
         return Ok(bin);
     }
-    eprintln!("xtask: installing cargo-deb {CARGO_DEB_VERSION} into {}", root.display());
+    eprintln!(
+        "xtask: installing cargo-deb {CARGO_DEB_VERSION} into {}",
+        root.display()
+    );
     run(cargo()
-        .args(["install", "cargo-deb", "--locked", "--version", CARGO_DEB_VERSION, "--root"])
+        .args([
+            "install",
+            "cargo-deb",
+            "--locked",
+            "--version",
+            CARGO_DEB_VERSION,
+            "--root",
+        ])
         .arg(&root)
         // Its own build: not through this workspace's rustc wrapper or target directory.
         .env_remove("CARGO_TARGET_DIR")
@@ -460,7 +545,10 @@ fn cargo_deb(target_dir: &Path) -> Result<PathBuf> {
 /// The archive's timestamps: SOURCE_DATE_EPOCH, else the last commit's time, else 0; so that
 /// the same sources make the same archive.
 fn source_date(root: &Path) -> u64 {
-    if let Some(t) = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|s| s.parse().ok()) {
+    if let Some(t) = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         return t;
     }
     Command::new("git")
@@ -474,9 +562,15 @@ fn source_date(root: &Path) -> u64 {
 
 /// A gzipped tar of `files` under the directory `base/`: owner root, mode 0755 for executables
 /// else 0644, one mtime, directories first.
-fn write_archive(dest: &Path, base: &str, files: &[(PathBuf, String)], mtime: u64) -> Result<()> {
+fn write_archive(
+    dest: &Path,
+    base: &str,
+    files: &[(PathBuf, String)],
+    mtime: u64,
+    level: flate2::Compression,
+) -> Result<()> {
     let f = fs::File::create(dest).map_err(|e| format!("create {}: {e}", dest.display()))?;
-    let gz = flate2::write::GzEncoder::new(f, flate2::Compression::best());
+    let gz = flate2::write::GzEncoder::new(f, level);
     let mut tar = tar::Builder::new(gz);
     let mut dirs: Vec<String> = vec![base.to_string()];
     for (_, path) in files {
@@ -627,4 +721,36 @@ fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dynamically linked executable (this test binary: cargo links tests dynamically) and a
+    /// file that is not ELF are refused; the static `leash` binaries pass (checked where
+    /// `cargo xtask dist` runs, in tests/dist.rs).
+    #[test]
+    fn check_static_refuses_dynamic_and_non_elf_files() {
+        let me = std::env::current_exe().unwrap();
+        let err = check_static(&me).unwrap_err();
+        assert!(err.contains("linked dynamically"), "{err}");
+        let err = check_static(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")))
+            .unwrap_err();
+        assert!(err.contains("not a 64-bit little-endian ELF"), "{err}");
+    }
+
+    #[test]
+    fn platform_names_of_targets() {
+        assert_eq!(
+            platform_of("x86_64-unknown-linux-gnu").unwrap(),
+            ("linux", "x64", "amd64")
+        );
+        assert_eq!(
+            platform_of("aarch64-unknown-linux-musl").unwrap(),
+            ("linux", "arm64", "arm64")
+        );
+        assert!(platform_of("x86_64-apple-darwin").is_err());
+        assert!(platform_of("riscv64gc-unknown-linux-gnu").is_err());
+    }
 }
