@@ -3,6 +3,10 @@
 import {
   connect,
   spawn,
+  binaryPath,
+  startDaemon,
+  BinaryNotFoundError,
+  type Daemon,
   close,
   LeashError,
   NotFoundError,
@@ -106,3 +110,24 @@ export async function gateway(): Promise<void> {
   console.log(v);
   await client.disconnect();
 }
+
+// The binaries and the daemon, as a gateway installed with npm starts them.
+async function ownDaemon(stateDir: string): Promise<void> {
+  const leashPath: string = binaryPath('leash');
+  const wrapPath: string = binaryPath('leash-wrap', { env: { LEASH_BIN_DIR: '/opt/leash' } });
+  void leashPath;
+  void wrapPath;
+  const daemon: Daemon = await startDaemon({ stateDir, args: ['--idle-close', '10m'], stderr: 'ignore' });
+  const pid: number = daemon.pid;
+  const mine: boolean = daemon.started;
+  void pid;
+  void mine;
+  const exit = await daemon.stop({ graceMs: 5_000 });
+  if (exit !== null && exit.code !== 0) throw new Error(`leash serve exited ${exit.code ?? exit.signal}`);
+  try {
+    binaryPath('leash');
+  } catch (e) {
+    if (e instanceof BinaryNotFoundError) for (const t of e.tried) console.log(t.path, t.why);
+  }
+}
+void ownDaemon;
