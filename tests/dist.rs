@@ -497,7 +497,10 @@ fn deb_holds_the_debian_paths_and_its_units_run_usr_bin_leash() {
         );
     }
     // Its postinst makes the sysusers.d users.
-    let out = run_ok("dpkg-deb -I", Command::new("dpkg-deb").arg("-I").arg(&deb).arg("postinst"));
+    let out = run_ok(
+        "dpkg-deb -I",
+        Command::new("dpkg-deb").arg("-I").arg(&deb).arg("postinst"),
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("systemd-sysusers"),
         "{out:?}"

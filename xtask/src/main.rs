@@ -735,8 +735,11 @@ mod tests {
         let me = std::env::current_exe().unwrap();
         let err = check_static(&me).unwrap_err();
         assert!(err.contains("linked dynamically"), "{err}");
-        let err = check_static(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")))
-            .unwrap_err();
+        let err = check_static(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/Cargo.toml"
+        )))
+        .unwrap_err();
         assert!(err.contains("not a 64-bit little-endian ELF"), "{err}");
     }
 
