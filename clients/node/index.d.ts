@@ -532,12 +532,69 @@ export declare function simulate(file: string, options?: SimulateOptions): Promi
 export declare function resolveStateDir(stateDir?: string): string;
 export declare function findSocket(opts?: { stateDir?: string; socket?: string }): Promise<string>;
 
+/** The binaries leash-client can find: the daemon/CLI and the per-session wrapper. */
+export type BinaryName = 'leash' | 'leash-wrap';
+/**
+ * The path of `leash` or `leash-wrap`: the platform package's copy (`leash-client-<platform>-<arch>`,
+ * an optional dependency of leash-client), else `$LEASH_BIN_DIR/<name>`, else the first on PATH.
+ * Throws BinaryNotFoundError naming every place tried.
+ */
+export declare function binaryPath(name: BinaryName, opts?: { env?: NodeJS.ProcessEnv }): string;
+/** The npm name of the platform package for a platform and CPU (default: this process's). */
+export declare function platformPackage(platform?: string, arch?: string): string;
+
+export interface StartDaemonOptions {
+  /** The state directory (default: as the CLI finds it: LEASH_STATE_DIR, XDG_STATE_HOME, HOME). */
+  stateDir?: string;
+  /** Extra arguments of `leash serve` (e.g. ['--metrics', '127.0.0.1:9464']). */
+  args?: string[];
+  /** The daemon's environment (default: this process's; LEASH_STATE_DIR is dropped). */
+  env?: NodeJS.ProcessEnv;
+  /** Where the daemon's log (its stderr) goes (default 'inherit'). */
+  stderr?: 'inherit' | 'ignore' | number;
+  /** How long to wait for it to answer (default 30 000 ms). */
+  timeoutMs?: number;
+}
+
+export interface DaemonExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  error?: Error;
+}
+
+export interface Daemon {
+  /** The daemon's pid. */
+  pid: number;
+  stateDir: string;
+  /** Whether startDaemon started it (false: it found one already serving the state directory). */
+  started: boolean;
+  /** Resolves when a daemon this process started exits; null for one it found. */
+  exited: Promise<DaemonExit> | null;
+  /**
+   * Ends a daemon startDaemon started: SIGTERM (it closes its sessions first), then waits for it
+   * to exit (SIGKILL past graceMs, default 60 000). Leaves a daemon it found running.
+   */
+  stop(opts?: { graceMs?: number }): Promise<DaemonExit | null>;
+}
+
+/**
+ * Starts `leash serve` (from binaryPath('leash')) for a state directory, or finds the daemon
+ * already serving it, and resolves once it answers.
+ */
+export declare function startDaemon(opts?: StartDaemonOptions): Promise<Daemon>;
+
 // --- errors ---------------------------------------------------------------------------------
 
 export declare class LeashError extends Error {
   constructor(message: string, opts?: { code?: string; data?: Record<string, unknown>; cause?: unknown });
   code: string;
   data: Record<string, any>;
+}
+/** binaryPath found no usable binary; `tried` says where it looked and why each was not taken. */
+export declare class BinaryNotFoundError extends LeashError {
+  constructor(name: BinaryName, tried: { path: string; why: string }[]);
+  binary: BinaryName;
+  tried: { path: string; why: string }[];
 }
 export declare class BadUtf8Error extends LeashError {}
 export declare class BadJsonError extends LeashError {}

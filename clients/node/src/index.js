@@ -7,5 +7,6 @@ export { spawn, execArgs, uuidv7, close, reap, verify, importAcpxState } from '.
 export { AcpxLifecycleController, CloseRefusedError } from './controller.js';
 export { resolveStateDir, findSocket } from './locate.js';
 export { simulate } from './simulate.js';
+export { binaryPath, platformPackage, startDaemon, BinaryNotFoundError } from './binaries.js';
 export * from './errors.js';
 export { canSeeSessionRow, sessionRowGrant, sessionRequester, agentFromKey, rowAgent, parseA2aRule } from './visibility.js';

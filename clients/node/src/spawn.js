@@ -20,9 +20,17 @@ import { spawn as cpSpawn, execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { SPAWN_CAUSES, SpawnFailedError, HandshakeTimeoutError, LeashError, NoDaemonError } from './errors.js';
 import { connect } from './client.js';
+import { binaryPath } from './binaries.js';
 
+/** `leash`: the option, else LEASH_BIN, else binaryPath's (the platform package, LEASH_BIN_DIR, PATH). */
 function leashBin(opts) {
-  return opts.leashBin ?? process.env.LEASH_BIN ?? 'leash';
+  if (opts.leashBin ?? process.env.LEASH_BIN) return opts.leashBin ?? process.env.LEASH_BIN;
+  try {
+    return binaryPath('leash');
+  } catch {
+    // Left to the spawn, whose ENOENT names the command.
+    return 'leash';
+  }
 }
 
 function stateArgs(opts) {

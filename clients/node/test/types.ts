@@ -3,6 +3,10 @@
 import {
   connect,
   spawn,
+  binaryPath,
+  startDaemon,
+  BinaryNotFoundError,
+  type Daemon,
   close,
   LeashError,
   NotFoundError,
@@ -121,3 +125,23 @@ export async function ciStep(file: string): Promise<number[]> {
   for (const e of sim.timeline) if (e.event === 'signal') console.log(`t+${e.at} ms ${e.signal} pid ${e.pid}`);
   return sim.signalled;
 }
+// The binaries and the daemon, as a gateway installed with npm starts them.
+async function ownDaemon(stateDir: string): Promise<void> {
+  const leashPath: string = binaryPath('leash');
+  const wrapPath: string = binaryPath('leash-wrap', { env: { LEASH_BIN_DIR: '/opt/leash' } });
+  void leashPath;
+  void wrapPath;
+  const daemon: Daemon = await startDaemon({ stateDir, args: ['--idle-close', '10m'], stderr: 'ignore' });
+  const pid: number = daemon.pid;
+  const mine: boolean = daemon.started;
+  void pid;
+  void mine;
+  const exit = await daemon.stop({ graceMs: 5_000 });
+  if (exit !== null && exit.code !== 0) throw new Error(`leash serve exited ${exit.code ?? exit.signal}`);
+  try {
+    binaryPath('leash');
+  } catch (e) {
+    if (e instanceof BinaryNotFoundError) for (const t of e.tried) console.log(t.path, t.why);
+  }
+}
+void ownDaemon;
