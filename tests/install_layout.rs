@@ -54,7 +54,9 @@ fn leash_finds_leash_wrap_installed_beside_it_and_says_how_when_it_is_missing() 
 }
 
 /// The binaries each package of the workspace builds: `cargo build --release --workspace` makes
-/// these, and `cargo install --path <package>` installs its own.
+/// these, and `cargo install --path <package>` installs its own. Of the programs, leash ships
+/// `leash` and `leash-wrap`; the third is `xtask`, the project's automation (`cargo xtask dist`),
+/// which is never published (`publish = false`) and which no artifact carries (tests/dist.rs).
 #[test]
 fn the_workspace_builds_leash_and_leash_wrap_only() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -73,6 +75,13 @@ fn the_workspace_builds_leash_and_leash_wrap_only() {
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut bins: Vec<(String, String)> = Vec::new();
     for p in meta["packages"].as_array().unwrap() {
+        if p["name"] == "xtask" {
+            assert_eq!(
+                p["publish"],
+                serde_json::json!([]),
+                "xtask is automation, never published"
+            );
+        }
         for t in p["targets"].as_array().unwrap() {
             if t["kind"].as_array().unwrap().iter().any(|k| k == "bin") {
                 let name = |v: &serde_json::Value| v.as_str().unwrap().to_string();
@@ -84,7 +93,11 @@ fn the_workspace_builds_leash_and_leash_wrap_only() {
     let want = |p: &str, b: &str| (p.to_string(), b.to_string());
     assert_eq!(
         bins,
-        [want("leash", "leash"), want("leash-wrap", "leash-wrap")],
+        [
+            want("leash", "leash"),
+            want("leash-wrap", "leash-wrap"),
+            want("xtask", "xtask")
+        ],
         "the workspace's binaries, by package"
     );
 }
