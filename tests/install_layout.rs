@@ -1,9 +1,9 @@
-//! One documented install gives a working set. `cargo install --path .` installs `leash` and
-//! `cargo install --path wrapper` installs `leash-wrap`, nothing else, in the same directory
-//! (~/.cargo/bin); `leash` finds its wrapper there, and when the wrapper is missing it says how
-//! to install it. (The test reads the workspace's targets with `cargo metadata` and copies the
-//! built binaries into such a directory instead of running `cargo install`, which would rebuild
-//! the workspace in release mode.)
+//! One documented install gives a working set. `cargo install --locked --path .` installs
+//! `leash` and `cargo install --locked --path wrapper` installs `leash-wrap`, nothing else, in the
+//! same directory (~/.cargo/bin); `leash` finds its wrapper there, and when the wrapper is
+//! missing it says how to install it. (The test reads the workspace's targets with `cargo
+//! metadata` and copies the built binaries into such a directory instead of running `cargo
+//! install`, which would rebuild the workspace in release mode.)
 mod common;
 use common::*;
 
@@ -50,11 +50,12 @@ fn leash_finds_leash_wrap_installed_beside_it_and_says_how_when_it_is_missing() 
     let out = exec_from(&alone, &tmp.join("state-b"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("cargo install --path wrapper"), "{err}");
+    assert!(err.contains("cargo install --locked --path wrapper"), "{err}");
 }
 
-/// The binaries each package of the workspace builds: `cargo build --release --workspace` makes
-/// these, and `cargo install --path <package>` installs its own.
+/// The binaries each installable package of the workspace builds: `cargo install --locked --path
+/// <package>` installs its own. The xtask crate (`cargo xtask dist`) is the project's automation:
+/// unpublished, installed by no one.
 #[test]
 fn the_workspace_builds_leash_and_leash_wrap_only() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -73,6 +74,10 @@ fn the_workspace_builds_leash_and_leash_wrap_only() {
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut bins: Vec<(String, String)> = Vec::new();
     for p in meta["packages"].as_array().unwrap() {
+        if p["name"] == "xtask" {
+            assert_eq!(p["publish"], serde_json::json!([]), "xtask is publish = false");
+            continue;
+        }
         for t in p["targets"].as_array().unwrap() {
             if t["kind"].as_array().unwrap().iter().any(|k| k == "bin") {
                 let name = |v: &serde_json::Value| v.as_str().unwrap().to_string();
