@@ -61,7 +61,10 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
     std::fs::create_dir(other.join(uuid::Uuid::new_v4().to_string())).unwrap();
     let (ok, text) = check(root.path(), &gateways, &before);
     assert!(ok, "another leash's cgroups failed the check:\n{text}");
-    assert!(text.contains("not counted") && text.contains(&other_gateway), "{text}");
+    assert!(
+        text.contains("not counted") && text.contains(&other_gateway),
+        "{text}"
+    );
 
     // A session of a test's state root, left in the default root.
     let scratch = TempDir::new("ci-default-root-state");
@@ -79,10 +82,11 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
     let _ = child.id();
     assert!(
         wait_for(|| state.join("leash.db").is_file()
-            && std::fs::read_dir(root.path())
+            && std::fs::read_dir(root.path()).unwrap().flatten().any(|e| e
+                .file_type()
                 .unwrap()
-                .flatten()
-                .any(|e| e.file_type().unwrap().is_dir() && e.file_name() != other_gateway.as_str())),
+                .is_dir()
+                && e.file_name() != other_gateway.as_str())),
         "the session's cgroup never appeared under {}",
         root.path().display()
     );
@@ -96,16 +100,16 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
     // Recorded the way a test's scratch directory records it when removed: the check fails and
     // names the test's gateway directory, and still not the other leash's.
     record_gateway_ids_into(scratch.path(), &gateways);
-    assert_eq!(
-        std::fs::read_to_string(&gateways).unwrap().trim(),
-        gateway
-    );
+    assert_eq!(std::fs::read_to_string(&gateways).unwrap().trim(), gateway);
     let (ok, text) = check(root.path(), &gateways, &before);
     assert!(!ok, "a test's leftover cgroup passed the check:\n{text}");
     let failing = &text[text
         .find("the tests made cgroups")
         .unwrap_or_else(|| panic!("{text}"))..];
-    assert!(failing.contains(&root.path().join(&gateway).display().to_string()), "{text}");
+    assert!(
+        failing.contains(&root.path().join(&gateway).display().to_string()),
+        "{text}"
+    );
     assert!(!failing.contains(&other_gateway), "{text}");
     drop(guard);
 }
@@ -132,6 +136,9 @@ fn removing_a_scratch_directory_records_its_state_roots_gateways() {
     }
     let recorded = std::fs::read_to_string(&log).unwrap_or_default();
     for id in ids {
-        assert!(recorded.lines().any(|l| l == id), "{id} not in {recorded:?}");
+        assert!(
+            recorded.lines().any(|l| l == id),
+            "{id} not in {recorded:?}"
+        );
     }
 }

@@ -561,7 +561,10 @@ fn postinst_makes_the_units_user_in_a_scratch_root(deb: &Path, tmp: &TempDir) {
         Command::new("dpkg-deb").arg("-e").arg(deb).arg(&control),
     );
     let postinst = control.join("postinst");
-    run_ok("sh -n postinst", Command::new("sh").arg("-n").arg(&postinst));
+    run_ok(
+        "sh -n postinst",
+        Command::new("sh").arg("-n").arg(&postinst),
+    );
     std::fs::create_dir_all(root.join("etc")).unwrap();
     let host_had_leash = || {
         std::fs::read_to_string("/etc/passwd")
@@ -605,5 +608,9 @@ fn postinst_makes_the_units_user_in_a_scratch_root(deb: &Path, tmp: &TempDir) {
             .arg("abort-upgrade"),
     );
     assert!(!other.join("etc/passwd").exists());
-    assert_eq!(host_had_leash(), host_before, "the host's /etc/passwd changed");
+    assert_eq!(
+        host_had_leash(),
+        host_before,
+        "the host's /etc/passwd changed"
+    );
 }

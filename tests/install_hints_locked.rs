@@ -68,7 +68,10 @@ fn every_cargo_install_in_the_tree_is_locked() {
         }
     }
     // The scan saw the README's set-up, the units' notes and the operating guide.
-    assert!(commands >= 5, "only {commands} mentions of `{COMMAND}` found");
+    assert!(
+        commands >= 5,
+        "only {commands} mentions of `{COMMAND}` found"
+    );
     assert!(
         offenders.is_empty(),
         "`{COMMAND}` without --locked resolves the dependencies afresh instead of using \

@@ -50,7 +50,10 @@ fn leash_finds_leash_wrap_installed_beside_it_and_says_how_when_it_is_missing() 
     let out = exec_from(&alone, &tmp.join("state-b"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("cargo install --locked --path wrapper"), "{err}");
+    assert!(
+        err.contains("cargo install --locked --path wrapper"),
+        "{err}"
+    );
 }
 
 /// The binaries each installable package of the workspace builds: `cargo install --locked --path
@@ -75,7 +78,11 @@ fn the_workspace_builds_leash_and_leash_wrap_only() {
     let mut bins: Vec<(String, String)> = Vec::new();
     for p in meta["packages"].as_array().unwrap() {
         if p["name"] == "xtask" {
-            assert_eq!(p["publish"], serde_json::json!([]), "xtask is publish = false");
+            assert_eq!(
+                p["publish"],
+                serde_json::json!([]),
+                "xtask is publish = false"
+            );
             continue;
         }
         for t in p["targets"].as_array().unwrap() {

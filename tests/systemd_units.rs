@@ -261,7 +261,8 @@ fn sysusers_file_creates_the_units_user() {
     ] {
         let name = setting(unit, key);
         assert!(
-            file.lines().any(|l| l.split(':').next() == Some(name.as_str())),
+            file.lines()
+                .any(|l| l.split(':').next() == Some(name.as_str())),
             "{unit}'s {key}={name} is not created by leash.sysusers.conf:\n{file}"
         );
     }
@@ -276,7 +277,9 @@ fn sysusers_file_creates_the_units_user() {
     assert!(uid > 0 && uid < 1000, "uid {uid} is not a system uid");
     assert!(user[6].ends_with("nologin"), "{user:?}");
     // The unit's notes name the file.
-    assert!(std::fs::read_to_string(repo.join("contrib/systemd/leash.service"))
-        .unwrap()
-        .contains("leash.sysusers.conf"));
+    assert!(
+        std::fs::read_to_string(repo.join("contrib/systemd/leash.service"))
+            .unwrap()
+            .contains("leash.sysusers.conf")
+    );
 }
