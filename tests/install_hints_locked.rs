@@ -34,7 +34,7 @@ fn unlocked(text: &str) -> Vec<String> {
     for (at, _) in joined.match_indices(COMMAND) {
         let rest = &joined[at + COMMAND.len()..];
         let end = rest
-            .find(|c| matches!(c, '\n' | ';' | '|' | '`' | '"' | '\'' | ')'))
+            .find(['\n', ';', '|', '`', '"', '\'', ')'])
             .unwrap_or(rest.len());
         let end = rest[..end].find("&&").unwrap_or(end);
         let args = &rest[..end];
