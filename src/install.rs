@@ -19,7 +19,7 @@ pub const ENV_WRAP_BIN: &str = "LEASH_WRAP_BIN";
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    #[error("cannot find the leash-wrap binary (looked in {looked}); install it next to leash with `cargo install --path wrapper` (from the leash source tree), build both with `cargo build --release --workspace`, or set LEASH_WRAP_BIN")]
+    #[error("cannot find the leash-wrap binary (looked in {looked}); install it next to leash with `cargo install --locked --path wrapper` (from the leash source tree), build both with `cargo build --release --workspace`, or set LEASH_WRAP_BIN")]
     NotFound { looked: String },
     #[error(
         "{0} is a symbolic link; leash trusts an installed wrapper by its path and never \

@@ -541,4 +541,76 @@ fn deb_holds_the_debian_paths_and_its_units_run_usr_bin_leash() {
             );
         }
     }
+
+    // Its postinst, run the way dpkg runs it for an installation into another root (DPKG_ROOT):
+    // the package's files in a scratch root, and the users its sysusers.d file declares made in
+    // that root's /etc. The host's users and its systemd are not touched.
+    postinst_makes_the_units_user_in_a_scratch_root(&deb, &tmp);
+}
+
+fn postinst_makes_the_units_user_in_a_scratch_root(deb: &Path, tmp: &TempDir) {
+    let sysusers = ["/usr/bin/systemd-sysusers", "/bin/systemd-sysusers"];
+    if !sysusers.iter().any(|p| Path::new(p).is_file()) {
+        common::skip("systemd-sysusers is not installed: the .deb's postinst is checked with it");
+        return;
+    }
+    let root = tmp.path();
+    let control = tmp.join("DEBIAN");
+    run_ok(
+        "dpkg-deb -e",
+        Command::new("dpkg-deb").arg("-e").arg(deb).arg(&control),
+    );
+    let postinst = control.join("postinst");
+    run_ok(
+        "sh -n postinst",
+        Command::new("sh").arg("-n").arg(&postinst),
+    );
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let host_had_leash = || {
+        std::fs::read_to_string("/etc/passwd")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("leash:"))
+    };
+    let host_before = host_had_leash();
+    let configure = || {
+        let mut cmd = Command::new("sh");
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("DPKG_ROOT", root)
+            .arg(&postinst)
+            .args(["configure", ""]);
+        run_ok("postinst configure", &mut cmd);
+        std::fs::read_to_string(root.join("etc/passwd")).unwrap_or_default()
+    };
+    let passwd = configure();
+    let user: Vec<&str> = passwd
+        .lines()
+        .find(|l| l.starts_with("leash:"))
+        .unwrap_or_else(|| panic!("postinst made no user leash in the scratch root:\n{passwd}"))
+        .split(':')
+        .collect();
+    assert!(user[6].ends_with("nologin"), "{user:?}");
+    let group = std::fs::read_to_string(root.join("etc/group")).unwrap();
+    assert!(group.lines().any(|l| l.starts_with("leash:")), "{group}");
+    // Configured again (an upgrade): nothing changes.
+    assert_eq!(configure(), passwd);
+    // The other actions make nothing.
+    let other = TempDir::new("dist-deb-other");
+    std::fs::create_dir_all(other.join("etc")).unwrap();
+    run_ok(
+        "postinst abort-upgrade",
+        Command::new("sh")
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("DPKG_ROOT", other.path())
+            .arg(&postinst)
+            .arg("abort-upgrade"),
+    );
+    assert!(!other.join("etc/passwd").exists());
+    assert_eq!(
+        host_had_leash(),
+        host_before,
+        "the host's /etc/passwd changed"
+    );
 }

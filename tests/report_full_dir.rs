@@ -4,7 +4,7 @@
 //! the adapter's status and its lease ends `ended` with it (not `lost`): the wrapper writes the
 //! report to the state root's `run/`, and the daemon logs and counts it. With `run/` full too,
 //! the daemon's `ensure` still answers at once and its wait for the wrapper gives the lease its
-//! exit status. Real tmpfs mounts (as root; skipped otherwise), on directories of the test's
+//! exit status, also for an adapter that exits at once. Real tmpfs mounts (as root; skipped otherwise), on directories of the test's
 //! own, unmounted on drop.
 mod common;
 mod daemon_support;
@@ -241,12 +241,45 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     assert!(ended, "{l}");
     assert_eq!(l["exitStatus"], 7, "{l}");
 
+    // One that exits 7 at once, its wrapper gone before the daemon could see the adapter: the
+    // daemon's own wait for the wrapper says the adapter ran (an adapter's status, not the
+    // wrapper's 125-127), so the ensure answers as it does for any adapter that exits at once,
+    // and the lease ends with the 7.
+    let t = Instant::now();
+    let r = c.request(
+        "ensure",
+        json!({"session": "quick", "argv": ["sh", "-c", "exit 7"], "graceMs": 500}),
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "ensure took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let quick = r["result"]["leaseId"].as_str().unwrap().to_string();
+    let ended = wait_daemon(&mut c, |c| lease_row(c, &quick)["state"] == "ended");
+    let l = lease_row(&mut c, &quick);
+    assert!(ended, "{l}");
+    assert_eq!(l["exitStatus"], 7, "{l}");
+
+    // A command that cannot be executed is still a failed start (the wrapper's 126); its wrapper
+    // could not write its report either, and is counted with the others.
+    let script = tmp.join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let r = c.request(
+        "ensure",
+        json!({"session": "noexec", "argv": [script.to_str().unwrap()], "graceMs": 500}),
+    );
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
+    assert_eq!(r["error"]["exitStatus"], 126, "{r}");
+
     let text = c.call("metrics", json!({}))["text"]
         .as_str()
         .unwrap()
         .to_string();
     assert!(
-        text.contains("leash_report_write_failures_total 2\n"),
+        text.contains("leash_report_write_failures_total 4\n"),
         "{}",
         text.lines()
             .filter(|l| l.contains("report_write_failures"))

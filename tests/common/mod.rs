@@ -404,6 +404,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        record_gateway_ids(&self.0);
         // A process the test ended can still be writing its last file here (a wrapper's final
         // report, a recorder's signal log): a removal that meets a file made meanwhile fails
         // (`ENOTEMPTY`) and leaves the rest, so it is tried again, for up to two seconds. After
@@ -415,6 +416,65 @@ impl Drop for TempDir {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+/// Where CI collects the gateway ids of the tests' state roots (one per line): its check of the
+/// default cgroup root (`.ci/default-cgroup-root.sh`) counts only cgroups of these gateways, so
+/// another leash on the host does not fail the run. Unset: nothing is recorded.
+pub const ENV_TEST_GATEWAYS: &str = "LEASH_TEST_GATEWAYS";
+
+/// Appends to [`ENV_TEST_GATEWAYS`] the gateway id of every state root (a `leash.db`) in `dir`,
+/// up to three levels down, as the scratch directory is removed. Best effort: a database that
+/// cannot be read (still locked, or not leash's) is passed over.
+pub fn record_gateway_ids(dir: &Path) {
+    if let Some(log) = std::env::var_os(ENV_TEST_GATEWAYS).filter(|v| !v.is_empty()) {
+        record_gateway_ids_into(dir, Path::new(&log));
+    }
+}
+
+/// [`record_gateway_ids`] into the file `log`.
+pub fn record_gateway_ids_into(dir: &Path, log: &Path) {
+    fn dbs(d: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_file() && e.file_name() == "leash.db" {
+                out.push(e.path());
+            } else if t.is_dir() && depth > 0 {
+                dbs(&e.path(), depth - 1, out);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    dbs(dir, 3, &mut found);
+    let mut ids = String::new();
+    for db in found {
+        let id = rusqlite::Connection::open_with_flags(
+            &db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .and_then(|c| {
+            c.busy_timeout(Duration::from_millis(200))?;
+            c.query_row(
+                "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+        });
+        if let Ok(id) = id {
+            ids.push_str(&id);
+            ids.push('\n');
+        }
+    }
+    if !ids.is_empty() {
+        use std::io::Write;
+        // One write of whole lines with O_APPEND: lines of concurrent tests do not interleave.
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log)
+            .and_then(|mut f| f.write_all(ids.as_bytes()));
     }
 }
 

@@ -14,7 +14,8 @@
 //! `leash-wrap[PID]:` (or, with `--error-format json`, one JSON error line in leash's format).
 //! Exit status is the adapter's: its code, or 128+N for death by signal N; 127/126 when the
 //! command cannot be started (not found / not executable: the lease's report says so, with the
-//! reason); 125 when the wrapper itself could not do its job.
+//! reason); 125 when the wrapper itself could not do its job (its set-up, or placing the adapter
+//! in its cgroup: a refused move is told with its cause and the fix).
 
 // One wrapper starts per session, so its start-up is on every session's path: std's runtime
 // start-up is skipped and `sys::c_main` is the entry point (see there for what that saves).
@@ -395,7 +396,16 @@ fn spawn_adapter(
                 reaped: false,
             })
         }
-        Err(e) => {
+        Err(sys::SpawnError::Cgroup(e)) => {
+            let why = cgroup_refusal(cgroup, &e);
+            if json_errors {
+                diag_raw(&json_error(CAUSE_WRAPPER_FAILED, &why, EXIT_WRAPPER_FAILED));
+            } else {
+                diag(&format!("{why} (exit {EXIT_WRAPPER_FAILED})"));
+            }
+            Err((EXIT_WRAPPER_FAILED, Some(why)))
+        }
+        Err(sys::SpawnError::Start(e)) => {
             let name = cmd[0].to_string_lossy();
             if e.raw_os_error() == Some(libc::ESRCH) {
                 // The child found the wrapper gone between clone and exec.
@@ -433,10 +443,39 @@ fn spawn_adapter(
     }
 }
 
-/// The cause words of leash's JSON error line for a command that could not be started (leash's
-/// `Kind::AdapterNotFound` and `Kind::AdapterNotExecutable`; a test holds them equal).
+/// The cause words of leash's JSON error line for a command that could not be started: those of
+/// leash's `Kind::AdapterNotFound`, `Kind::AdapterNotExecutable` and `Kind::SpawnFailed`
+/// (core/src/kind.rs).
 const CAUSE_NOT_FOUND: &str = "adapter_not_found";
 const CAUSE_NOT_EXECUTABLE: &str = "adapter_not_executable";
+const CAUSE_WRAPPER_FAILED: &str = "spawn_failed";
+
+/// Why the adapter could not be started in the lease's cgroup, and for a refused move what to do.
+/// The kernel lets a process move (or be cloned) into a cgroup only when the mover may write
+/// `cgroup.procs` of the common ancestor of its own cgroup and the target: an ordinary user whose
+/// process sits outside the subtree delegated to it is refused (EACCES) whatever the target's
+/// owner, so its sessions cannot start contained until it runs from inside the subtree.
+fn cgroup_refusal(cgroup: Option<&sys::Cgroup>, e: &std::io::Error) -> String {
+    let dir = cgroup.map_or_else(String::new, |c| format!(" {}", c.path().display()));
+    if !matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
+        return format!("the adapter could not be started in its cgroup{dir}: {e}");
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        })
+        .map_or_else(String::new, |c| format!(" {c}"));
+    format!(
+        "the adapter could not be started in its cgroup{dir}: the kernel refused to move it \
+         there from this process's cgroup{own} ({e}): moving a process between cgroups needs \
+         write access to cgroup.procs of their common ancestor, which an ordinary user has only \
+         inside the subtree delegated to it; run leash from inside that subtree (write the \
+         shell's pid to cgroup.procs of a cgroup in it), or under \
+         `systemd-run --user --scope -p Delegate=yes`, or with --containment off"
+    )
+}
 
 /// leash's JSON error line: `{"error":{"code","message","exitCode"}}`.
 fn json_error(cause: &str, message: &str, code: i32) -> String {

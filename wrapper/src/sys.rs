@@ -211,6 +211,35 @@ pub fn spawn(
     wrapper_pid: i32,
     hand_tty: bool,
     cgroup: Option<&Cgroup>,
+) -> Result<i32, SpawnError> {
+    spawn_steps(cmd, wrapper_pid, hand_tty, cgroup).map_err(|e| match e.raw_os_error() {
+        Some(n) if n & CGROUP_STEP != 0 => {
+            SpawnError::Cgroup(io::Error::from_raw_os_error(n & !CGROUP_STEP))
+        }
+        _ => SpawnError::Start(e),
+    })
+}
+
+/// Why [`spawn`] started no adapter: the step that failed, with its error.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// Placing the child in the lease's cgroup (clone3's CLONE_INTO_CGROUP, or the child's write
+    /// of `cgroup.procs`): the kernel refused the move (EACCES: no write access to
+    /// `cgroup.procs` of the common ancestor of the two cgroups), or the cgroup is gone or full.
+    Cgroup(io::Error),
+    /// Anything else: the clone, the child's set-up, the exec.
+    Start(io::Error),
+}
+
+/// Marks an errno as one of the cgroup step, where [`spawn_steps`] and the child pass errnos
+/// (errnos are below 4096).
+const CGROUP_STEP: i32 = 0x1_0000;
+
+fn spawn_steps(
+    cmd: &[OsString],
+    wrapper_pid: i32,
+    hand_tty: bool,
+    cgroup: Option<&Cgroup>,
 ) -> io::Result<i32> {
     let args = cmd
         .iter()
@@ -367,7 +396,12 @@ fn spawn_into_cgroup(child: &mut ChildArgs, cg: &Cgroup) -> io::Result<i32> {
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(page, 4096) };
     if pid < 0 {
-        return Err(clone_err);
+        // clone3 itself failed with CLONE_INTO_CGROUP: the move into the cgroup, save for the
+        // errnos of a kernel without it (the caller falls back on those).
+        return Err(match clone_err.raw_os_error() {
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL) | None => clone_err,
+            Some(n) => io::Error::from_raw_os_error(n | CGROUP_STEP),
+        });
     }
     let pid = pid as i32;
     if errno != 0 {
@@ -403,7 +437,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             // "0": the writing process. Before anything else, so nothing runs outside it.
             let fd = libc::open((*a).procs_path, libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                child_fail(a, errno());
+                child_fail(a, errno() | CGROUP_STEP);
             }
             libc::close(fd);
         }

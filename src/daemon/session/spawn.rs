@@ -75,6 +75,24 @@ pub(super) fn last_words(stderr: &[String]) -> String {
     }
 }
 
+/// Whether the wrapper of a committed lease that exited before the daemon saw its child, and
+/// left no report, ran the adapter: when neither place a report goes can take one (each one's
+/// filesystem out of space or inodes, or the directory gone), the daemon's own wait for the
+/// wrapper tells it by `status`. The wrapper exits 125 (its own failure), 126 or 127 (the command
+/// could not be started) when no adapter ran; any other status is the adapter's (its code, or
+/// 128+N), and the waiter settles the lease with it. (An adapter that itself exits 125-127 is,
+/// without a report, taken for a failed start.)
+fn ran_without_report(report: &crate::report::ReportPaths, status: Option<i32>) -> bool {
+    let full = |file: &Path| match file.parent().map(nix::sys::statvfs::statvfs) {
+        Some(Ok(fs)) => fs.blocks_available() == 0 || fs.files_available() == 0,
+        // No directory to write into, or it is gone.
+        _ => true,
+    };
+    status.is_some_and(|code| !(125..=127).contains(&code))
+        && report.primary.as_deref().is_none_or(full)
+        && full(&report.fallback)
+}
+
 /// Everything `spawn` needs from the daemon.
 pub struct SpawnSpec<'a> {
     pub root: &'a StateRoot,
@@ -275,6 +293,12 @@ impl Supervised {
                 });
                 if started {
                     return Ok(());
+                }
+                if let Some(info) = self.lease.get() {
+                    if ran_without_report(&info.report, status) {
+                        self.note_report_failure(info, ReportFailure::Nowhere);
+                        return Ok(());
+                    }
                 }
                 if self.lease.get().is_none() {
                     // leash exec refused before committing a lease of ours: a live lease of the
