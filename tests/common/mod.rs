@@ -6,6 +6,8 @@
 
 pub mod apt;
 pub mod counting;
+pub mod docs;
+pub mod tmpfs;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
