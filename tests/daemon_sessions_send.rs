@@ -10,19 +10,20 @@ use std::process::Stdio;
 
 #[test]
 fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
-    let tmp = TempDir::new("d-sessions-send");
-    let state = tmp.join("state");
-    let daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (_, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
+    let mut s = OneSession::start(
+        "d-sessions-send",
         "agent:codex:acp:child",
         "child.log",
         json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(adapter);
+    let OneSession {
+        c,
+        guard,
+        daemon,
+        state,
+        log,
+        ..
+    } = &mut s;
 
     // Not visible to an unrelated requester: exit 5, nothing written.
     let out = run(

@@ -9,20 +9,16 @@ use serde_json::json;
 
 #[test]
 fn cli_commands_go_through_a_running_daemon() {
-    let tmp = TempDir::new("d-thin");
-    let state = tmp.join("state");
-    let mut daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (started, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
-        "chat",
-        "chat.log",
-        json!({"graceMs": 500}),
-    );
-    let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    guard.add(adapter);
+    let mut s = OneSession::start("d-thin", "chat", "chat.log", json!({"graceMs": 500}));
+    let OneSession {
+        c,
+        daemon,
+        state,
+        log,
+        lease_id,
+        adapter,
+        ..
+    } = &mut s;
 
     let st = run_json(&state, &["status", "--json"]);
     assert_eq!(
@@ -45,7 +41,7 @@ fn cli_commands_go_through_a_running_daemon() {
     let direct = run_json(&state, &["--no-daemon", "leases", "--json"]);
     assert_eq!(via, direct, "leases through the daemon are the store's");
     let human = run(&state, &["leases"]);
-    assert!(human.stdout.contains(&lease_id), "{}", human.stdout);
+    assert!(human.stdout.contains(lease_id.as_str()), "{}", human.stdout);
 
     let plan = run_json(&state, &["reap", "--dry-run", "--json"]);
     let lp = plan["leases"]
@@ -92,14 +88,14 @@ fn cli_commands_go_through_a_running_daemon() {
         daemon.log_text()
     );
     assert!(wait_for(|| !adapter.alive()));
-    assert!(wait_daemon(&mut c, |c| session_status(c, "chat").unwrap()
+    assert!(wait_daemon(c, |c| session_status(c, "chat").unwrap()
         ["phase"]
         == "ended"));
     let r = c.request("send", json!({"session": "chat", "line": "x"}));
     assert_eq!(r["error"]["code"], "not_running", "{r}");
 
     // With the daemon gone the same commands work on the database.
-    drop(c);
+    c.stream.shutdown(std::net::Shutdown::Both).unwrap();
     assert_eq!(daemon.terminate().code(), Some(0));
     let st = run_json(&state, &["status", "--json"]);
     assert!(st.get("daemon").is_none(), "{st}");
@@ -117,19 +113,14 @@ fn cli_commands_go_through_a_running_daemon() {
 
 #[test]
 fn sessions_list_history_and_status_go_through_the_daemon() {
-    let tmp = TempDir::new("d-thin-sessions");
-    let state = tmp.join("state");
-    let daemon = Daemon::start_logging(&state, &[], "debug");
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (_, _, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
+    let mut s = OneSession::start_with(
+        "d-thin-sessions",
+        |state| Daemon::start_logging(state, &[], "debug"),
         "agent:codex:acp:child",
         "child.log",
         json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(adapter);
+    let OneSession { daemon, state, .. } = &mut s;
 
     let key = "agent:codex:acp:child";
     let asks: [&[&str]; 3] = [
