@@ -7,6 +7,7 @@
 pub mod apt;
 pub mod counting;
 pub mod docs;
+pub mod lifecycle;
 pub mod tmpfs;
 
 use std::os::unix::process::ExitStatusExt;
