@@ -15,7 +15,8 @@
 //! live tests stay.
 mod common;
 use common::lifecycle::{
-    case_caller as caller, case_leases as leases, lifecycle_fixture, lifecycle_fixtures, read_case,
+    case_caller as caller, case_leases as leases, case_reap_options, lifecycle_fixture,
+    lifecycle_fixtures, read_case,
 };
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::proc::FixtureTable;
@@ -24,7 +25,6 @@ use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
 use leash_core::guard::Sig;
 use leash_core::model::LeaseState;
-use leash_core::plan::ReapOptions;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -360,14 +360,7 @@ fn simulate(case: &str, verb: &str) -> Value {
             out["leases"] = lease_results(&mut ctl, &doc, &outcomes, &[]).into();
         }
         "reap" => {
-            let report = ctl
-                .reap(&ReapOptions {
-                    include_live: false,
-                    retention_ms: i64::MAX / 4,
-                    now_ms: 1_764_460_100_000,
-                    grace_ms: None,
-                })
-                .unwrap();
+            let report = ctl.reap(&case_reap_options()).unwrap();
             out["leases"] = lease_results(&mut ctl, &doc, &report.leases, &report.skipped).into();
             if !records.is_empty() {
                 out["legacy"] = legacy_results(&mut ctl, &report.legacy).into();
@@ -468,12 +461,7 @@ fn escapee_outside_a_live_wrappers_tree_is_taken_by_the_next_reap() {
     let lease = leases(&doc).remove(0);
     let ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
-    let opts = ReapOptions {
-        include_live: false,
-        retention_ms: i64::MAX / 4,
-        now_ms: 1_764_460_100_000,
-        grace_ms: None,
-    };
+    let opts = case_reap_options();
     let first = ctl.reap(&opts).unwrap();
     assert_eq!(first.leases[0].result, CloseResult::Closed, "{first:?}");
     assert!(first.escapees.is_empty(), "{first:?}");
@@ -654,14 +642,7 @@ fn contained_lease_through_close_and_reap() {
                     .unwrap();
                 got["leases"] = lease_results(&mut ctl, &doc, &out, &[]).into();
             } else {
-                let report = ctl
-                    .reap(&ReapOptions {
-                        include_live: false,
-                        retention_ms: i64::MAX / 4,
-                        now_ms: 1_764_460_100_000,
-                        grace_ms: None,
-                    })
-                    .unwrap();
+                let report = ctl.reap(&case_reap_options()).unwrap();
                 got["leases"] =
                     lease_results(&mut ctl, &doc, &report.leases, &report.skipped).into();
             }

@@ -38,7 +38,7 @@ fn cancel_writes_one_notification_and_signals_nothing() {
         "send",
         json!({"session": "chat", "line": "{\"sentinel\":true}"}),
     );
-    let lines = wait_lines(&log, 4);
+    let lines = wait_lines(log, 4);
     assert_eq!(lines.len(), 4, "{lines:?}");
     let parsed: Vec<Value> = lines
         .iter()
@@ -63,7 +63,7 @@ fn cancel_writes_one_notification_and_signals_nothing() {
     let signals = std::fs::read_to_string(tmp.join("stdin.log.signals")).unwrap_or_default();
     assert!(signals.is_empty(), "the adapter got signals: {signals}");
     assert!(adapter.alive());
-    assert_eq!(lease_row(c, &lease_id)["state"], "open");
+    assert_eq!(lease_row(c, lease_id)["state"], "open");
     let st = session_status(c, "chat").unwrap();
     assert_eq!(st["phase"], "running", "{st}");
     assert_eq!(
@@ -111,7 +111,7 @@ fn cancel_without_a_known_acp_session_records_the_intent_and_writes_nothing() {
     assert!(r["acpSessionId"].is_null(), "{r}");
     c.call("send", json!({"session": "quiet", "line": "sentinel"}));
     assert_eq!(
-        wait_lines(&log, 1),
+        wait_lines(log, 1),
         vec!["sentinel".to_string()],
         "nothing but the sentinel was written"
     );

@@ -20,30 +20,30 @@ fn cli_commands_go_through_a_running_daemon() {
         ..
     } = &mut s;
 
-    let st = run_json(&state, &["status", "--json"]);
+    let st = run_json(state, &["status", "--json"]);
     assert_eq!(
         st["daemon"]["pid"], daemon.pid.pid,
         "status via the daemon: {st}"
     );
     assert_eq!(st["daemon"]["sessions"][0]["sessionKey"], "chat");
-    let direct = run_json(&state, &["--no-daemon", "status", "--json"]);
+    let direct = run_json(state, &["--no-daemon", "status", "--json"]);
     assert!(direct.get("daemon").is_none(), "{direct}");
     assert_eq!(direct["gatewayInstanceId"], st["gatewayInstanceId"]);
     assert_eq!(direct["leases"], st["leases"]);
-    let human = run(&state, &["status"]);
+    let human = run(state, &["status"]);
     assert!(
         human.stdout.contains("daemon            pid"),
         "{}",
         human.stdout
     );
 
-    let via = run_json(&state, &["leases", "--json"]);
-    let direct = run_json(&state, &["--no-daemon", "leases", "--json"]);
+    let via = run_json(state, &["leases", "--json"]);
+    let direct = run_json(state, &["--no-daemon", "leases", "--json"]);
     assert_eq!(via, direct, "leases through the daemon are the store's");
-    let human = run(&state, &["leases"]);
+    let human = run(state, &["leases"]);
     assert!(human.stdout.contains(lease_id.as_str()), "{}", human.stdout);
 
-    let plan = run_json(&state, &["reap", "--dry-run", "--json"]);
+    let plan = run_json(state, &["reap", "--dry-run", "--json"]);
     let lp = plan["leases"]
         .as_array()
         .unwrap()
@@ -56,7 +56,7 @@ fn cli_commands_go_through_a_running_daemon() {
 
     // cancel through the daemon writes the notification.
     let out = run(
-        &state,
+        state,
         &["cancel", "--session", "chat", "--acp-session", "acp-1"],
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -65,18 +65,15 @@ fn cli_commands_go_through_a_running_daemon() {
         "{}",
         out.stdout
     );
-    assert!(wait_lines(&log, 1)[0].contains("\"session/cancel\""));
+    assert!(wait_lines(log, 1)[0].contains("\"session/cancel\""));
 
     // Unknown targets keep their exit codes.
-    assert_eq!(run(&state, &["close", "--session", "nobody"]).code, Some(4));
-    assert_eq!(
-        run(&state, &["cancel", "--session", "nobody"]).code,
-        Some(4)
-    );
+    assert_eq!(run(state, &["close", "--session", "nobody"]).code, Some(4));
+    assert_eq!(run(state, &["cancel", "--session", "nobody"]).code, Some(4));
 
     // close through the daemon: closed, and the daemon's session ends.
     let out = run(
-        &state,
+        state,
         &["close", "--session", "chat", "--grace-ms", "300", "--json"],
     );
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
@@ -97,15 +94,12 @@ fn cli_commands_go_through_a_running_daemon() {
     // With the daemon gone the same commands work on the database.
     c.stream.shutdown(std::net::Shutdown::Both).unwrap();
     assert_eq!(daemon.terminate().code(), Some(0));
-    let st = run_json(&state, &["status", "--json"]);
+    let st = run_json(state, &["status", "--json"]);
     assert!(st.get("daemon").is_none(), "{st}");
-    assert_eq!(
-        run_json(&state, &["leases", "--json"])[0]["state"],
-        "closed"
-    );
+    assert_eq!(run_json(state, &["leases", "--json"])[0]["state"], "closed");
     // An explicit socket that nothing answers on is an error, not a silent fallback.
     let out = run(
-        &state,
+        state,
         &["--socket", daemon.socket.to_str().unwrap(), "status"],
     );
     assert_eq!(out.code, Some(7), "{}", out.stderr);
@@ -143,8 +137,8 @@ fn sessions_list_history_and_status_go_through_the_daemon() {
         ],
     ];
     for args in asks {
-        let via = run_json(&state, args);
-        let direct = run_json(&state, &[&["--no-daemon"], args].concat());
+        let via = run_json(state, args);
+        let direct = run_json(state, &[&["--no-daemon"], args].concat());
         assert_eq!(
             via, direct,
             "{args:?}: the daemon answers as the database does"
@@ -158,22 +152,22 @@ fn sessions_list_history_and_status_go_through_the_daemon() {
     );
     // ... with the same gate: not visible 5, unknown 4, both through the daemon.
     let out = run(
-        &state,
+        state,
         &["sessions", "history", key, "--as", "agent:other:main"],
     );
     assert_eq!(out.code, Some(5), "{}", out.stderr);
     assert!(out.stdout.is_empty());
     let out = run(
-        &state,
+        state,
         &["sessions", "status", "nope", "--as", "agent:main:main"],
     );
     assert_eq!(out.code, Some(4), "{}", out.stderr);
-    let human = run(&state, &["sessions", "list", "--as", "agent:main:main"]);
+    let human = run(state, &["sessions", "list", "--as", "agent:main:main"]);
     assert_eq!(human.code, Some(0), "{}", human.stderr);
     assert!(human.stdout.contains(key), "{}", human.stdout);
     // A named socket that does not answer is an error, not a silent fallback.
     let out = run(
-        &state,
+        state,
         &[
             "--socket",
             "/nonexistent/leash.sock",

@@ -5,12 +5,14 @@
 //! order (children first), and pids that must never be signalled. The planner runs against the
 //! fixture table exactly as it runs against /proc.
 mod common;
-use common::lifecycle::{case_caller, case_leases, lifecycle_fixtures, read_case};
+use common::lifecycle::{
+    case_caller, case_leases, case_reap_options, lifecycle_fixtures, read_case,
+};
 use leash::proc::{FixtureTable, ProcessTable};
 use leash_core::guard::Sig;
 use leash_core::model::Lease;
 use leash_core::model::LegacyRecord;
-use leash_core::plan::{plan_reap, Decision, ReapOptions};
+use leash_core::plan::{plan_reap, Decision};
 use leash_core::verify::Expect;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -105,12 +107,7 @@ fn every_fixture_case_plans_as_expected() {
             &expect,
             snap.as_ref(),
             &caller,
-            &ReapOptions {
-                include_live: false,
-                retention_ms: i64::MAX / 4,
-                now_ms: 1_764_460_100_000,
-                grace_ms: None,
-            },
+            &case_reap_options(),
         );
         let exp_leases = doc["expect"]["leases"].as_array().unwrap();
         assert_eq!(plan.leases.len(), exp_leases.len(), "{case}: lease plans");

@@ -418,7 +418,7 @@ fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_s
         wait_for(|| !cgroup_populated(cgroup) && cgroup_procs(cgroup).is_empty()),
         "the cgroup emptied"
     );
-    let id = mark_closed_while_running(&state, key);
+    let id = mark_closed_while_running(state, key);
 
     let t = Counting::default();
     let c = controller(cg, state, &t);

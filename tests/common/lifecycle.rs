@@ -5,6 +5,7 @@
 
 use leash_core::guard::Caller;
 use leash_core::model::{command_hash, Lease};
+use leash_core::plan::ReapOptions;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -55,5 +56,16 @@ pub fn case_caller(doc: &Value) -> Caller {
         pid: c["pid"].as_i64().unwrap() as i32,
         pgid: c["pgid"].as_i64().unwrap() as i32,
         uid: c["uid"].as_u64().unwrap() as u32,
+    }
+}
+
+/// The reap every case is judged by: live leases left alone, nothing expired by retention, at
+/// the cases' clock, each lease's own grace.
+pub fn case_reap_options() -> ReapOptions {
+    ReapOptions {
+        include_live: false,
+        retention_ms: i64::MAX / 4,
+        now_ms: 1_764_460_100_000,
+        grace_ms: None,
     }
 }
