@@ -126,26 +126,22 @@ fn every_door_writes_the_report_in_the_runtime_dir_its_row_names() {
     assert_reported_in(&state, "d", &dir, "direct");
 
     // Through a daemon (`exec`: the client sends what it picked).
-    for (name, cmd, committed) in [(
-        "daemon",
-        leash as fn(&Path) -> Command,
-        "exec: lease committed for the peer",
-    )] {
-        let state = tmp.join(&name.replace(' ', "-"));
-        let dir = fresh_dir("daemon");
-        let mut daemon = Daemon::start_logging(&state, &[], "debug");
-        let mut c = cmd(&state);
-        c.env("LEASH_RUNTIME_DIR", &dir);
-        let out = exec_exit3(c, "s");
-        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
-        assert!(
-            daemon.log_text().contains(committed),
-            "{name}: the daemon committed it: {}",
-            daemon.log_text()
-        );
-        assert_reported_in(&state, "s", &dir, name);
-        assert!(daemon.terminate().success());
-    }
+    let state = tmp.join("daemon");
+    let dir = fresh_dir("daemon");
+    let mut daemon = Daemon::start_logging(&state, &[], "debug");
+    let mut c = leash(&state);
+    c.env("LEASH_RUNTIME_DIR", &dir);
+    let out = exec_exit3(c, "s");
+    assert_eq!(out.status.code(), Some(3), "daemon: {out:?}");
+    assert!(
+        daemon
+            .log_text()
+            .contains("exec: lease committed for the peer"),
+        "daemon: the daemon committed it: {}",
+        daemon.log_text()
+    );
+    assert_reported_in(&state, "s", &dir, "daemon");
+    assert!(daemon.terminate().success());
 }
 
 /// Without `LEASH_RUNTIME_DIR`: `$XDG_RUNTIME_DIR/leash` when that is a safe tmpfs directory;
