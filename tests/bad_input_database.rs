@@ -3,7 +3,10 @@
 //! adapter traps and logs every signal and stays alive), and leaves the database file as it was.
 mod common;
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// What every command says of a database file that is not a leash database.
+const CORRUPT: &str = "is corrupt or not a leash database";
 
 /// A live session whose adapter traps and logs every signal, with its database checkpointed
 /// into the main file (so the main file alone holds the leases, and damaging it means
@@ -140,47 +143,41 @@ fn every_command_fails_cleanly(
     }
 }
 
+/// A live session (see [`live_session`]) in `<tmp>/state`; its database file is written as
+/// `damage` turns its bytes, and every command must refuse it as [`CORRUPT`], cleanly.
+fn damaged_database_is_refused(tmp: &TempDir, damage: impl FnOnce(&mut Vec<u8>)) {
+    let state = tmp.join("state");
+    let live = live_session(tmp, &state);
+    let (db, mut bytes) = database_of(&state);
+    damage(&mut bytes);
+    std::fs::write(&db, &bytes).unwrap();
+    every_command_fails_cleanly(tmp, &state, &live, CORRUPT, &[], false);
+}
+
+/// The database file of `state` and its bytes.
+fn database_of(state: &Path) -> (PathBuf, Vec<u8>) {
+    let db = state.join("leash.db");
+    let bytes = std::fs::read(&db).unwrap();
+    (db, bytes)
+}
+
 #[test]
 fn a_corrupt_header_is_a_clear_error_and_no_signal() {
-    let tmp = TempDir::new("corrupt-header");
-    let state = tmp.join("state");
-    let live = live_session(&tmp, &state);
-    let db = state.join("leash.db");
-    let mut bytes = std::fs::read(&db).unwrap();
-    for (i, b) in bytes.iter_mut().take(4096).enumerate() {
-        *b = (i as u8).wrapping_mul(31) ^ 0x5a;
-    }
-    std::fs::write(&db, &bytes).unwrap();
-    every_command_fails_cleanly(
-        &tmp,
-        &state,
-        &live,
-        "is corrupt or not a leash database",
-        &[],
-        false,
-    );
+    damaged_database_is_refused(&TempDir::new("corrupt-header"), |bytes| {
+        for (i, b) in bytes.iter_mut().take(4096).enumerate() {
+            *b = (i as u8).wrapping_mul(31) ^ 0x5a;
+        }
+    });
 }
 
 #[test]
 fn corrupt_pages_behind_a_valid_header_are_a_clear_error_and_no_signal() {
-    let tmp = TempDir::new("corrupt-pages");
-    let state = tmp.join("state");
-    let live = live_session(&tmp, &state);
-    let db = state.join("leash.db");
-    let mut bytes = std::fs::read(&db).unwrap();
-    assert!(bytes.len() > 8192, "the database has more than one page");
-    for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
-        *b = (i as u8).wrapping_mul(131) ^ 0xa5;
-    }
-    std::fs::write(&db, &bytes).unwrap();
-    every_command_fails_cleanly(
-        &tmp,
-        &state,
-        &live,
-        "is corrupt or not a leash database",
-        &[],
-        false,
-    );
+    damaged_database_is_refused(&TempDir::new("corrupt-pages"), |bytes| {
+        assert!(bytes.len() > 8192, "the database has more than one page");
+        for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
+            *b = (i as u8).wrapping_mul(131) ^ 0xa5;
+        }
+    });
 }
 
 #[test]
@@ -188,21 +185,13 @@ fn a_truncated_database_is_a_clear_error_and_no_signal() {
     let tmp = TempDir::new("truncated");
     let state = tmp.join("state");
     let live = live_session(&tmp, &state);
-    let db = state.join("leash.db");
-    let full = std::fs::read(&db).unwrap();
+    let (db, full) = database_of(&state);
     // Mid-header, mid-first-page, and half the file. (A zero-length file is what SQLite itself
     // leaves when a first open dies before its first commit: leash treats it as a new database.)
     for len in [50, 1000, full.len() / 2] {
         std::fs::write(&db, &full[..len]).unwrap();
         let _ = std::fs::remove_file(tmp.join("before.db"));
-        every_command_fails_cleanly(
-            &tmp,
-            &state,
-            &live,
-            "is corrupt or not a leash database",
-            &[],
-            false,
-        );
+        every_command_fails_cleanly(&tmp, &state, &live, CORRUPT, &[], false);
     }
 }
 

@@ -4,7 +4,7 @@
 //! unverifiable or a process excluded, never a signal.
 use leash::proc::{FixtureTable, LiveTable, ProcessTable};
 use leash_core::guard::Caller;
-use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::model::{Lease, LeaseState};
 use leash_core::plan::{plan_lease, Decision};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use std::path::Path;
@@ -93,34 +93,15 @@ const LEASE: &str = "01900000-0000-7000-8000-000000000001";
 const WRAPPERS: &str = "/state/wrappers";
 
 fn lease() -> Lease {
-    Lease {
-        lease_id: LEASE.into(),
-        gateway_instance_id: GATEWAY.into(),
-        session_key: "s".into(),
-        agent_id: None,
-        wrapper_root: WRAPPERS.into(),
-        wrapper_path: format!("{WRAPPERS}/leash-wrap-1"),
-        root_pid: 100,
-        root_start_time: 1_000,
-        process_group_id: Some(101),
-        adapter_pid: Some(101),
-        adapter_start_time: Some(1_001),
-        command_hash: command_hash(&["adapter"]),
-        command: vec!["adapter".into()],
-        owner_pid: 99,
-        owner_start_time: 900,
-        started_at: 0,
-        grace_ms: 100,
-        state: LeaseState::Closing,
-        state_reason: None,
-        closed_at: None,
-        exit_status: None,
-        claimed_by: None,
-        root_pidfs_ino: None,
-        cgroup_path: None,
-        cgroup_id: None,
-        report_dir: None,
-    }
+    Lease::builder(LEASE, GATEWAY)
+        .wrapper(WRAPPERS, format!("{WRAPPERS}/leash-wrap-1"))
+        .root(100, 1_000)
+        .process_group(101)
+        .adapter((101, 1_001))
+        .command(["adapter"])
+        .owner(99, 900)
+        .state(LeaseState::Closing)
+        .build()
 }
 
 const CALLER: Caller = Caller {

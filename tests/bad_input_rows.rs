@@ -70,19 +70,90 @@ fn pid1() -> Pid {
     Pid::of(1).expect("pid 1 is visible")
 }
 
+/// Rewrites the lease's row so that its root is `p`, as convincingly as a row can name it: the
+/// real pid, start time and pidfs inode.
+fn forge_root(state: &Path, lease: &str, p: Pid) {
+    tamper(
+        state,
+        lease,
+        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
+        &[p.pid as i64, p.start as i64, ino(p.pid)],
+    );
+}
+
+/// Rewrites the lease's row so that its adapter and its group are `p` (pid and start time), with
+/// a root start time so early that every live process "started after the lease".
+fn forge_adapter_and_group(state: &Path, lease: &str, p: Pid) {
+    tamper(
+        state,
+        lease,
+        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
+        &[p.pid as i64, p.start as i64],
+    );
+}
+
+/// `close` of the lease and `reap --include-live` (in process group `pgid` when given) each
+/// leave it open (exit 6) and signal nothing; `check` sees each one's outcome.
+fn close_and_reap_leave_it_open(
+    state: &Path,
+    lease: &str,
+    pgid: Option<i32>,
+    check: impl Fn(&[&str], &Value),
+) {
+    for args in [
+        vec!["close", lease, "--grace-ms", "100"],
+        vec!["reap", "--include-live", "--grace-ms", "100"],
+    ] {
+        let (code, v, stderr) = leash_json(state, &args, pgid);
+        assert_eq!(code, Some(6), "{args:?}: {v} {stderr}");
+        let o = outcome(&v, lease);
+        assert_eq!(o["result"], "leftOpen", "{o}");
+        no_signals(o);
+        check(&args, o);
+    }
+}
+
+/// Starts `leader` (already given its arguments) as the leader of a new process group, its log
+/// at `leader_log`, and the trap script as a second member of that group, its log at
+/// `member_log`; both under `guard`.
+fn group_of_two(
+    guard: &mut Guard,
+    tmp: &TempDir,
+    mut leader: Command,
+    leader_log: std::path::PathBuf,
+    member_log: std::path::PathBuf,
+) -> (Logged, Logged) {
+    guard.child(
+        leader
+            .process_group(0)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let leader = Logged::wait_started(leader_log);
+    assert_eq!(pgid(leader.pid.pid), Some(leader.pid.pid));
+    guard.child(
+        Command::new(trap_script(tmp.path()))
+            .arg(&member_log)
+            .process_group(leader.pid.pid)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let member = Logged::wait_started(member_log);
+    guard.add(leader.pid);
+    guard.add(member.pid);
+    (leader, member)
+}
+
 #[test]
 fn a_row_naming_pid_1_as_its_root_is_refused() {
     let tmp = TempDir::new("row-pid1-root");
     let state = tmp.join("state");
     let id = dead_lease(&state, "s");
     let init = pid1();
-    tamper(
-        &state,
-        &id,
-        "root_pid = 1, root_start_time = ?2, root_pidfs_ino = ?3",
-        // A thorough forger copies the pidfs inode too, so only the remaining guards stand.
-        &[init.start as i64, ino(1)],
-    );
+    // A thorough forger copies the pidfs inode too, so only the remaining guards stand.
+    forge_root(&state, &id, init);
     let (code, v, _) = leash_json(&state, &["close", &id, "--grace-ms", "100"], None);
     assert_eq!(code, Some(6), "unverified: {v}");
     let o = outcome(&v, &id);
@@ -151,12 +222,7 @@ fn a_row_naming_pid_1_as_its_adapter_and_group_signals_nothing() {
     let state = tmp.join("state");
     let id = dead_lease(&state, "s");
     let init = pid1();
-    tamper(
-        &state,
-        &id,
-        "root_start_time = 1, adapter_pid = 1, adapter_start_time = ?2, process_group_id = 1",
-        &[init.start as i64],
-    );
+    forge_adapter_and_group(&state, &id, init);
     let (code, v, _) = leash_json(
         &state,
         &["reap", "--include-live", "--grace-ms", "100"],
@@ -198,7 +264,6 @@ struct OwnGroup {
 }
 
 fn own_group(tmp: &TempDir, markers: &[(&str, String)]) -> OwnGroup {
-    let trap = trap_script(tmp.path());
     // The leader's own `sleep`s must not inherit the forged markers: they share its group, and
     // a marked member of the reaper's group that is not its leader is signalled like any marked
     // process (the root wrapper of a gateway that runs `leash close` is such a member).
@@ -212,29 +277,12 @@ while :; do env -u OPENCLAW_ACPX_LEASE_ID -u OPENCLAW_GATEWAY_INSTANCE_ID sleep 
     );
     let mut guard = Guard::new();
     let leader_log = tmp.join("leader.log");
-    guard.child(
-        Command::new(&leader_script)
-            .arg(&leader_log)
-            .envs(markers.iter().map(|(k, v)| (k, v)))
-            .process_group(0)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let leader = Logged::wait_started(leader_log);
-    assert_eq!(pgid(leader.pid.pid), Some(leader.pid.pid));
-    let member_log = tmp.join("member.log");
-    guard.child(
-        Command::new(&trap)
-            .arg(&member_log)
-            .process_group(leader.pid.pid)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let member = Logged::wait_started(member_log);
-    guard.add(leader.pid);
-    guard.add(member.pid);
+    let mut leader = Command::new(&leader_script);
+    leader
+        .arg(&leader_log)
+        .envs(markers.iter().map(|(k, v)| (k, v)));
+    let (leader, member) =
+        group_of_two(&mut guard, tmp, leader, leader_log, tmp.join("member.log"));
     OwnGroup {
         _guard: guard,
         leader,
@@ -248,12 +296,7 @@ while :; do env -u OPENCLAW_ACPX_LEASE_ID -u OPENCLAW_GATEWAY_INSTANCE_ID sleep 
 fn lease_naming_own_group(tmp: &TempDir, state: &Path) -> (String, OwnGroup) {
     let id = dead_lease(state, "s");
     let g = own_group(tmp, &markers(state, &id));
-    tamper(
-        state,
-        &id,
-        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
-        &[g.leader.pid.pid as i64, g.leader.pid.start as i64],
-    );
+    forge_adapter_and_group(state, &id, g.leader.pid);
     (id, g)
 }
 
@@ -263,20 +306,12 @@ fn a_row_naming_the_reapers_own_group_is_refused() {
     let state = tmp.join("state");
     let (id, g) = lease_naming_own_group(&tmp, &state);
     let group = g.leader.pid.pid;
-    for args in [
-        vec!["close", id.as_str(), "--grace-ms", "100"],
-        vec!["reap", "--include-live", "--grace-ms", "100"],
-    ] {
-        let (code, v, stderr) = leash_json(&state, &args, Some(group));
-        assert_eq!(code, Some(6), "{args:?}: {v} {stderr}");
-        let o = outcome(&v, &id);
-        assert_eq!(o["result"], "leftOpen", "{o}");
-        no_signals(o);
+    close_and_reap_leave_it_open(&state, &id, Some(group), |args, o| {
         refused_with(o, group, "leads leash's own process group");
         refused_with(o, g.member.pid.pid, "without its marker");
         assert!(g.leader.pid.alive() && g.member.pid.alive());
         assert_eq!(g.leader.signals() + &g.member.signals(), "", "{args:?}");
-    }
+    });
     assert_eq!(lease_of(&state, "s")["state"], "open");
 }
 
@@ -288,37 +323,19 @@ fn a_row_naming_the_reapers_own_group_is_refused() {
 fn a_row_naming_a_stranger_as_its_adapter_signals_nothing() {
     let tmp = TempDir::new("row-stranger-adapter");
     let state = tmp.join("state");
-    let trap = trap_script(tmp.path());
     let mut guard = Guard::new();
     let leader_log = tmp.join("stranger.log");
-    guard.child(
-        Command::new(&trap)
-            .arg(&leader_log)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut stranger = Command::new(trap_script(tmp.path()));
+    stranger.arg(&leader_log);
+    let (leader, member) = group_of_two(
+        &mut guard,
+        &tmp,
+        stranger,
+        leader_log,
+        tmp.join("member.log"),
     );
-    let leader = Logged::wait_started(leader_log);
-    let member_log = tmp.join("member.log");
-    guard.child(
-        Command::new(&trap)
-            .arg(&member_log)
-            .process_group(leader.pid.pid)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let member = Logged::wait_started(member_log);
-    guard.add(leader.pid);
-    guard.add(member.pid);
     let id = dead_lease(&state, "s");
-    tamper(
-        &state,
-        &id,
-        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
-        &[leader.pid.pid as i64, leader.pid.start as i64],
-    );
+    forge_adapter_and_group(&state, &id, leader.pid);
     let (_, plan, _) = leash_json(&state, &["reap", "--dry-run", "--include-live"], None);
     assert_eq!(
         outcome(&plan, &id)["signals"],
@@ -383,32 +400,14 @@ fn a_row_naming_another_uids_process_is_refused() {
     let id = dead_lease(&state, "a");
     let d = foreign_decoy(&mut guard, &tmp, &markers(&state, &id));
     assert_eq!(uid_of(d.pid.pid), 65534);
-    tamper(
-        &state,
-        &id,
-        "root_start_time = 1, adapter_pid = ?2, adapter_start_time = ?3, process_group_id = ?2",
-        &[d.pid.pid as i64, d.pid.start as i64],
-    );
-    for args in [
-        vec!["close", id.as_str(), "--grace-ms", "100"],
-        vec!["reap", "--include-live", "--grace-ms", "100"],
-    ] {
-        let (code, v, stderr) = leash_json(&state, &args, None);
-        assert_eq!(code, Some(6), "{args:?}: {v} {stderr}");
-        let o = outcome(&v, &id);
-        assert_eq!(o["result"], "leftOpen", "{o}");
-        no_signals(o);
-        refused_with(o, d.pid.pid, "runs as uid 65534");
-    }
+    forge_adapter_and_group(&state, &id, d.pid);
+    close_and_reap_leave_it_open(&state, &id, None, |_, o| {
+        refused_with(o, d.pid.pid, "runs as uid 65534")
+    });
 
     // As the root: its exe is not a wrapper of this gateway.
     let id = dead_lease(&state, "r");
-    tamper(
-        &state,
-        &id,
-        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
-        &[d.pid.pid as i64, d.pid.start as i64, ino(d.pid.pid)],
-    );
+    forge_root(&state, &id, d.pid);
     let (code, v, _) = leash_json(&state, &["close", &id, "--grace-ms", "100"], None);
     assert_eq!(code, Some(6), "{v}");
     let o = outcome(&v, &id);
@@ -437,12 +436,7 @@ fn unreadable_proc_entries_leave_the_lease_unverified() {
     let mut guard = Guard::new();
     let d = start_decoy(&mut guard, tmp.path(), "rootproc");
     let id = dead_lease(&state, "s");
-    tamper(
-        &state,
-        &id,
-        "root_pid = ?2, root_start_time = ?3, root_pidfs_ino = ?4",
-        &[d.pid.pid as i64, d.pid.start as i64, ino(d.pid.pid)],
-    );
+    forge_root(&state, &id, d.pid);
     // Hand the state root to uid 65534 (the tree up to it must be traversable).
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -13,14 +13,18 @@
 //! controller reads a lease's cgroup (members, `populated`, id) through the process table, which
 //! the recording signaller is, so the fixture host's cgroups are the ones observed. The
 //! live tests stay.
+mod common;
+use common::lifecycle::{
+    case_caller as caller, case_leases as leases, case_reap_options, lifecycle_fixture,
+    lifecycle_fixtures, read_case,
+};
 use leash::controller::{CloseOutcome, CloseResult, Controller, LeaseRef, LegacyOutcome};
 use leash::proc::FixtureTable;
 use leash::signal::{Delivery, Exit, RecordingSignaller, SimEvent, SimWhat};
 use leash::state::StateRoot;
 use leash::store::NewLegacyRecord;
-use leash_core::guard::{Caller, Sig};
-use leash_core::model::{command_hash, Lease, LeaseState};
-use leash_core::plan::ReapOptions;
+use leash_core::guard::Sig;
+use leash_core::model::LeaseState;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,9 +36,7 @@ fn load(case: &str, dir: &Path) -> (Value, StateRoot) {
         .unwrap()
         .gateway_instance_id()
         .to_string();
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/lifecycle/{case}.json"));
-    let text = std::fs::read_to_string(path).unwrap();
+    let text = std::fs::read_to_string(lifecycle_fixture(&format!("{case}.json"))).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     let text = text
         .replace(doc["gateway"]["gatewayInstanceId"].as_str().unwrap(), &gw)
@@ -45,27 +47,27 @@ fn load(case: &str, dir: &Path) -> (Value, StateRoot) {
     (serde_json::from_str(&text).unwrap(), root)
 }
 
-fn leases(doc: &Value) -> Vec<Lease> {
-    doc["leases"]
+/// When each process of the fixture host exited (scripted ms), in the table's order.
+fn exits(sim: &RecordingSignaller, doc: &Value) -> Value {
+    doc["table"]["processes"]
         .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            let argv: Vec<String> = serde_json::from_value(l["command"].clone()).unwrap();
-            l["commandHash"] = Value::String(command_hash(&argv));
-            serde_json::from_value(l).unwrap()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let pid = p["pid"].as_i64()? as i32;
+            sim.exited_at(pid).map(|at| format!("{at} ms {pid}"))
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .into()
 }
 
-fn caller(doc: &Value) -> Caller {
-    let c = &doc["caller"];
-    Caller {
-        pid: c["pid"].as_i64().unwrap() as i32,
-        pgid: c["pgid"].as_i64().unwrap() as i32,
-        uid: c["uid"].as_u64().unwrap() as u32,
-    }
+/// Whether `pid` got a signal, alone, as a member of a group or of a killed cgroup.
+fn signalled(sim: &RecordingSignaller, pid: i32) -> bool {
+    sim.timeline().iter().any(|e| match &e.what {
+        SimWhat::Signal { members, .. } => e.pid == pid || members.contains(&pid),
+        SimWhat::CgroupKill { members, .. } => members.contains(&pid),
+        SimWhat::Refused { .. } => false,
+    })
 }
 
 /// A controller over the fixture's state root that signals through the recording signaller on
@@ -358,14 +360,7 @@ fn simulate(case: &str, verb: &str) -> Value {
             out["leases"] = lease_results(&mut ctl, &doc, &outcomes, &[]).into();
         }
         "reap" => {
-            let report = ctl
-                .reap(&ReapOptions {
-                    include_live: false,
-                    retention_ms: i64::MAX / 4,
-                    now_ms: 1_764_460_100_000,
-                    grace_ms: None,
-                })
-                .unwrap();
+            let report = ctl.reap(&case_reap_options()).unwrap();
             out["leases"] = lease_results(&mut ctl, &doc, &report.leases, &report.skipped).into();
             if !records.is_empty() {
                 out["legacy"] = legacy_results(&mut ctl, &report.legacy).into();
@@ -395,28 +390,13 @@ fn simulate(case: &str, verb: &str) -> Value {
         .map(timeline_line)
         .collect::<Vec<_>>()
         .into();
-    // When each process of the host exited (scripted ms), in the table's order.
-    out["exits"] = doc["table"]["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let pid = p["pid"].as_i64()? as i32;
-            sim.exited_at(pid).map(|at| format!("{at} ms {pid}"))
-        })
-        .collect::<Vec<_>>()
-        .into();
+    out["exits"] = exits(&sim, &doc);
     // Nothing the fixture calls a decoy is ever signalled, whatever the verb.
     for exp in doc["expect"]["leases"].as_array().into_iter().flatten() {
         for never in exp["notSignalled"].as_array().into_iter().flatten() {
             let never = never.as_i64().unwrap() as i32;
-            let hit = |e: &SimEvent| match &e.what {
-                SimWhat::Signal { members, .. } => e.pid == never || members.contains(&never),
-                SimWhat::CgroupKill { members, .. } => members.contains(&never),
-                SimWhat::Refused { .. } => false,
-            };
             assert!(
-                !sim.timeline().iter().any(hit),
+                !signalled(&sim, never),
                 "{case}: {verb}: decoy {never} was signalled: {:#?}",
                 sim.timeline()
             );
@@ -433,15 +413,11 @@ fn simulate(case: &str, verb: &str) -> Value {
 /// Every fixture with a `simulate` section: `close` and `reap` each end exactly as it says.
 #[test]
 fn every_fixture_case_closes_and_reaps_on_its_timeline() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lifecycle");
-    let mut cases: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+    let dir = lifecycle_fixture("");
+    let cases: Vec<String> = lifecycle_fixtures()
+        .iter()
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
-    cases.sort();
     let mut simulated = 0;
     let mut failures = Vec::new();
     for case in &cases {
@@ -485,12 +461,7 @@ fn escapee_outside_a_live_wrappers_tree_is_taken_by_the_next_reap() {
     let lease = leases(&doc).remove(0);
     let ctl = simulated(root, &sim, &doc);
     ctl.store().insert_lease(&lease, None, |_| None).unwrap();
-    let opts = ReapOptions {
-        include_live: false,
-        retention_ms: i64::MAX / 4,
-        now_ms: 1_764_460_100_000,
-        grace_ms: None,
-    };
+    let opts = case_reap_options();
     let first = ctl.reap(&opts).unwrap();
     assert_eq!(first.leases[0].result, CloseResult::Closed, "{first:?}");
     assert!(first.escapees.is_empty(), "{first:?}");
@@ -533,9 +504,9 @@ impl leash::controller::terminate::Subject for Contained {
 fn contained_lease_cgroup_kill_is_the_signallers() {
     use leash::controller::terminate::{Engine, Job};
     use leash::signal::Clock;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/lifecycle/contained/cgroup_kill_at_grace_end.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let doc = read_case(&lifecycle_fixture(
+        "contained/cgroup_kill_at_grace_end.json",
+    ));
     let r = &doc["rule"];
     let rule = leash_core::verify::MemberRule {
         lease_id: r["leaseId"].as_str().unwrap().into(),
@@ -671,14 +642,7 @@ fn contained_lease_through_close_and_reap() {
                     .unwrap();
                 got["leases"] = lease_results(&mut ctl, &doc, &out, &[]).into();
             } else {
-                let report = ctl
-                    .reap(&ReapOptions {
-                        include_live: false,
-                        retention_ms: i64::MAX / 4,
-                        now_ms: 1_764_460_100_000,
-                        grace_ms: None,
-                    })
-                    .unwrap();
+                let report = ctl.reap(&case_reap_options()).unwrap();
                 got["leases"] =
                     lease_results(&mut ctl, &doc, &report.leases, &report.skipped).into();
             }
@@ -688,16 +652,7 @@ fn contained_lease_through_close_and_reap() {
                 .map(|e| timeline_line(e).replace(&cg_name, "CGROUP"))
                 .collect::<Vec<_>>()
                 .into();
-            got["exits"] = doc["table"]["processes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| {
-                    let pid = p["pid"].as_i64()? as i32;
-                    sim.exited_at(pid).map(|at| format!("{at} ms {pid}"))
-                })
-                .collect::<Vec<_>>()
-                .into();
+            got["exits"] = exits(&sim, &doc);
             got["cgroupRemoved"] = (!cg.exists()).into();
             let got: Value =
                 serde_json::from_str(&got.to_string().replace(&cg_name, "CGROUP").replace(
@@ -708,12 +663,7 @@ fn contained_lease_through_close_and_reap() {
             for never in case["notSignalled"].as_array().unwrap() {
                 let never = never.as_i64().unwrap() as i32;
                 assert!(
-                    !sim.timeline().iter().any(|e| match &e.what {
-                        SimWhat::Signal { members, .. } =>
-                            e.pid == never || members.contains(&never),
-                        SimWhat::CgroupKill { members, .. } => members.contains(&never),
-                        SimWhat::Refused { .. } => false,
-                    }),
+                    !signalled(&sim, never),
                     "{name}: {verb}: {never} was signalled"
                 );
             }

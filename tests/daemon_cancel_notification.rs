@@ -4,26 +4,20 @@
 //! daemon uses the one of the unanswered prompt.
 mod common;
 mod daemon_support;
-use common::*;
 use daemon_support::*;
 use serde_json::{json, Value};
 
 #[test]
 fn cancel_writes_one_notification_and_signals_nothing() {
-    let tmp = TempDir::new("d-cancel");
-    let state = tmp.join("state");
-    let daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (started, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
-        "chat",
-        "stdin.log",
-        json!({"graceMs": 500}),
-    );
-    let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    guard.add(adapter);
+    let mut s = OneSession::start("d-cancel", "chat", "stdin.log", json!({"graceMs": 500}));
+    let OneSession {
+        c,
+        log,
+        tmp,
+        lease_id,
+        adapter,
+        ..
+    } = &mut s;
 
     // A turn is running: the prompt names the ACP session.
     let sent = c.call("send", json!({"session": "chat", "line": prompt("acp-7")}));
@@ -44,7 +38,7 @@ fn cancel_writes_one_notification_and_signals_nothing() {
         "send",
         json!({"session": "chat", "line": "{\"sentinel\":true}"}),
     );
-    let lines = wait_lines(&log, 4);
+    let lines = wait_lines(log, 4);
     assert_eq!(lines.len(), 4, "{lines:?}");
     let parsed: Vec<Value> = lines
         .iter()
@@ -69,8 +63,8 @@ fn cancel_writes_one_notification_and_signals_nothing() {
     let signals = std::fs::read_to_string(tmp.join("stdin.log.signals")).unwrap_or_default();
     assert!(signals.is_empty(), "the adapter got signals: {signals}");
     assert!(adapter.alive());
-    assert_eq!(lease_row(&mut c, &lease_id)["state"], "open");
-    let st = session_status(&mut c, "chat").unwrap();
+    assert_eq!(lease_row(c, lease_id)["state"], "open");
+    let st = session_status(c, "chat").unwrap();
     assert_eq!(st["phase"], "running", "{st}");
     assert_eq!(
         st["busy"], true,
@@ -104,28 +98,22 @@ fn cancel_without_a_known_acp_session_records_the_intent_and_writes_nothing() {
     // A cancel answers the same with or without a daemon. With no ACP session to
     // notify, the intent is recorded (as `leash cancel --no-daemon` does) and `notified: false`
     // says that nothing was written.
-    let tmp = TempDir::new("d-cancel-noid");
-    let state = tmp.join("state");
-    let daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (_, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
+    let mut s = OneSession::start(
+        "d-cancel-noid",
         "quiet",
         "stdin.log",
         json!({"graceMs": 500}),
     );
-    guard.add(adapter);
+    let OneSession { c, log, .. } = &mut s;
     let r = c.call("cancel", json!({"session": "quiet"}));
     assert_eq!(r["notified"], false, "{r}");
     assert_eq!(r["supervised"], true, "{r}");
     assert!(r["acpSessionId"].is_null(), "{r}");
     c.call("send", json!({"session": "quiet", "line": "sentinel"}));
     assert_eq!(
-        wait_lines(&log, 1),
+        wait_lines(log, 1),
         vec!["sentinel".to_string()],
         "nothing but the sentinel was written"
     );
-    assert!(event_kinds(&mut c, "quiet").contains(&"cancel".to_string()));
+    assert!(event_kinds(c, "quiet").contains(&"cancel".to_string()));
 }

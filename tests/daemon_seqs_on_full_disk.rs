@@ -7,65 +7,11 @@
 //! above every seq the client saw. Needs root (mount); skips with the reason otherwise.
 mod common;
 mod daemon_support;
+use common::tmpfs::{fill, Tmpfs};
 use common::*;
 use daemon_support::*;
 use serde_json::{json, Value};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
-
-/// A tmpfs mounted by this test; unmounted on drop (lazily if something still holds it).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(at).unwrap();
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        ok.then(|| Tmpfs(at.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let umount = |lazy: bool| {
-            let mut c = Command::new("umount");
-            if lazy {
-                c.arg("-l");
-            }
-            c.arg(&self.0)
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false)
-        };
-        if !wait_for_within(std::time::Duration::from_secs(10), || umount(false)) {
-            umount(true);
-        }
-    }
-}
-
-/// Fills the filesystem of `dir` with one file until it takes no byte more.
-fn fill(dir: &Path) -> PathBuf {
-    let p = dir.join("filler");
-    let mut f = std::fs::File::create(&p).unwrap();
-    for chunk in [1 << 16, 1 << 12, 512, 1] {
-        let buf = vec![0u8; chunk];
-        while f.write_all(&buf).is_ok() {}
-    }
-    let _ = f.flush();
-    p
-}
 
 #[test]
 fn seqs_never_repeat_or_go_back_when_the_disk_is_full() {

@@ -10,23 +10,24 @@ use std::process::Stdio;
 
 #[test]
 fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
-    let tmp = TempDir::new("d-sessions-send");
-    let state = tmp.join("state");
-    let daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (_, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
+    let mut s = OneSession::start(
+        "d-sessions-send",
         "agent:codex:acp:child",
         "child.log",
         json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(adapter);
+    let OneSession {
+        c,
+        guard,
+        daemon,
+        state,
+        log,
+        ..
+    } = &mut s;
 
     // Not visible to an unrelated requester: exit 5, nothing written.
     let out = run(
-        &state,
+        state,
         &[
             "sessions",
             "send",
@@ -41,7 +42,7 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
     for vis in ["tree", "all"] {
         let line = format!("{{\"hello\":\"{vis}\"}}");
         let out = run(
-            &state,
+            state,
             &[
                 "sessions",
                 "send",
@@ -55,7 +56,7 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
         );
         assert_eq!(out.code, Some(0), "{vis}: {}", out.stderr);
     }
-    let lines = wait_lines(&log, 2);
+    let lines = wait_lines(log, 2);
     assert_eq!(lines, vec!["{\"hello\":\"tree\"}", "{\"hello\":\"all\"}"]);
 
     let rows = c.call(
@@ -74,7 +75,7 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
     // A visible session the daemon does not supervise (started by `leash exec`) has no stdin it
     // could write to. The answer says so — not "needs a running daemon" while one runs — and
     // exits 3 (a conflict with how the session runs), the wire code being not_supervised.
-    let mut other = leash(&state)
+    let mut other = leash(state)
         .args([
             "exec",
             "--session",
@@ -92,7 +93,7 @@ fn sessions_send_goes_through_the_daemon_after_the_visibility_check() {
     guard.add(wrapper);
     guard.add(adapter_of(wrapper));
     let out = run(
-        &state,
+        state,
         &[
             "sessions",
             "send",

@@ -9,45 +9,41 @@ use serde_json::json;
 
 #[test]
 fn cli_commands_go_through_a_running_daemon() {
-    let tmp = TempDir::new("d-thin");
-    let state = tmp.join("state");
-    let mut daemon = Daemon::start(&state, &[]);
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (started, log, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
-        "chat",
-        "chat.log",
-        json!({"graceMs": 500}),
-    );
-    let lease_id = started["leaseId"].as_str().unwrap().to_string();
-    guard.add(adapter);
+    let mut s = OneSession::start("d-thin", "chat", "chat.log", json!({"graceMs": 500}));
+    let OneSession {
+        c,
+        daemon,
+        state,
+        log,
+        lease_id,
+        adapter,
+        ..
+    } = &mut s;
 
-    let st = run_json(&state, &["status", "--json"]);
+    let st = run_json(state, &["status", "--json"]);
     assert_eq!(
         st["daemon"]["pid"], daemon.pid.pid,
         "status via the daemon: {st}"
     );
     assert_eq!(st["daemon"]["sessions"][0]["sessionKey"], "chat");
-    let direct = run_json(&state, &["--no-daemon", "status", "--json"]);
+    let direct = run_json(state, &["--no-daemon", "status", "--json"]);
     assert!(direct.get("daemon").is_none(), "{direct}");
     assert_eq!(direct["gatewayInstanceId"], st["gatewayInstanceId"]);
     assert_eq!(direct["leases"], st["leases"]);
-    let human = run(&state, &["status"]);
+    let human = run(state, &["status"]);
     assert!(
         human.stdout.contains("daemon            pid"),
         "{}",
         human.stdout
     );
 
-    let via = run_json(&state, &["leases", "--json"]);
-    let direct = run_json(&state, &["--no-daemon", "leases", "--json"]);
+    let via = run_json(state, &["leases", "--json"]);
+    let direct = run_json(state, &["--no-daemon", "leases", "--json"]);
     assert_eq!(via, direct, "leases through the daemon are the store's");
-    let human = run(&state, &["leases"]);
-    assert!(human.stdout.contains(&lease_id), "{}", human.stdout);
+    let human = run(state, &["leases"]);
+    assert!(human.stdout.contains(lease_id.as_str()), "{}", human.stdout);
 
-    let plan = run_json(&state, &["reap", "--dry-run", "--json"]);
+    let plan = run_json(state, &["reap", "--dry-run", "--json"]);
     let lp = plan["leases"]
         .as_array()
         .unwrap()
@@ -60,7 +56,7 @@ fn cli_commands_go_through_a_running_daemon() {
 
     // cancel through the daemon writes the notification.
     let out = run(
-        &state,
+        state,
         &["cancel", "--session", "chat", "--acp-session", "acp-1"],
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -69,18 +65,15 @@ fn cli_commands_go_through_a_running_daemon() {
         "{}",
         out.stdout
     );
-    assert!(wait_lines(&log, 1)[0].contains("\"session/cancel\""));
+    assert!(wait_lines(log, 1)[0].contains("\"session/cancel\""));
 
     // Unknown targets keep their exit codes.
-    assert_eq!(run(&state, &["close", "--session", "nobody"]).code, Some(4));
-    assert_eq!(
-        run(&state, &["cancel", "--session", "nobody"]).code,
-        Some(4)
-    );
+    assert_eq!(run(state, &["close", "--session", "nobody"]).code, Some(4));
+    assert_eq!(run(state, &["cancel", "--session", "nobody"]).code, Some(4));
 
     // close through the daemon: closed, and the daemon's session ends.
     let out = run(
-        &state,
+        state,
         &["close", "--session", "chat", "--grace-ms", "300", "--json"],
     );
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
@@ -92,24 +85,21 @@ fn cli_commands_go_through_a_running_daemon() {
         daemon.log_text()
     );
     assert!(wait_for(|| !adapter.alive()));
-    assert!(wait_daemon(&mut c, |c| session_status(c, "chat").unwrap()
+    assert!(wait_daemon(c, |c| session_status(c, "chat").unwrap()
         ["phase"]
         == "ended"));
     let r = c.request("send", json!({"session": "chat", "line": "x"}));
     assert_eq!(r["error"]["code"], "not_running", "{r}");
 
     // With the daemon gone the same commands work on the database.
-    drop(c);
+    c.stream.shutdown(std::net::Shutdown::Both).unwrap();
     assert_eq!(daemon.terminate().code(), Some(0));
-    let st = run_json(&state, &["status", "--json"]);
+    let st = run_json(state, &["status", "--json"]);
     assert!(st.get("daemon").is_none(), "{st}");
-    assert_eq!(
-        run_json(&state, &["leases", "--json"])[0]["state"],
-        "closed"
-    );
+    assert_eq!(run_json(state, &["leases", "--json"])[0]["state"], "closed");
     // An explicit socket that nothing answers on is an error, not a silent fallback.
     let out = run(
-        &state,
+        state,
         &["--socket", daemon.socket.to_str().unwrap(), "status"],
     );
     assert_eq!(out.code, Some(7), "{}", out.stderr);
@@ -117,19 +107,14 @@ fn cli_commands_go_through_a_running_daemon() {
 
 #[test]
 fn sessions_list_history_and_status_go_through_the_daemon() {
-    let tmp = TempDir::new("d-thin-sessions");
-    let state = tmp.join("state");
-    let daemon = Daemon::start_logging(&state, &[], "debug");
-    let mut guard = Guard::new();
-    let mut c = daemon.connect();
-    let (_, _, adapter) = ensure_recorder(
-        &mut c,
-        tmp.path(),
+    let mut s = OneSession::start_with(
+        "d-thin-sessions",
+        |state| Daemon::start_logging(state, &[], "debug"),
         "agent:codex:acp:child",
         "child.log",
         json!({"agent": "codex", "spawnedBy": "agent:main:main"}),
     );
-    guard.add(adapter);
+    let OneSession { daemon, state, .. } = &mut s;
 
     let key = "agent:codex:acp:child";
     let asks: [&[&str]; 3] = [
@@ -152,8 +137,8 @@ fn sessions_list_history_and_status_go_through_the_daemon() {
         ],
     ];
     for args in asks {
-        let via = run_json(&state, args);
-        let direct = run_json(&state, &[&["--no-daemon"], args].concat());
+        let via = run_json(state, args);
+        let direct = run_json(state, &[&["--no-daemon"], args].concat());
         assert_eq!(
             via, direct,
             "{args:?}: the daemon answers as the database does"
@@ -167,22 +152,22 @@ fn sessions_list_history_and_status_go_through_the_daemon() {
     );
     // ... with the same gate: not visible 5, unknown 4, both through the daemon.
     let out = run(
-        &state,
+        state,
         &["sessions", "history", key, "--as", "agent:other:main"],
     );
     assert_eq!(out.code, Some(5), "{}", out.stderr);
     assert!(out.stdout.is_empty());
     let out = run(
-        &state,
+        state,
         &["sessions", "status", "nope", "--as", "agent:main:main"],
     );
     assert_eq!(out.code, Some(4), "{}", out.stderr);
-    let human = run(&state, &["sessions", "list", "--as", "agent:main:main"]);
+    let human = run(state, &["sessions", "list", "--as", "agent:main:main"]);
     assert_eq!(human.code, Some(0), "{}", human.stderr);
     assert!(human.stdout.contains(key), "{}", human.stdout);
     // A named socket that does not answer is an error, not a silent fallback.
     let out = run(
-        &state,
+        state,
         &[
             "--socket",
             "/nonexistent/leash.sock",

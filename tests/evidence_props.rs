@@ -10,7 +10,7 @@
 //! its markers; the live twin of this test is `tests/evidence_strangers.rs`.
 use leash_core::guard::Caller;
 use leash_core::model::Observation;
-use leash_core::model::{command_hash, Lease, LeaseState};
+use leash_core::model::{Lease, LeaseState};
 use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
 use leash_core::plan::{plan_lease, plan_reap, CgroupAction, ReapOptions};
 use leash_core::verify::Expect;
@@ -250,38 +250,22 @@ fn generate(seed: u64) -> Case {
         pidfs_ino: Some(1),
     });
     strangers.insert(1);
-    let lease = Lease {
-        lease_id: LID.into(),
-        gateway_instance_id: GW.into(),
-        session_key: "s".into(),
-        agent_id: None,
-        wrapper_root: WRAPPERS.into(),
-        wrapper_path,
-        root_pid: 100,
-        root_start_time: root_start,
-        process_group_id: Some(101),
-        adapter_pid: Some(101),
-        adapter_start_time: Some(root_start + 1),
-        command_hash: command_hash(&argv),
-        command: argv,
-        owner_pid: 50,
-        owner_start_time: 10,
-        started_at: 0,
-        grace_ms: 100,
-        state: if r.chance(80) {
+    let lease = Lease::builder(LID, GW)
+        .wrapper(WRAPPERS, wrapper_path)
+        .root(100, root_start)
+        .process_group(101)
+        .adapter((101, root_start + 1))
+        .command(argv)
+        .owner(50, 10)
+        .state(if r.chance(80) {
             LeaseState::Open
         } else {
             LeaseState::Closed
-        },
-        state_reason: None,
-        closed_at: Some(0),
-        exit_status: None,
-        claimed_by: None,
-        root_pidfs_ino: Some(100 * 7 + root_start),
-        cgroup_path: contained.then(|| format!("{CGROOT}/{LID}")),
-        cgroup_id: contained.then_some(77),
-        report_dir: None,
-    };
+        })
+        .closed_at(0)
+        .root_pidfs_ino(100 * 7 + root_start)
+        .cgroup(contained.then(|| (format!("{CGROOT}/{LID}"), 77)))
+        .build();
     let _ = legit;
     // Their descendants too (admitted through them when they are).
     loop {

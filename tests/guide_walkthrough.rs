@@ -7,10 +7,11 @@
 //! Whatever a script left running (a daemon after a failed command, a session) is stopped by pid
 //! and start time, and its leases reaped, so a failure leaves nothing behind.
 mod common;
+use common::docs::{doc_shell, fenced_blocks, read_doc};
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The pages whose `sh` blocks this test runs.
@@ -19,32 +20,6 @@ const PAGES: &[&str] = &[
     "docs/guide/gateway.md",
     "docs/guide/agents.md",
 ];
-
-/// The fenced blocks of a Markdown text: (info string, body).
-fn blocks(doc: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut lines = doc.lines();
-    while let Some(l) = lines.next() {
-        let Some(info) = l.strip_prefix("```") else {
-            continue;
-        };
-        let mut body = String::new();
-        for b in lines.by_ref() {
-            if b.starts_with("```") {
-                break;
-            }
-            body.push_str(b);
-            body.push('\n');
-        }
-        out.push((info.trim().to_string(), body));
-    }
-    out
-}
-
-fn read(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
-        .unwrap_or_else(|e| panic!("read {rel}: {e}"))
-}
 
 /// Stops what a script may have left behind under `scratch`: each state root's daemon (by the
 /// pid its lock names, re-identified by start time) and every lease still open (`leash reap
@@ -74,8 +49,8 @@ fn clean_up(scratch: &Path) {
 }
 
 fn run_page(page: &str, socat_dir: Option<&Path>) {
-    let doc = read(page);
-    let script: String = blocks(&doc)
+    let doc = read_doc(page);
+    let script: String = fenced_blocks(&doc)
         .into_iter()
         .filter(|(info, _)| info == "sh")
         .map(|(_, body)| body)
@@ -87,22 +62,11 @@ fn run_page(page: &str, socat_dir: Option<&Path>) {
         "set -e\n{}",
         script.replace("/tmp/leash-", &format!("{scratch}/leash-"))
     );
-    let bin_dir = leash_bin().parent().unwrap().to_path_buf();
-    let _ = wrap_bin(); // leash-wrap next to leash, as the install puts it
-    let mut path = format!("{}", bin_dir.display());
-    if let Some(d) = socat_dir {
-        path = format!("{path}:{}", d.display());
-    }
-    let path = format!("{path}:{}", std::env::var("PATH").unwrap_or_default());
     let out_file = tmp.join("out.txt");
+    let extra: Vec<&Path> = socat_dir.into_iter().collect();
     let mut guard = Guard::new();
     let child = guard.child(
-        Command::new("bash")
-            .arg("-c")
-            .arg(&script)
-            .env("PATH", &path)
-            .env_remove("LEASH_STATE_DIR")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+        doc_shell(&script, &extra)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out_file).unwrap())
             .stderr(std::fs::File::create(tmp.join("err.txt")).unwrap())
@@ -164,7 +128,7 @@ fn every_shell_block_is_run_or_marked() {
     let mut pages: Vec<String> = PAGES.iter().map(|s| s.to_string()).collect();
     pages.push("README.md".into());
     for page in &pages {
-        for (info, body) in blocks(&read(page)) {
+        for (info, body) in fenced_blocks(&read_doc(page)) {
             let lang = info.split_whitespace().next().unwrap_or("");
             if ["bash", "shell", "zsh", "sh"].contains(&lang) {
                 assert!(
@@ -181,7 +145,7 @@ fn every_shell_block_is_run_or_marked() {
         if PAGES.contains(&name.as_str()) || !name.ends_with(".md") {
             continue;
         }
-        let runnable = blocks(&read(&name))
+        let runnable = fenced_blocks(&read_doc(&name))
             .iter()
             .filter(|(i, _)| i == "sh")
             .count();

@@ -4,26 +4,18 @@
 //! plus leases, and writes out the plan it expects: the decision per lease, the pids signalled in
 //! order (children first), and pids that must never be signalled. The planner runs against the
 //! fixture table exactly as it runs against /proc.
+mod common;
+use common::lifecycle::{
+    case_caller, case_leases, case_reap_options, lifecycle_fixtures, read_case,
+};
 use leash::proc::{FixtureTable, ProcessTable};
-use leash_core::guard::{Caller, Sig};
+use leash_core::guard::Sig;
+use leash_core::model::Lease;
 use leash_core::model::LegacyRecord;
-use leash_core::model::{command_hash, Lease};
-use leash_core::plan::{plan_reap, Decision, ReapOptions};
+use leash_core::plan::{plan_reap, Decision};
 use leash_core::verify::Expect;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lifecycle");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    v.sort();
-    v
-}
+use std::path::PathBuf;
 
 fn decision_name(d: &Decision) -> &'static str {
     match d {
@@ -92,11 +84,11 @@ fn check_expectation(
 
 #[test]
 fn every_fixture_case_plans_as_expected() {
-    let files = fixtures();
+    let files = lifecycle_fixtures();
     assert!(files.len() >= 8, "the seed's cases are all staged");
     for f in files {
         let case = f.file_stem().unwrap().to_string_lossy().into_owned();
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        let doc = read_case(&f);
         let gateway = doc["gateway"]["gatewayInstanceId"].as_str().unwrap();
         let wrapper_root = PathBuf::from(doc["gateway"]["wrapperRoot"].as_str().unwrap());
         let expect = Expect {
@@ -104,25 +96,8 @@ fn every_fixture_case_plans_as_expected() {
             wrapper_root: &wrapper_root,
             cgroup_root: None,
         };
-        let caller: Caller = {
-            let c = &doc["caller"];
-            Caller {
-                pid: c["pid"].as_i64().unwrap() as i32,
-                pgid: c["pgid"].as_i64().unwrap() as i32,
-                uid: c["uid"].as_u64().unwrap() as u32,
-            }
-        };
-        let leases: Vec<Result<Lease, String>> = doc["leases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                let mut l = l.clone();
-                let argv: Vec<String> = serde_json::from_value(l["command"].clone()).unwrap();
-                l["commandHash"] = Value::String(command_hash(&argv));
-                Ok(serde_json::from_value(l).unwrap())
-            })
-            .collect();
+        let caller = case_caller(&doc);
+        let leases: Vec<Result<Lease, String>> = case_leases(&doc).into_iter().map(Ok).collect();
         let legacy: Vec<LegacyRecord> = serde_json::from_value(doc["legacy"].clone()).unwrap();
         let table: FixtureTable = serde_json::from_value(doc["table"].clone()).unwrap();
         let snap = table.snapshot();
@@ -132,12 +107,7 @@ fn every_fixture_case_plans_as_expected() {
             &expect,
             snap.as_ref(),
             &caller,
-            &ReapOptions {
-                include_live: false,
-                retention_ms: i64::MAX / 4,
-                now_ms: 1_764_460_100_000,
-                grace_ms: None,
-            },
+            &case_reap_options(),
         );
         let exp_leases = doc["expect"]["leases"].as_array().unwrap();
         assert_eq!(plan.leases.len(), exp_leases.len(), "{case}: lease plans");

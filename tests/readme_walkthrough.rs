@@ -9,6 +9,7 @@
 //! same fields.
 mod common;
 mod node_support;
+use common::docs::{doc_shell, fenced_blocks, read_doc};
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -17,37 +18,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn read(rel: &str) -> String {
-    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
-}
-
-/// The fenced blocks of a Markdown text: (language, body).
-fn blocks(doc: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut lines = doc.lines();
-    while let Some(l) = lines.next() {
-        let Some(lang) = l.strip_prefix("```") else {
-            continue;
-        };
-        let mut body = String::new();
-        for b in lines.by_ref() {
-            if b.starts_with("```") {
-                break;
-            }
-            body.push_str(b);
-            body.push('\n');
-        }
-        out.push((lang.to_string(), body));
-    }
-    out
-}
-
 /// The first block of `lang` after `heading` whose body contains `needle`.
 fn block(doc: &str, heading: &str, lang: &str, needle: &str) -> String {
     let at = doc
         .find(heading)
         .unwrap_or_else(|| panic!("no heading {heading:?}"));
-    blocks(&doc[at..])
+    fenced_blocks(&doc[at..])
         .into_iter()
         .find(|(l, b)| l == lang && b.contains(needle))
         .unwrap_or_else(|| panic!("no {lang} block with {needle:?} after {heading:?}"))
@@ -192,7 +168,7 @@ fn the_walk_through_runs_as_written() {
         skip(format!("the tour's Node client needs node: {why}"));
         return;
     }
-    let doc = read("README.md");
+    let doc = read_doc("README.md");
     let walk = block(
         &doc,
         "## A one-minute tour",
@@ -204,13 +180,13 @@ fn the_walk_through_runs_as_written() {
     let end = block(&doc, "## A one-minute tour", "sh", "kill $daemon");
     // Every `sh` block of the README is one of the three run here.
     let run: Vec<&String> = vec![&walk, &start, &end];
-    for (lang, body) in blocks(&doc) {
+    for (lang, body) in fenced_blocks(&doc) {
         assert!(
             lang != "sh" || run.contains(&&body),
             "README.md has an `sh` block this test does not run:\n{body}"
         );
     }
-    let guide = read("docs/guide/gateway.md");
+    let guide = read_doc("docs/guide/gateway.md");
     let session = block(
         &guide,
         "## The protocol in one page",
@@ -235,21 +211,9 @@ fn the_walk_through_runs_as_written() {
         "set -e\n{walk_script}wait\necho '--- daemon'\n{start}echo READY\nread _\n{end}wait $daemon\necho \"daemon exited $?\"\n"
     )
     .replace("/tmp/leash-demo", &demo_s);
-    let bin_dir = leash_bin().parent().unwrap().to_path_buf();
-    let _ = wrap_bin(); // leash-wrap next to leash, as the install puts it
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut guard = Guard::new();
     let bash = guard.child(
-        Command::new("bash")
-            .arg("-c")
-            .arg(&script)
-            .env("PATH", &path)
-            .env_remove("LEASH_STATE_DIR")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+        doc_shell(&script, &[])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -409,8 +373,8 @@ fn the_set_up_commands_are_the_ones_ci_and_the_user_unit_use() {
     // README's two set-up commands stay true: the install is `cargo install --locked` of both
     // crates into cargo's default root (where the user unit runs leash) followed by the main job,
     // and the test command is the one `.ci/run` runs.
-    let doc = read("README.md");
-    let setup = blocks(&doc[doc.find("## Set up").expect("a set-up section")..])
+    let doc = read_doc("README.md");
+    let setup = fenced_blocks(&doc[doc.find("## Set up").expect("a set-up section")..])
         .into_iter()
         .find(|(lang, _)| lang == "sh no-run")
         .expect("README's set-up block")
@@ -427,13 +391,13 @@ fn the_set_up_commands_are_the_ones_ci_and_the_user_unit_use() {
         ],
         "README's set-up commands"
     );
-    let ci = read(".ci/run");
+    let ci = read_doc(".ci/run");
     assert!(
         ci.lines()
             .any(|l| l.starts_with("cargo test --workspace -- ")
                 || l.trim() == "cargo test --workspace"),
         ".ci/run does not run README's test command"
     );
-    let unit = read("contrib/systemd/user/leash.service");
+    let unit = read_doc("contrib/systemd/user/leash.service");
     assert!(unit.contains("ExecStart=%h/.cargo/bin/leash"), "{unit}");
 }

@@ -16,7 +16,7 @@
 mod common;
 use common::counting::Counting;
 use common::*;
-use leash::controller::{CloseResult, Controller};
+use leash::controller::{CloseOutcome, CloseResult, Controller, ReapReport};
 use leash::state::StateRoot;
 use leash::store::Store;
 use leash_core::model::{LeaseState, ProcessId};
@@ -92,6 +92,67 @@ impl Session {
             escapee,
             cgroup,
         }
+    }
+}
+
+/// One contained session started for a test of its own: its processes in the guard, its
+/// cgroup under the test's root. Fields drop in order: the guard (the processes), the scratch
+/// directory, the cgroup root.
+struct Staged {
+    guard: Guard,
+    session: Session,
+    state: std::path::PathBuf,
+    _tmp: TempDir,
+    cg: CgroupRoot,
+}
+
+/// [`Session::start`] of `key` in a cgroup root and a scratch directory named `tag`; `None`
+/// (with the skip said) where no cgroup root can be had.
+fn staged(tag: &str, key: &str) -> Option<Staged> {
+    let cg = CgroupRoot::new(tag)?;
+    let tmp = TempDir::new(tag);
+    let mut guard = Guard::new();
+    let state = tmp.join("state");
+    let session = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+    Some(Staged {
+        guard,
+        session,
+        state,
+        _tmp: tmp,
+        cg,
+    })
+}
+
+/// One reap of the state root through a fresh counting table; the table is returned for its
+/// counts.
+fn counted_reap(cg: &CgroupRoot, state: &Path) -> (ReapReport, Counting) {
+    let t = Counting::default();
+    let report = controller(cg, state, &t).reap(&reap_options()).unwrap();
+    (report, t)
+}
+
+/// The reap took lease `id`'s tree as escapees and signalled its wrapper itself.
+fn reaped_as_escapees<'r>(report: &'r ReapReport, id: &str, wrapper: Pid) -> &'r CloseOutcome {
+    let out = report
+        .escapees
+        .iter()
+        .find(|o| o.lease_id == id)
+        .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
+    assert!(
+        out.signals.iter().any(|s| s.pid == wrapper.pid),
+        "the wrapper was signalled: {out:?}"
+    );
+    out
+}
+
+/// Every process of the session ends.
+fn all_gone(s: &Session) {
+    for (what, p) in [
+        ("wrapper", s.wrapper),
+        ("adapter", s.adapter),
+        ("escapee", s.escapee),
+    ] {
+        assert!(wait_for(|| !p.alive()), "the {what} is gone");
     }
 }
 
@@ -307,46 +368,28 @@ fn stop(p: Pid) {
 /// the lease's escapees, leaving the lease closed; no host-wide pass.
 #[test]
 fn a_closed_lease_whose_wrapper_still_runs_is_reaped() {
-    let Some(cg) = CgroupRoot::new("reapclosedlive") else {
+    let key = "z";
+    let Some(s) = staged("reapclosedlive", key) else {
         return;
     };
-    let tmp = TempDir::new("reapclosedlive");
-    let mut guard = Guard::new();
-    let (state, key) = (tmp.join("state"), "z");
+    let state = &s.state;
     let Session {
         wrapper,
-        adapter,
         escapee,
-        cgroup,
-    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
-    assert!(cgroup_procs(&cgroup).contains(&escapee.pid));
-    let id = mark_closed_while_running(&state, key);
+        ref cgroup,
+        ..
+    } = s.session;
+    assert!(cgroup_procs(cgroup).contains(&escapee.pid));
+    let id = mark_closed_while_running(state, key);
     // Stopped, the wrapper cannot end by itself once reap's TERM has ended its adapter (it
     // exits with its adapter, and under load that came before reap's turn to signal it): so
     // whether reap signals the wrapper itself is what is tested, not the wrapper's speed.
     stop(wrapper);
 
-    let t = Counting::default();
-    let c = controller(&cg, &state, &t);
-    let report = c.reap(&reap_options()).unwrap();
-    drop(c);
-    let out = report
-        .escapees
-        .iter()
-        .find(|o| o.lease_id == id)
-        .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
-    assert!(
-        out.signals.iter().any(|s| s.pid == wrapper.pid),
-        "the wrapper was signalled: {out:?}"
-    );
-    for (what, p) in [
-        ("wrapper", wrapper),
-        ("adapter", adapter),
-        ("escapee", escapee),
-    ] {
-        assert!(wait_for(|| !p.alive()), "the {what} is gone");
-    }
-    assert_eq!(lease_of(&state, key)["state"], "closed");
+    let (report, t) = counted_reap(&s.cg, state);
+    reaped_as_escapees(&report, &id, wrapper);
+    all_gone(&s.session);
+    assert_eq!(lease_of(state, key)["state"], "closed");
     assert_eq!(t.scans(), 0, "no host-wide pass");
     assert!(wait_for(|| !cgroup.exists()), "its cgroup went with it");
 }
@@ -356,30 +399,29 @@ fn a_closed_lease_whose_wrapper_still_runs_is_reaped() {
 /// look for the wrapper; the reap then ends the wrapper (SIGTERM, SIGCONT) and the cgroup goes.
 #[test]
 fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_sweep() {
-    let Some(cg) = CgroupRoot::new("reapclosedstopped") else {
+    let key = "w";
+    let Some(s) = staged("reapclosedstopped", key) else {
         return;
     };
-    let tmp = TempDir::new("reapclosedstopped");
-    let mut guard = Guard::new();
-    let (state, key) = (tmp.join("state"), "w");
+    let (state, cg) = (&s.state, &s.cg);
     let Session {
         wrapper,
         adapter,
         escapee,
-        cgroup,
-    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+        ref cgroup,
+    } = s.session;
     // The wrapper stopped, its adapter and escapee gone: the cgroup is empty, the wrapper runs.
     stop(wrapper);
     signal(adapter, libc::SIGKILL);
     signal(escapee, libc::SIGKILL);
     assert!(
-        wait_for(|| !cgroup_populated(&cgroup) && cgroup_procs(&cgroup).is_empty()),
+        wait_for(|| !cgroup_populated(cgroup) && cgroup_procs(cgroup).is_empty()),
         "the cgroup emptied"
     );
-    let id = mark_closed_while_running(&state, key);
+    let id = mark_closed_while_running(state, key);
 
     let t = Counting::default();
-    let c = controller(&cg, &state, &t);
+    let c = controller(cg, state, &t);
     let swept = c.sweep_stray_cgroups(leash::lease::now_ms()).unwrap();
     let report = c.reap(&reap_options()).unwrap();
     drop(c);
@@ -388,7 +430,7 @@ fn a_closed_lease_whose_stopped_wrapper_outlived_its_adapter_is_reaped_after_a_s
         "the stopped wrapper was not reaped (sweep: {swept:?}): {report:?}"
     );
     assert!(wait_for(|| !wrapper.alive()), "the wrapper is gone");
-    assert_eq!(lease_of(&state, key)["state"], "closed");
+    assert_eq!(lease_of(state, key)["state"], "closed");
     assert_eq!(t.scans(), 0, "no host-wide pass");
     assert!(wait_for(|| !cgroup.exists()), "its cgroup went with it");
 }
@@ -404,24 +446,17 @@ fn the_host_wide_pass_reads_no_retained_row_and_still_reaps_a_closed_lease_whose
         common::skip("processes of another user need root to start");
         return;
     }
-    let Some(cg) = CgroupRoot::new("reapscanhistory") else {
+    let key = "z";
+    let Some(mut s) = staged("reapscanhistory", key) else {
         return;
     };
-    let tmp = TempDir::new("reapscanhistory");
-    let mut guard = Guard::new();
-    let (state, key) = (tmp.join("state"), "z");
-    let Session {
-        wrapper,
-        adapter,
-        escapee,
-        cgroup: _,
-    } = Session::start(&cg, tmp.path(), &state, key, &mut guard);
+    let (state, wrapper) = (s.state.clone(), s.session.wrapper);
     let id = mark_closed_while_running(&state, key);
     stop(wrapper);
     // Another user's processes, at the pids the history recorded.
     let strangers: Vec<Pid> = (0..20)
         .map(|_| {
-            let child = guard.child(
+            let child = s.guard.child(
                 Command::new("setpriv")
                     .args([
                         "--reuid=65534",
@@ -461,29 +496,15 @@ fn the_host_wide_pass_reads_no_retained_row_and_still_reaps_a_closed_lease_whose
         store.insert_lease(&l, None, |_| None).unwrap();
     }
 
-    let t = Counting::default();
-    let c = controller(&cg, &state, &t);
-    let report = c.reap(&reap_options()).unwrap();
-    drop(c);
+    let (report, t) = counted_reap(&s.cg, &state);
     assert_eq!(t.scans(), 1, "the host-wide pass");
     assert_eq!(
         t.others_in_full(),
         0,
         "another user's processes were read in full for the retained rows that name them"
     );
-    let out = report
-        .escapees
-        .iter()
-        .find(|o| o.lease_id == id)
-        .unwrap_or_else(|| panic!("the running wrapper was not reaped: {report:?}"));
-    assert!(out.signals.iter().any(|s| s.pid == wrapper.pid), "{out:?}");
-    for (what, p) in [
-        ("wrapper", wrapper),
-        ("adapter", adapter),
-        ("escapee", escapee),
-    ] {
-        assert!(wait_for(|| !p.alive()), "the {what} is gone");
-    }
+    reaped_as_escapees(&report, &id, wrapper);
+    all_gone(&s.session);
     for s in &strangers {
         assert!(s.alive(), "another user's process was signalled");
     }

@@ -7,21 +7,9 @@
 //! Files that are not snapshots are refused with exit 2 and the reason, never a panic.
 mod common;
 
+use common::lifecycle::{lifecycle_fixture, lifecycle_fixtures, read_case};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixtures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lifecycle");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    v.sort();
-    v
-}
 
 fn leash(args: &[&str]) -> Output {
     Command::new(common::leash_bin())
@@ -50,13 +38,13 @@ fn fixture_spelling(line: &str) -> String {
 
 #[test]
 fn every_fixture_runs_through_simulate_expect() {
-    let files = fixtures();
+    let files = lifecycle_fixtures();
     assert!(files.len() >= 19, "{} fixtures", files.len());
     let mut checked = 0;
     for f in &files {
         let case = f.file_stem().unwrap().to_string_lossy().into_owned();
         let path = f.to_str().unwrap();
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let doc = read_case(f);
         let out = leash(&["simulate", path, "--expect", path]);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(!stderr.contains("panicked"), "{case}: {stderr}");
@@ -122,8 +110,7 @@ fn every_fixture_runs_through_simulate_expect() {
 /// forbidden pid signalled, an expected one missing.
 #[test]
 fn a_disagreeing_expectation_fails_with_a_diff() {
-    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/lifecycle/startup_orphans_wrapper_adapter_descendants.json");
+    let f = lifecycle_fixture("startup_orphans_wrapper_adapter_descendants.json");
     let dir = std::env::temp_dir().join(format!("leash-simexp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exp = dir.join("expect.json");
@@ -157,9 +144,9 @@ fn a_disagreeing_expectation_fails_with_a_diff() {
 /// reused root pid signals nobody and answers dead; an unknown lease is refused with exit 2.
 #[test]
 fn close_and_verify_are_replayed_too() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lifecycle");
+    let dir = lifecycle_fixture("");
     let f = dir.join("parent_death_sigterm_then_sigkill.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let doc = read_case(&f);
     let id = doc["leases"][0]["leaseId"].as_str().unwrap();
     let out = leash(&["simulate", f.to_str().unwrap(), "--close", id, "--json"]);
     let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -169,7 +156,7 @@ fn close_and_verify_are_replayed_too() {
     assert!(!pids(&sim["signalled"]).is_empty(), "{sim}");
 
     let f = dir.join("unrelated_process_reuses_root_pid.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let doc = read_case(&f);
     let id = doc["leases"][0]["leaseId"].as_str().unwrap();
     let out = leash(&["simulate", f.to_str().unwrap(), "--verify", id]);
     let stdout = text(&out.stdout);
@@ -197,14 +184,7 @@ fn close_and_verify_are_replayed_too() {
 /// nothing replayed (nothing on stdout).
 #[test]
 fn bad_files_are_refused_with_exit_2() {
-    let base: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/lifecycle/parent_death_sigterm_then_sigkill.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let base = read_case(&lifecycle_fixture("parent_death_sigterm_then_sigkill.json"));
     let with = |f: &dyn Fn(&mut Value)| {
         let mut v = base.clone();
         f(&mut v);
@@ -301,14 +281,9 @@ fn bad_files_are_refused_with_exit_2() {
 /// caller the guards refuse) replay to an end, with exit 0 or 1, never a panic.
 #[test]
 fn extreme_values_replay_without_a_panic() {
-    let base: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/lifecycle/wrapper_killed_escapee_found_by_markers.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let base = read_case(&lifecycle_fixture(
+        "wrapper_killed_escapee_found_by_markers.json",
+    ));
     let id = base["leases"][0]["leaseId"].as_str().unwrap().to_string();
     let dir = std::env::temp_dir().join(format!("leash-simwild-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -104,16 +104,9 @@ print(json.dumps(out))
 fn fixtures_the_guide_and_a_live_snapshot_follow_the_schema() {
     let mut names = Vec::new();
     let mut docs = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("fixtures/lifecycle"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    for f in files {
+    for f in common::lifecycle::lifecycle_fixtures() {
         names.push(f.display().to_string());
-        docs.push(serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap());
+        docs.push(common::lifecycle::read_case(&f));
     }
     names.push("the guide's example".into());
     docs.push(serde_json::from_str(&guide_example()).unwrap());

@@ -12,8 +12,8 @@ use leash::proc::{LiveTable, ProcessTable};
 use leash::state::StateRoot;
 use leash::store::Store;
 use leash_core::guard::Sig;
+use leash_core::model::Lease;
 use leash_core::model::SessionRow;
-use leash_core::model::{command_hash, Lease, LeaseState};
 use leash_core::plan::ReapOptions;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -249,34 +249,21 @@ fn stale_lease(
 ) -> (Lease, SessionRow) {
     let command = vec!["codex-acp".to_string(), format!("--session-{i}")];
     let started = now_ms() - 3_600_000;
-    let lease = Lease {
-        lease_id: new_lease_id(),
-        gateway_instance_id: gateway.to_string(),
-        session_key: format!("stale-{i}"),
-        agent_id: Some("codex".into()),
-        wrapper_root: wrapper_root.display().to_string(),
-        wrapper_path: wrapper_root.join("leash-wrap-0-0").display().to_string(),
-        root_pid: pid,
-        root_start_time: 1_000 + i as u64,
-        process_group_id: Some(pid),
-        adapter_pid: Some(pid),
-        adapter_start_time: Some(1_001 + i as u64),
-        command_hash: command_hash(&command),
-        command,
-        owner_pid: owner,
-        owner_start_time: 999,
-        started_at: started,
-        grace_ms: 3_000,
-        state: LeaseState::Open,
-        state_reason: None,
-        closed_at: None,
-        exit_status: None,
-        claimed_by: None,
-        root_pidfs_ino: None,
-        cgroup_path: None,
-        cgroup_id: None,
-        report_dir: None,
-    };
+    let lease = Lease::builder(new_lease_id(), gateway)
+        .session(format!("stale-{i}"))
+        .agent("codex")
+        .wrapper(
+            wrapper_root.display().to_string(),
+            wrapper_root.join("leash-wrap-0-0").display().to_string(),
+        )
+        .root(pid, 1_000 + i as u64)
+        .process_group(pid)
+        .adapter((pid, 1_001 + i as u64))
+        .command(command)
+        .owner(owner, 999)
+        .started_at(started)
+        .grace_ms(3_000)
+        .build();
     let session = SessionRow {
         session_key: lease.session_key.clone(),
         agent_id: lease.agent_id.clone(),

@@ -11,6 +11,8 @@
 //!   group, another uid) and the only signals leash may send.
 //! - [`visibility`]: which session rows a requester may see.
 //! - [`kind`]: the error vocabulary and its two tables, exit codes and wire codes.
+//! - [`lease_builder`]: a lease written down field by field, for tests, benchmarks and fuzz
+//!   targets.
 //!
 //! That this code is pure is a compile-time fact, not a convention, and it is about effects:
 //! the crate forbids `unsafe` (so it cannot call the kernel by hand), its `clippy.toml` makes
@@ -26,6 +28,7 @@
 
 pub mod guard;
 pub mod kind;
+pub mod lease_builder;
 pub mod legacy;
 pub mod model;
 pub mod plan;

@@ -800,34 +800,16 @@ mod tests {
     }
 
     fn ended_lease(id: &str, cgroup_id: u64) -> Lease {
-        Lease {
-            lease_id: id.into(),
-            gateway_instance_id: "gw".into(),
-            session_key: "s".into(),
-            agent_id: None,
-            wrapper_root: "/s/wrappers".into(),
-            wrapper_path: "/s/wrappers/leash-wrap".into(),
-            root_pid: 100,
-            root_start_time: 1000,
-            root_pidfs_ino: None,
-            cgroup_path: Some(format!("{ROOT}/{id}")),
-            cgroup_id: Some(cgroup_id),
-            report_dir: None,
-            process_group_id: Some(101),
-            adapter_pid: Some(101),
-            adapter_start_time: Some(1001),
-            command_hash: String::new(),
-            command: vec!["adapter".into()],
-            owner_pid: 50,
-            owner_start_time: 10,
-            started_at: 0,
-            grace_ms: 100,
-            state: LeaseState::Closed,
-            state_reason: None,
-            closed_at: Some(1),
-            exit_status: None,
-            claimed_by: None,
-        }
+        Lease::builder(id, "gw")
+            .wrapper("/s/wrappers", "/s/wrappers/leash-wrap")
+            .root(100, 1000)
+            .cgroup((format!("{ROOT}/{id}"), cgroup_id))
+            .process_group(101)
+            .adapter((101, 1001))
+            .owner(50, 10)
+            .state(LeaseState::Closed)
+            .closed_at(1)
+            .build()
     }
 
     fn seen(path: &str, id: u64, procs: Vec<i32>) -> Observation {

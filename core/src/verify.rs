@@ -846,41 +846,20 @@ impl<'a> TreeBuilder<'a> {
 mod tests {
     use super::*;
     use crate::model::LeaseEnv;
-    use crate::model::LeaseState;
 
     const GW: &str = "5f0c2b1e-8d3a-4c6e-9b7f-1a2b3c4d5e6f";
     const ROOT: &str = "/s/wrappers";
     const LID: &str = "01936b2a-7c4e-7d10-9a51-3b2c1d0e9f8a";
 
     fn lease() -> Lease {
-        Lease {
-            lease_id: LID.into(),
-            gateway_instance_id: GW.into(),
-            session_key: "s".into(),
-            agent_id: None,
-            wrapper_root: ROOT.into(),
-            wrapper_path: format!("{ROOT}/leash-wrap-1-2"),
-            root_pid: 100,
-            root_start_time: 1000,
-            process_group_id: Some(101),
-            adapter_pid: Some(101),
-            adapter_start_time: Some(1001),
-            command_hash: command_hash(&["adapter"]),
-            command: vec!["adapter".into()],
-            owner_pid: 50,
-            owner_start_time: 10,
-            started_at: 0,
-            grace_ms: 100,
-            state: LeaseState::Open,
-            state_reason: None,
-            closed_at: None,
-            exit_status: None,
-            claimed_by: None,
-            root_pidfs_ino: None,
-            cgroup_path: None,
-            cgroup_id: None,
-            report_dir: None,
-        }
+        Lease::builder(LID, GW)
+            .wrapper(ROOT, format!("{ROOT}/leash-wrap-1-2"))
+            .root(100, 1000)
+            .process_group(101)
+            .adapter((101, 1001))
+            .command(["adapter"])
+            .owner(50, 10)
+            .build()
     }
 
     fn wrapper() -> ProcessInfo {

@@ -9,10 +9,10 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use leash_core::model::{command_hash, Lease, LeaseState};
-use leash_core::plan::{plan_lease, Decision};
-use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
 use leash_core::guard::Caller;
+use leash_core::model::{Lease, LeaseState};
+use leash_core::model::{LeaseEnv, ProcessInfo, Snapshot};
+use leash_core::plan::{plan_lease, Decision};
 use leash_core::verify::Expect;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
@@ -121,34 +121,15 @@ fuzz_target!(|input: Input| {
         });
     }
     let snap = Snapshot::new(procs);
-    let lease = Lease {
-        lease_id: LEASE.into(),
-        gateway_instance_id: GATEWAY.into(),
-        session_key: "s".into(),
-        agent_id: None,
-        wrapper_root: WRAPPERS.into(),
-        wrapper_path,
-        root_pid: pid(input.root_pid).max(1),
-        root_start_time: u64::from(input.root_start),
-        process_group_id: input.group.map(|g| pid(g).max(1)),
-        adapter_pid: input.adapter.map(|(p, _)| pid(p).max(1)),
-        adapter_start_time: input.adapter.map(|(_, s)| u64::from(s)),
-        command_hash: command_hash(&adapter_argv),
-        command: adapter_argv,
-        owner_pid: 2,
-        owner_start_time: 0,
-        started_at: 0,
-        grace_ms: 100,
-        state: LeaseState::Closing,
-        state_reason: None,
-        closed_at: None,
-        exit_status: None,
-        claimed_by: None,
-            root_pidfs_ino: None,
-            cgroup_path: None,
-            cgroup_id: None,
-            report_dir: None,
-    };
+    let lease = Lease::builder(LEASE, GATEWAY)
+        .wrapper(WRAPPERS, wrapper_path)
+        .root(pid(input.root_pid).max(1), u64::from(input.root_start))
+        .process_group(input.group.map(|g| pid(g).max(1)))
+        .adapter(input.adapter.map(|(p, s)| (pid(p).max(1), u64::from(s))))
+        .command(adapter_argv)
+        .owner(2, 0)
+        .state(LeaseState::Closing)
+        .build();
     let caller = Caller {
         pid: pid(input.caller_pid),
         pgid: pid(input.caller_pgid),
@@ -169,11 +150,17 @@ fuzz_target!(|input: Input| {
         assert!(seen.insert(s.pid), "pid {} planned twice: {plan:?}", s.pid);
         assert!(s.pid > 1, "pid {} planned: {plan:?}", s.pid);
         assert_ne!(s.pid, caller.pid, "the caller planned: {plan:?}");
-        assert_ne!(s.pid, caller.pgid, "the caller's group leader planned: {plan:?}");
+        assert_ne!(
+            s.pid, caller.pgid,
+            "the caller's group leader planned: {plan:?}"
+        );
         let p = snap
             .get(s.pid)
             .unwrap_or_else(|| panic!("pid {} is not in the table: {plan:?}", s.pid));
-        assert_eq!(p.start_time, s.start_time, "another instance planned: {plan:?}");
+        assert_eq!(
+            p.start_time, s.start_time,
+            "another instance planned: {plan:?}"
+        );
         assert_eq!(p.uid, OUR_UID, "another uid planned: {plan:?}");
         assert_ne!(p.state, 'Z', "a zombie planned: {plan:?}");
         assert!(
@@ -186,7 +173,9 @@ fuzz_target!(|input: Input| {
                 "another lease's process planned: {plan:?}"
             );
             assert!(
-                e.gateway_instance_id.as_deref().is_none_or(|g| g == GATEWAY),
+                e.gateway_instance_id
+                    .as_deref()
+                    .is_none_or(|g| g == GATEWAY),
                 "another gateway's process planned: {plan:?}"
             );
         }

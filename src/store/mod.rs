@@ -509,7 +509,7 @@ mod tests {
     use super::*;
 
     use crate::lease::{new_lease_id, now_ms};
-    use leash_core::model::{command_hash, Lease, LeaseState, ProcessId};
+    use leash_core::model::{Lease, LeaseState, ProcessId};
 
     fn temp_db() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("leash-store-{}", uuid::Uuid::new_v4()));
@@ -518,34 +518,14 @@ mod tests {
     }
 
     fn lease(store: &Store, session: &str) -> Lease {
-        Lease {
-            lease_id: new_lease_id(),
-            gateway_instance_id: store.gateway_instance_id().to_string(),
-            session_key: session.into(),
-            agent_id: None,
-            wrapper_root: "/w".into(),
-            wrapper_path: "/w/leash-wrap".into(),
-            root_pid: 4242,
-            root_start_time: 1,
-            process_group_id: None,
-            adapter_pid: None,
-            adapter_start_time: None,
-            command_hash: command_hash(&["x"]),
-            command: vec!["x".into()],
-            owner_pid: 4241,
-            owner_start_time: 1,
-            started_at: now_ms(),
-            grace_ms: 100,
-            state: LeaseState::Open,
-            state_reason: None,
-            closed_at: None,
-            exit_status: None,
-            claimed_by: None,
-            root_pidfs_ino: None,
-            cgroup_path: None,
-            cgroup_id: None,
-            report_dir: None,
-        }
+        Lease::builder(new_lease_id(), store.gateway_instance_id())
+            .session(session)
+            .wrapper("/w", "/w/leash-wrap")
+            .root(4242, 1)
+            .command(["x"])
+            .owner(4241, 1)
+            .started_at(now_ms())
+            .build()
     }
 
     #[test]

@@ -6,6 +6,9 @@
 
 pub mod apt;
 pub mod counting;
+pub mod docs;
+pub mod lifecycle;
+pub mod tmpfs;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

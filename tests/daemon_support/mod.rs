@@ -327,6 +327,68 @@ pub fn ensure_recorder(
     (started, log, adapter)
 }
 
+/// The set-up of the tests that talk to one live session: a scratch directory, a daemon on its
+/// own state root (`<scratch>/state`), a connection, and one session started by
+/// [`ensure_recorder`] (its adapter under the guard). Fields drop in order: the connection,
+/// the adapter's guard, the daemon, then the scratch directory.
+pub struct OneSession {
+    pub c: Conn,
+    pub guard: Guard,
+    pub daemon: Daemon,
+    /// The `ensure` result and its lease id.
+    pub started: Value,
+    pub lease_id: String,
+    /// The session's adapter (also under the guard).
+    pub adapter: Pid,
+    /// The recorder's log of what reached the adapter's stdin.
+    pub log: PathBuf,
+    pub state: PathBuf,
+    pub tmp: TempDir,
+}
+
+impl OneSession {
+    /// A `leash serve` with no options; see [`OneSession::start_with`].
+    pub fn start(tag: &str, session: &str, log_name: &str, extra: Value) -> OneSession {
+        Self::start_with(
+            tag,
+            |state| Daemon::start(state, &[]),
+            session,
+            log_name,
+            extra,
+        )
+    }
+
+    /// `daemon` starts the daemon on the state root it is given; the session is `session` with
+    /// `extra` merged into its `ensure` (see [`ensure_recorder`]).
+    pub fn start_with(
+        tag: &str,
+        daemon: impl FnOnce(&Path) -> Daemon,
+        session: &str,
+        log_name: &str,
+        extra: Value,
+    ) -> OneSession {
+        let tmp = TempDir::new(tag);
+        let state = tmp.join("state");
+        let daemon = daemon(&state);
+        let mut guard = Guard::new();
+        let mut c = daemon.connect();
+        let (started, log, adapter) = ensure_recorder(&mut c, tmp.path(), session, log_name, extra);
+        guard.add(adapter);
+        let lease_id = started["leaseId"].as_str().unwrap().to_string();
+        OneSession {
+            c,
+            guard,
+            daemon,
+            started,
+            lease_id,
+            adapter,
+            log,
+            state,
+            tmp,
+        }
+    }
+}
+
 /// The daemon's view of one session (from `status`).
 pub fn session_status(c: &mut Conn, session: &str) -> Option<Value> {
     let st = c.call("status", json!({}));
