@@ -44,6 +44,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod daemon;
 pub mod envpolicy;
@@ -54,6 +55,7 @@ pub mod limits;
 pub mod logvalue;
 pub mod mcp;
 pub mod proc;
+pub mod protocol;
 pub mod ps;
 pub mod reconcile;
 pub mod report;

@@ -961,7 +961,7 @@ fn run_exec(dir: &std::path::Path, mut req: ExecRequest, no_daemon: bool) -> Res
         .map_err(|e| Failure::new(Kind::Internal, format!("{e}; nothing started")).of_exec())?;
     // A daemon of this state root commits the lease on its warm connection; without
     // one (or with --no-daemon) the lease is committed here.
-    let through = crate::daemon::exec_client::ExecThroughDaemon { root: &root };
+    let through = crate::client::exec::ExecThroughDaemon { root: &root };
     let through: &dyn crate::controller::exec::ExecDaemon = &through;
     let daemon = (!no_daemon).then_some(through);
     match crate::controller::exec::exec(&root, req, daemon) {
@@ -1169,7 +1169,7 @@ mod tests {
     /// 1 for `not_supervised`.
     #[test]
     fn a_daemon_error_exits_with_its_codes_kind() {
-        use crate::daemon::client::ClientError;
+        use crate::client::ClientError;
         use leash_core::kind::CODES;
         for (code, name, kind) in CODES {
             let remote = || ClientError::Remote {
@@ -1178,7 +1178,7 @@ mod tests {
                 data: Default::default(),
             };
             assert_eq!(Failure::from(remote()).code, kind.exit_code(), "{code:?}");
-            let wrapped = crate::daemon::session_input::undelivered("k", remote());
+            let wrapped = crate::client::session_input::undelivered("k", remote());
             assert_eq!(Failure::from(wrapped).code, kind.exit_code(), "{code:?}");
         }
         assert_eq!(

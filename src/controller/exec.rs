@@ -380,7 +380,7 @@ impl Origin {
 }
 
 /// The way to the daemon serving the state root, for [`exec`]: the front door passes it in
-/// (`daemon::exec_client`), so this verb names no client type.
+/// (`client::exec`), so this verb names no client type.
 pub trait ExecDaemon {
     /// Asks the daemon to commit the lease rooted at the calling process. `ask` is called only
     /// once a daemon is reached (so `leash exec` without one does the request's work once, on
@@ -405,7 +405,7 @@ pub enum DaemonAnswer {
 /// Declares a struct with the fields that say whose a session is (`agent`, `owner`,
 /// `spawnedBy`, `parent`: optional, absent by default), in the place of `..ownership`. The
 /// `exec` request ([`ExecAsk`]), `ensure` and a stored spec (both through
-/// `daemon::protocol::with_launch_fields!`) are declared through it, so the list is written once.
+/// `protocol::with_launch_fields!`) are declared through it, so the list is written once.
 macro_rules! with_ownership_fields {
     (
         $(#[$meta:meta])*

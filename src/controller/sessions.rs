@@ -300,7 +300,7 @@ impl Controller<'_> {
 
     /// Checks visibility and the line, then hands it to the controller's [`SessionInput`]:
     /// whoever holds the adapter's stdin. The front doors set
-    /// `daemon::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
+    /// `client::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
     pub fn send(&self, view: &View, key: &str, line: &str) -> Result<Sent, SessionsError> {

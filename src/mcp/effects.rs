@@ -10,11 +10,11 @@ use super::tools::{
     merge_history, HistoryItem, HistoryResult, Resources, SendResult, StatusResult, ToolError,
     Tools,
 };
+use crate::client::{Client, ClientError};
 use crate::controller::sessions::{describe, Listing, SessionStatus, SessionsError, View};
 use crate::controller::Controller;
-use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{StatusSession, StreamItem};
 use crate::proc::LiveTable;
+use crate::protocol::{StatusSession, StreamItem};
 use crate::state::StateRoot;
 use leash_core::kind::Code;
 use serde_json::Value;
@@ -52,7 +52,7 @@ impl SessionTools {
                      not of your request: report it to the operator"
                 ))
             })?;
-            self.sessions = Some(s.with_session_input(crate::daemon::session_input::DaemonInput));
+            self.sessions = Some(s.with_session_input(crate::client::session_input::DaemonInput));
         }
         Ok(self.sessions.as_ref().expect("just opened"))
     }

@@ -15,6 +15,7 @@
 mod framing;
 mod reply;
 mod requests;
+pub mod strict_json;
 pub use framing::*;
 pub use reply::*;
 pub use requests::*;
@@ -172,7 +173,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         )
     })?;
     // Strict: an object with a key twice is refused (serde_json would keep the last one).
-    let value: Value = super::strict_json::parse(text).map_err(|e| {
+    let value: Value = strict_json::parse(text).map_err(|e| {
         let code = if e.to_string().starts_with("duplicate key") {
             Code::BadRequest
         } else {
