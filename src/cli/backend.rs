@@ -8,7 +8,7 @@
 //! Which one runs is decided once, by [`open`]: the daemon when one answers on the state root's
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
-use super::Failure;
+use super::exit::Failure;
 use crate::client::{Client, ClientError};
 use crate::controller::sessions::Sent;
 use crate::controller::sessions::{Listing, SessionStatus, View};

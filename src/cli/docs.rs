@@ -2,8 +2,9 @@
 //! man pages generated from the clap definitions (`clap_complete`, `clap_mangen`), so they can
 //! never drift from the flags. Neither needs a state root.
 
-use super::{exitcode, Cli, Failure};
-use clap::{Args, CommandFactory};
+use super::exit::Failure;
+use clap::Args;
+use leash_core::kind::exitcode;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -23,8 +24,7 @@ pub struct ManArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
-    let mut cmd = Cli::command();
+pub(super) fn completions(a: &CompletionsArgs, mut cmd: clap::Command) -> Result<u8, Failure> {
     // Into a buffer first: clap_complete panics when its writer fails (a reader that went away).
     let mut buf = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "leash", &mut buf);
@@ -32,14 +32,14 @@ pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
     Ok(exitcode::OK)
 }
 
-pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
+pub(super) fn man(a: &ManArgs, cmd: clap::Command) -> Result<u8, Failure> {
     let io = |e: std::io::Error| {
         Failure::new(
             leash_core::kind::Kind::Internal,
             format!("cannot write the man page: {e}"),
         )
     };
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     if let Some(dir) = &a.out_dir {
         write_pages(cmd, dir).map_err(io)?;
@@ -72,7 +72,7 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
 fn write_out(bytes: &[u8]) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().lock().write_all(bytes) {
-        super::stdout_failed(&e)
+        super::stdout::stdout_failed(&e)
     }
 }
 

@@ -1,7 +1,8 @@
 //! `leash serve`: its flags and the daemon's configuration. The other commands' way through a
 //! running daemon is `backend.rs`.
 
-use super::{Failure, GraceArg};
+use super::exit::Failure;
+use super::parse::GraceArg;
 use crate::daemon::session::Limits;
 use crate::daemon::{serve, ServeConfig};
 use crate::limits::DEFAULT_GRACE_MS;
@@ -37,11 +38,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub grace: GraceArg,
     /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
-    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = super::parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = super::parse::parse_retention)]
     pub retention: Duration,
     /// Run the orphans-only reap of this state root this often (leases of sessions started
     /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse::parse_duration)]
     pub reconcile_interval: Duration,
     /// Serve Prometheus/OpenMetrics metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464, or a
     /// port on loopback); off by default. They carry session keys and have no authentication:

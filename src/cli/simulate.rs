@@ -5,7 +5,7 @@
 //! that is not a snapshot, of a newer version, with a cycle in its parent links, an unknown
 //! lease) or an expectation the plan does not meet.
 
-use super::Failure;
+use super::exit::Failure;
 use crate::controller::simulate::{self, SimVerb, Simulation};
 use crate::controller::snapshot::{Expectation, SnapshotDoc, SnapshotFilter};
 use crate::controller::Controller;
@@ -44,7 +44,7 @@ pub struct SnapshotArgs {
     #[arg(long = "lease", value_name = "ID")]
     pub leases: Vec<String>,
     /// Only this session's leases and legacy records (repeatable)
-    #[arg(long, value_name = "KEY", value_parser = super::parse_key)]
+    #[arg(long, value_name = "KEY", value_parser = super::parse::parse_key)]
     pub session: Vec<String>,
 }
 

@@ -4,7 +4,7 @@
 //! `verify` op), else on the database and `/proc` directly; the answer is the same
 //! ([`crate::controller::verify`]).
 
-use super::Failure;
+use super::exit::Failure;
 use crate::controller::verify::{Answer, VerifyReport};
 use crate::controller::LeaseRef;
 use clap::Args;
