@@ -3,7 +3,7 @@
 //! their own files: `serve.rs`, `sessions.rs`, `verify.rs`, `docs.rs`, `mcp.rs`, `simulate.rs`).
 
 use super::docs;
-use super::exit::EXIT_CODES;
+use super::exit::exit_codes_help;
 use super::mcp;
 use super::parse::{parse_containment, parse_cpu_max, parse_env_name, parse_key};
 use super::parse::{parse_memory_max, parse_pids_max, parse_retention, state_parser, GraceArg};
@@ -28,7 +28,7 @@ const GLOBAL: &str = "Global options";
     long_about = "leash makes process ownership a durable fact: every adapter a gateway starts runs \
 under a lease committed before it is spawned, no signal is sent unless live evidence matches a \
 lease, and no process leash started outlives its owner.",
-    after_help = EXIT_CODES
+    after_help = exit_codes_help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -137,7 +137,7 @@ lost leases older than the retention are deleted. Never starts from a command-li
     /// Records of the old gateway that predate leases (import, list).
     #[command(subcommand)]
     Legacy(LegacyCommand),
-    /// Run the supervisor daemon: sessions outlive their clients (protocol: docs/protocol.md).
+    /// Run the supervisor daemon: sessions outlive their clients (see leash-serve(1)).
     #[command(long_about = serve::SERVE_ABOUT)]
     Serve(serve::ServeArgs),
     /// Each open session's processes and what they cost: pid, command, RSS, CPU time, totals.

@@ -5,7 +5,7 @@ use crate::controller::CloseResult;
 use leash_core::kind::exitcode;
 use leash_core::kind::{HasKind, Kind};
 
-pub(super) const EXIT_CODES: &str = "\
+const EXIT_CODES: &str = "\
 Exit codes:
   0    success
   1    error (I/O, corrupt or locked database, ...): the message says what failed
@@ -23,8 +23,18 @@ Exit codes:
        Any other status of leash exec is the adapter's (its code, or 128+N for signal N).
 
 Errors: one line on stderr, `leash: MESSAGE`. With --json or --error-format json, one JSON line
-instead: {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\"exitCode\":125}} (codes as in the
-daemon protocol, docs/protocol.md).";
+instead, {\"error\":{\"code\":\"conflict\",\"message\":\"...\",\"exitCode\":125}}, whose code is one
+of the daemon's error codes:";
+
+/// The exit codes and the error line, as `leash --help` and leash(1) show them, with every error
+/// code of the daemon's table ([`leash_core::kind::CODES`]).
+pub(super) fn exit_codes_help() -> String {
+    let codes: Vec<&str> = leash_core::kind::CODES
+        .iter()
+        .map(|(_, name, _)| *name)
+        .collect();
+    format!("{EXIT_CODES}\n  {}.", codes.join(", "))
+}
 
 /// An error with the exit code it maps to and its cause in the protocol's words (`code` of an
 /// error reply: `not_found`, `conflict`, ...), for `--error-format json`. Both come from its

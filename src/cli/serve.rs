@@ -18,7 +18,9 @@ socket (mode 0600, peers must run as the same user). It spawns each session's ad
 asked for them; clients attach and replay missed output by seq. One daemon per state root. At \
 start it reaps the leases of a previous daemon; on SIGTERM, SIGINT or SIGHUP it records which \
 sessions were busy (reported by the next daemon), closes every session, removes the socket and \
-exits 0. The protocol (newline-delimited JSON) is in docs/protocol.md.";
+exits 0. Clients speak newline-delimited JSON on the socket, one request and one reply per line, \
+`hello` first (its reply lists the ops); the protocol's reference is protocol.md in leash's \
+documentation.";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

@@ -22,10 +22,10 @@ gateway (id, wrapper root), the caller, the leases and legacy records (all, or t
 members, every process carrying lease markers, the processes the leases' pids name now) with \
 pid, ppid, pgid, sid, uid, start time, pidfs inode, state, exe, argv and the lease markers of \
 the environment. No other environment value is written; the file says so in its `environment` \
-field. Format: docs/snapshot.schema.json. Replay it with `leash simulate FILE`. Signals nothing.";
+field. Its format is versioned (snapshot.schema.json in leash's documentation). Replay it with `leash simulate FILE`. Signals nothing.";
 
 pub(super) const SIMULATE_ABOUT: &str = "Replay a snapshot (from `leash snapshot`, or a fixture \
-written by hand: docs/guide/simulate.md) through the same plan, guards and TERM → grace → KILL \
+written by hand in the same format) through the same plan, guards and TERM → grace → KILL \
 escalation as `reap` (the default), `close --lease` or `verify`, with a recording signaller on a \
 simulated clock: nothing on this host is signalled. Prints what `reap --dry-run` would print, \
 then the verb's outcome and the timeline of signals (`t+0 ms SIGTERM pid 1201`). With --expect, \
