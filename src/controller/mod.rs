@@ -1,5 +1,5 @@
 //! The controller: one `Controller` per state root that every verb runs on, with one file per
-//! verb: [`exec`] (`exec.rs`, the one verb that runs without a controller: see there),
+//! verb: [`exec`] (`exec/`, the one verb that runs without a controller: see there),
 //! [`cancel`](Controller::cancel) (`cancel.rs`), [`close`](Controller::close) (`close.rs`),
 //! [`reap`](Controller::reap) with its plan and the stray-cgroup sweep (`reap.rs`), legacy
 //! records' cleanup (`legacy.rs`), [`leases`](Controller::leases) (`leases.rs`), the state root's
