@@ -7,6 +7,10 @@
 //!   shell tokeniser their stored commands need.
 //! - [`plan`]: what `close` and `reap` would do to each lease and each process (what
 //!   `reap --dry-run` prints), through [`guard`].
+//! - [`answer`]: `leash verify`'s answer for a gateway (owned, dead, unavailable), with its
+//!   evidence, from the verifier's verdict and the signalling guards.
+//! - [`reconcile`]: what a reconcile pass of the daemon does with each lease, from the few facts
+//!   it read of its processes.
 //! - [`guard`]: the hard refusals every signal passes (pid ≤ 1, leash's own pid and process
 //!   group, another uid) and the only signals leash may send.
 //! - [`visibility`]: which session rows a requester may see.
@@ -24,10 +28,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod guard;
 pub mod kind;
 pub mod legacy;
 pub mod model;
 pub mod plan;
+pub mod reconcile;
 pub mod verify;
 pub mod visibility;
