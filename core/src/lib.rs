@@ -14,6 +14,8 @@
 //! - [`guard`]: the hard refusals every signal passes (pid ≤ 1, leash's own pid and process
 //!   group, another uid) and the only signals leash may send.
 //! - [`visibility`]: which session rows a requester may see.
+//! - [`limits`]: the real range of every numeric input and the one rule for keys, checked at
+//!   every edge.
 //! - [`kind`]: the error vocabulary and its two tables, exit codes and wire codes.
 //!
 //! That this code is pure is a compile-time fact, not a convention, and it is about effects:
@@ -21,7 +23,8 @@
 //! the file system, processes, the network, the environment, sleeping and the clock clippy
 //! errors, and it depends only on crates that do none of those (serde; sha2 for
 //! `command_hash`; uuid, without its default features, for a lease id's text and time; shlex
-//! for the stored commands of legacy records — `tests/pure_core.rs` holds its whole dependency
+//! for the stored commands of legacy records; humantime for durations as text —
+//! `tests/pure_core.rs` holds its whole dependency
 //! tree to that list). No rusqlite, nix or libc: it cannot name the database, a pidfd or
 //! kill(2). Reading `/proc`, the cgroup files and the store, and sending signals, are the
 //! `leash` crate's.
@@ -32,6 +35,7 @@ pub mod answer;
 pub mod guard;
 pub mod kind;
 pub mod legacy;
+pub mod limits;
 pub mod model;
 pub mod plan;
 pub mod reconcile;
