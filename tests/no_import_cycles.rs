@@ -221,7 +221,6 @@ const UPWARD_STILL: &[(&str, usize)] = &[
     ("daemon::session", 9),
     ("protocol", 1),
     ("signal", 3),
-    ("store", 6),
 ];
 
 fn check(root: &Path) {

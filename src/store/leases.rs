@@ -3,8 +3,8 @@
 //! conditional UPDATEs (of two racing reapers exactly one wins), wrapper reports, expiry, and the
 //! repair of a row that does not read.
 
+use super::db::{Store, StoreError};
 use super::events::insert_event;
-use super::{Store, StoreError};
 use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};
 use rusqlite::{params, Connection, OptionalExtension, Row};

@@ -5,7 +5,7 @@
 //! extension's own SQLite keyed store that `legacy import --acpx` makes
 //! ([`acpx_keyed_entries`]).
 
-use super::{Store, StoreError};
+use super::db::{Store, StoreError};
 use leash_core::model::LegacyRecord;
 use rusqlite::params;
 use serde::Serialize;
@@ -30,7 +30,7 @@ pub fn acpx_keyed_entries(
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| bad(format!("cannot open the incumbent's SQLite store: {e}")))?;
-    conn.busy_timeout(super::DEFAULT_BUSY_TIMEOUT)
+    conn.busy_timeout(super::db::DEFAULT_BUSY_TIMEOUT)
         .map_err(|e| bad(e.to_string()))?;
     // The incumbent's store keeps a plain table. A view (a recursive one never ends) or a
     // virtual table under that name is not its store, and is not queried.
