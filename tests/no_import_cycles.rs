@@ -220,7 +220,6 @@ const UPWARD_STILL: &[(&str, usize)] = &[
     ("daemon::conn", 16),
     ("daemon::session", 9),
     ("protocol", 1),
-    ("signal", 3),
 ];
 
 fn check(root: &Path) {
