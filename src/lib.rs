@@ -51,7 +51,6 @@ pub mod envpolicy;
 pub mod install;
 pub mod lease;
 pub mod legacy;
-pub mod limits;
 pub mod logvalue;
 pub mod mcp;
 pub mod proc;

@@ -21,7 +21,7 @@ use crate::lease::now_ms;
 use crate::proc::ProcessTable;
 use leash_core::model::{Lease, ProcessId};
 use leash_core::plan::ReapOptions;
-pub use leash_core::reconcile::{decide, Action, Decider, Facts};
+use leash_core::reconcile::{decide, Action, Decider, Facts};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 

@@ -302,7 +302,7 @@ pub struct ReapArgs {
     #[arg(long)]
     pub include_live: bool,
     /// Delete closed, ended and lost leases that ended longer ago than this (e.g. 7d, 12h, 30m)
-    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = leash_core::limits::DEFAULT_RETENTION, value_parser = parse_retention)]
     pub retention: Duration,
     /// [default: each lease's own]
     #[command(flatten)]

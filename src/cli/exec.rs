@@ -4,9 +4,9 @@
 use super::args::ExecArgs;
 use super::exit::Failure;
 use crate::controller::exec::ExecRequest;
-use crate::limits::DEFAULT_GRACE_MS;
 use crate::state::StateRoot;
 use leash_core::kind::{HasKind, Kind};
+use leash_core::limits::DEFAULT_GRACE_MS;
 
 /// `leash exec`'s request from its command line.
 pub(super) fn exec_request(

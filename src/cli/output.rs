@@ -452,7 +452,7 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         );
         outln!(
             "  → {}",
-            decision_line(&lg.decision, crate::limits::DEFAULT_GRACE_MS)
+            decision_line(&lg.decision, leash_core::limits::DEFAULT_GRACE_MS)
         );
         for s in &lg.signals {
             outln!(

@@ -1,15 +1,15 @@
 //! How flag values are read: one function per kind of value (a key, a duration, a size, a
 //! limit, an environment variable name, a lease state), each checked by the library's one rule
-//! ([`crate::limits`], [`crate::envpolicy`], [`crate::cgroup`]) before anything is touched; and
+//! ([`leash_core::limits`], [`crate::envpolicy`], [`crate::cgroup`]) before anything is touched; and
 //! [`GraceArg`], the grace in either of its two spellings.
 
 use clap::Args;
 use leash_core::model::LeaseState;
 use std::time::Duration;
 
-/// A session key (or agent id): the one rule of [`crate::limits::check_key`].
+/// A session key (or agent id): the one rule of [`leash_core::limits::check_key`].
 pub(crate) fn parse_key(s: &str) -> Result<String, String> {
-    crate::limits::check_key("the key", s)
+    leash_core::limits::check_key("the key", s)
         .map(|()| s.to_string())
         .map_err(|e| e.to_string())
 }
@@ -19,11 +19,11 @@ fn duration_at_most(
     what: &'static str,
     max_ms: u64,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone {
-    move |s: &str| crate::limits::parse_duration_ms(what, s, max_ms).map_err(|e| e.to_string())
+    move |s: &str| leash_core::limits::parse_duration_ms(what, s, max_ms).map_err(|e| e.to_string())
 }
 
 fn grace_duration(s: &str) -> Result<u64, String> {
-    duration_at_most("the grace", crate::limits::MAX_GRACE_MS)(s)
+    duration_at_most("the grace", leash_core::limits::MAX_GRACE_MS)(s)
 }
 
 fn grace_millis(s: &str) -> Result<u64, String> {
@@ -31,7 +31,7 @@ fn grace_millis(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a number of milliseconds"))?;
-    crate::limits::check_grace_ms("the grace", ms).map_err(|e| e.to_string())
+    leash_core::limits::check_grace_ms("the grace", ms).map_err(|e| e.to_string())
 }
 
 /// The grace between SIGTERM and SIGKILL: `--grace DURATION`, or `--grace-ms N` (milliseconds;
@@ -72,7 +72,7 @@ pub(super) fn parse_env_name(s: &str) -> Result<String, String> {
 pub(super) fn parse_memory_max(s: &str) -> Result<u64, String> {
     let bytes = crate::cgroup::parse_size(s).map_err(|e| e.to_string())?;
     // The daemon's `memoryMax` is checked by the same rule.
-    crate::limits::check_cgroup_limit("--memory-max", bytes).map_err(|e| e.to_string())
+    leash_core::limits::check_cgroup_limit("--memory-max", bytes).map_err(|e| e.to_string())
 }
 
 pub(super) fn parse_pids_max(s: &str) -> Result<u64, String> {
@@ -81,7 +81,7 @@ pub(super) fn parse_pids_max(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a number of processes"))?;
     // The daemon's `pidsMax` is checked by the same rule.
-    crate::limits::check_cgroup_limit("--pids-max", n).map_err(|e| e.to_string())
+    leash_core::limits::check_cgroup_limit("--pids-max", n).map_err(|e| e.to_string())
 }
 
 pub(super) fn parse_cpu_max(s: &str) -> Result<String, String> {
@@ -98,9 +98,10 @@ pub(super) fn state_parser() -> impl clap::builder::TypedValueParser<Value = Lea
 /// Parses a duration (humantime syntax: `7d`, `12h`, `30m`, `45s`, `500ms`; a bare number is
 /// seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::limits::parse_duration(s).map_err(|e| e.to_string())
+    leash_core::limits::parse_duration(s).map_err(|e| e.to_string())
 }
 
 pub(super) fn parse_retention(s: &str) -> Result<Duration, String> {
-    duration_at_most("the retention", crate::limits::MAX_RETENTION_MS)(s).map(Duration::from_millis)
+    duration_at_most("the retention", leash_core::limits::MAX_RETENTION_MS)(s)
+        .map(Duration::from_millis)
 }

@@ -5,10 +5,10 @@ use super::exit::Failure;
 use super::parse::GraceArg;
 use crate::daemon::session::Limits;
 use crate::daemon::{serve, ServeConfig};
-use crate::limits::DEFAULT_GRACE_MS;
 use crate::state::StateRoot;
 use clap::Args;
 use leash_core::kind::exitcode;
+use leash_core::limits::DEFAULT_GRACE_MS;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub grace: GraceArg,
     /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
-    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = super::parse::parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = leash_core::limits::DEFAULT_RETENTION, value_parser = super::parse::parse_retention)]
     pub retention: Duration,
     /// Run the orphans-only reap of this state root this often (leases of sessions started
     /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
@@ -76,7 +76,7 @@ fn parse_ensure_wait_ms(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a number of milliseconds"))?;
     // The same range as a request's waitMs.
-    crate::limits::check_ensure_wait_ms("--ensure-wait-ms", ms).map_err(|e| e.to_string())
+    leash_core::limits::check_ensure_wait_ms("--ensure-wait-ms", ms).map_err(|e| e.to_string())
 }
 
 pub(super) fn run_serve(
@@ -104,7 +104,7 @@ pub(super) fn run_serve(
 }
 
 fn parse_idle_close(s: &str) -> Result<Duration, String> {
-    crate::limits::parse_duration_ms("--idle-close", s, crate::limits::MAX_IDLE_CLOSE_MS)
+    leash_core::limits::parse_duration_ms("--idle-close", s, leash_core::limits::MAX_IDLE_CLOSE_MS)
         .map(Duration::from_millis)
         .map_err(|e| e.to_string())
 }

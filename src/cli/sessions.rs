@@ -106,7 +106,7 @@ impl ViewArgs {
             ));
         }
         // The flag's parser checks it already; this keeps the rule for every caller of `view`.
-        crate::limits::check_key("--as", &self.requester)
+        leash_core::limits::check_key("--as", &self.requester)
             .map_err(|e| Failure::new(Kind::Usage, e.to_string()))?;
         let a2a = match (self.a2a, self.a2a_allow.is_empty()) {
             (Some(OnOff::Off), false) => {

@@ -79,13 +79,13 @@ fn exec_missing_dashdash(e: &clap::Error) -> bool {
     }
 }
 
-/// `text` with every command-line word longer than [`crate::limits::MAX_KEY_BYTES`] replaced by
-/// its shortened form ([`crate::limits::show_key`]).
+/// `text` with every command-line word longer than [`leash_core::limits::MAX_KEY_BYTES`] replaced by
+/// its shortened form ([`leash_core::limits::show_key`]).
 fn shorten_long_words(mut text: String, args: &[OsString]) -> String {
     for a in args.iter().skip(1) {
         let w = a.to_string_lossy();
-        if w.len() > crate::limits::MAX_KEY_BYTES && text.contains(w.as_ref()) {
-            text = text.replace(w.as_ref(), &crate::limits::show_key(&w));
+        if w.len() > leash_core::limits::MAX_KEY_BYTES && text.contains(w.as_ref()) {
+            text = text.replace(w.as_ref(), &leash_core::limits::show_key(&w));
         }
     }
     text

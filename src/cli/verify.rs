@@ -5,9 +5,9 @@
 //! ([`crate::controller::verify`]).
 
 use super::exit::Failure;
-use crate::controller::verify::{Answer, VerifyReport};
 use crate::controller::LeaseRef;
 use clap::Args;
+use leash_core::answer::{Answer, VerifyReport};
 use leash_core::kind::Kind;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \

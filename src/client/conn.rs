@@ -302,7 +302,7 @@ impl Client {
     pub fn verify(
         &mut self,
         target: &LeaseRef,
-    ) -> Result<crate::controller::verify::VerifyReport, ClientError> {
+    ) -> Result<leash_core::answer::VerifyReport, ClientError> {
         self.op::<protocol::Verify>(target_fields(target))
     }
 

@@ -55,7 +55,7 @@ impl<'t> Controller<'t> {
                 Decision::Terminate => jobs.push(Job::new(
                     JobKind::Legacy(rec.clone()),
                     rec.session_key.clone(),
-                    grace_override.unwrap_or(crate::limits::DEFAULT_GRACE_MS),
+                    grace_override.unwrap_or(leash_core::limits::DEFAULT_GRACE_MS),
                     lp.signals.clone(),
                     lp.refused.clone(),
                     self.clock.now(),

@@ -8,10 +8,10 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
-use super::verify::LiveMember;
 use super::Controller;
 use crate::state::StateRoot;
 use crate::store::StoreError;
+use leash_core::answer::LiveMember;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};

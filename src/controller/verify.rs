@@ -12,7 +12,7 @@
 
 use super::{Controller, LeaseRef};
 use crate::store::StoreError;
-pub use leash_core::answer::{judge, Answer, LiveMember, VerifyReport};
+use leash_core::answer::{judge, VerifyReport};
 use leash_core::kind::{HasKind, Kind};
 use leash_core::verify::Expect;
 

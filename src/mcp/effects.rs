@@ -65,12 +65,12 @@ impl SessionTools {
 /// The tool error for a [`SessionsError`]. Not found and not visible read the same.
 fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     // The key comes from the agent: shown escaped and, when long, shortened (never echoed whole).
-    let key = &crate::limits::show_key(key);
+    let key = &leash_core::limits::show_key(key);
     let hidden = || {
         ToolError(format!(
             "session {key} is not visible to this session ({}, visibility {}); call \
                  sessions_list to see the sessions you may use. Nothing was read or sent.",
-            crate::limits::show_key(&view.requester),
+            leash_core::limits::show_key(&view.requester),
             describe(&view.scope)
         ))
     };
@@ -95,11 +95,11 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     }
 }
 
-/// The one key rule ([`crate::limits::check_key`]) for a key an agent names: a key no session
+/// The one key rule ([`leash_core::limits::check_key`]) for a key an agent names: a key no session
 /// can have (empty, over-long, with control characters) is refused with the words of a key that
 /// is not visible, so the rule is no oracle; the key is shown shortened.
 fn key_rule(view: &View, key: &str) -> Result<(), ToolError> {
-    crate::limits::check_key("sessionKey", key)
+    leash_core::limits::check_key("sessionKey", key)
         .map_err(|_| refusal(view, key, SessionsError::NotFound(String::new())))
 }
 

@@ -56,7 +56,7 @@ pub enum ExecError {
     #[error("no command given")]
     NoCommand,
     #[error("{0}; nothing started")]
-    BadInput(#[from] crate::limits::ValueError),
+    BadInput(#[from] leash_core::limits::ValueError),
     #[error("{0}; nothing started")]
     BadEnv(#[from] crate::envpolicy::EnvNameError),
     #[error("leash exec has no visible parent process (parent pid {0}); cannot record an owner")]
@@ -172,7 +172,7 @@ pub(super) fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
     }
-    crate::limits::check_grace_ms("the grace", req.grace_ms)?;
+    leash_core::limits::check_grace_ms("the grace", req.grace_ms)?;
     for (what, v) in [
         ("--session", &req.session_key),
         ("--agent", &req.agent_id),
@@ -181,7 +181,7 @@ pub(super) fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
         ("--parent", &req.parent_session_key),
     ] {
         if let Some(v) = v {
-            crate::limits::check_key(what, v)?;
+            leash_core::limits::check_key(what, v)?;
         }
     }
     check_owner_is(req.owner_pid, parent)?;
