@@ -10,7 +10,7 @@
 
 use super::exit::Failure;
 use crate::client::{Client, ClientError};
-use crate::controller::sessions::Sent;
+use crate::controller::session_input::Sent;
 use crate::controller::sessions::{Listing, SessionStatus, View};
 use crate::controller::History;
 use crate::controller::{CloseOutcome, Controller, LeaseRef, ReapReport};

@@ -339,7 +339,7 @@ impl Client {
         &mut self,
         key: &str,
         line: &str,
-    ) -> Result<crate::controller::sessions::Sent, ClientError> {
+    ) -> Result<crate::controller::session_input::Sent, ClientError> {
         self.op::<protocol::Send>(json!({"session": key, "line": line}))
     }
 

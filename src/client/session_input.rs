@@ -4,7 +4,7 @@
 //! never calls the daemon: `leash sessions send` and the MCP server's `sessions_send` pass it in.
 
 use super::conn::{socket_for, Client, ClientError};
-use crate::controller::sessions::{Sent, SessionInput, SessionsError};
+use crate::controller::session_input::{Sent, SessionInput, SessionsError};
 use crate::state::StateRoot;
 
 /// Sends through the daemon serving the state root; [`SessionsError::DaemonNeeded`] when none

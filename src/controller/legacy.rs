@@ -9,7 +9,8 @@
 //! the root. Reap verifies records against what the host shows of leash's own leases
 //! (`Controller::leash_seen`).
 
-use super::*;
+use super::base::*;
+use super::close::CloseResult;
 use crate::store::legacy::{acpx_keyed_entries, AcpxImported, NewAcpxRecord, NewAcpxSession};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@
 //! plus the lease's cgroup), and judges it with the same verifier `reap --dry-run` and `close`
 //! use, so every verb gives one answer about one lease. Nothing here signals.
 
-use super::{Controller, LeaseRef};
+use super::base::{Controller, LeaseRef};
 use crate::store::StoreError;
 use leash_core::answer::{judge, VerifyReport};
 use leash_core::kind::{HasKind, Kind};

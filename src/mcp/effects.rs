@@ -11,7 +11,8 @@ use super::tools::{
     Tools,
 };
 use crate::client::{Client, ClientError};
-use crate::controller::sessions::{describe, Listing, SessionStatus, SessionsError, View};
+use crate::controller::session_input::SessionsError;
+use crate::controller::sessions::{describe, Listing, SessionStatus, View};
 use crate::controller::Controller;
 use crate::proc::LiveTable;
 use crate::protocol::{StatusSession, StreamItem};

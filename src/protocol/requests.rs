@@ -8,7 +8,7 @@ use super::{
     Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, SessionsAnswer, Status,
     Welcome,
 };
-use crate::controller::sessions::Sent;
+use crate::controller::session_input::Sent;
 use crate::controller::{CloseOutcome, LeaseRef};
 use crate::store::Event;
 use leash_core::answer::VerifyReport;
