@@ -126,11 +126,12 @@ fn every_door_writes_the_report_in_the_runtime_dir_its_row_names() {
     assert_reported_in(&state, "d", &dir, "direct");
 
     // Through a daemon (`exec`: the client sends what it picked).
-    for (name, cmd, committed) in [(
-        "daemon",
-        leash as fn(&Path) -> Command,
-        "exec: lease committed for the peer",
-    )] {
+    {
+        let (name, cmd, committed) = (
+            "daemon",
+            leash as fn(&Path) -> Command,
+            "exec: lease committed for the peer",
+        );
         let state = tmp.join(&name.replace(' ', "-"));
         let dir = fresh_dir("daemon");
         let mut daemon = Daemon::start_logging(&state, &[], "debug");
