@@ -44,16 +44,17 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod daemon;
 pub mod envpolicy;
 pub mod install;
 pub mod lease;
 pub mod legacy;
-pub mod limits;
 pub mod logvalue;
 pub mod mcp;
 pub mod proc;
+pub mod protocol;
 pub mod ps;
 pub mod reconcile;
 pub mod report;

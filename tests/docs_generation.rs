@@ -78,3 +78,65 @@ fn the_man_page_names_every_subcommand() {
         assert!(dir.join(format!("leash-{name}.1")).is_file(), "{name}");
     }
 }
+
+/// Every page's SYNOPSIS shows each option with its value (`[--state-dir DIR]`, not a bare
+/// `[--state-dir]`), and no page (nor so the `--help` it is made from) sends the reader to a
+/// path of leash's source tree (`docs/…`), which an installed machine does not have.
+#[test]
+fn every_page_shows_option_values_and_names_no_source_path() {
+    let tmp = TempDir::new("docs-pages");
+    let dir = tmp.join("man1");
+    let out = leash(&tmp.join("state"))
+        .args(["man", "--out-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut top = leash::cli::Cli::command();
+    top.build();
+    let mut todo = vec![top];
+    let mut pages = 0;
+    while let Some(cmd) = todo.pop() {
+        todo.extend(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .cloned(),
+        );
+        let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+        let file = dir.join(format!("{name}.1"));
+        let page = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .replace("\\-", "-");
+        let sent = page
+            .lines()
+            .filter(|l| l.contains("docs/"))
+            .collect::<Vec<_>>();
+        assert!(sent.is_empty(), "{name}(1) names a source path: {sent:?}");
+        let synopsis = page
+            .lines()
+            .skip_while(|l| *l != ".SH SYNOPSIS")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name}(1) has no SYNOPSIS"));
+        let mut valued = 0;
+        for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+            let (Some(long), Some(n)) = (a.get_long(), a.get_num_args()) else {
+                continue;
+            };
+            if !n.takes_values() {
+                continue;
+            }
+            let value = a.get_value_names().map_or_else(
+                || a.get_id().as_str().to_uppercase(),
+                |v| v[0].as_str().to_string(),
+            );
+            assert!(
+                synopsis.contains(&format!("--{long} {value}")),
+                "{name}(1)'s SYNOPSIS shows --{long} without its {value}: {synopsis}"
+            );
+            valued += 1;
+        }
+        assert!(valued > 0, "{name}: the global options take values");
+        pages += 1;
+    }
+    assert!(pages >= 20, "{pages} pages read");
+}

@@ -8,7 +8,8 @@
 //! wildcard a2a rules, unknown agents, agents from keys, tree edges, cycles) go through the pure
 //! check.
 
-use leash::controller::sessions::{SessionsError, View};
+use leash::controller::session_input::SessionsError;
+use leash::controller::sessions::View;
 use leash::controller::Controller;
 use leash::proc::FixtureTable;
 use leash::state::StateRoot;

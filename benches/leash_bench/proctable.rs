@@ -156,7 +156,7 @@ pub fn run(env: &Env, cfg: &Config) -> Result<String, String> {
                 .map_err(|e| e.to_string())?
                 .verify(&leash::controller::LeaseRef::Id(lease.lease_id.clone()))
                 .map_err(|e| e.to_string())?;
-            if r.answer != leash::controller::verify::Answer::Owned {
+            if r.answer != leash_core::answer::Answer::Owned {
                 return Err(format!("leash verify answered {}", r.answer.as_str()));
             }
             Ok(())

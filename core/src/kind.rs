@@ -189,7 +189,7 @@ pub enum Code {
     BadUtf8,
     /// The line is not a JSON object.
     BadJson,
-    /// The line is longer than the protocol's line limit (`daemon::protocol::MAX_LINE` in the `leash` crate); it was discarded up to its newline.
+    /// The line is longer than the protocol's line limit (`protocol::MAX_LINE` in the `leash` crate); it was discarded up to its newline.
     LineTooLong,
     /// A field is missing, unknown, of the wrong type, or has a bad value.
     BadRequest,

@@ -1,4 +1,4 @@
-//! Fuzz target: the daemon's NDJSON request parser (`leash::daemon::protocol::parse_request`),
+//! Fuzz target: the daemon's NDJSON request parser (`leash::protocol::parse_request`),
 //! which sees every line a client writes to the socket. Any bytes must give a request or an
 //! error that the daemon can answer, never a panic: a parse error carries one of the
 //! pre-request codes (bad UTF-8, bad JSON, line too long, bad request, unknown op) with a
@@ -6,7 +6,7 @@
 //! deterministic, and what it accepts keeps the protocol's framing rules.
 #![no_main]
 
-use leash::daemon::protocol::{parse_request, Op, MAX_LINE};
+use leash::protocol::{parse_request, Op, MAX_LINE};
 use leash_core::kind::Code;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

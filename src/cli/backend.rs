@@ -8,16 +8,16 @@
 //! Which one runs is decided once, by [`open`]: the daemon when one answers on the state root's
 //! socket (or the one `--socket` names), unless `--no-daemon`.
 
-use super::Failure;
-use crate::controller::sessions::Sent;
+use super::exit::Failure;
+use crate::client::{Client, ClientError};
+use crate::controller::session_input::Sent;
 use crate::controller::sessions::{Listing, SessionStatus, View};
-use crate::controller::verify::VerifyReport;
 use crate::controller::History;
 use crate::controller::{CloseOutcome, Controller, LeaseRef, ReapReport};
-use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{Cancelled, LeaseRow, Status};
 use crate::proc::LiveTable;
+use crate::protocol::{Cancelled, LeaseRow, Status};
 use crate::state::StateRoot;
+use leash_core::answer::VerifyReport;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::model::LeaseState;
 use leash_core::plan::{ReapOptions, ReapPlan};
@@ -287,12 +287,12 @@ impl Backend for ThroughDaemon {
 }
 
 /// `leash sessions send`, either way: the controller checks visibility and the line, then hands
-/// it to the daemon serving the state root ([`DaemonInput`](crate::daemon::session_input::DaemonInput),
+/// it to the daemon serving the state root ([`DaemonInput`](crate::client::session_input::DaemonInput),
 /// looked for even with `--no-daemon`, since only a daemon holds the adapter's stdin), whose
 /// reply comes back as its type.
 fn send(root: &StateRoot, view: &View, key: &str, line: &str) -> Result<Sent, Failure> {
     static TABLE: LiveTable = LiveTable;
     Ok(Controller::open(root.clone(), &TABLE)?
-        .with_session_input(crate::daemon::session_input::DaemonInput)
+        .with_session_input(crate::client::session_input::DaemonInput)
         .send(view, key, line)?)
 }

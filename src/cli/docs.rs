@@ -2,8 +2,9 @@
 //! man pages generated from the clap definitions (`clap_complete`, `clap_mangen`), so they can
 //! never drift from the flags. Neither needs a state root.
 
-use super::{exitcode, Cli, Failure};
-use clap::{Args, CommandFactory};
+use super::exit::Failure;
+use clap::Args;
+use leash_core::kind::exitcode;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -23,8 +24,7 @@ pub struct ManArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
-    let mut cmd = Cli::command();
+pub(super) fn completions(a: &CompletionsArgs, mut cmd: clap::Command) -> Result<u8, Failure> {
     // Into a buffer first: clap_complete panics when its writer fails (a reader that went away).
     let mut buf = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "leash", &mut buf);
@@ -32,14 +32,14 @@ pub(super) fn completions(a: &CompletionsArgs) -> Result<u8, Failure> {
     Ok(exitcode::OK)
 }
 
-pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
+pub(super) fn man(a: &ManArgs, cmd: clap::Command) -> Result<u8, Failure> {
     let io = |e: std::io::Error| {
         Failure::new(
             leash_core::kind::Kind::Internal,
             format!("cannot write the man page: {e}"),
         )
     };
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     if let Some(dir) = &a.out_dir {
         write_pages(cmd, dir).map_err(io)?;
@@ -72,7 +72,7 @@ pub(super) fn man(a: &ManArgs) -> Result<u8, Failure> {
 fn write_out(bytes: &[u8]) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().lock().write_all(bytes) {
-        super::stdout_failed(&e)
+        super::stdout::stdout_failed(&e)
     }
 }
 
@@ -126,7 +126,124 @@ fn write_pages(cmd: clap::Command, dir: &std::path::Path) -> std::io::Result<()>
 }
 
 /// One page. `.TH`'s source field is "leash VERSION" on every page: clap_mangen fills it from
-/// the command's own name and version, which for a subcommand is "serve " (no version).
-fn page_of(cmd: clap::Command) -> clap_mangen::Man {
-    clap_mangen::Man::new(cmd).source(format!("leash {}", env!("CARGO_PKG_VERSION")))
+/// the command's own name and version, which for a subcommand is "serve " (no version). The
+/// SYNOPSIS is [`synopsis`]'s.
+fn page_of(mut cmd: clap::Command) -> clap_mangen::Man {
+    cmd.build();
+    let synopsis = synopsis(&cmd);
+    clap_mangen::Man::new(cmd.override_usage(synopsis))
+        .source(format!("leash {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// The SYNOPSIS line of a (built) command's page: its name, its options with their values
+/// (`[--state-dir DIR]`, `[--unset-env NAME]...`; clap_mangen's own synopsis leaves the values
+/// out), the options of which one is required as `{A|B}`, its positionals (`-- CMD...` for the
+/// words after `--`) and its subcommand.
+fn synopsis(cmd: &clap::Command) -> String {
+    let mut words = vec![cmd
+        .get_bin_name()
+        .unwrap_or_else(|| cmd.get_name())
+        .to_string()];
+    let groups: Vec<Vec<&clap::Arg>> = cmd
+        .get_groups()
+        .filter(|g| g.is_required_set())
+        .map(|g| {
+            cmd.get_arguments()
+                .filter(|a| g.get_args().any(|id| id == a.get_id()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|members| !members.is_empty())
+        .collect();
+    let in_group = |a: &clap::Arg| groups.iter().flatten().any(|m| m.get_id() == a.get_id());
+    let mut options: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional() && !in_group(a))
+        .collect();
+    // The command's own options, then the global ones (as `--help` lists them), required last.
+    options.sort_by_key(|a| {
+        (
+            a.is_required_set(),
+            a.is_global_set(),
+            a.get_display_order(),
+        )
+    });
+    for a in options {
+        words.push(optional(a, &synopsis_arg(a)));
+    }
+    for members in &groups {
+        let one_of: Vec<String> = members
+            .iter()
+            .map(|a| format!("{}{}", synopsis_arg(a), if repeats(a) { "..." } else { "" }))
+            .collect();
+        words.push(format!("{{{}}}", one_of.join("|")));
+    }
+    for a in cmd
+        .get_positionals()
+        .filter(|a| !a.is_hide_set() && !in_group(a))
+    {
+        let word = synopsis_arg(a);
+        words.push(if a.is_last_set() {
+            optional(a, &format!("-- {word}"))
+        } else {
+            optional(a, &word)
+        });
+    }
+    if cmd.has_subcommands() {
+        let name = cmd.get_subcommand_value_name().unwrap_or("COMMAND");
+        words.push(if cmd.is_subcommand_required_set() {
+            name.to_string()
+        } else {
+            format!("[{name}]")
+        });
+    }
+    words.join(" ")
+}
+
+/// `word` in brackets unless `a` is required, then `...` if `a` repeats.
+fn optional(a: &clap::Arg, word: &str) -> String {
+    let word = if a.is_required_set() {
+        word.to_string()
+    } else {
+        format!("[{word}]")
+    };
+    format!("{word}{}", if repeats(a) { "..." } else { "" })
+}
+
+/// Does `a` take several occurrences (`-vv`, `--unset-env A --unset-env B`) or values (`CMD...`)?
+fn repeats(a: &clap::Arg) -> bool {
+    matches!(
+        a.get_action(),
+        clap::ArgAction::Count | clap::ArgAction::Append
+    ) || (a.is_positional() && a.get_num_args().is_some_and(|n| n.max_values() > 1))
+}
+
+/// One argument as the synopsis shows it: `-v|--verbose`, `--state-dir DIR`, `LEASE`.
+fn synopsis_arg(a: &clap::Arg) -> String {
+    let value = a.get_num_args().filter(|n| n.takes_values()).map(|n| {
+        let names = match a.get_value_names() {
+            Some(names) => names
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => a.get_id().as_str().to_uppercase(),
+        };
+        if n.min_values() == 0 {
+            format!("[{names}]")
+        } else {
+            names
+        }
+    });
+    let flag = match (a.get_short(), a.get_long()) {
+        (Some(s), Some(l)) => Some(format!("-{s}|--{l}")),
+        (Some(s), None) => Some(format!("-{s}")),
+        (None, Some(l)) => Some(format!("--{l}")),
+        (None, None) => None,
+    };
+    match (flag, value) {
+        (Some(f), Some(v)) => format!("{f} {v}"),
+        (Some(f), None) => f,
+        (None, Some(v)) => v,
+        (None, None) => a.get_id().as_str().to_uppercase(),
+    }
 }

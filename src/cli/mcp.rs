@@ -3,8 +3,8 @@
 //! flags exactly as `leash sessions` takes them ([`ViewArgs::view`]), once, before the first
 //! message is read; the server itself is [`crate::mcp`].
 
+use super::exit::Failure;
 use super::sessions::{OnOff, ViewArgs};
-use super::Failure;
 use crate::mcp::effects::SessionTools;
 use crate::state::StateRoot;
 use clap::Args;
@@ -24,7 +24,7 @@ logs go to stderr. Exits 0 when stdin ends.";
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Session key of the requester: the agent session this server answers for
-    #[arg(long = "as", value_name = "KEY", value_parser = super::parse_key)]
+    #[arg(long = "as", value_name = "KEY", value_parser = super::parse::parse_key)]
     pub requester: String,
     /// self, tree, agent or all
     #[arg(long, value_name = "V", default_value = "tree",

@@ -2,7 +2,7 @@
 //! Everything goes to stdout except warnings; `leash exec` never comes here.
 
 use crate::controller::{CancelOutcome, CloseOutcome, ReapReport};
-use crate::daemon::protocol::{Cancelled, DaemonStatus, LeaseRow, Status};
+use crate::protocol::{Cancelled, DaemonStatus, LeaseRow, Status};
 use leash_core::model::LegacyRecord;
 use leash_core::plan::{Decision, ReapPlan};
 use serde::Serialize;
@@ -452,7 +452,7 @@ pub fn reap_plan(plan: &ReapPlan, json: bool) {
         );
         outln!(
             "  → {}",
-            decision_line(&lg.decision, crate::limits::DEFAULT_GRACE_MS)
+            decision_line(&lg.decision, leash_core::limits::DEFAULT_GRACE_MS)
         );
         for s in &lg.signals {
             outln!(

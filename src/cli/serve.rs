@@ -1,13 +1,14 @@
 //! `leash serve`: its flags and the daemon's configuration. The other commands' way through a
 //! running daemon is `backend.rs`.
 
-use super::{Failure, GraceArg};
+use super::exit::Failure;
+use super::parse::GraceArg;
 use crate::daemon::session::Limits;
 use crate::daemon::{serve, ServeConfig};
-use crate::limits::DEFAULT_GRACE_MS;
 use crate::state::StateRoot;
 use clap::Args;
 use leash_core::kind::exitcode;
+use leash_core::limits::DEFAULT_GRACE_MS;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ socket (mode 0600, peers must run as the same user). It spawns each session's ad
 asked for them; clients attach and replay missed output by seq. One daemon per state root. At \
 start it reaps the leases of a previous daemon; on SIGTERM, SIGINT or SIGHUP it records which \
 sessions were busy (reported by the next daemon), closes every session, removes the socket and \
-exits 0. The protocol (newline-delimited JSON) is in docs/protocol.md.";
+exits 0. Clients speak newline-delimited JSON on the socket, one request and one reply per line, \
+`hello` first (its reply lists the ops); the protocol's reference is protocol.md in leash's \
+documentation.";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -37,11 +40,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub grace: GraceArg,
     /// Startup reap and reconcile: delete closed and lost leases that ended longer ago than this
-    #[arg(long, value_name = "DURATION", default_value = crate::limits::DEFAULT_RETENTION, value_parser = super::parse_retention)]
+    #[arg(long, value_name = "DURATION", default_value = leash_core::limits::DEFAULT_RETENTION, value_parser = super::parse::parse_retention)]
     pub retention: Duration,
     /// Run the orphans-only reap of this state root this often (leases of sessions started
     /// outside the daemon whose owner died or whose wrapper is gone); 0 disables
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse::parse_duration)]
     pub reconcile_interval: Duration,
     /// Serve Prometheus/OpenMetrics metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464, or a
     /// port on loopback); off by default. They carry session keys and have no authentication:
@@ -73,7 +76,7 @@ fn parse_ensure_wait_ms(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a number of milliseconds"))?;
     // The same range as a request's waitMs.
-    crate::limits::check_ensure_wait_ms("--ensure-wait-ms", ms).map_err(|e| e.to_string())
+    leash_core::limits::check_ensure_wait_ms("--ensure-wait-ms", ms).map_err(|e| e.to_string())
 }
 
 pub(super) fn run_serve(
@@ -101,7 +104,7 @@ pub(super) fn run_serve(
 }
 
 fn parse_idle_close(s: &str) -> Result<Duration, String> {
-    crate::limits::parse_duration_ms("--idle-close", s, crate::limits::MAX_IDLE_CLOSE_MS)
+    leash_core::limits::parse_duration_ms("--idle-close", s, leash_core::limits::MAX_IDLE_CLOSE_MS)
         .map(Duration::from_millis)
         .map_err(|e| e.to_string())
 }

@@ -3,7 +3,7 @@
 //! the daemon route, the exit codes (not visible 5, unknown 4) and the rendering. The operations
 //! themselves are [`crate::controller::Controller`], shared with the daemon.
 
-use super::Failure;
+use super::exit::Failure;
 use crate::controller::sessions::{describe, Listing, ProcState, SessionStatus, View};
 use crate::controller::History;
 use clap::{Args, Subcommand, ValueEnum};
@@ -19,7 +19,7 @@ pub enum SessionsCommand {
     /// A session's lifecycle events, in order
     History {
         /// Session key
-        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
+        #[arg(value_name = "SESSION", value_parser = super::parse::parse_key)]
         key: String,
         #[command(flatten)]
         view: ViewArgs,
@@ -27,7 +27,7 @@ pub enum SessionsCommand {
     /// Write LINE to a session's adapter stdin (needs a running `leash serve`)
     Send {
         /// Session key
-        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
+        #[arg(value_name = "SESSION", value_parser = super::parse::parse_key)]
         key: String,
         /// One line of input for the adapter (no newline inside)
         #[arg(allow_hyphen_values = true)]
@@ -38,7 +38,7 @@ pub enum SessionsCommand {
     /// A session's lease state and live processes
     Status {
         /// Session key
-        #[arg(value_name = "SESSION", value_parser = super::parse_key)]
+        #[arg(value_name = "SESSION", value_parser = super::parse::parse_key)]
         key: String,
         #[command(flatten)]
         view: ViewArgs,
@@ -67,7 +67,7 @@ pub enum OnOff {
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     /// Session key of the requester: every answer is what this session may see
-    #[arg(long = "as", value_name = "REQUESTER", value_parser = super::parse_key)]
+    #[arg(long = "as", value_name = "REQUESTER", value_parser = super::parse::parse_key)]
     pub requester: String,
     /// self, tree, agent or all
     #[arg(long, value_name = "V", default_value = "tree", value_parser = parse_visibility)]
@@ -106,7 +106,7 @@ impl ViewArgs {
             ));
         }
         // The flag's parser checks it already; this keeps the rule for every caller of `view`.
-        crate::limits::check_key("--as", &self.requester)
+        leash_core::limits::check_key("--as", &self.requester)
             .map_err(|e| Failure::new(Kind::Usage, e.to_string()))?;
         let a2a = match (self.a2a, self.a2a_allow.is_empty()) {
             (Some(OnOff::Off), false) => {

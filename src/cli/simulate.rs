@@ -5,7 +5,7 @@
 //! that is not a snapshot, of a newer version, with a cycle in its parent links, an unknown
 //! lease) or an expectation the plan does not meet.
 
-use super::Failure;
+use super::exit::Failure;
 use crate::controller::simulate::{self, SimVerb, Simulation};
 use crate::controller::snapshot::{Expectation, SnapshotDoc, SnapshotFilter};
 use crate::controller::Controller;
@@ -22,10 +22,10 @@ gateway (id, wrapper root), the caller, the leases and legacy records (all, or t
 members, every process carrying lease markers, the processes the leases' pids name now) with \
 pid, ppid, pgid, sid, uid, start time, pidfs inode, state, exe, argv and the lease markers of \
 the environment. No other environment value is written; the file says so in its `environment` \
-field. Format: docs/snapshot.schema.json. Replay it with `leash simulate FILE`. Signals nothing.";
+field. Its format is versioned (snapshot.schema.json in leash's documentation). Replay it with `leash simulate FILE`. Signals nothing.";
 
 pub(super) const SIMULATE_ABOUT: &str = "Replay a snapshot (from `leash snapshot`, or a fixture \
-written by hand: docs/guide/simulate.md) through the same plan, guards and TERM → grace → KILL \
+written by hand in the same format) through the same plan, guards and TERM → grace → KILL \
 escalation as `reap` (the default), `close --lease` or `verify`, with a recording signaller on a \
 simulated clock: nothing on this host is signalled. Prints what `reap --dry-run` would print, \
 then the verb's outcome and the timeline of signals (`t+0 ms SIGTERM pid 1201`). With --expect, \
@@ -44,7 +44,7 @@ pub struct SnapshotArgs {
     #[arg(long = "lease", value_name = "ID")]
     pub leases: Vec<String>,
     /// Only this session's leases and legacy records (repeatable)
-    #[arg(long, value_name = "KEY", value_parser = super::parse_key)]
+    #[arg(long, value_name = "KEY", value_parser = super::parse::parse_key)]
     pub session: Vec<String>,
 }
 

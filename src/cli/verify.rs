@@ -4,10 +4,10 @@
 //! `verify` op), else on the database and `/proc` directly; the answer is the same
 //! ([`crate::controller::verify`]).
 
-use super::Failure;
-use crate::controller::verify::{Answer, VerifyReport};
+use super::exit::Failure;
 use crate::controller::LeaseRef;
 use clap::Args;
+use leash_core::answer::{Answer, VerifyReport};
 use leash_core::kind::Kind;
 
 pub(super) const VERIFY_ABOUT: &str = "Tell whether a lease's process is still alive and \

@@ -2,7 +2,7 @@
 //! and the lease stays open; the daemon, which holds the adapter's stdin, turns the event into
 //! the ACP `session/cancel` notification.
 
-use super::*;
+use super::base::*;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

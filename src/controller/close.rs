@@ -3,7 +3,7 @@
 //! removes their verified cgroups (one wait for all) and records how each ended. `reap` closes
 //! its orphans through the same `terminate_leases_with`.
 
-use super::*;
+use super::base::*;
 use crate::signal::CgroupKillError;
 use leash_core::verify::MemberRule;
 
@@ -471,5 +471,17 @@ impl<'t> Controller<'t> {
             });
         }
         Ok(outcomes)
+    }
+}
+
+fn conflict(lease: &Lease, reason: String) -> CloseOutcome {
+    CloseOutcome {
+        lease_id: lease.lease_id.clone(),
+        session_key: lease.session_key.clone(),
+        result: CloseResult::Conflict,
+        reason,
+        signals: Vec::new(),
+        refused: Vec::new(),
+        exit_status: lease.exit_status,
     }
 }

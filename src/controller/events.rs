@@ -9,8 +9,9 @@
 //! committed (`lease_owners`), and a requester reads the events of the leases it could see as
 //! they were owned then. An event without a lease id belongs to the lease before it.
 
-use super::sessions::{SessionsError, View};
-use super::*;
+use super::base::*;
+use super::session_input::SessionsError;
+use super::sessions::View;
 use crate::store::Event;
 use leash_core::kind::{HasKind, Kind};
 use leash_core::visibility::{Grant, SessionIndex, SessionMeta};

@@ -2,7 +2,7 @@
 //! in first (so a lease whose wrapper reported its end reads `lost`). A row that does not read is
 //! returned as its error, in place, never dropped.
 
-use super::*;
+use super::base::*;
 
 impl Controller<'_> {
     /// The leases in `states` (all when empty), oldest first.

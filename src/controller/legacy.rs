@@ -9,8 +9,9 @@
 //! the root. Reap verifies records against what the host shows of leash's own leases
 //! (`Controller::leash_seen`).
 
-use super::*;
-use crate::store::legacy::{AcpxImported, NewAcpxRecord, NewAcpxSession};
+use super::base::*;
+use super::close::CloseResult;
+use crate::store::legacy::{acpx_keyed_entries, AcpxImported, NewAcpxRecord, NewAcpxSession};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,7 +56,7 @@ impl<'t> Controller<'t> {
                 Decision::Terminate => jobs.push(Job::new(
                     JobKind::Legacy(rec.clone()),
                     rec.session_key.clone(),
-                    grace_override.unwrap_or(crate::limits::DEFAULT_GRACE_MS),
+                    grace_override.unwrap_or(leash_core::limits::DEFAULT_GRACE_MS),
                     lp.signals.clone(),
                     lp.refused.clone(),
                     self.clock.now(),
@@ -123,73 +124,6 @@ pub struct AcpxSources {
     pub sessions_dir: Option<std::path::PathBuf>,
 }
 
-/// The keyed store's table, its rows for the acpx plugin: (entry key, value JSON), oldest first.
-fn keyed_entries(
-    db: &std::path::Path,
-    namespace: &str,
-    now: i64,
-) -> Result<Vec<(String, String)>, crate::legacy::LegacyError> {
-    use rusqlite::OpenFlags;
-    let bad = |detail: String| crate::legacy::LegacyError::Acpx {
-        path: db.display().to_string(),
-        detail,
-    };
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| bad(format!("cannot open the incumbent's SQLite store: {e}")))?;
-    conn.busy_timeout(crate::store::DEFAULT_BUSY_TIMEOUT)
-        .map_err(|e| bad(e.to_string()))?;
-    // The incumbent's store keeps a plain table. A view (a recursive one never ends) or a
-    // virtual table under that name is not its store, and is not queried.
-    let kind: Option<(String, String)> = conn
-        .query_row(
-            "SELECT type, COALESCE(sql, '') FROM sqlite_master WHERE name = 'plugin_state_entries'",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })
-        .map_err(|e| bad(format!("cannot read the incumbent's SQLite store: {e}")))?;
-    match kind {
-        Some((t, sql)) if t == "table" && !sql.to_ascii_uppercase().contains("VIRTUAL") => {}
-        Some((t, _)) => {
-            return Err(bad(format!(
-                "not the incumbent's plugin state store: plugin_state_entries is a {} here, not                  a plain table (refused, not queried)",
-                if t == "table" { "virtual table" } else { t.as_str() }
-            )))
-        }
-        None => {
-            return Err(bad(
-                "not the incumbent's plugin state store (no plugin_state_entries table)".into(),
-            ))
-        }
-    }
-    let mut stmt = conn
-        .prepare(
-            "SELECT entry_key, value_json FROM plugin_state_entries \
-             WHERE plugin_id = 'acpx' AND namespace = ?1 \
-             AND (expires_at IS NULL OR expires_at > ?2) ORDER BY created_at, entry_key",
-        )
-        .map_err(|e| {
-            bad(format!(
-                "not the incumbent's plugin state store (no readable plugin_state_entries \
-                 table): {e}"
-            ))
-        })?;
-    let rows = stmt
-        .query_map(rusqlite::params![namespace, now], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad(format!("reading namespace {namespace}: {e}")))?;
-    Ok(rows)
-}
-
 impl<'t> Controller<'t> {
     /// `leash legacy import --acpx`: reads the acpx extension's own state as it is on disk (the
     /// older lease file and gateway id file, the newer SQLite keyed stores, the session
@@ -238,7 +172,8 @@ impl<'t> Controller<'t> {
         for db in dbs.iter().filter(|p| lg::exists_unfollowed(p)) {
             lg::check_regular(db)?;
             found.push(db.clone());
-            for (key, value) in keyed_entries(db, "process-leases", now)? {
+            let entries = |ns| acpx_keyed_entries(db, ns, now).map_err(|e| acpx_err(db, e.0));
+            for (key, value) in entries("process-leases")? {
                 let v: serde_json::Value = serde_json::from_str(&value)
                     .map_err(|e| acpx_err(db, format!("process-leases/{key}: not JSON: {e}")))?;
                 let Some(r) = lg::parse_acpx_lease(&v)
@@ -256,7 +191,7 @@ impl<'t> Controller<'t> {
                     leases.push(r);
                 }
             }
-            for (key, value) in keyed_entries(db, "gateway-instance", now)? {
+            for (key, value) in entries("gateway-instance")? {
                 if key != "current" {
                     continue;
                 }

@@ -3,7 +3,7 @@
 //! host. The reading itself (`cgroup.procs`, `cpu.stat`, `/proc/<pid>/stat`…) is the machine
 //! room's, `crate::ps`; this verb picks the leases and the containment to read them under.
 
-use super::*;
+use super::base::*;
 use crate::ps::{usage_of, PsReport, Reader};
 
 impl Controller<'_> {

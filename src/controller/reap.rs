@@ -6,7 +6,9 @@
 //! records (`legacy.rs`), expires old leases and sweeps stray cgroups. `plan_reap` alone is the
 //! dry run.
 
-use super::*;
+use super::base::*;
+use super::close::{CloseOutcome, CloseResult};
+use super::legacy::LegacyOutcome;
 use crate::controller::terminate;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

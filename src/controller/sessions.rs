@@ -8,18 +8,15 @@
 //! (`cli::sessions`) and the daemon (its `sessions` op with a `query`) both run these, so they
 //! answer alike.
 
-use super::verify::LiveMember;
-use super::Controller;
-use crate::state::StateRoot;
-use crate::store::StoreError;
-use leash_core::kind::{HasKind, Kind};
+use super::base::Controller;
+use super::session_input::{Sent, SessionInput, SessionsError};
+use leash_core::answer::LiveMember;
 use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};
 use leash_core::verify::{verify_owned_tree, Expect, Verdict};
 use leash_core::visibility::{visible_rows, A2aPolicy, Grant, Scope, SessionIndex, Visibility};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 /// A requester and its scope: the input of every sessions operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,52 +31,6 @@ impl View {
         View {
             requester: requester.to_string(),
             scope,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SessionsError {
-    #[error("no session '{0}' in this state root (leash sessions list --as KEY shows what a requester may see)")]
-    NotFound(String),
-    #[error("session '{key}' is not visible to requester '{requester}' under visibility {visibility}: {why}; nothing was read or sent")]
-    NotVisible {
-        key: String,
-        requester: String,
-        /// How the visibility is described, e.g. "tree (sandboxed; configured all)".
-        visibility: String,
-        why: &'static str,
-    },
-    #[error("sending to session '{key}' needs a running daemon: start `leash serve` for this state root (it listens on {socket}); nothing was sent")]
-    DaemonNeeded { key: String, socket: PathBuf },
-    #[error("LINE contains a newline; send one line at a time (nothing was sent)")]
-    MultiLine,
-    /// Whoever holds the adapter's stdin (the daemon) did not deliver the line: `code` is the wire
-    /// code it refused with (none when it could not be asked or its answer did not read), and
-    /// `message` says why. The front door's [`SessionInput`] fills it in from its client's error,
-    /// so the controller never names the client.
-    #[error("the daemon did not send to session '{key}': {message}")]
-    Remote {
-        key: String,
-        code: Option<String>,
-        message: String,
-    },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl HasKind for SessionsError {
-    fn kind(&self) -> Kind {
-        match self {
-            SessionsError::NotFound(_) => Kind::NotFound,
-            SessionsError::NotVisible { .. } => Kind::NotVisible,
-            SessionsError::DaemonNeeded { .. } => Kind::DaemonNeeded,
-            SessionsError::MultiLine => Kind::Usage,
-            SessionsError::Remote { code, .. } => code
-                .as_deref()
-                .and_then(leash_core::kind::Code::parse)
-                .map_or(Kind::Internal, |c| c.kind()),
-            SessionsError::Store(e) => e.kind(),
         }
     }
 }
@@ -300,7 +251,7 @@ impl Controller<'_> {
 
     /// Checks visibility and the line, then hands it to the controller's [`SessionInput`]:
     /// whoever holds the adapter's stdin. The front doors set
-    /// `daemon::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
+    /// `client::session_input::DaemonInput` ([`Controller::with_session_input`]), the daemon
     /// serving the state root; without one, [`SessionsError::DaemonNeeded`]. The controller
     /// itself never calls the daemon.
     pub fn send(&self, view: &View, key: &str, line: &str) -> Result<Sent, SessionsError> {
@@ -315,37 +266,5 @@ impl Controller<'_> {
     pub fn with_session_input(mut self, input: impl SessionInput + Send + Sync + 'static) -> Self {
         self.input = Box::new(input);
         self
-    }
-}
-
-/// A line delivered to a session's adapter; also the daemon's `send` reply (the `send` request's
-/// `OpRequest::Reply`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Sent {
-    /// The adapter was in the middle of a turn when the line was written.
-    pub busy: bool,
-    /// The line's length with its newline.
-    pub bytes: usize,
-    pub session_key: String,
-}
-
-/// Whoever holds the adapters' stdin for a state root: the daemon serving it. The controller
-/// decides whether a line may be sent; this delivers it.
-pub trait SessionInput {
-    /// Sends one line (no newline in it) to the session's adapter; the daemon's reply.
-    fn send_line(&self, root: &StateRoot, key: &str, line: &str) -> Result<Sent, SessionsError>;
-}
-
-/// No way to a session's stdin: every send needs a daemon ([`SessionsError::DaemonNeeded`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoSessionInput;
-
-impl SessionInput for NoSessionInput {
-    fn send_line(&self, root: &StateRoot, key: &str, _line: &str) -> Result<Sent, SessionsError> {
-        Err(SessionsError::DaemonNeeded {
-            key: key.to_string(),
-            socket: root.socket_path(),
-        })
     }
 }

@@ -14,11 +14,13 @@
 //! recorded, never written. (A cgroup id a row recorded for a cgroup other than the one
 //! observed stays as it is, so it disagrees in the replay as it did on the host.)
 
+use super::base::*;
+use super::close::CloseOutcome;
+use super::reap::ReapReport;
 use super::snapshot::{Expectation, SnapshotDoc};
-use super::verify::VerifyReport;
-use super::*;
 use crate::signal::{Exit, RecordingSignaller, SimEvent, SimWhat};
 use crate::store::NewLegacyRecord;
+use leash_core::answer::VerifyReport;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;

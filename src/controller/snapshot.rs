@@ -10,7 +10,7 @@
 //! version, with leases that do not read, duplicate pids or a cycle in its parent links is
 //! refused with what is wrong, never half-read.
 
-use super::*;
+use super::base::*;
 use leash_core::model::{command_hash, LeaseEnv, ProcessInfo, ENV_GATEWAY_ID, ENV_LEASE_ID};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};

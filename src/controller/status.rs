@@ -3,7 +3,7 @@
 //! records — after the wrappers' reports are folded in. `leash status` renders it; the daemon's
 //! `status` reply carries the same fields plus its own section.
 
-use super::*;
+use super::base::*;
 use crate::store::Counts;
 
 /// A state root's status (the fields `leash status --json` prints).

@@ -13,17 +13,17 @@
 //! Each request is parsed against the table of ops (`protocol/mod.rs`) and handed to its op's
 //! handler ([`Cx`], a `Handles<Request>` impl in the op's own file under `conn/`).
 
-use super::protocol::Phase;
-use super::protocol::{
+use super::session::{self, Batch, SpawnError, SpawnSpec};
+use super::Daemon;
+use crate::controller::{LeaseRef, LifecycleError};
+use crate::protocol::Phase;
+use crate::protocol::{
     self, err_line, item_body, ok_line, parse_request, stream_line, Attach, Attached, Cancel,
     CancelNotice, Cancelled, Close, Detach, EndError, EndReason, Ensure, Ensured, ErrorData,
     Events, Frame, Handles, Hello, LeaseRow, Leases, LineReader, MetricsRequest, MetricsText,
     OpRequest, Ping, Reap, Reaped, SessionEntry, SessionsAnswer, SessionsRequest, StatusRequest,
     StreamItem, Verify,
 };
-use super::session::{self, Batch, SpawnError, SpawnSpec};
-use super::Daemon;
-use crate::controller::{LeaseRef, LifecycleError};
 use crate::store::StoreError;
 use leash_core::kind::{Code, HasKind};
 use leash_core::model::LeaseState;

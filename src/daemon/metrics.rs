@@ -599,7 +599,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
                 busy: st.busy.to_string(),
             })
             .inc();
-        if st.phase == crate::daemon::protocol::Phase::Ended {
+        if st.phase == crate::protocol::Phase::Ended {
             continue;
         }
         let label = SessionLabel {
@@ -608,10 +608,8 @@ pub(super) fn render(d: &super::Daemon) -> String {
         m.replay_bytes
             .get_or_create(&label)
             .set(st.buffered_bytes as i64);
-        if let (
-            Some(root),
-            crate::daemon::protocol::Phase::Starting | crate::daemon::protocol::Phase::Running,
-        ) = (st.root_pid, st.phase)
+        if let (Some(root), crate::protocol::Phase::Starting | crate::protocol::Phase::Running) =
+            (st.root_pid, st.phase)
         {
             if let Some((rss, cpu)) = tree_usage(root) {
                 m.session_rss.get_or_create(&label).set(rss as i64);

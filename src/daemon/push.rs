@@ -5,9 +5,9 @@
 //!
 //! The hub knows nothing about connections: a subscriber is a function that writes one line and
 //! says whether the client is still there; gone subscribers are dropped on the next push. The
-//! items are [`super::protocol::StreamItem`]s, rendered with [`super::protocol::item_body`].
+//! items are [`crate::protocol::StreamItem`]s, rendered with [`crate::protocol::item_body`].
 
-use super::protocol::stream_line;
+use crate::protocol::stream_line;
 use serde_json::Value;
 use std::sync::Mutex;
 
@@ -50,8 +50,8 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
-    use super::super::protocol::{item_body, Resumable, StreamItem};
     use super::*;
+    use crate::protocol::{item_body, Resumable, StreamItem};
     use std::sync::{Arc, Mutex};
 
     fn resumable(key: &str) -> String {

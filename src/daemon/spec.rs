@@ -12,14 +12,14 @@
 //! ([`Store::expire`]). The conversion between a request and a spec is pure; only [`save`],
 //! [`load`] and [`forget`] touch the store.
 
-use super::protocol::Ensure;
+use crate::protocol::Ensure;
 use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const PREFIX: &str = crate::store::SPEC_KEY_PREFIX;
 
-crate::daemon::protocol::with_launch_fields! {
+crate::protocol::with_launch_fields! {
     /// A session's ensure request without its per-call fields.
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -215,7 +215,7 @@ mod tests {
             r#"{"argv":["a","b"],"cwd":"/w","env":{},"envNames":["K"],"unsetEnv":["U"],"clearEnv":true,"keepEnv":["P"],"agent":null,"owner":"o","spawnedBy":null,"parent":"p","graceMs":9,"memoryMax":4096,"pidsMax":null,"cpuMax":"0.5"}"#
         );
         let bare: Ensure = serde_json::from_str(r#"{"session":"s","argv":["a"]}"#).unwrap();
-        let refused = crate::daemon::protocol::parse_request(
+        let refused = crate::protocol::parse_request(
             br#"{"id":1,"op":"ensure","session":"s","argv":["a"],"bogus":1}"#,
         )
         .unwrap_err();

@@ -85,7 +85,7 @@ fn check_stream_listener(fd: RawFd, b: BorrowedFd<'_>) -> Result<(), ActivationE
 /// The `STATUS=` sent with `READY=1`: what the start-up reap (its summary, as in `status`'s
 /// `startupReap`) settled. Built from the reap's result, so the readiness message cannot be
 /// sent before the reap is done (`systemctl status leash` shows it).
-pub fn ready_status(startup_reap: &super::protocol::StartupReap) -> String {
+pub fn ready_status(startup_reap: &crate::protocol::StartupReap) -> String {
     let r = startup_reap;
     format!(
         "serving; start-up reap: closed {}, lost {}, left open {}, expired {}",

@@ -10,11 +10,12 @@ use super::tools::{
     merge_history, HistoryItem, HistoryResult, Resources, SendResult, StatusResult, ToolError,
     Tools,
 };
-use crate::controller::sessions::{describe, Listing, SessionStatus, SessionsError, View};
+use crate::client::{Client, ClientError};
+use crate::controller::session_input::SessionsError;
+use crate::controller::sessions::{describe, Listing, SessionStatus, View};
 use crate::controller::Controller;
-use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{StatusSession, StreamItem};
 use crate::proc::LiveTable;
+use crate::protocol::{StatusSession, StreamItem};
 use crate::state::StateRoot;
 use leash_core::kind::Code;
 use serde_json::Value;
@@ -52,7 +53,7 @@ impl SessionTools {
                      not of your request: report it to the operator"
                 ))
             })?;
-            self.sessions = Some(s.with_session_input(crate::daemon::session_input::DaemonInput));
+            self.sessions = Some(s.with_session_input(crate::client::session_input::DaemonInput));
         }
         Ok(self.sessions.as_ref().expect("just opened"))
     }
@@ -65,12 +66,12 @@ impl SessionTools {
 /// The tool error for a [`SessionsError`]. Not found and not visible read the same.
 fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     // The key comes from the agent: shown escaped and, when long, shortened (never echoed whole).
-    let key = &crate::limits::show_key(key);
+    let key = &leash_core::limits::show_key(key);
     let hidden = || {
         ToolError(format!(
             "session {key} is not visible to this session ({}, visibility {}); call \
                  sessions_list to see the sessions you may use. Nothing was read or sent.",
-            crate::limits::show_key(&view.requester),
+            leash_core::limits::show_key(&view.requester),
             describe(&view.scope)
         ))
     };
@@ -95,11 +96,11 @@ fn refusal(view: &View, key: &str, e: SessionsError) -> ToolError {
     }
 }
 
-/// The one key rule ([`crate::limits::check_key`]) for a key an agent names: a key no session
+/// The one key rule ([`leash_core::limits::check_key`]) for a key an agent names: a key no session
 /// can have (empty, over-long, with control characters) is refused with the words of a key that
 /// is not visible, so the rule is no oracle; the key is shown shortened.
 fn key_rule(view: &View, key: &str) -> Result<(), ToolError> {
-    crate::limits::check_key("sessionKey", key)
+    leash_core::limits::check_key("sessionKey", key)
         .map_err(|_| refusal(view, key, SessionsError::NotFound(String::new())))
 }
 

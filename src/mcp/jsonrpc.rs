@@ -19,7 +19,7 @@
 use serde_json::{json, Map, Value};
 
 /// The longest line accepted, newline excluded: 1 MiB, the same bound as the daemon's protocol.
-pub const MAX_LINE: usize = crate::daemon::protocol::MAX_LINE;
+pub const MAX_LINE: usize = crate::protocol::MAX_LINE;
 
 /// JSON-RPC error codes used here.
 pub const PARSE_ERROR: i64 = -32700;
@@ -101,7 +101,7 @@ pub fn classify(line: &[u8]) -> Incoming {
     // Strict: an object with a key twice is refused, not read last-wins (`{"method":"ping",
     // "method":"tools/call"}` would run the call a reader of the first key took for a ping),
     // the same rule as the daemon's protocol.
-    let value: Value = match crate::daemon::strict_json::parse(text) {
+    let value: Value = match crate::protocol::strict_json::parse(text) {
         Ok(v) => v,
         Err(e) => {
             return Incoming::Invalid {

@@ -20,7 +20,7 @@ pub mod jsonrpc;
 pub mod server;
 pub mod tools;
 
-use crate::daemon::protocol::{Frame, LineReader};
+use crate::protocol::{Frame, LineReader};
 use leash_core::kind::{HasKind, Kind};
 use std::io::{self, Read, Write};
 

@@ -7,23 +7,12 @@
 //! like every other signal (start time, hard refusals) and gets SIGKILL through its pidfd, and
 //! the cgroup is thawed.
 
-use super::Signaller;
-use crate::cgroup::{CgroupError, Verified};
+use super::seam::{CgroupKillError, Signaller};
+use crate::cgroup::Verified;
 use crate::proc::ProcessTable;
 use leash_core::guard::{Caller, Sig};
 use leash_core::verify::MemberRule;
 use std::io;
-
-/// Why a cgroup was not killed.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupKillError {
-    /// Not every process in it passed the member check: nobody was killed as a group (the proven
-    /// members still get their own signals).
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Cgroup(#[from] CgroupError),
-}
 
 /// Whether `cgroup.kill` may be written to a lease's verified cgroup whose members are `listed`
 /// now: it takes every process in it, so each live one must pass the per-member check its lease's
@@ -51,7 +40,7 @@ pub fn cgroup_kill_allowed(
                 // the cgroup would set it).
                 let why = rule
                     .problem(&p)
-                    .or_else(|| super::check(&p, caller).err().map(|r| r.to_string()));
+                    .or_else(|| super::seam::check(&p, caller).err().map(|r| r.to_string()));
                 if let Some(why) = why {
                     strangers.push(format!("pid {pid} ({why})"));
                 }

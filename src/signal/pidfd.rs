@@ -3,7 +3,7 @@
 //! nothing) and writes `cgroup.kill` (`super::cgroup`). A pin is a pidfd opened *before* the
 //! re-check, so what was checked is exactly what gets the signal.
 
-use super::{
+use super::seam::{
     check_group_pin, recheck, CgroupKillError, Delivery, Handle, Pinned, SignalError, Signaller,
 };
 use crate::cgroup::Verified;

@@ -7,9 +7,10 @@
 //! the scripted time is gone from the table (its children re-parented to pid 1), and waiting for
 //! exits moves the clock forward to the next exit or the deadline, whichever comes first.
 
-use super::{
-    cgroup_kill_allowed, check_group_pin, recheck, CgroupKillError, Clock, Delivery, Handle,
-    Pinned, SignalError, Signaller,
+use super::cgroup::cgroup_kill_allowed;
+use super::seam::{
+    check_group_pin, recheck, CgroupKillError, Clock, Delivery, Handle, Pinned, SignalError,
+    Signaller,
 };
 use crate::cgroup::Verified;
 use crate::proc::{FixtureTable, ProcessTable};

@@ -2,7 +2,7 @@
 //! of seqs the daemon reserves (`seq_floor`) for output it streams but never stores, so stored
 //! events and streamed output never share a seq.
 
-use super::{Store, StoreError};
+use super::db::{Store, StoreError};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 

@@ -3,8 +3,8 @@
 //! conditional UPDATEs (of two racing reapers exactly one wins), wrapper reports, expiry, and the
 //! repair of a row that does not read.
 
+use super::db::{Store, StoreError};
 use super::events::insert_event;
-use super::{Store, StoreError};
 use leash_core::model::SessionRow;
 use leash_core::model::{Lease, LeaseState, ProcessId};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -77,9 +77,9 @@ impl Store {
             lease_id: lease.lease_id.clone(),
             detail,
         };
-        crate::limits::check_grace_ms("the grace", lease.grace_ms)
+        leash_core::limits::check_grace_ms("the grace", lease.grace_ms)
             .map_err(|e| unstorable(e.to_string()))?;
-        crate::limits::check_key("the session key", &lease.session_key)
+        leash_core::limits::check_key("the session key", &lease.session_key)
             .map_err(|e| unstorable(e.to_string()))?;
         let now = crate::lease::now_ms();
         self.write(|tx, ctx| {
@@ -480,7 +480,7 @@ impl Store {
                 if bad {
                     let sql = format!("UPDATE leases SET {reset} WHERE lease_id = ?1");
                     if reset.contains("?2") {
-                        let grace = crate::limits::DEFAULT_GRACE_MS as i64;
+                        let grace = leash_core::limits::DEFAULT_GRACE_MS as i64;
                         tx.execute(&sql, params![lease_id, grace]).map_err(err)?;
                     } else {
                         tx.execute(&sql, [lease_id]).map_err(err)?;
@@ -676,7 +676,7 @@ fn lease_from_row(r: &Row<'_>) -> Result<Lease, StoreError> {
         owner_pid: pid(int(13, "owner_pid")?, "owner_pid")?,
         owner_start_time: ticks(int(14, "owner_start_time")?, "owner_start_time")?,
         started_at: int(15, "started_at")?,
-        grace_ms: crate::limits::check_grace_ms(
+        grace_ms: leash_core::limits::check_grace_ms(
             "grace_ms",
             ticks(int(16, "grace_ms")?, "grace_ms")?,
         )

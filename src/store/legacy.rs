@@ -1,12 +1,85 @@
 //! The `legacy_records` table: the old gateway's sessions, imported with their stored pid and
 //! command, then ended (`closed` after a verified cleanup, `lost` when the process was gone) or
 //! noted (why one was left alone). The verification of a record against the live process table
-//! is pure and lives in [`crate::legacy`]; only its rows are here.
+//! is pure and lives in [`crate::legacy`]; only its rows are here, with the one read of the acpx
+//! extension's own SQLite keyed store that `legacy import --acpx` makes
+//! ([`acpx_keyed_entries`]).
 
-use super::{Store, StoreError};
+use super::db::{Store, StoreError};
 use leash_core::model::LegacyRecord;
 use rusqlite::params;
 use serde::Serialize;
+
+/// Why the incumbent's keyed store could not be read, in words (its caller names the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct KeyedStoreError(pub String);
+
+/// The incumbent's keyed store (its SQLite file `db`, opened read-only), its table's rows for
+/// the acpx plugin in `namespace` that have not expired at `now`: (entry key, value JSON), oldest
+/// first.
+pub fn acpx_keyed_entries(
+    db: &std::path::Path,
+    namespace: &str,
+    now: i64,
+) -> Result<Vec<(String, String)>, KeyedStoreError> {
+    use rusqlite::OpenFlags;
+    let bad = KeyedStoreError;
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| bad(format!("cannot open the incumbent's SQLite store: {e}")))?;
+    conn.busy_timeout(super::db::DEFAULT_BUSY_TIMEOUT)
+        .map_err(|e| bad(e.to_string()))?;
+    // The incumbent's store keeps a plain table. A view (a recursive one never ends) or a
+    // virtual table under that name is not its store, and is not queried.
+    let kind: Option<(String, String)> = conn
+        .query_row(
+            "SELECT type, COALESCE(sql, '') FROM sqlite_master WHERE name = 'plugin_state_entries'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+        .map_err(|e| bad(format!("cannot read the incumbent's SQLite store: {e}")))?;
+    match kind {
+        Some((t, sql)) if t == "table" && !sql.to_ascii_uppercase().contains("VIRTUAL") => {}
+        Some((t, _)) => {
+            return Err(bad(format!(
+                "not the incumbent's plugin state store: plugin_state_entries is a {} here, not                  a plain table (refused, not queried)",
+                if t == "table" { "virtual table" } else { t.as_str() }
+            )))
+        }
+        None => {
+            return Err(bad(
+                "not the incumbent's plugin state store (no plugin_state_entries table)".into(),
+            ))
+        }
+    }
+    let mut stmt = conn
+        .prepare(
+            "SELECT entry_key, value_json FROM plugin_state_entries \
+             WHERE plugin_id = 'acpx' AND namespace = ?1 \
+             AND (expires_at IS NULL OR expires_at > ?2) ORDER BY created_at, entry_key",
+        )
+        .map_err(|e| {
+            bad(format!(
+                "not the incumbent's plugin state store (no readable plugin_state_entries \
+                 table): {e}"
+            ))
+        })?;
+    let rows = stmt
+        .query_map(rusqlite::params![namespace, now], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(format!("reading namespace {namespace}: {e}")))?;
+    Ok(rows)
+}
 
 /// One lease of the acpx extension to import, already checked.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! The `meta` table: the gateway instance id (created with the schema, kept for the life of the
 //! state root) and the daemon's bookkeeping kept across restarts.
 
-use super::{Store, StoreError};
+use super::db::{Store, StoreError};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// The `meta` keys of the daemon's stored ensure specs: `session.spec.<session key>`

@@ -1,7 +1,7 @@
 //! The schema, one migration per version, and the step every open runs: bring the database to
 //! the newest version in one write transaction and create the gateway instance id once.
 
-use super::{map_err, Store, StoreError};
+use super::db::{map_err, Store, StoreError};
 use std::time::Duration;
 
 /// The schema, one migration per version. Never edit a published step; add one.

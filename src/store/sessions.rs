@@ -1,7 +1,7 @@
 //! The `sessions` table: a session's ownership metadata (who owns it, who spawned it, its parent),
 //! written with its lease and read by the visibility check.
 
-use super::{Store, StoreError};
+use super::db::{Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
 
 use leash_core::model::SessionRow;

@@ -2,7 +2,7 @@
 //! registry of a connection's running attaches (for `detach`).
 
 use super::*;
-use crate::daemon::protocol::Detached;
+use crate::protocol::Detached;
 
 /// How often an idle attach checks whether its client is still there.
 const ATTACH_TICK: Duration = Duration::from_millis(250);

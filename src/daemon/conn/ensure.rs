@@ -302,7 +302,7 @@ fn handshake(
     };
     let ms = e
         .handshake_timeout_ms
-        .unwrap_or(crate::limits::DEFAULT_HANDSHAKE_TIMEOUT_MS);
+        .unwrap_or(leash_core::limits::DEFAULT_HANDSHAKE_TIMEOUT_MS);
     let why = match s.handshake(params, Duration::from_millis(ms)) {
         Ok(response) => return Ok(Some(response)),
         // A close of the daemon took the session: it met this ensure (see `admission`), whose

@@ -1,8 +1,8 @@
 //! `hello`: version, features and ops, and the subscription to lifecycle pushes.
 
 use super::*;
-use crate::daemon::protocol::{Resumable, Welcome, OPS, PROTOCOL_VERSION};
 use crate::daemon::spec;
+use crate::protocol::{Resumable, Welcome, OPS, PROTOCOL_VERSION};
 
 /// What `hello` announces beyond the original protocol; a client checks these instead of
 /// comparing versions. Ops are listed separately (`ops`), so ops added later need no entry here.

@@ -1,7 +1,7 @@
 //! `ping`: the daemon answers.
 
 use super::*;
-use crate::daemon::protocol::Pong;
+use crate::protocol::Pong;
 
 fn ping() -> Pong {
     Pong {

@@ -8,7 +8,7 @@ fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
         include_live: r.include_live,
         retention_ms: r
             .retention_ms
-            .unwrap_or_else(crate::limits::default_retention_ms)
+            .unwrap_or_else(leash_core::limits::default_retention_ms)
             .min(i64::MAX as u64) as i64,
         now_ms: crate::lease::now_ms(),
         grace_ms: r.grace_ms,

@@ -1,7 +1,7 @@
 //! `send`: one line to the adapter's stdin.
 
 use super::*;
-use crate::controller::sessions::Sent;
+use crate::controller::session_input::Sent;
 use crate::daemon::stdin_pipe::PipeError;
 
 /// A write to the adapter's stdin that failed, as an error reply.

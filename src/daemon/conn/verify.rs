@@ -3,7 +3,7 @@
 use super::*;
 
 /// `leash verify` in the daemon: reads only, never signals.
-fn verify(d: &Daemon, t: &LeaseRef) -> Reply<crate::controller::verify::VerifyReport> {
+fn verify(d: &Daemon, t: &LeaseRef) -> Reply<leash_core::answer::VerifyReport> {
     use crate::controller::verify::VerifyError;
     match d.ctl.verify(t) {
         Ok(r) => Ok(r),

@@ -50,10 +50,10 @@ pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
 use stdio::*;
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef};
-use crate::daemon::protocol::Ensure;
-use crate::daemon::protocol::{LiveSession, PendingPrompt, Phase};
 use crate::daemon::stdin_pipe::{PipeError, StdinPipe};
 use crate::lease::now_ms;
+use crate::protocol::Ensure;
+use crate::protocol::{LiveSession, PendingPrompt, Phase};
 use crate::report::WrapperReport;
 use crate::state::StateRoot;
 use crate::store::{Event, Store, StoreError};

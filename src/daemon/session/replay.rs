@@ -741,7 +741,7 @@ mod tests {
     /// `stream_line` renders it, for any seq and id, and its byte count is that body's length.
     #[test]
     fn an_items_line_is_the_line_of_its_whole_body() {
-        use crate::daemon::protocol::{stream_line, stream_line_into};
+        use crate::protocol::{stream_line, stream_line_into};
         let text: Arc<str> = Arc::from(
             ",\"type\":\"output\",\"line\":\"a\",\"type\":\"output\",\"line\":\"\\\"é\",\"lossy\":true",
         );

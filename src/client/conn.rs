@@ -11,11 +11,11 @@
 //! is accepted before any daemon holds the lock (socket activation starts the daemon on the
 //! first connection) waits up to [`ACTIVATION_WAIT`] for one to.
 
-use super::protocol::{
+use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
+use crate::daemon::LockInfo;
+use crate::protocol::{
     self, ErrorData, Frame, LineReader, Message, OpRequest, StatusRequest, StreamItem, MAX_LINE,
 };
-use super::LockInfo;
-use crate::controller::{CloseOutcome, LeaseRef, ReapReport};
 use crate::state::StateRoot;
 use leash_core::kind::{Code, HasKind, Kind};
 use leash_core::model::LeaseState;
@@ -302,7 +302,7 @@ impl Client {
     pub fn verify(
         &mut self,
         target: &LeaseRef,
-    ) -> Result<crate::controller::verify::VerifyReport, ClientError> {
+    ) -> Result<leash_core::answer::VerifyReport, ClientError> {
         self.op::<protocol::Verify>(target_fields(target))
     }
 
@@ -339,7 +339,7 @@ impl Client {
         &mut self,
         key: &str,
         line: &str,
-    ) -> Result<crate::controller::sessions::Sent, ClientError> {
+    ) -> Result<crate::controller::session_input::Sent, ClientError> {
         self.op::<protocol::Send>(json!({"session": key, "line": line}))
     }
 

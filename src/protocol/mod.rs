@@ -15,6 +15,7 @@
 mod framing;
 mod reply;
 mod requests;
+pub mod strict_json;
 pub use framing::*;
 pub use reply::*;
 pub use requests::*;
@@ -172,7 +173,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         )
     })?;
     // Strict: an object with a key twice is refused (serde_json would keep the last one).
-    let value: Value = super::strict_json::parse(text).map_err(|e| {
+    let value: Value = strict_json::parse(text).map_err(|e| {
         let code = if e.to_string().starts_with("duplicate key") {
             Code::BadRequest
         } else {
@@ -270,17 +271,17 @@ fn bad(msg: impl Into<String>) -> (Code, String) {
     (Code::BadRequest, msg.into())
 }
 
-/// The one key rule ([`crate::limits::check_key`]), the field named as on the wire.
+/// The one key rule ([`leash_core::limits::check_key`]), the field named as on the wire.
 fn check_key(name: &str, v: &str) -> Result<(), (Code, String)> {
-    crate::limits::check_key("key", v).map_err(|e| bad(format!("\"{name}\": {e}")))
+    leash_core::limits::check_key("key", v).map_err(|e| bad(format!("\"{name}\": {e}")))
 }
 
-/// A millisecond field against its real range ([`crate::limits`]): `bad_request` naming the range.
+/// A millisecond field against its real range ([`leash_core::limits`]): `bad_request` naming the range.
 fn check_ms(
     op: &str,
     name: &str,
     v: Option<u64>,
-    check: fn(&'static str, u64) -> Result<u64, crate::limits::ValueError>,
+    check: fn(&'static str, u64) -> Result<u64, leash_core::limits::ValueError>,
 ) -> Result<(), (Code, String)> {
     match v {
         Some(ms) => check("value", ms)

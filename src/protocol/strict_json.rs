@@ -85,7 +85,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
                 // Shown shortened: the key is the sender's and may be any length.
                 return Err(de::Error::custom(format!(
                     "duplicate key {}: send each field once",
-                    crate::limits::show_key(&key)
+                    leash_core::limits::show_key(&key)
                 )));
             }
             let v = map.next_value_seed(StrictSeed)?;

@@ -629,7 +629,7 @@ pub enum SessionsAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::sessions::Sent;
+    use crate::controller::session_input::Sent;
     use serde::de::DeserializeOwned;
 
     /// Serialises `v`, reads it back as the client does, and checks nothing was lost.

@@ -3,8 +3,8 @@
 //! process that holds the adapters' stdin. It lives here, beside the client, so the controller
 //! never calls the daemon: `leash sessions send` and the MCP server's `sessions_send` pass it in.
 
-use crate::controller::sessions::{Sent, SessionInput, SessionsError};
-use crate::daemon::client::{socket_for, Client, ClientError};
+use super::conn::{socket_for, Client, ClientError};
+use crate::controller::session_input::{Sent, SessionInput, SessionsError};
 use crate::state::StateRoot;
 
 /// Sends through the daemon serving the state root; [`SessionsError::DaemonNeeded`] when none

@@ -4,7 +4,8 @@
 //! that is stored reads back (a grace of 2^64-1 ms once became a negative row that nothing could
 //! read, close, or reap). Pure: no I/O.
 
-use leash_core::kind::{HasKind, Kind};
+use crate::kind::{HasKind, Kind};
+use std::fmt;
 use std::time::Duration;
 
 /// The grace between SIGTERM and SIGKILL when none is given.
@@ -38,30 +39,65 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 600_000;
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
 
 /// A value outside its range, or a duration that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ValueError {
-    #[error("{what} must be at most {max} ({max_ms} ms), got {got}")]
     TooLarge {
         what: &'static str,
         max: String,
         max_ms: u64,
         got: String,
     },
-    #[error("'{0}' is not a duration: use a number with a unit, e.g. 500ms, 3s, 30m, 12h, 7d (a bare number is seconds)")]
     NotADuration(String),
-    #[error("{what} must be at least 1, got 0 (a limit of 0 would stop the adapter before it starts; leave the limit out for none)")]
-    Zero { what: &'static str },
-    #[error("{what} must not be empty")]
-    EmptyKey { what: &'static str },
-    #[error("{what} must not contain control characters (newlines, tabs, NUL, ...): {shown}")]
-    ControlInKey { what: &'static str, shown: String },
-    #[error("{what} is {len} bytes, longer than the limit of {MAX_KEY_BYTES}: {shown}")]
+    Zero {
+        what: &'static str,
+    },
+    EmptyKey {
+        what: &'static str,
+    },
+    ControlInKey {
+        what: &'static str,
+        shown: String,
+    },
     KeyTooLong {
         what: &'static str,
         len: usize,
         shown: String,
     },
 }
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueError::TooLarge {
+                what,
+                max,
+                max_ms,
+                got,
+            } => write!(f, "{what} must be at most {max} ({max_ms} ms), got {got}"),
+            ValueError::NotADuration(s) => write!(
+                f,
+                "'{s}' is not a duration: use a number with a unit, e.g. 500ms, 3s, 30m, 12h, 7d \
+                 (a bare number is seconds)"
+            ),
+            ValueError::Zero { what } => write!(
+                f,
+                "{what} must be at least 1, got 0 (a limit of 0 would stop the adapter before it \
+                 starts; leave the limit out for none)"
+            ),
+            ValueError::EmptyKey { what } => write!(f, "{what} must not be empty"),
+            ValueError::ControlInKey { what, shown } => write!(
+                f,
+                "{what} must not contain control characters (newlines, tabs, NUL, ...): {shown}"
+            ),
+            ValueError::KeyTooLong { what, len, shown } => write!(
+                f,
+                "{what} is {len} bytes, longer than the limit of {MAX_KEY_BYTES}: {shown}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
 
 /// A bad value at an edge (a duration, a grace, a key) is bad usage.
 impl HasKind for ValueError {

@@ -1,13 +1,13 @@
 //! `leash exec`'s way to the daemon: one request on one connection, no database.
 //!
-//! The daemon is found the way [`super::client`] finds it — the lock file is held and names
+//! The daemon is found the way [`super::conn`] finds it — the lock file is held and names
 //! the socket and the pid, the socket is not a symlink, the peer is that pid — but nothing
 //! waits: no daemon holding the lock, a socket that does not accept, or a peer that is not the
 //! daemon is [`DaemonAnswer::NotAsked`], and `leash exec` commits the lease itself. Once the
 //! request is sent, a connection that ends without an answer is [`DaemonAnswer::Lost`]: the
 //! lease may be committed, and `leash exec` looks its id up.
 
-use super::client::daemon_pid;
+use super::conn::daemon_pid;
 use crate::controller::exec::{DaemonAnswer, ExecAnswer, ExecAsk, ExecDaemon};
 use crate::state::StateRoot;
 use leash_core::kind::Code;
@@ -76,7 +76,7 @@ impl ExecDaemon for ExecThroughDaemon<'_> {
         };
         let line = Line {
             id: 1,
-            op: <Box<ExecAsk> as super::protocol::OpRequest>::NAME,
+            op: <Box<ExecAsk> as crate::protocol::OpRequest>::NAME,
             ask: &ask,
         };
         let mut bytes = match serde_json::to_vec(&line) {

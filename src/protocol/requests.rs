@@ -8,10 +8,10 @@ use super::{
     Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, SessionsAnswer, Status,
     Welcome,
 };
-use crate::controller::sessions::Sent;
-use crate::controller::verify::VerifyReport;
+use crate::controller::session_input::Sent;
 use crate::controller::{CloseOutcome, LeaseRef};
 use crate::store::Event;
+use leash_core::answer::VerifyReport;
 use leash_core::kind::Code;
 use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 use serde::Deserialize;
@@ -167,12 +167,12 @@ with_launch_fields! {
         /// How long `ensure` waits for a new adapter's first line of output (default `serve
         /// --ensure-wait-ms`, 0): an exit before it within the wait is the ensure's
         /// `start_failed` (after it, the stream's `start_failed` end). At most
-        /// [`crate::limits::MAX_ENSURE_WAIT_MS`].
+        /// [`leash_core::limits::MAX_ENSURE_WAIT_MS`].
         #[serde(default)]
         pub wait_ms: Option<u64>,
         /// How long this ensure waits behind an ensure of the same key in flight (FIFO, at most
         /// 16 queued) before it answers `conflict` (default 120000; 0: at once). At most
-        /// [`crate::limits::MAX_ENSURE_QUEUE_MS`].
+        /// [`leash_core::limits::MAX_ENSURE_QUEUE_MS`].
         #[serde(default)]
         pub queue_timeout_ms: Option<u64>,
         /// The params of the ACP `initialize` request the daemon sends a new adapter itself (id
@@ -182,7 +182,7 @@ with_launch_fields! {
         #[serde(default)]
         pub initialize: Option<Value>,
         /// How long that `initialize` may go unanswered (default 30000 with `initialize`; needs
-        /// `initialize`). At most [`crate::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
+        /// `initialize`). At most [`leash_core::limits::MAX_HANDSHAKE_TIMEOUT_MS`].
         #[serde(default)]
         pub handshake_timeout_ms: Option<u64>,
     }
@@ -279,19 +279,29 @@ impl OpRequest for Box<Ensure> {
                 check_key(name, v)?;
             }
         }
-        check_ms(op, "graceMs", e.grace_ms, crate::limits::check_grace_ms)?;
-        check_ms(op, "waitMs", e.wait_ms, crate::limits::check_ensure_wait_ms)?;
+        check_ms(
+            op,
+            "graceMs",
+            e.grace_ms,
+            leash_core::limits::check_grace_ms,
+        )?;
+        check_ms(
+            op,
+            "waitMs",
+            e.wait_ms,
+            leash_core::limits::check_ensure_wait_ms,
+        )?;
         check_ms(
             op,
             "queueTimeoutMs",
             e.queue_timeout_ms,
-            crate::limits::check_ensure_queue_ms,
+            leash_core::limits::check_ensure_queue_ms,
         )?;
         check_ms(
             op,
             "handshakeTimeoutMs",
             e.handshake_timeout_ms,
-            crate::limits::check_handshake_ms,
+            leash_core::limits::check_handshake_ms,
         )?;
         match (&e.initialize, e.handshake_timeout_ms) {
             (Some(p), _) if !p.is_object() => {
@@ -312,9 +322,14 @@ impl OpRequest for Box<Ensure> {
             op,
             "memoryMax",
             e.memory_max,
-            crate::limits::check_cgroup_limit,
+            leash_core::limits::check_cgroup_limit,
         )?;
-        check_ms(op, "pidsMax", e.pids_max, crate::limits::check_cgroup_limit)?;
+        check_ms(
+            op,
+            "pidsMax",
+            e.pids_max,
+            leash_core::limits::check_cgroup_limit,
+        )?;
         if let Some(c) = &e.cpu_max {
             crate::cgroup::parse_cpu_max(c)
                 .map_err(|err| bad(format!("{op}: \"cpuMax\": {err}")))?;
@@ -446,7 +461,12 @@ impl OpRequest for Close {
                 "close: name a \"session\" or a \"lease\" (or lists \"sessions\"/\"leases\")",
             ));
         }
-        check_ms(op, "graceMs", raw.grace_ms, crate::limits::check_grace_ms)?;
+        check_ms(
+            op,
+            "graceMs",
+            raw.grace_ms,
+            leash_core::limits::check_grace_ms,
+        )?;
         if let Some(r) = &raw.reason {
             if r.chars().count() > 200 || r.chars().any(char::is_control) {
                 return Err(bad(
@@ -484,12 +504,17 @@ impl OpRequest for Reap {
     fn parse(fields: Value) -> Result<Self, (Code, String)> {
         let op = Self::NAME;
         let r: Reap = fields_of(op, fields)?;
-        check_ms(op, "graceMs", r.grace_ms, crate::limits::check_grace_ms)?;
+        check_ms(
+            op,
+            "graceMs",
+            r.grace_ms,
+            leash_core::limits::check_grace_ms,
+        )?;
         check_ms(
             op,
             "retentionMs",
             r.retention_ms,
-            crate::limits::check_retention_ms,
+            leash_core::limits::check_retention_ms,
         )?;
         Ok(r)
     }
@@ -753,7 +778,7 @@ impl OpRequest for Box<crate::controller::exec::ExecAsk> {
             op,
             "graceMs",
             Some(a.grace_ms),
-            crate::limits::check_grace_ms,
+            leash_core::limits::check_grace_ms,
         )?;
         if a.argv.is_empty() || a.argv[0].is_empty() {
             return Err(bad("exec: \"argv\" must name a command"));
@@ -779,13 +804,13 @@ impl OpRequest for Box<crate::controller::exec::ExecAsk> {
             op,
             "limits.memoryMax",
             a.limits.memory_max,
-            crate::limits::check_cgroup_limit,
+            leash_core::limits::check_cgroup_limit,
         )?;
         check_ms(
             op,
             "limits.pidsMax",
             a.limits.pids_max,
-            crate::limits::check_cgroup_limit,
+            leash_core::limits::check_cgroup_limit,
         )?;
         if let Some(c) = &a.limits.cpu_max {
             if c.is_empty() || c.contains(['\0', '\n']) {
