@@ -219,6 +219,9 @@ test('close and reap work through the CLI when no daemon runs', async (t) => {
     });
     return JSON.stringify(plan).includes('c1');
   }, 'the lease');
+  // The lease is committed before `leash exec` execs the wrapper: until then its root runs
+  // `leash`, and a close leaves it open ("retry"). Close once the live tree verifies as owned.
+  await waitFor(async () => (await leash.verify({ session: 'c1' }, opts))?.answer === 'owned', 'an owned tree');
   const out = await leash.close('c1', opts);
   assert.equal(out[0].result, 'closed', JSON.stringify(out));
   await exited;
