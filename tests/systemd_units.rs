@@ -143,7 +143,7 @@ fn the_operating_guide_installs_what_the_units_run_and_their_man_pages() {
     assert_eq!(exec_start_binary(&user), INSTALLED);
     // The guide makes the user the system unit runs as, with the sysusers.d file shipped.
     assert!(
-        section.contains("systemd-sysusers contrib/systemd/leash.sysusers.conf"),
+        section.contains("systemd-sysusers \"$PWD\"/contrib/systemd/leash.sysusers.conf"),
         "the guide's systemd section does not create the unit's user"
     );
     // README's set-up installs with cargo's default root, ~/.cargo, where the user unit's
@@ -282,4 +282,71 @@ fn sysusers_file_creates_the_units_user() {
             .unwrap()
             .contains("leash.sysusers.conf")
     );
+}
+
+/// The `systemd-sysusers` line of a document's shell block, `sudo ` dropped.
+fn sysusers_line(doc: &str) -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(repo.join(doc)).unwrap();
+    let line = text
+        .lines()
+        .find(|l| !l.starts_with('#') && l.contains("systemd-sysusers "))
+        .unwrap_or_else(|| panic!("{doc} has no systemd-sysusers command"));
+    let at = line.find("systemd-sysusers ").unwrap();
+    line[at..].split("  #").next().unwrap().trim().to_string()
+}
+
+/// Runs `cmd` (a documented `systemd-sysusers …` line) in `cwd` with `--root=` a scratch root
+/// appended, as the shell would: whether the file it names is found, and the user made.
+fn sysusers_as_written(cmd: &str, cwd: &Path, root: &Path) -> Result<String, String> {
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cmd} --root=\"$1\""))
+        .arg("sh")
+        .arg(root)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() || stderr.contains("Failed to open") {
+        return Err(format!("`{cmd}` in {}: {out:?}", cwd.display()));
+    }
+    std::fs::read_to_string(root.join("etc/passwd")).map_err(|e| format!("{cmd}: no passwd: {e}"))
+}
+
+/// The `systemd-sysusers` commands the operating guide (from the checkout) and docs/install.md
+/// (from the extracted archive) give make the `leash` user when typed as written: the file they
+/// name is found from the directory the reader is in. A relative path is looked up in the
+/// sysusers.d directories, not in the working directory, which the negative case shows.
+#[test]
+fn the_documented_sysusers_commands_run_as_written() {
+    if apt::tool("systemd-sysusers", "systemd").is_err() {
+        common::skip("systemd-sysusers is not installed");
+        return;
+    }
+    let tmp = TempDir::new("sysusers-docs");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let conf = repo.join("contrib/systemd/leash.sysusers.conf");
+
+    let guide = sysusers_line("docs/guide/operating.md");
+    let passwd = sysusers_as_written(&guide, repo, &tmp.join("guide-root")).unwrap();
+    assert!(passwd.lines().any(|l| l.starts_with("leash:")), "{passwd}");
+
+    // The archive's layout: lib/sysusers.d/leash.conf at its top, where the reader has cd'd.
+    let archive = tmp.join("archive");
+    std::fs::create_dir_all(archive.join("lib/sysusers.d")).unwrap();
+    std::fs::copy(&conf, archive.join("lib/sysusers.d/leash.conf")).unwrap();
+    let install = sysusers_line("docs/install.md");
+    assert!(install.contains("lib/sysusers.d/leash.conf"), "{install}");
+    let passwd = sysusers_as_written(&install, &archive, &tmp.join("install-root")).unwrap();
+    assert!(passwd.lines().any(|l| l.starts_with("leash:")), "{passwd}");
+
+    // The check can fail: the relative form of the same command finds no file.
+    let relative = sysusers_as_written(
+        "systemd-sysusers lib/sysusers.d/leash.conf",
+        &archive,
+        &tmp.join("relative-root"),
+    );
+    assert!(relative.is_err(), "a relative path was found: {relative:?}");
 }
