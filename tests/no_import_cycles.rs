@@ -217,7 +217,7 @@ fn repo() -> PathBuf {
 const UPWARD_STILL: &[(&str, usize)] = &[
     ("cli", 6),
     ("controller", 10),
-    ("daemon", 13),
+    ("daemon", 1),
     ("daemon::conn", 16),
     ("daemon::protocol", 1),
     ("daemon::session", 9),

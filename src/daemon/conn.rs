@@ -22,7 +22,7 @@ use super::protocol::{
     StreamItem, Verify,
 };
 use super::session::{self, Batch, SpawnError, SpawnSpec};
-use super::Daemon;
+use super::state::Daemon;
 use crate::controller::{LeaseRef, LifecycleError};
 use crate::store::StoreError;
 use leash_core::kind::{Code, HasKind};

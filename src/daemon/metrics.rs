@@ -559,9 +559,12 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// Refreshes the gauges that describe the present, then encodes everything.
-pub(super) fn render(d: &super::Daemon) -> String {
-    let m = &d.metrics;
-    match d.health_store().counts() {
+pub(super) fn render(
+    m: &Metrics,
+    counts: Result<crate::store::Counts, crate::store::StoreError>,
+    sessions: &[std::sync::Arc<super::session::Supervised>],
+) -> String {
+    match counts {
         Ok(c) => {
             // Every state, from the one list of them (a state added there is exported here).
             for state in leash_core::model::LeaseState::ALL {
@@ -590,7 +593,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
             });
         }
     }
-    for s in d.all_sessions() {
+    for s in sessions {
         let st = s.status();
         let phase = format!("{:?}", st.phase).to_lowercase();
         m.sessions

@@ -68,7 +68,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let stop = out.attaches.register(&id);
     let spawned = std::thread::Builder::new()
         .name(format!("attach:{}", a.session))
-        .stack_size(crate::daemon::SMALL_STACK)
+        .stack_size(crate::daemon::stack::SMALL_STACK)
         .spawn(move || {
             // The stream runs at the daemon's own priority, the adapter's, as the session's
             // stdout reader does while it is attached (`session::stdio`, `ReaderPriority`): the

@@ -86,7 +86,7 @@ const SEQ_BLOCK_FAST: Duration = Duration::from_secs(1);
 pub const MAX_ADAPTER_LINE: usize = 8 << 20;
 
 /// Stack of the thread that settles the lease when the wrapper exits: it runs a whole close
-/// (verification, signals, SQLite), so it gets more than the readers' [`crate::daemon::SMALL_STACK`].
+/// (verification, signals, SQLite), so it gets more than the readers' [`crate::daemon::stack::SMALL_STACK`].
 const WAIT_STACK: usize = 1024 * 1024;
 
 /// How many of the adapter's last stderr lines are kept for error messages.

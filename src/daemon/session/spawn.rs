@@ -200,7 +200,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let s = session.clone();
     std::thread::Builder::new()
         .name(format!("out:{}", req.session))
-        .stack_size(crate::daemon::SMALL_STACK)
+        .stack_size(crate::daemon::stack::SMALL_STACK)
         .spawn(move || {
             super::stdio::lower_reader_priority();
             s.read_stdout(stdout);
@@ -210,7 +210,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let s = session.clone();
     std::thread::Builder::new()
         .name(format!("err:{}", req.session))
-        .stack_size(crate::daemon::SMALL_STACK)
+        .stack_size(crate::daemon::stack::SMALL_STACK)
         .spawn(move || {
             super::stdio::lower_reader_priority();
             s.read_stderr(stderr)
