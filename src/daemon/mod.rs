@@ -129,6 +129,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         socket_inode: listening.bound.filter(|_| !listening.activated),
         wake,
         headless: AtomicBool::new(false),
+        freeze: Arc::new(session::Freeze::new().map_err(ServeError::Signals)?),
     });
     shutdown::announce_resumable(&daemon, resumable);
     serve_metrics(&daemon, metrics_listener);

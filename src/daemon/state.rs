@@ -161,6 +161,8 @@ pub(crate) struct Daemon {
     pub(super) wake: UnixStream,
     /// Set when the daemon stops because its state directory or socket went away.
     pub(super) headless: AtomicBool,
+    /// The freeze of a handoff, heeded by every session's threads (`session/freeze.rs`).
+    pub(super) freeze: Arc<session::Freeze>,
 }
 
 impl Daemon {

@@ -169,6 +169,7 @@ fn start(
         daemon_pid: d.me.pid,
         default_grace_ms: d.cfg.default_grace_ms,
         limits: d.cfg.replay,
+        freeze: &d.freeze,
     };
     let s = session::spawn(&spec, e)?;
     d.metrics.wrapper_starts.inc();

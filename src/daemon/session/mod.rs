@@ -30,6 +30,8 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 mod busy;
+mod freeze;
+mod handoff;
 mod handshake;
 mod phase;
 mod replay;
@@ -39,6 +41,10 @@ mod shown;
 mod spawn;
 mod stdio;
 
+pub use freeze::{Freeze, NotFrozen};
+pub use handoff::{adopt, HandedFds, HandedLife, HandedSession};
+pub use replay::HandedReplay;
+pub use stdio::Partial;
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
@@ -60,7 +66,10 @@ use crate::store::{Event, Store, StoreError};
 use leash_core::model::{LeaseState, ProcessId};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read};
+#[cfg(test)]
+use std::io::{BufRead, BufReader};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -180,6 +189,37 @@ pub struct Supervised {
     /// reports directory, or nowhere: the wrapper could not write it there (said once in the
     /// log, counted by the `ensure` that started the session).
     report_failed: AtomicBool,
+    /// The daemon's freeze for a handoff (`freeze.rs`).
+    freeze: Arc<Freeze>,
+    /// What the readers leave for a handoff: their pipes and the lines they hold cut.
+    handed: Mutex<HandedIo>,
+    /// The waiter reaped the wrapper and has not ended the session yet: its readers drain the
+    /// pipes to the end instead of stopping for a freeze (the waiter waits for them).
+    settling: AtomicBool,
+}
+
+/// A session's pipes as its reader threads hold them (`-1`: no reader), and the line each
+/// reader's framer held when it stopped for a freeze (indexed by [`Stream`]).
+#[derive(Debug)]
+pub(super) struct HandedIo {
+    fds: [RawFd; 2],
+    partial: [Partial; 2],
+}
+
+impl Default for HandedIo {
+    fn default() -> HandedIo {
+        HandedIo {
+            fds: [-1, -1],
+            partial: Default::default(),
+        }
+    }
+}
+
+/// The wrapper a waiter waits for: spawned by this program, or by the program before an exec
+/// of the same process (a handoff), which this one reaps by its pid.
+pub(super) enum Wrapper {
+    Spawned(Child),
+    Adopted,
 }
 
 struct Inner {

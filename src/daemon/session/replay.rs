@@ -295,6 +295,14 @@ pub enum Batch {
     Evicted { oldest_seq: i64, last_seq: i64 },
 }
 
+/// A replay buffer in a handoff: its items as `(seq, body after the seq, stderr)`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct HandedReplay {
+    pub items: Vec<(i64, String, bool)>,
+    pub evicted_upto: i64,
+    pub last: i64,
+}
+
 /// The buffered items of one session, oldest first, within its [`Limits`]. Seqs only go up:
 /// an item is pushed with a seq above every buffered one.
 #[derive(Debug)]
@@ -337,6 +345,32 @@ impl Replay {
             slowest: None,
             released: false,
         }
+    }
+
+    /// The buffer as a handoff carries it: every item, the highest seq evicted, the last seq.
+    pub(super) fn handed(&self) -> HandedReplay {
+        let items = self
+            .after(self.evicted_upto, usize::MAX)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| (i.seq, i.rest().to_owned(), i.stderr))
+            .collect();
+        HandedReplay {
+            items,
+            evicted_upto: self.evicted_upto,
+            last: self.last,
+        }
+    }
+
+    /// The buffer a handoff carried (no attach registered: clients attach again).
+    pub(super) fn adopt(limits: Limits, h: HandedReplay) -> Replay {
+        let mut r = Replay::new(limits, h.last);
+        for (seq, rest, stderr) in h.items {
+            r.push(Item::single(seq, &rest, stderr));
+        }
+        r.evicted_upto = r.evicted_upto.max(h.evicted_upto);
+        r.last = h.last;
+        r
     }
 
     /// Registers a live attach whose cursor is `cursor`; its token for [`Replay::advance`].

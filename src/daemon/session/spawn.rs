@@ -87,6 +87,8 @@ pub struct SpawnSpec<'a> {
     pub daemon_pid: i32,
     pub default_grace_ms: u64,
     pub limits: Limits,
+    /// The daemon's freeze for a handoff: the session's readers and waiter heed it.
+    pub freeze: &'a Arc<Freeze>,
 }
 
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
@@ -167,8 +169,8 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         source,
     })?;
     let child_pid = child.id() as i32;
-    let stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
+    let stdout = std::fs::File::from(OwnedFd::from(child.stdout.take().expect("piped")));
+    let stderr = std::fs::File::from(OwnedFd::from(child.stderr.take().expect("piped")));
     let inner = Inner::new(spec.limits, last);
     let shown = Arc::new(super::shown::Shown::of(&inner));
     let session = Arc::new(Supervised {
@@ -193,40 +195,88 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         drained: Condvar::new(),
         tracking: AtomicBool::new(false),
         report_failed: AtomicBool::new(false),
+        freeze: spec.freeze.clone(),
+        handed: Mutex::new(HandedIo::default()),
+        settling: AtomicBool::new(false),
     });
     tracing::info!(session = %req.session, pid = child_pid, argv = crate::logvalue::json(&req.argv), "session spawned");
-
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let s = session.clone();
-    std::thread::Builder::new()
-        .name(format!("out:{}", req.session))
-        .stack_size(crate::daemon::stack::SMALL_STACK)
-        .spawn(move || {
-            super::stdio::lower_reader_priority();
-            s.read_stdout(stdout);
-            let _ = done_tx.send(());
-        })
-        .expect("spawn thread");
-    let s = session.clone();
-    std::thread::Builder::new()
-        .name(format!("err:{}", req.session))
-        .stack_size(crate::daemon::stack::SMALL_STACK)
-        .spawn(move || {
-            super::stdio::lower_reader_priority();
-            s.read_stderr(stderr)
-        })
-        .expect("spawn thread");
-    let s = session.clone();
-    let ctl = spec.ctl.clone();
-    std::thread::Builder::new()
-        .name(format!("wait:{}", req.session))
-        .stack_size(WAIT_STACK)
-        .spawn(move || s.supervise(child, done_rx, &ctl))
-        .expect("spawn thread");
+    start_threads(
+        &session,
+        [Some(stdout), Some(stderr)],
+        [Partial::default(), Partial::default()],
+        Some(Wrapper::Spawned(child)),
+        spec.ctl,
+    );
     Ok(session)
 }
 
+/// Starts a session's threads: a reader for each of its open pipes (stdout, stderr; each
+/// reader's framer holding `partial`), and, while its wrapper runs, the waiter.
+pub(super) fn start_threads(
+    session: &Arc<Supervised>,
+    pipes: [Option<std::fs::File>; 2],
+    partial: [Partial; 2],
+    wrapper: Option<Wrapper>,
+    ctl: &Arc<crate::controller::Controller<'static>>,
+) {
+    let [stdout, stderr] = pipes;
+    let [out_partial, err_partial] = partial;
+    let key = &session.key;
+
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    match stdout {
+        Some(stdout) => {
+            let s = session.clone();
+            s.freeze.reader_started();
+            std::thread::Builder::new()
+                .name(format!("out:{key}"))
+                .stack_size(crate::daemon::stack::SMALL_STACK)
+                .spawn(move || {
+                    super::stdio::lower_reader_priority();
+                    s.reader_fd(Stream::Stdout, stdout.as_raw_fd());
+                    s.read_stdout(stdout, LineFramer::restore(MAX_ADAPTER_LINE, out_partial));
+                    s.reader_fd(Stream::Stdout, -1);
+                    s.freeze.reader_ended();
+                    let _ = done_tx.send(());
+                })
+                .expect("spawn thread");
+        }
+        None => {
+            let _ = done_tx.send(());
+        }
+    }
+    if let Some(stderr) = stderr {
+        let s = session.clone();
+        s.freeze.reader_started();
+        std::thread::Builder::new()
+            .name(format!("err:{key}"))
+            .stack_size(crate::daemon::stack::SMALL_STACK)
+            .spawn(move || {
+                super::stdio::lower_reader_priority();
+                s.reader_fd(Stream::Stderr, stderr.as_raw_fd());
+                s.read_stderr(stderr, LineFramer::restore(MAX_STDERR_LINE, err_partial));
+                s.reader_fd(Stream::Stderr, -1);
+                s.freeze.reader_ended();
+            })
+            .expect("spawn thread");
+    }
+    if let Some(wrapper) = wrapper {
+        let s = session.clone();
+        let ctl = ctl.clone();
+        std::thread::Builder::new()
+            .name(format!("wait:{key}"))
+            .stack_size(WAIT_STACK)
+            .spawn(move || s.supervise(wrapper, done_rx, &ctl))
+            .expect("spawn thread");
+    }
+}
+
 impl Supervised {
+    /// The pipe a reader reads (`-1`: it ended), for a handoff.
+    fn reader_fd(&self, stream: Stream, fd: RawFd) {
+        self.handed.lock().unwrap_or_else(|p| p.into_inner()).fds[stream as usize] = fd;
+    }
+
     /// Waits for the lease (committed by `leash exec` before the wrapper runs) and for the
     /// wrapper's report that the adapter started. On failure the reason includes the last lines
     /// the child wrote to stderr.
