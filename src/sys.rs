@@ -412,3 +412,15 @@ pub fn wait_readable_or(fd: BorrowedFd<'_>, latch: &Latch) {
     ];
     let _ = poll(&mut fds, PollTimeout::NONE);
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for both programs of a daemon's handoff (an
+/// `Instant` does not cross an exec).
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec into a live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}

@@ -43,6 +43,11 @@ impl Checkpoints {
         self.due.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Lets a checkpointer run again after [`Checkpoints::stop`] (a handoff that did not happen).
+    pub(super) fn resume(&self) {
+        self.due().stop = false;
+    }
+
     /// Ends the checkpointer's wait (the daemon stops).
     pub(super) fn stop(&self) {
         self.due().stop = true;

@@ -56,6 +56,7 @@ mod reap;
 mod send;
 mod sessions;
 mod status;
+mod upgrade;
 mod verify;
 use attach::AttachRegistry;
 
@@ -409,11 +410,29 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, peer: &Peer, line: &[u8]) {
         request = crate::logvalue::json_line(line),
         "request"
     );
+    // The ops that change something pass the gate a handoff closes (`gate.rs`).
+    let passed = if super::gate::GATED.contains(&op_name) {
+        match d.gate.pass() {
+            Some(p) => Some(p),
+            None => {
+                out.send(&err_line(
+                    &req.id,
+                    Code::ShuttingDown,
+                    "the daemon is handing over to a new program of itself (an upgrade): nothing was done; retry in a moment",
+                    &ErrorData::default(),
+                ));
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let cx = Cx {
         d,
         out,
         peer,
         id: req.id,
+        passed,
     };
     // Long ops (close, reap) are timed where they reply, in off_thread.
     if let Timed::Here = req.op.dispatch(cx) {
@@ -429,6 +448,8 @@ struct Cx<'a> {
     /// Who connected (the `exec` op roots its lease there).
     peer: &'a Peer,
     id: Value,
+    /// The gate passed (for the ops it holds back), until the reply.
+    passed: Option<super::gate::Passed>,
 }
 
 /// Where a request's time is measured for the request metrics.
@@ -455,7 +476,7 @@ impl Cx<'_> {
         T::Reply: 'static,
     {
         let name = T::NAME;
-        let (d, out2, id) = (self.d.clone(), self.out.clone(), self.id);
+        let (d, out2, id, passed) = (self.d.clone(), self.out.clone(), self.id, self.passed);
         let span = tracing::Span::current();
         let spawned = std::thread::Builder::new()
             .name(name.into())
@@ -465,6 +486,7 @@ impl Cx<'_> {
                 let r = f(&d);
                 d.metrics.observe_request(name, started.elapsed());
                 out2.reply(&id, r);
+                drop(passed);
             });
         if let Err(e) = spawned {
             // The closure (and its id) moved into the failed spawn; answer without an id.

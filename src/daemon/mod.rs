@@ -26,20 +26,27 @@
 //! adapters down; the next daemon's startup reap settles their leases.
 
 mod admission;
+mod ask;
 mod checkpoint;
+mod gate;
+mod handoff;
 mod housekeeping;
 mod lock;
 mod peers;
 mod shutdown;
 mod socket;
 pub(crate) mod stack;
+mod start;
 mod startup;
 mod state;
 mod status;
+mod upgrade;
 mod usage;
+pub mod version;
 pub use lock::LockInfo;
 use state::Daemon;
 pub use state::{ServeConfig, ServeError, DEFAULT_ENSURE_WAIT};
+pub use upgrade::print_check as upgrade_check;
 pub mod client;
 mod conn;
 pub mod exec_client;
@@ -55,8 +62,6 @@ mod stdin_pipe;
 pub mod strict_json;
 mod systemd;
 
-use crate::controller::Controller;
-use crate::proc::LiveTable;
 use crate::state::StateRoot;
 use crate::store::Store;
 use serde_json::Value;
@@ -68,110 +73,142 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
-/// Runs the daemon until SIGTERM, SIGINT or SIGHUP; returns after an orderly shutdown. A
-/// checklist, one named step a line, in the order they must run.
+/// Runs the daemon until SIGTERM or SIGINT; returns after an orderly shutdown. SIGHUP (and the
+/// `upgrade` op) hands the daemon over to a new program of itself (`upgrade.rs`), which goes on
+/// serving here, as the same process. A checklist, one named step a line, in the order they
+/// must run.
 pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
-    let socket = socket::requested_path(&root, &cfg)?;
     // Before anything can reach us: once the socket is bound (or the lock names us), a client
     // or a supervisor may send SIGTERM at any moment, and without the handlers its default
     // action would kill the daemon instead of shutting it down (seen: a test's SIGTERM right
     // after the socket appeared ended the daemon by the signal). A signal that arrives during
     // the start-up is kept in the pipe and honoured by the accept loop's first poll.
-    let (signals, wake) = socket::watch_signals()?;
-    let activated = systemd::activated_listener()?;
-    let socket = socket::activated_path(&activated).unwrap_or(socket);
-    let lock = lock::lock_state_root(&root, &socket)?;
-    let metrics_listener = bind_metrics(&mut cfg)?;
-    let metrics = metrics::Metrics::new();
-    // The daemon's one controller, from the start-up reap to the shutdown.
-    let ctl = Controller::open(root.clone(), &LiveTable)?;
-    let startup_reap = startup::startup_reap(&ctl, &cfg, &metrics)?;
-    let mut store = Store::open(&root.db_path())?;
-    let containment = startup::enter_containment(store.gateway_instance_id());
-    startup::hold_gateway_dir(&containment);
-    // Every verb from here on sees the containment the daemon resolved in its leaf.
-    let ctl = Arc::new(ctl.with_resolved_containment(containment.clone()));
-    let resumable = shutdown::take_interrupted(&mut store)?;
-    let listening = socket::listen(&socket, activated)?;
-    let started_at = lock::name_the_daemon(&lock, &socket, listening.listener_pid);
-    let exe = std::env::current_exe().map_err(|source| ServeError::Io {
+    let signals = socket::watch_signals()?;
+    let (start, taken) = match cfg.takeover_fd {
+        Some(fd) => upgrade::take_over(&root, &mut cfg, fd).map(|(s, t)| (s, Some(t)))?,
+        None => (start::start_fresh(&root, &mut cfg)?, None),
+    };
+    let start::Start {
+        state,
+        lock,
+        listening,
+        metrics_listener,
+        resumable,
+    } = start;
+    let daemon = Arc::new(assemble(root, cfg, state, &signals)?);
+    let held = upgrade::Held::of(&lock, &listening, metrics_listener.as_ref());
+    shutdown::announce_resumable(&daemon, resumable);
+    let taken = taken.map(|t| upgrade::adopt_sessions(&daemon, t));
+    serve_metrics(&daemon, metrics_listener);
+    tracing::info!(pid = daemon.me.pid, socket = %daemon.socket.display(), state_dir = %daemon.root.dir().display(), version = %version::version(), "leash serve ready");
+    // Only now: the start-up reap is done and the socket accepts requests.
+    systemd::notify_ready(&systemd::ready_status(&daemon.startup_reap));
+    if let Some(t) = taken {
+        upgrade::taken_over(&daemon, t);
+    }
+    let mut helpers = Helpers::start(&daemon)?;
+    while socket::accept_loop(&daemon, &listening.listener, &signals) == socket::Stop::Upgrade {
+        helpers.stop(&daemon);
+        upgrade::hand_over(&daemon, &held);
+        helpers = Helpers::start(&daemon)?;
+    }
+    systemd::notify_stopping();
+    // New sessions are refused from here on; housekeeping finishes its round (an idle close
+    // in flight completes) before the shutdown closes the rest.
+    daemon.shutting_down.store(true, Ordering::SeqCst);
+    helpers.stop(&daemon);
+    shutdown::shutdown(&daemon);
+    remove_gateway_dir(&daemon);
+    drop(listening.listener);
+    socket::remove_if_ours(&daemon, &daemon.socket, listening.bound);
+    let _ = lock.set_len(0);
+    stopped(&daemon)
+}
+
+/// The daemon's state, from what it started with.
+fn assemble(
+    root: StateRoot,
+    cfg: ServeConfig,
+    s: start::StartState,
+    signals: &socket::Signals,
+) -> Result<Daemon, ServeError> {
+    let io = |source| ServeError::Io {
         path: PathBuf::from("/proc/self/exe"),
         source,
-    })?;
+    };
+    let exe = std::env::current_exe().map_err(io)?;
     let root_db = root.db_path();
-    let daemon = Arc::new(Daemon {
+    Ok(Daemon {
         root_inode: fs::metadata(root.dir()).map(|m| (m.dev(), m.ino())).ok(),
         root,
-        containment,
+        containment: s.containment,
         cfg,
         exe,
         me: crate::proc::self_id(),
-        started_at,
-        socket: socket.clone(),
+        started_at: s.started_at,
+        socket: s.socket,
         sessions: Mutex::new(HashMap::new()),
         admission: admission::Admission::default(),
-        ctl,
-        store: Mutex::new(store),
+        ctl: Arc::new(s.ctl),
+        store: Mutex::new(s.store),
         health_store: Mutex::new(Store::open(&root_db)?),
         session_store: Arc::new(Mutex::new(Store::open(&root_db)?)),
         exec_store: Mutex::new(Store::open(&root_db)?.without_autocheckpoint()?),
         checkpoints: checkpoint::Checkpoints::default(),
         shutting_down: AtomicBool::new(false),
         resumable: Mutex::new(Vec::new()),
-        startup_reap,
-        metrics,
+        startup_reap: s.startup_reap,
+        metrics: s.metrics,
         last_reconcile: Mutex::new(Value::Null),
-        activated: listening.activated,
+        activated: s.activated,
         push: push::Hub::default(),
         peers: peers::PeerConnections::default(),
         accept_failures: peers::RateLog::default(),
         usage: Mutex::new(usage::UsageCache::default()),
-        socket_inode: listening.bound.filter(|_| !listening.activated),
-        wake,
+        socket_inode: s.socket_inode,
+        wake: signals.stop_wake.try_clone().map_err(ServeError::Signals)?,
         headless: AtomicBool::new(false),
         freeze: Arc::new(session::Freeze::new().map_err(ServeError::Signals)?),
-    });
-    shutdown::announce_resumable(&daemon, resumable);
-    serve_metrics(&daemon, metrics_listener);
-    let reconciler = Helper::start(&daemon, "reconcile", reconcile_thread(&daemon));
-    tracing::info!(pid = daemon.me.pid, socket = %socket.display(), state_dir = %daemon.root.dir().display(), "leash serve ready");
-    // Only now: the start-up reap is done and the socket accepts requests.
-    systemd::notify_ready(&systemd::ready_status(&daemon.startup_reap));
-    let housekeeping = Helper::start(&daemon, "housekeeping", Some(housekeeping::run));
-    let checkpointer = {
-        let (d, store) = (daemon.clone(), Store::open(&root_db)?);
-        std::thread::Builder::new()
-            .name("checkpoint".into())
-            .spawn(move || checkpoint::run(&d.checkpoints, store))
-            .expect("spawn thread")
-    };
-    socket::accept_loop(&daemon, &listening.listener, &signals);
-    systemd::notify_stopping();
-    reconciler.stop();
-    // New sessions are refused from here on; housekeeping finishes its round (an idle close
-    // in flight completes) before the shutdown closes the rest.
-    daemon.shutting_down.store(true, Ordering::SeqCst);
-    housekeeping.stop();
-    shutdown::shutdown(&daemon);
-    daemon.checkpoints.stop();
-    let _ = checkpointer.join();
-    remove_gateway_dir(&daemon);
-    drop(listening.listener);
-    socket::remove_if_ours(&daemon, &socket, listening.bound);
-    let _ = lock.set_len(0);
-    stopped(&daemon)
+        gate: Arc::default(),
+        asks: ask::Asks::default(),
+        upgrade_wake: signals
+            .upgrade_wake
+            .try_clone()
+            .map_err(ServeError::Signals)?,
+        program: Mutex::new(s.program),
+    })
 }
 
-/// Binds the `--metrics` address, before the start-up reap so a taken address fails the start
-/// at once. Port 0 picks a free port: `status` reports the one bound.
-fn bind_metrics(cfg: &mut ServeConfig) -> Result<Option<std::net::TcpListener>, ServeError> {
-    let Some(addr) = cfg.metrics else {
-        return Ok(None);
-    };
-    let l =
-        std::net::TcpListener::bind(addr).map_err(|source| ServeError::Metrics { addr, source })?;
-    cfg.metrics = l.local_addr().ok().or(cfg.metrics);
-    Ok(Some(l))
+/// The daemon's helper threads: the reconcile pass, housekeeping, the checkpointer. Stopped for
+/// a handoff (each finishes its round first) and at the shutdown.
+struct Helpers {
+    reconciler: Helper,
+    housekeeping: Helper,
+    checkpointer: std::thread::JoinHandle<()>,
+}
+
+impl Helpers {
+    fn start(d: &Arc<Daemon>) -> Result<Helpers, ServeError> {
+        let store = Store::open(&d.root.db_path())?;
+        d.checkpoints.resume();
+        let c = d.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("checkpoint".into())
+            .spawn(move || checkpoint::run(&c.checkpoints, store))
+            .expect("spawn thread");
+        Ok(Helpers {
+            reconciler: Helper::start(d, "reconcile", reconcile_thread(d)),
+            housekeeping: Helper::start(d, "housekeeping", Some(housekeeping::run)),
+            checkpointer,
+        })
+    }
+
+    fn stop(self, d: &Daemon) {
+        self.reconciler.stop();
+        self.housekeeping.stop();
+        d.checkpoints.stop();
+        let _ = self.checkpointer.join();
+    }
 }
 
 /// Serves the metrics over HTTP on the bound `--metrics` address, if any.

@@ -7,7 +7,7 @@ use super::{conn, systemd};
 use crate::state::StateRoot;
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -134,52 +134,100 @@ pub(super) fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
-/// A socket that becomes readable when SIGTERM, SIGINT or SIGHUP arrives, and a write end that
-/// makes it readable as they do (see [`headless`]).
-pub(super) fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
-    let (read, write) = UnixStream::pair().map_err(ServeError::Signals)?;
-    write.set_nonblocking(true).map_err(ServeError::Signals)?;
-    let wake = write.try_clone().map_err(ServeError::Signals)?;
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
-        let w = write.try_clone().map_err(ServeError::Signals)?;
-        signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?;
-    }
-    Ok((read, wake))
+/// The signals `serve` waits for, each kind as a readable socket with a write end that makes it
+/// readable as the signal does.
+pub(super) struct Signals {
+    /// SIGTERM or SIGINT: shut down.
+    pub(super) stop: UnixStream,
+    /// Makes `stop` readable (the shutdown of a headless daemon, see [`headless`]).
+    pub(super) stop_wake: UnixStream,
+    /// SIGHUP: upgrade (a handoff to the daemon's program, `upgrade.rs`).
+    pub(super) upgrade: UnixStream,
+    /// Makes `upgrade` readable (the `upgrade` op).
+    pub(super) upgrade_wake: UnixStream,
 }
 
-pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
+pub(super) fn watch_signals() -> Result<Signals, ServeError> {
+    let pair = |sigs: &[i32]| -> io::Result<(UnixStream, UnixStream)> {
+        let (read, write) = UnixStream::pair()?;
+        write.set_nonblocking(true)?;
+        read.set_nonblocking(true)?;
+        let wake = write.try_clone()?;
+        for &sig in sigs {
+            signal_hook::low_level::pipe::register(sig, write.try_clone()?)?;
+        }
+        Ok((read, wake))
+    };
+    let (stop, stop_wake) = pair(&[signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(ServeError::Signals)?;
+    let (upgrade, upgrade_wake) =
+        pair(&[signal_hook::consts::SIGHUP]).map_err(ServeError::Signals)?;
+    // Blocked across a handoff's exec (their handlers are installed now): pending, they come
+    // to the handlers from here on.
+    crate::sys::block_stop_signals(false);
+    Ok(Signals {
+        stop,
+        stop_wake,
+        upgrade,
+        upgrade_wake,
+    })
+}
+
+/// Why the accept loop returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// SIGTERM, SIGINT, a headless daemon: shut down.
+    Shutdown,
+    /// SIGHUP or the `upgrade` op: hand over to a new program, then (when that did not
+    /// happen) accept again.
+    Upgrade,
+}
+
+/// Serves connections until a signal (or a wake-up) says to stop, and why.
+pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Signals) -> Stop {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let pool = match Pool::new(listener) {
         Ok(p) => Arc::new(p),
         Err(e) => {
             tracing::error!(error = %e, "cannot set up the connection threads; shutting down");
-            return;
+            return Stop::Shutdown;
         }
     };
     pool.start(d);
-    // The connection threads accept: this thread waits for a termination signal only.
-    loop {
-        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+    // The connection threads accept: this thread waits for a signal only.
+    let stop = loop {
+        let mut fds = [
+            PollFd::new(signals.stop.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.upgrade.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => {
                 tracing::error!(error = %e, "poll failed; shutting down");
-                break;
+                break Stop::Shutdown;
             }
         }
         if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             if !d.headless.load(Ordering::SeqCst) {
                 tracing::info!("termination signal received; shutting down");
             }
-            break;
+            break Stop::Shutdown;
         }
-    }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            drain(&signals.upgrade);
+            break Stop::Upgrade;
+        }
+    };
+    // New connections wait in the listening socket's backlog from here on.
     pool.close();
+    stop
+}
+
+/// Empties a signal socket (the bytes the handler or a wake-up wrote).
+fn drain(s: &UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!((&*s).read(&mut buf), Ok(n) if n > 0) {}
 }
 
 /// How many connection threads wait, idle, for the next connection.

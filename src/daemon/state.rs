@@ -4,6 +4,8 @@
 //! (`mod.rs`) builds them; the other files take them from here, never from `mod.rs`.
 
 use super::admission;
+use super::ask;
+use super::gate;
 use super::checkpoint;
 use super::metrics;
 use super::peers;
@@ -43,6 +45,16 @@ pub struct ServeConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// How long `ensure` watches a new adapter for an early death (see `Supervised::await_early_exit`).
     pub ensure_wait: Duration,
+    /// The program an upgrade execs (default: the path this one was started from).
+    pub upgrade_program: Option<PathBuf>,
+    /// The arguments (after the program's name) an upgrade execs the next program with: this
+    /// program's own, so every option carries over.
+    pub args: Vec<std::ffi::OsString>,
+    /// Take over from the program that handed over, whose handoff is on this descriptor.
+    pub takeover_fd: Option<std::os::fd::RawFd>,
+    /// Set when this program takes over back from a new program that could not: why it could
+    /// not (this program then answers the upgrade with it).
+    pub takeover_failed: Option<String>,
 }
 
 /// `serve --ensure-wait-ms` by default: no wait. An `ensure` answers once the adapter started;
@@ -80,6 +92,8 @@ pub enum ServeError {
     Activation(#[from] systemd::ActivationError),
     #[error("the state directory {0} was removed or replaced while the daemon ran; it closed its sessions and stopped (start leash serve again to serve a new state root there)")]
     StateRootGone(PathBuf),
+    #[error("cannot take over from the previous program: {0}")]
+    Handoff(String),
     #[error("cannot serve metrics on {addr}: {source} (choose another --metrics address)")]
     Metrics {
         addr: std::net::SocketAddr,
@@ -163,6 +177,25 @@ pub(crate) struct Daemon {
     pub(super) headless: AtomicBool,
     /// The freeze of a handoff, heeded by every session's threads (`session/freeze.rs`).
     pub(super) freeze: Arc<session::Freeze>,
+    /// The gate of the ops that change something, closed by a handoff (`gate.rs`).
+    pub(super) gate: Arc<gate::Gate>,
+    /// An upgrade asked for, and the write end that wakes `serve`'s loop for it (as SIGHUP does).
+    pub(super) asks: ask::Asks,
+    pub(super) upgrade_wake: UnixStream,
+    /// What `status` says of this program and of the handoffs (`upgrade.rs`).
+    pub(super) program: Mutex<ProgramInfo>,
+}
+
+/// This program of the daemon: since when it serves, how many handoffs the daemon has done,
+/// how the last one went.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProgramInfo {
+    pub(super) serving_since: i64,
+    pub(super) handoffs: u64,
+    pub(super) last: Option<protocol::LastHandoff>,
+    /// The program an upgrade execs (`--upgrade-program`, else the path this one was started
+    /// from).
+    pub(super) upgrade_program: PathBuf,
 }
 
 impl Daemon {
@@ -272,6 +305,23 @@ impl Daemon {
 pub(super) const MAX_SOCKET_PATH: usize = 107;
 
 impl Daemon {
+    /// Queues an upgrade and wakes `serve`'s loop for it; refused while another is under way.
+    pub(super) fn ask_upgrade(&self, ask: ask::Ask) -> Result<(), String> {
+        if self.is_shutting_down() {
+            return Err("the daemon is shutting down".into());
+        }
+        self.asks
+            .put(ask)
+            .map_err(|_| "an upgrade is already under way".to_string())?;
+        use std::io::Write;
+        let _ = (&self.upgrade_wake).write(&[1]);
+        Ok(())
+    }
+
+    pub(super) fn program(&self) -> MutexGuard<'_, ProgramInfo> {
+        self.program.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The metrics page: the gauges of the present refreshed, then everything encoded.
     pub(super) fn render_metrics(&self) -> String {
         metrics::render(

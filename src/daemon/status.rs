@@ -128,6 +128,7 @@ impl Daemon {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let last = reconcile::last(self);
+        let program = self.program().clone();
         status.daemon = Some(protocol::DaemonStatus {
             busy,
             idle_close_ms: self.cfg.idle_close.map(|d| d.as_millis() as u64),
@@ -146,7 +147,10 @@ impl Daemon {
             socket_activated: self.activated,
             started_at: self.started_at,
             startup_reap: self.startup_reap.clone(),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: super::version::version(),
+            serving_since: program.serving_since,
+            handoffs: program.handoffs,
+            last_handoff: program.last,
         });
         Ok(status)
     }

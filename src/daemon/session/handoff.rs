@@ -132,9 +132,33 @@ impl Supervised {
     }
 }
 
-/// Takes up a session a handoff carried: its pipes (descriptors inherited across the exec),
-/// its state, its readers, and — while its wrapper runs — a waiter for it.
-pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Arc<Supervised>> {
+/// A session taken up from a handoff whose threads have not started yet ([`Adopted::start`]):
+/// until then nothing reads its pipes, so a takeover that fails before loses no byte.
+pub struct Adopted {
+    pub session: Arc<Supervised>,
+    pipes: [Option<std::fs::File>; 2],
+    partial: [Partial; 2],
+    ended: bool,
+}
+
+impl Adopted {
+    /// Starts the session's readers and, while its wrapper runs, its waiter.
+    pub fn start(self, ctl: &Arc<Controller<'static>>) -> Arc<Supervised> {
+        super::spawn::start_threads(
+            &self.session,
+            self.pipes,
+            self.partial,
+            (!self.ended).then_some(Wrapper::Adopted),
+            ctl,
+        );
+        tracing::info!(session = %self.session.key, pid = self.session.child_pid, "session taken over");
+        self.session
+    }
+}
+
+/// Takes up a session a handoff carried: its pipes (descriptors inherited across the exec) and
+/// its state; [`Adopted::start`] starts its threads.
+pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
     let take = |fd: Option<RawFd>| fd.map(crate::sys::adopt_handed_fd).transpose();
     let stdin = take(h.fds.stdin)?;
     let stdout = take(h.fds.stdout)?.map(std::fs::File::from);
@@ -215,13 +239,10 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Arc<Supervise
         settling: AtomicBool::new(false),
     });
     session.find_lease();
-    super::spawn::start_threads(
-        &session,
-        [stdout, stderr],
-        h.partial,
-        (!ended).then_some(Wrapper::Adopted),
-        spec.ctl,
-    );
-    tracing::info!(session = %session.key, pid = session.child_pid, "session taken over");
-    Ok(session)
+    Ok(Adopted {
+        session,
+        pipes: [stdout, stderr],
+        partial: h.partial,
+        ended,
+    })
 }

@@ -42,7 +42,7 @@ mod spawn;
 mod stdio;
 
 pub use freeze::{Freeze, NotFrozen};
-pub use handoff::{adopt, HandedFds, HandedLife, HandedSession};
+pub use handoff::{adopt, Adopted, HandedFds, HandedLife, HandedSession};
 pub use replay::HandedReplay;
 pub use stdio::Partial;
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};

@@ -1,0 +1,136 @@
+//! The handoff's format: what a daemon that execs a new program of itself (`upgrade.rs`) passes
+//! to it in a memfd, as one JSON document, beside the descriptors it keeps open across the exec
+//! (each named here by its number). Versioned: a program reads the formats it lists in
+//! [`FORMATS_READ`] (`leash serve --handoff-check` prints them, and the daemon refuses to exec a
+//! program that does not list its [`FORMAT`]). A field added with a default keeps the format;
+//! anything else is a new format.
+
+use super::protocol::{Resumable, StartupReap};
+use super::session::HandedSession;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::io::{Read, Seek, Write};
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+
+/// The format this program writes.
+pub const FORMAT: u32 = 1;
+
+/// The formats this program reads.
+pub const FORMATS_READ: &[u32] = &[1];
+
+/// What `leash serve --handoff-check` prints (one JSON line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    pub handoff_formats: Vec<u32>,
+    pub version: String,
+}
+
+impl Check {
+    pub fn of_this_program() -> Check {
+        Check {
+            handoff_formats: FORMATS_READ.to_vec(),
+            version: super::version::version(),
+        }
+    }
+}
+
+/// The connection that asked for the upgrade, answered by whichever program serves after it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Requester {
+    pub fd: RawFd,
+    pub id: Value,
+}
+
+/// The daemon's counters, carried so that they keep counting from where they were (the
+/// histograms and the gauges of the present start again).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    pub wrapper_starts: u64,
+    pub report_write_failures: u64,
+    pub escapees_killed: u64,
+    #[serde(default)]
+    pub handoffs: u64,
+    #[serde(default)]
+    pub handoff_failures: u64,
+    /// Labelled counters as `(metric, labels, value)`.
+    #[serde(default)]
+    pub labelled: Vec<(String, Vec<(String, String)>, u64)>,
+}
+
+/// One handoff.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handoff {
+    pub format: u32,
+    /// The version of the program that handed over.
+    pub from_version: String,
+    /// `CLOCK_MONOTONIC` (ns) when the upgrade was asked for: the handoff's duration is
+    /// measured from it to the new program's first answer.
+    pub requested_at_ns: u64,
+    /// When the daemon first started (ms since the epoch), across every handoff.
+    pub started_at: i64,
+    /// Handoffs completed before this one.
+    pub handoffs: u64,
+    /// The path the next upgrade execs by default.
+    pub upgrade_program: PathBuf,
+    /// The lock file's descriptor (the `flock` is on its open file, which the exec keeps).
+    pub lock_fd: RawFd,
+    pub listener_fd: RawFd,
+    pub metrics_fd: Option<RawFd>,
+    /// The program that handed over, open for a fall-back `fexecve`.
+    pub previous_program_fd: RawFd,
+    pub socket: PathBuf,
+    pub activated: bool,
+    pub listener_pid: Option<i32>,
+    pub socket_inode: Option<(u64, u64)>,
+    pub sessions: Vec<HandedSession>,
+    pub resumable: Vec<Resumable>,
+    pub startup_reap: StartupReap,
+    pub last_reconcile: Value,
+    pub counters: Counters,
+    pub requester: Option<Requester>,
+}
+
+impl Handoff {
+    /// Every descriptor the handoff names, to keep open across the exec.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut v = vec![self.lock_fd, self.listener_fd, self.previous_program_fd];
+        v.extend(self.metrics_fd);
+        v.extend(self.requester.as_ref().map(|r| r.fd));
+        for s in &self.sessions {
+            v.extend(s.fds.all());
+        }
+        v
+    }
+
+    /// Writes the handoff to a new memfd, rewound for the reader.
+    pub fn to_memfd(&self) -> std::io::Result<std::fs::File> {
+        let mut f = crate::sys::memfd(c"leash-handoff")?;
+        serde_json::to_writer(&mut f, self)?;
+        f.flush()?;
+        f.rewind()?;
+        Ok(f)
+    }
+
+    /// Reads a handoff from the descriptor it came in (from its start).
+    pub fn read(f: &mut std::fs::File) -> Result<Handoff, String> {
+        f.rewind()
+            .map_err(|e| format!("cannot rewind the handoff: {e}"))?;
+        let mut text = Vec::new();
+        f.read_to_end(&mut text)
+            .map_err(|e| format!("cannot read the handoff: {e}"))?;
+        let v: Value =
+            serde_json::from_slice(&text).map_err(|e| format!("the handoff is not JSON: {e}"))?;
+        let format = v.get("format").and_then(Value::as_u64).unwrap_or(0) as u32;
+        if !FORMATS_READ.contains(&format) {
+            return Err(format!(
+                "handoff format {format} is not one this program reads ({FORMATS_READ:?})"
+            ));
+        }
+        serde_json::from_value(v).map_err(|e| format!("the handoff does not parse: {e}"))
+    }
+}
