@@ -107,11 +107,22 @@ impl Handoff {
         v
     }
 
-    /// Writes the handoff to a new memfd, rewound for the reader.
-    pub fn to_memfd(&self) -> std::io::Result<std::fs::File> {
+    /// Writes the handoff to a new memfd, rewound for the reader: the JSON document's length (a
+    /// little-endian `u64`), the document, then the raw part (the replay buffers' bodies, each
+    /// where its session's `replay.rawAt` says).
+    pub fn to_memfd(&mut self) -> std::io::Result<std::fs::File> {
+        let mut raw = Vec::new();
+        for s in &mut self.sessions {
+            s.replay.raw_at = raw.len() as u64;
+            s.replay.raw_len = s.replay.raw.len() as u64;
+            raw.append(&mut s.replay.raw);
+        }
+        // Encoded in memory first: a writer straight to the file makes a syscall per token.
+        let doc = serde_json::to_vec(self)?;
         let mut f = crate::sys::memfd(c"leash-handoff")?;
-        serde_json::to_writer(&mut f, self)?;
-        f.flush()?;
+        f.write_all(&(doc.len() as u64).to_le_bytes())?;
+        f.write_all(&doc)?;
+        f.write_all(&raw)?;
         f.rewind()?;
         Ok(f)
     }
@@ -120,17 +131,30 @@ impl Handoff {
     pub fn read(f: &mut std::fs::File) -> Result<Handoff, String> {
         f.rewind()
             .map_err(|e| format!("cannot rewind the handoff: {e}"))?;
-        let mut text = Vec::new();
-        f.read_to_end(&mut text)
+        let mut all = Vec::new();
+        f.read_to_end(&mut all)
             .map_err(|e| format!("cannot read the handoff: {e}"))?;
+        let cut = || "the handoff is cut short".to_string();
+        let len = all
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+            .ok_or_else(cut)?;
+        let text = all.get(8..8 + len).ok_or_else(cut)?;
+        let raw = &all[8 + len..];
         let v: Value =
-            serde_json::from_slice(&text).map_err(|e| format!("the handoff is not JSON: {e}"))?;
+            serde_json::from_slice(text).map_err(|e| format!("the handoff is not JSON: {e}"))?;
         let format = v.get("format").and_then(Value::as_u64).unwrap_or(0) as u32;
         if !FORMATS_READ.contains(&format) {
             return Err(format!(
                 "handoff format {format} is not one this program reads ({FORMATS_READ:?})"
             ));
         }
-        serde_json::from_value(v).map_err(|e| format!("the handoff does not parse: {e}"))
+        let mut h: Handoff =
+            serde_json::from_value(v).map_err(|e| format!("the handoff does not parse: {e}"))?;
+        for s in &mut h.sessions {
+            let (at, len) = (s.replay.raw_at as usize, s.replay.raw_len as usize);
+            s.replay.raw = raw.get(at..at + len).ok_or_else(cut)?.to_vec();
+        }
+        Ok(h)
     }
 }

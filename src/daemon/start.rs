@@ -82,7 +82,9 @@ pub(super) fn start_fresh(root: &StateRoot, cfg: &mut ServeConfig) -> Result<Sta
 
 /// Binds the `--metrics` address, before the start-up reap so a taken address fails the start
 /// at once. Port 0 picks a free port: `status` reports the one bound.
-pub(super) fn bind_metrics(cfg: &mut ServeConfig) -> Result<Option<std::net::TcpListener>, ServeError> {
+pub(super) fn bind_metrics(
+    cfg: &mut ServeConfig,
+) -> Result<Option<std::net::TcpListener>, ServeError> {
     let Some(addr) = cfg.metrics else {
         return Ok(None);
     };
@@ -91,7 +93,6 @@ pub(super) fn bind_metrics(cfg: &mut ServeConfig) -> Result<Option<std::net::Tcp
     cfg.metrics = l.local_addr().ok().or(cfg.metrics);
     Ok(Some(l))
 }
-
 
 /// The program an upgrade execs: `--upgrade-program`, else the path this program was started
 /// from (a package upgrade or `cargo install` replaces the file there).

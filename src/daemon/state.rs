@@ -5,8 +5,8 @@
 
 use super::admission;
 use super::ask;
-use super::gate;
 use super::checkpoint;
+use super::gate;
 use super::metrics;
 use super::peers;
 use super::protocol;

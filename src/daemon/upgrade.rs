@@ -22,8 +22,8 @@
 use super::handoff::{self, Check, Handoff, Requester};
 use super::protocol::{self, LastHandoff, Upgraded};
 use super::session::{self, HandedSession, SpawnSpec};
-use super::state::{Daemon, ServeConfig, ServeError};
 use super::start::{Start, StartState};
+use super::state::{Daemon, ServeConfig, ServeError};
 use super::{socket, startup};
 use crate::controller::Controller;
 use crate::proc::LiveTable;
@@ -44,6 +44,10 @@ const QUIESCE: Duration = Duration::from_secs(10);
 
 /// How long the sessions' readers get to stop (each stops after its current read).
 const FREEZE: Duration = Duration::from_secs(5);
+
+/// How long a new program holds each session's output for the clients attached before the
+/// handoff to attach again (a client that attaches ends the hold of its session at once).
+const REATTACH_HOLD: Duration = Duration::from_secs(10);
 
 /// How long the new program gets to answer `--handoff-check`.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -138,11 +142,16 @@ fn try_hand_over(
     program: &Path,
     ask: &super::ask::Ask,
 ) -> Result<std::convert::Infallible, String> {
+    let begun = Instant::now();
     let check = preflight(program)?;
-    tracing::info!(program = %program.display(), version = %check.version, "upgrade: the new program reads this handoff format");
+    tracing::info!(program = %program.display(), version = %check.version, ms = begun.elapsed().as_secs_f64() * 1e3, "upgrade: the new program reads this handoff format");
     d.gate.close(QUIESCE).map_err(|n| {
         format!("{n} requests still in flight after {QUIESCE:?} (a long close or send); try again")
     })?;
+    tracing::info!(
+        ms = begun.elapsed().as_secs_f64() * 1e3,
+        "upgrade: requests quiesced"
+    );
     let frozen = d
         .freeze
         .freeze(FREEZE)
@@ -151,6 +160,10 @@ fn try_hand_over(
         d.gate.open();
         return Err(e);
     }
+    tracing::info!(
+        ms = begun.elapsed().as_secs_f64() * 1e3,
+        "upgrade: sessions frozen"
+    );
     let result = write_and_exec(d, held, program, ask);
     d.freeze.thaw();
     d.gate.open();
@@ -174,7 +187,7 @@ fn write_and_exec(
     let previous = File::open("/proc/self/exe")
         .map_err(|e| format!("cannot open this program (/proc/self/exe) to keep it: {e}"))?;
     let info = d.program().clone();
-    let h = Handoff {
+    let mut h = Handoff {
         format: handoff::FORMAT,
         from_version: super::version::version(),
         requested_at_ns: ask.at_ns,
@@ -210,6 +223,10 @@ fn write_and_exec(
     let memfd = h
         .to_memfd()
         .map_err(|e| format!("cannot write the handoff: {e}"))?;
+    tracing::info!(
+        bytes = memfd.metadata().map(|m| m.len()).unwrap_or(0),
+        "upgrade: handoff written"
+    );
     let mut kept = h.fds();
     kept.push(memfd.as_raw_fd());
     let args = next_args(&d.cfg.args, memfd.as_raw_fd(), None);
@@ -399,7 +416,9 @@ fn fall_back(plan: &Fallback, why: &str) -> ! {
         );
         std::process::exit(70);
     }
-    tracing::error!("the new program cannot take over ({why}); handing back to the previous program");
+    tracing::error!(
+        "the new program cannot take over ({why}); handing back to the previous program"
+    );
     let _ = nix::unistd::lseek(plan.memfd_fd, 0, nix::unistd::Whence::SeekSet);
     let mut fds = plan.fds.clone();
     fds.extend([plan.memfd_fd, plan.previous_fd]);
@@ -449,10 +468,15 @@ pub(super) fn take_over(
             panic!("{ENV_TEST_TAKEOVER_PANIC} names this program's build marker {ours}");
         }
     }
-    let take = |fd: RawFd| crate::sys::adopt_handed_fd(fd).unwrap_or_else(|e| fail(format!("descriptor {fd}: {e}")));
+    let take = |fd: RawFd| {
+        crate::sys::adopt_handed_fd(fd).unwrap_or_else(|e| fail(format!("descriptor {fd}: {e}")))
+    };
     let previous = take(h.previous_program_fd);
-    let lock = nix::fcntl::Flock::lock(File::from(take(h.lock_fd)), nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .unwrap_or_else(|(_, e)| fail(format!("the lock file's flock: {e}")));
+    let lock = nix::fcntl::Flock::lock(
+        File::from(take(h.lock_fd)),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .unwrap_or_else(|(_, e)| fail(format!("the lock file's flock: {e}")));
     let listener = UnixListener::from(take(h.listener_fd));
     let metrics_listener = h.metrics_fd.map(|fd| std::net::TcpListener::from(take(fd)));
     if let Some(l) = &metrics_listener {
@@ -469,7 +493,10 @@ pub(super) fn take_over(
         serving_since: crate::lease::now_ms(),
         handoffs: h.handoffs,
         last: None,
-        upgrade_program: cfg.upgrade_program.clone().unwrap_or(h.upgrade_program.clone()),
+        upgrade_program: cfg
+            .upgrade_program
+            .clone()
+            .unwrap_or(h.upgrade_program.clone()),
     };
     let start = Start {
         state: StartState {
@@ -600,6 +627,16 @@ pub(super) fn taken_over(d: &Daemon, t: Taken) {
     if let Some(r) = &t.requester {
         answer_requester(r, answer);
     }
+    let sessions = d.all_sessions();
+    let _ = std::thread::Builder::new()
+        .name("reattach-hold".into())
+        .stack_size(super::stack::SMALL_STACK)
+        .spawn(move || {
+            std::thread::sleep(REATTACH_HOLD);
+            for s in sessions {
+                s.release_handoff_hold();
+            }
+        });
     drop(t.previous);
     drop(t.memfd);
 }

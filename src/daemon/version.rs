@@ -12,7 +12,8 @@ pub const MARKER_PREFIX: &[u8] = b"LEASH-BUILD-MARKER:";
 pub const MARKER_LEN: usize = 32;
 
 #[used]
-static MARKER: [u8; 19 + MARKER_LEN] = *b"LEASH-BUILD-MARKER:\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+static MARKER: [u8; 19 + MARKER_LEN] =
+    *b"LEASH-BUILD-MARKER:\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
 
 /// The build marker, if one was set (printable ASCII up to the first NUL).
 pub fn marker() -> Option<String> {

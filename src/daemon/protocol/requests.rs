@@ -6,8 +6,7 @@
 use super::{
     bad, check_key, check_ms, check_since, fields_of, no_nul, one_target, Attached, Cancelled,
     Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, SessionsAnswer, Status,
-    Upgraded,
-    Welcome,
+    Upgraded, Welcome,
 };
 use crate::controller::sessions::Sent;
 use crate::controller::verify::VerifyReport;

@@ -156,6 +156,15 @@ impl Adopted {
     }
 }
 
+impl Supervised {
+    /// Lets go of the cursor a handoff held for the clients attached before it (see
+    /// [`Replay::release_hold`]).
+    pub fn release_handoff_hold(&self) {
+        self.lock().replay.release_hold();
+        self.drained.notify_all();
+    }
+}
+
 /// Takes up a session a handoff carried: its pipes (descriptors inherited across the exec) and
 /// its state; [`Adopted::start`] starts its threads.
 pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
@@ -167,7 +176,7 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
         .last_seq(&h.key)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let mut inner = Inner::new(spec.limits, last);
-    inner.replay = Replay::adopt(spec.limits, h.replay);
+    inner.replay = Replay::adopt(spec.limits, h.replay).map_err(io::Error::other)?;
     inner.seqs = Seqs::adopt(last.max(inner.replay.last_seq()), h.last_synced);
     inner.life = match h.life {
         HandedLife::Running => Life::Running,
@@ -190,11 +199,7 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
         inner.replay.release(true);
     }
     inner.pending = h.pending;
-    inner.opening = h
-        .opening
-        .into_iter()
-        .map(|(k, a, s)| (k, (a, s)))
-        .collect();
+    inner.opening = h.opening.into_iter().map(|(k, a, s)| (k, (a, s))).collect();
     for id in h.acp_sessions {
         let setup = h.acp_setup.get(&id).cloned();
         inner.note_acp_session(id, setup);

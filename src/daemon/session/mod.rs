@@ -41,18 +41,18 @@ mod shown;
 mod spawn;
 mod stdio;
 
+pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
 pub use freeze::{Freeze, NotFrozen};
 pub use handoff::{adopt, Adopted, HandedFds, HandedLife, HandedSession};
-pub use replay::HandedReplay;
-pub use stdio::Partial;
-pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
+pub use replay::HandedReplay;
 use replay::Replay;
 pub use replay::{line_prefix, Batch, Item, LineHead, Run, Slot};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
+pub use stdio::Partial;
 use stdio::*;
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef};
@@ -66,9 +66,9 @@ use crate::store::{Event, Store, StoreError};
 use leash_core::model::{LeaseState, ProcessId};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io::{self, Read};
 #[cfg(test)]
 use std::io::{BufRead, BufReader};
-use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
