@@ -612,14 +612,17 @@ pub(super) fn taken_over(d: &Daemon, t: Taken) {
                 "the new program could not take over ({why}); {to} took the daemon back and serves on, every session with it"
             );
             tracing::error!("upgrade: {message}");
-            d.program().last = Some(LastHandoff {
+            let mut p = d.program();
+            let program = p.upgrade_program.display().to_string();
+            p.last = Some(LastHandoff {
                 at: crate::lease::now_ms(),
                 from: t.from_version.clone(),
-                to: d.program().upgrade_program.display().to_string(),
+                to: program,
                 ok: false,
                 error: Some(why.clone()),
                 duration_ms: Some(ms),
             });
+            drop(p);
             d.metrics.handoff_failures.inc();
             Err(message)
         }
