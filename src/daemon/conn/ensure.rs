@@ -2,7 +2,7 @@
 //! ensure of a key at a time (`admission`), a stored spec for `ensure {session}`, and after a
 //! start the early-exit watch and the stored spec.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::session::Supervised;
 use crate::daemon::spec;
 

@@ -1,6 +1,6 @@
 //! `hello`: version, features and ops, and the subscription to lifecycle pushes.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::protocol::{Resumable, Welcome, OPS, PROTOCOL_VERSION};
 use crate::daemon::spec;
 

@@ -1,6 +1,6 @@
 //! `metrics`: the OpenMetrics text, as `--metrics` serves it over HTTP.
 
-use super::*;
+use super::cx::*;
 
 impl Handles<MetricsRequest> for Cx<'_> {
     type Done = Timed;

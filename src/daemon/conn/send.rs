@@ -1,6 +1,6 @@
 //! `send`: one line to the adapter's stdin.
 
-use super::*;
+use super::cx::*;
 use crate::controller::sessions::Sent;
 use crate::daemon::stdin_pipe::PipeError;
 

@@ -2,7 +2,7 @@
 //! from whichever program serves after it: the new one, on this connection's descriptor (kept
 //! across the exec), or this one when the handoff is refused or undone.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::ask::{Ask, Refuse};
 use crate::daemon::protocol::{UpgradeRequest, Upgraded};
 use std::os::fd::AsRawFd;

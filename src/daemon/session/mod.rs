@@ -31,7 +31,6 @@
 
 mod busy;
 mod freeze;
-mod handoff;
 mod handshake;
 mod phase;
 mod replay;
@@ -43,7 +42,6 @@ mod stdio;
 
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
 pub use freeze::{Freeze, NotFrozen};
-pub use handoff::{adopt, Adopted, HandedFds, HandedLife, HandedSession};
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
 pub use replay::HandedReplay;
@@ -51,6 +49,7 @@ use replay::Replay;
 pub use replay::{line_prefix, Batch, Item, LineHead, Run, Slot};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
+pub use spawn::{adopt, Adopted, HandedFds, HandedLife, HandedSession};
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
 pub use stdio::Partial;
 use stdio::*;
