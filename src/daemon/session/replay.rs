@@ -826,6 +826,45 @@ mod tests {
     /// The first item after a cursor, found from the seqs' arithmetic, is the binary search's
     /// answer for every cursor: consecutive seqs, gaps (a skipped seq block, events), a buffer
     /// whose oldest items were evicted, an empty one, cursors below, inside and above it.
+    /// A buffer written out for a handoff and taken up again holds the same items (seqs,
+    /// bodies, stderr flags, gaps between runs), the same bounds and last seq, and holds the
+    /// slowest attach's cursor until a client attaches again.
+    #[test]
+    fn a_handed_buffer_comes_back_whole_and_holds_the_attach_cursor() {
+        let limits = Limits {
+            lines: 1000,
+            bytes: 1 << 20,
+        };
+        let mut r = Replay::new(limits, 0);
+        for seq in (1..=5).chain(9..=12) {
+            r.push(Item::single(
+                seq,
+                &format!(",\"type\":\"output\",\"line\":\"l{seq} ü\""),
+                seq == 10,
+            ));
+        }
+        let token = r.join(3);
+        let h = r.handed();
+        assert_eq!(h.runs, vec![(1, 5), (9, 4)]);
+        assert_eq!(h.stderr, vec![10]);
+        assert_eq!(h.held_cursor, Some(3));
+        let mut back = Replay::adopt(limits, h).unwrap();
+        let before = r.after(0, usize::MAX).unwrap();
+        let after = back.after(0, usize::MAX).unwrap();
+        assert_eq!(seqs(&after), seqs(&before));
+        for (a, b) in after.iter().zip(&before) {
+            assert_eq!((a.rest(), a.stderr), (b.rest(), b.stderr));
+        }
+        assert_eq!(back.last_seq(), 12);
+        assert!(back.governed(), "the attach's cursor is held");
+        back.join(12);
+        assert!(
+            back.hold.is_none(),
+            "a client that attaches again ends the hold"
+        );
+        r.leave(token);
+    }
+
     #[test]
     fn the_item_after_a_cursor_is_found_through_gaps_and_evictions() {
         for (limit, gaps) in [
