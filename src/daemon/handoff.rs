@@ -127,6 +127,17 @@ impl Handoff {
         Ok(f)
     }
 
+    /// The previous program's descriptor, read from a handoff that does not parse as a whole
+    /// (the one field a takeover that fails needs to hand back).
+    pub fn previous_program_fd(f: &mut std::fs::File) -> Option<RawFd> {
+        f.rewind().ok()?;
+        let mut all = Vec::new();
+        f.read_to_end(&mut all).ok()?;
+        let len = u64::from_le_bytes(all.get(..8)?.try_into().ok()?) as usize;
+        let v: Value = serde_json::from_slice(all.get(8..8 + len)?).ok()?;
+        RawFd::try_from(v.get("previousProgramFd")?.as_i64()?).ok()
+    }
+
     /// Reads a handoff from the descriptor it came in (from its start).
     pub fn read(f: &mut std::fs::File) -> Result<Handoff, String> {
         f.rewind()

@@ -143,7 +143,7 @@ fn try_hand_over(
     ask: &super::ask::Ask,
 ) -> Result<std::convert::Infallible, String> {
     let begun = Instant::now();
-    let check = preflight(program)?;
+    let check = preflight(program, d.root.dir())?;
     tracing::info!(program = %program.display(), version = %check.version, ms = begun.elapsed().as_secs_f64() * 1e3, "upgrade: the new program reads this handoff format");
     d.gate.close(QUIESCE).map_err(|n| {
         format!("{n} requests still in flight after {QUIESCE:?} (a long close or send); try again")
@@ -317,9 +317,9 @@ fn next_args(args: &[OsString], fd: RawFd, failed: Option<&str>) -> Vec<OsString
     out
 }
 
-/// Runs `program --handoff-check` and reads its answer: the handoff formats it reads. Refused
+/// Runs `program serve --handoff-check` and reads its answer: the handoff formats it reads. Refused
 /// when it is missing, not executable, fails, takes too long or does not read ours.
-fn preflight(program: &Path) -> Result<Check, String> {
+fn preflight(program: &Path, state_dir: &Path) -> Result<Check, String> {
     use std::os::unix::fs::PermissionsExt;
     let shown = program.display();
     let meta = std::fs::metadata(program)
@@ -327,7 +327,10 @@ fn preflight(program: &Path) -> Result<Check, String> {
     if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
         return Err(format!("the new program {shown} is not an executable file"));
     }
+    // On this daemon's state root, which exists: a `serve` without one would make the default.
     let mut child = std::process::Command::new(program)
+        .arg("--state-dir")
+        .arg(state_dir)
         .args(["serve", "--handoff-check"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -385,6 +388,8 @@ fn preflight(program: &Path) -> Result<Check, String> {
 /// What a takeover carries past the start-up, to [`adopt_sessions`] and [`taken_over`].
 pub(super) struct Taken {
     sessions: Vec<HandedSession>,
+    /// How many sessions were taken over.
+    count: usize,
     requester: Option<Requester>,
     from_version: String,
     requested_at_ns: u64,
@@ -443,8 +448,26 @@ pub(super) fn take_over(
     let handed = crate::sys::adopt_handed_fd(fd)
         .map_err(|e| ServeError::Handoff(format!("descriptor {fd}: {e}")))?;
     let mut memfd = File::from(handed);
-    // Nothing is adopted yet: a handoff that cannot be read cannot be handed back either.
-    let h = Handoff::read(&mut memfd).map_err(ServeError::Handoff)?;
+    let h = match Handoff::read(&mut memfd) {
+        Ok(h) => h,
+        Err(why) => {
+            // Nothing is adopted yet: every descriptor the handoff names is still open and kept
+            // across an exec, so the previous program can take it all back if it can be found.
+            let previous = Handoff::previous_program_fd(&mut memfd).ok_or_else(|| {
+                ServeError::Handoff(format!("{why}; the previous program's descriptor is not in it either"))
+            })?;
+            fall_back(
+                &Fallback {
+                    previous_fd: previous,
+                    memfd_fd: memfd.as_raw_fd(),
+                    fds: Vec::new(),
+                    args: cfg.args.clone(),
+                    is_fallback: cfg.takeover_failed.is_some(),
+                },
+                &why,
+            );
+        }
+    };
     let fallback = Arc::new(Fallback {
         previous_fd: h.previous_program_fd,
         memfd_fd: memfd.as_raw_fd(),
@@ -525,6 +548,7 @@ pub(super) fn take_over(
         start,
         Taken {
             sessions: h.sessions,
+            count: 0,
             requester: h.requester,
             from_version: h.from_version,
             requested_at_ns: h.requested_at_ns,
@@ -540,7 +564,7 @@ pub(super) fn take_over(
 
 /// Adopts the handed sessions into the daemon, then — the last step that can still hand back —
 /// gives the panic hook back and starts their threads.
-pub(super) fn adopt_sessions(d: &Arc<Daemon>, t: Taken) -> Taken {
+pub(super) fn adopt_sessions(d: &Arc<Daemon>, mut t: Taken) -> Taken {
     let spec = SpawnSpec {
         root: &d.root,
         store: &d.session_store,
@@ -551,8 +575,10 @@ pub(super) fn adopt_sessions(d: &Arc<Daemon>, t: Taken) -> Taken {
         limits: d.cfg.replay,
         freeze: &d.freeze,
     };
-    let mut adopted = Vec::with_capacity(t.sessions.len());
-    for h in t.sessions.iter().cloned() {
+    let handed = std::mem::take(&mut t.sessions);
+    t.count = handed.len();
+    let mut adopted = Vec::with_capacity(handed.len());
+    for h in handed {
         let key = h.key.clone();
         match session::adopt(&spec, h) {
             Ok(a) => adopted.push(a),
@@ -580,7 +606,7 @@ pub(super) fn adopt_sessions(d: &Arc<Daemon>, t: Taken) -> Taken {
 pub(super) fn taken_over(d: &Daemon, t: Taken) {
     let ms = crate::sys::monotonic_ns().saturating_sub(t.requested_at_ns) as f64 / 1e6;
     let to = super::version::version();
-    let n = t.sessions.len();
+    let n = t.count;
     let answer: Result<Upgraded, String> = match &t.failed {
         None => {
             let handoffs = {
