@@ -370,6 +370,7 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
                 "daemon",
                 "relay",
                 "execfloor",
+                "upgrade",
             ]
             .contains(&s.as_str())
             {

@@ -58,8 +58,11 @@ pub struct Counters {
     pub handoff_failures: u64,
     /// Labelled counters as `(metric, labels, value)`.
     #[serde(default)]
-    pub labelled: Vec<(String, Vec<(String, String)>, u64)>,
+    pub labelled: Vec<(String, Labels, u64)>,
 }
+
+/// A series' labels, `(name, value)` each.
+pub type Labels = Vec<(String, String)>;
 
 /// One handoff.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,7 +113,7 @@ impl Handoff {
     /// Writes the handoff to a new memfd, rewound for the reader: the JSON document's length (a
     /// little-endian `u64`), the document, then the raw part (the replay buffers' bodies, each
     /// where its session's `replay.rawAt` says).
-    pub fn to_memfd(&mut self) -> std::io::Result<std::fs::File> {
+    pub fn write_memfd(&mut self) -> std::io::Result<std::fs::File> {
         let mut raw = Vec::new();
         for s in &mut self.sessions {
             s.replay.raw_at = raw.len() as u64;

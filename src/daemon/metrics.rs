@@ -728,7 +728,7 @@ const LABELLED_COUNTERS: &[&str] = &[
 
 /// One series of the text exposition: `name{k="v",…} value` (label values without quotes or
 /// commas, as this daemon's are).
-fn parse_series(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+fn parse_series(line: &str) -> Option<(&str, super::handoff::Labels, f64)> {
     if line.starts_with('#') {
         return None;
     }

@@ -221,7 +221,7 @@ fn write_and_exec(
         }),
     };
     let memfd = h
-        .to_memfd()
+        .write_memfd()
         .map_err(|e| format!("cannot write the handoff: {e}"))?;
     tracing::info!(
         bytes = memfd.metadata().map(|m| m.len()).unwrap_or(0),
@@ -454,7 +454,9 @@ pub(super) fn take_over(
             // Nothing is adopted yet: every descriptor the handoff names is still open and kept
             // across an exec, so the previous program can take it all back if it can be found.
             let previous = Handoff::previous_program_fd(&mut memfd).ok_or_else(|| {
-                ServeError::Handoff(format!("{why}; the previous program's descriptor is not in it either"))
+                ServeError::Handoff(format!(
+                    "{why}; the previous program's descriptor is not in it either"
+                ))
             })?;
             fall_back(
                 &Fallback {

@@ -321,10 +321,13 @@ pub struct HandedReplay {
     pub raw: Vec<u8>,
 }
 
+/// A handed item: its seq, the range of its body in the shared text, whether it is stderr.
+type HandedItem = (i64, std::ops::Range<usize>, bool);
+
 impl HandedReplay {
     /// The items, from the runs and the raw part: `(seq, body, stderr)`, the bodies ranges of one
     /// shared text.
-    fn items(&self) -> Result<(Arc<str>, Vec<(i64, std::ops::Range<usize>, bool)>), String> {
+    fn items(&self) -> Result<(Arc<str>, Vec<HandedItem>), String> {
         let n: usize = self.runs.iter().map(|r| r.1 as usize).sum();
         let lens_end = n
             .checked_mul(4)
