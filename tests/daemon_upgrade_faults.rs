@@ -52,12 +52,20 @@ fn refused(
         assert!(message.contains(w), "{message:?} should say {w:?}");
     }
 
+    if !execs {
+        // `leash serve --upgrade` says the same and exits non-zero.
+        let out = leash(&state).args(["serve", "--upgrade"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why[0]), "{err:?} should say {:?}", why[0]);
+    }
     let mut c = daemon.connect();
     let d = daemon_status(&mut c);
     assert_eq!(d["pid"], daemon.pid.pid, "the same daemon");
     assert_eq!(d["version"], version(None), "the program of before serves");
     assert_eq!(d["handoffs"], 0);
     assert_eq!(d["lastHandoff"]["ok"], false, "{d}");
+    assert!(d["servingSince"].as_i64() > Some(0), "{d}");
     assert!(d["lastHandoff"]["error"].is_string(), "{d}");
     assert_eq!(
         sessions(&mut c),
