@@ -343,9 +343,14 @@ fn preflight(program: &Path, state_dir: &Path) -> Result<Check, String> {
             Ok(Some(s)) => break s,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             Ok(None) => {
-                // Our own child, which we started just now and have not reaped.
-                let _ = child.kill();
-                let _ = child.wait();
+                // Not signalled (leash signals only what a lease proves): refused, and reaped
+                // whenever it ends.
+                let _ = std::thread::Builder::new()
+                    .name("handoff-check".into())
+                    .stack_size(super::stack::SMALL_STACK)
+                    .spawn(move || {
+                        let _ = child.wait();
+                    });
                 return Err(format!(
                     "the new program {shown} did not answer --handoff-check within {CHECK_TIMEOUT:?}"
                 ));
