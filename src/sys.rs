@@ -303,3 +303,124 @@ impl Latch {
         self.fd.as_fd()
     }
 }
+
+/// Lets `fd` survive `execve` (clears `FD_CLOEXEC`): the daemon's handoff keeps its listening
+/// socket, its lock and its sessions' pipes open across the exec of the new program.
+pub fn keep_across_exec(fd: RawFd, keep: bool) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let flags = if keep {
+        FdFlag::empty()
+    } else {
+        FdFlag::FD_CLOEXEC
+    };
+    fcntl(fd, FcntlArg::F_SETFD(flags))
+        .map(drop)
+        .map_err(io::Error::from)
+}
+
+/// An anonymous memory file (`memfd_create(2)`), close-on-exec: the handoff's state is written
+/// here and read back by the program the daemon execs.
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::fs::File> {
+    // SAFETY: `name` is a valid NUL-terminated string; the returned fd is new and ours alone.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nothing else.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Takes ownership of a descriptor named by a handoff this process was exec'd with. Call it
+/// once per such descriptor: whatever owns it closes it.
+pub fn adopt_handed_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    fcntl(fd, FcntlArg::F_GETFD).map_err(io::Error::from)?;
+    // SAFETY: the descriptor is open (checked just above) and was kept across exec for this
+    // process alone; the handoff names each one once (see above).
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    keep_across_exec(owned.as_raw_fd(), false)?;
+    Ok(owned)
+}
+
+/// Waits until child `pid` has exited without reaping it (`waitid(WEXITED | WNOWAIT)`): the
+/// zombie stays, so that a daemon handing over before it reaps leaves the exit to its successor.
+pub fn wait_exited_unreaped(pid: i32) -> io::Result<()> {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    loop {
+        match waitid(
+            Id::Pid(nix::unistd::Pid::from_raw(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reaps child `pid` (`waitpid`), with its status as `std` reports it: for a child this process
+/// did not spawn itself (one a previous program of the same pid spawned before an exec).
+pub fn reap(pid: i32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a live local the kernel writes an int into.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Blocks or unblocks the termination and reload signals for the calling thread: blocked over an
+/// `execve`, they stay pending (the mask survives the exec) until the new program has its
+/// handlers, instead of their default action ending the daemon in between.
+pub fn block_stop_signals(block: bool) {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(s);
+    }
+    let how = if block {
+        SigmaskHow::SIG_BLOCK
+    } else {
+        SigmaskHow::SIG_UNBLOCK
+    };
+    let _ = pthread_sigmask(how, Some(&set), None);
+}
+
+impl Latch {
+    /// Makes the latch unreadable again (the eventfd's counter read back to zero).
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live local; non-blocking, so an unset latch
+        // returns EAGAIN at once.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+/// Waits until `fd` is readable (or hung up) or `latch` is set; EINTR is a wake-up too.
+pub fn wait_readable_or(fd: BorrowedFd<'_>, latch: &Latch) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [
+        PollFd::new(fd, PollFlags::POLLIN),
+        PollFd::new(latch.as_fd(), PollFlags::POLLIN),
+    ];
+    let _ = poll(&mut fds, PollTimeout::NONE);
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for both programs of a daemon's handoff (an
+/// `Instant` does not cross an exec).
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec into a live local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}

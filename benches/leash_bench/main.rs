@@ -13,7 +13,7 @@
 //! 2,000 extra processes), `scale` (closing 500 trees, reaping 10,000 stale leases, lease commits
 //! per second), `containment` (a cgroup per session: exec with and without, close of 500 trees
 //! with cgroup.kill against signals per pid, `leash ps` over 200 sessions; as root with cgroup2), `mcp` (`leash mcp` exec → `initialize` answered), `hostscale` (exec with a reused key, close of
-//! one session and reap, quiet and with 500 / 2,000 / 10,000 unrelated processes), `hostreap` (reap of 100 contained leases, quiet and with 10,000 unrelated processes, against the host-wide pass; as root with cgroup2), `daemon` (`status` p99 under load against `ping`, memory per idle session; quiet and with 2,000 extra processes), `relay` (one session's output through the daemon against a pipe, every round and its ratio; quiet and with 2,000 extra processes), `execfloor` (`leash exec -- /bin/true`, lease committed and cgroup made, against the bare `leash-wrap -- /bin/true` and beside a floor server of the bench's own, quiet and with 2,000 unrelated processes). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
+//! one session and reap, quiet and with 500 / 2,000 / 10,000 unrelated processes), `hostreap` (reap of 100 contained leases, quiet and with 10,000 unrelated processes, against the host-wide pass; as root with cgroup2), `daemon` (`status` p99 under load against `ping`, memory per idle session; quiet and with 2,000 extra processes), `relay` (one session's output through the daemon against a pipe, every round and its ratio; quiet and with 2,000 extra processes), `execfloor` (`leash exec -- /bin/true`, lease committed and cgroup made, against the bare `leash-wrap -- /bin/true` and beside a floor server of the bench's own, quiet and with 2,000 unrelated processes), `upgrade` (a live upgrade of `leash serve` with 100 idle sessions, request to the new program's answer). `--quick` shrinks every loop for a smoke run; its numbers are not for quoting.
 //! `--rounds N` sets the number of rounds of the sections that repeat; `--extra-wrapper NAME=PATH`
 //! measures another wrapper build next to leash-wrap (see `bench/wrapper-variant.sh`);
 //! `LEASH_BENCH_TRACE=FILE` writes the library's tracing events with timestamps to FILE.
@@ -39,6 +39,7 @@ mod proctable;
 mod scale;
 mod spawn;
 mod stats;
+mod upgrade;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -198,7 +199,7 @@ fn main() {
             eprintln!("leash-bench: {msg}");
             eprintln!(
                 "usage: cargo bench -- [--quick] [--rounds N] \
-                 [--only spawn,footprint,pdeath,proctable,scale,containment,mcp,hostscale,hostreap,daemon,relay,execfloor] [--extra-wrapper NAME=PATH]..."
+                 [--only spawn,footprint,pdeath,proctable,scale,containment,mcp,hostscale,hostreap,daemon,relay,execfloor,upgrade] [--extra-wrapper NAME=PATH]..."
             );
             std::process::exit(2);
         }
@@ -221,7 +222,7 @@ fn main() {
     std::env::set_var("LEASH_CONTAINMENT", "off");
     std::env::remove_var("LEASH_CGROUP_ROOT");
     let reports = BenchReports::start();
-    let sections: [(&str, Section); 12] = [
+    let sections: [(&str, Section); 13] = [
         ("spawn", spawn::run),
         ("footprint", footprint::run),
         ("pdeath", pdeath::run),
@@ -234,6 +235,7 @@ fn main() {
         ("daemon", daemon::run),
         ("relay", daemon::relay),
         ("execfloor", execfloor::run),
+        ("upgrade", upgrade::run),
     ];
     let mut failed = false;
     for (name, run) in sections {
@@ -368,6 +370,7 @@ fn parse_args(args: &[OsString]) -> Result<Config, String> {
                 "daemon",
                 "relay",
                 "execfloor",
+                "upgrade",
             ]
             .contains(&s.as_str())
             {

@@ -6,7 +6,9 @@
 //! writer (`PASSIVE`, [`Store::checkpoint_if_due`]). The daemon's other connections keep their
 //! automatic checkpoint; the WAL is truncated when the last connection closes, as before.
 
-use super::*;
+use crate::store::Store;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
 
 /// Commits between two nudges: with ≈ 12 frames a commit, the bound of 128 frames is crossed
 /// about every second nudge.
@@ -41,6 +43,11 @@ impl Checkpoints {
         self.due.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Lets a checkpointer run again after [`Checkpoints::stop`] (a handoff that did not happen).
+    pub(super) fn resume(&self) {
+        self.due().stop = false;
+    }
+
     /// Ends the checkpointer's wait (the daemon stops).
     pub(super) fn stop(&self) {
         self.due().stop = true;
@@ -49,13 +56,12 @@ impl Checkpoints {
 }
 
 /// The checkpointer thread: a connection of its own (`store`), a checkpoint when nudged and due.
-pub(super) fn run(d: &Daemon, store: Store) {
+pub(super) fn run(checkpoints: &Checkpoints, store: Store) {
     loop {
         {
-            let mut due = d.checkpoints.due();
+            let mut due = checkpoints.due();
             while !due.nudged && !due.stop {
-                due = d
-                    .checkpoints
+                due = checkpoints
                     .wake
                     .wait(due)
                     .unwrap_or_else(|p| p.into_inner());

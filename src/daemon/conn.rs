@@ -13,37 +13,20 @@
 //! Each request is parsed against the table of ops (`protocol/mod.rs`) and handed to its op's
 //! handler ([`Cx`], a `Handles<Request>` impl in the op's own file under `conn/`).
 
-use super::session::{self, Batch, SpawnError, SpawnSpec};
-use super::Daemon;
-use crate::controller::{LeaseRef, LifecycleError};
-use crate::protocol::Phase;
-use crate::protocol::{
-    self, err_line, item_body, ok_line, parse_request, stream_line, Attach, Attached, Cancel,
-    CancelNotice, Cancelled, Close, Detach, EndError, EndReason, Ensure, Ensured, ErrorData,
-    Events, Frame, Handles, Hello, LeaseRow, Leases, LineReader, MetricsRequest, MetricsText,
-    OpRequest, Ping, Reap, Reaped, SessionEntry, SessionsAnswer, SessionsRequest, StatusRequest,
-    StreamItem, Verify,
-};
-use crate::store::StoreError;
-use leash_core::kind::{Code, HasKind};
-use leash_core::model::LeaseState;
-use leash_core::model::SessionRow;
-use leash_core::plan::ReapOptions;
-use leash_core::visibility::{visible_rows, Grant};
-use serde::Serialize;
-use serde_json::{json, Value};
-use std::collections::HashMap;
+use cx::*;
+use leash_core::kind::Code;
+use serde_json::Value;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 // One handler per op, each in its own file (a child module, so it shares this one's private
 // types); the table of ops is `protocol/mod.rs`.
 mod attach;
 mod cancel;
 mod close;
+mod cx;
 mod detach;
 mod ensure;
 mod events;
@@ -56,235 +39,8 @@ mod reap;
 mod send;
 mod sessions;
 mod status;
+mod upgrade;
 mod verify;
-use attach::AttachRegistry;
-
-/// A client that does not read its replies for this long is dropped: measured from the moment
-/// the connection's socket buffer was full (a write could make no progress), not per write
-/// call. A per-call timeout (`SO_SNDTIMEO`) restarted with every partial write: an attach's
-/// 64 KiB write that half fitted waited twice, and a client that never read was dropped after
-/// ~65 s where the protocol says 30 s. `LEASH_CLIENT_STALL_MS` overrides it (tests).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The environment variable that overrides [`WRITE_TIMEOUT`] (milliseconds, at least 1).
-pub const ENV_CLIENT_STALL_MS: &str = "LEASH_CLIENT_STALL_MS";
-
-/// [`WRITE_TIMEOUT`], or its override from the environment (read once).
-fn stall_deadline() -> Duration {
-    static STALL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *STALL.get_or_init(|| {
-        match std::env::var(ENV_CLIENT_STALL_MS)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            Some(ms) if ms > 0 => Duration::from_millis(ms),
-            _ => WRITE_TIMEOUT,
-        }
-    })
-}
-
-/// An error reply.
-struct OpError {
-    code: Code,
-    message: String,
-    data: Box<ErrorData>,
-}
-
-/// An op's answer: its typed result (see `protocol/reply.rs`), or an error reply.
-type Reply<T> = Result<T, OpError>;
-
-fn fail(code: Code, message: impl Into<String>) -> OpError {
-    OpError {
-        code,
-        message: message.into(),
-        data: Box::default(),
-    }
-}
-
-/// A module error as an error reply: the wire code of its kind (the one table,
-/// [`crate::kind`] and [`protocol::CODES`]), its message.
-fn kind_fail(e: &impl HasKind) -> OpError {
-    fail(Code::of(e.kind()), e.to_string())
-}
-
-impl From<StoreError> for OpError {
-    fn from(e: StoreError) -> OpError {
-        kind_fail(&e)
-    }
-}
-
-impl From<LifecycleError> for OpError {
-    fn from(e: LifecycleError) -> OpError {
-        kind_fail(&e)
-    }
-}
-
-impl From<SpawnError> for OpError {
-    fn from(e: SpawnError) -> OpError {
-        let code = Code::of(e.kind());
-        // Whichever way the death was seen (the wrapper's report, the child's exit, or the watch
-        // after the start), the client gets the same status and last words.
-        let mut message = e.to_string();
-        let data = match &e {
-            SpawnError::Failed { status, stderr } => {
-                // `leash exec`'s own refusal (its JSON error line, last on stderr, with the exit
-                // status it left with) is the cause; the other lines are the adapter's.
-                match leash_error_line(stderr, *status) {
-                    Some((cause, said, rest)) => {
-                        message = format!(
-                            "{said} (exit status {})",
-                            status.map_or("unknown".into(), |c| c.to_string())
-                        );
-                        ErrorData {
-                            cause: Some(cause),
-                            exit_status: Some(*status),
-                            stderr: Some(rest),
-                            ..ErrorData::default()
-                        }
-                    }
-                    None => ErrorData {
-                        exit_status: Some(*status),
-                        stderr: Some(stderr.clone()),
-                        ..ErrorData::default()
-                    },
-                }
-            }
-            SpawnError::StartFailed { status, stderr } => ErrorData {
-                exit_status: Some(*status),
-                stderr: Some(stderr.clone()),
-                ..ErrorData::default()
-            },
-            _ => ErrorData::default(),
-        };
-        let data = Box::new(data);
-        // An exit before the first output line is a start failure, however it was seen: the
-        // same code as the stream's `start_failed` end.
-        let code = if matches!(e, SpawnError::StartFailed { .. }) {
-            Code::StartFailed
-        } else {
-            code
-        };
-        OpError {
-            code,
-            message,
-            data,
-        }
-    }
-}
-
-/// `leash exec --error-format json`'s error line, `{"error":{"code","message","exitCode"}}`, when
-/// it is the last of `stderr` and names the status the process left with: its code, its message
-/// and the lines before it. An adapter's own line of that shape with another status is not one.
-fn leash_error_line(
-    stderr: &[String],
-    status: Option<i32>,
-) -> Option<(String, String, Vec<String>)> {
-    let (last, rest) = stderr.split_last()?;
-    let v: Value = serde_json::from_str(last).ok()?;
-    let err = v.get("error")?;
-    let code = err.get("code")?.as_str()?;
-    let message = err.get("message")?.as_str()?;
-    if err.get("exitCode")?.as_i64()? != i64::from(status?) {
-        return None;
-    }
-    Some((code.to_string(), message.to_string(), rest.to_vec()))
-}
-
-/// The write side of a connection, shared by the request loop and its stream threads.
-struct Out {
-    stream: Mutex<Outbound>,
-    broken: AtomicBool,
-    /// This connection's running attaches, for `detach`.
-    attaches: AttachRegistry,
-}
-
-/// The socket a connection writes to, and since when its writes make no progress.
-struct Outbound {
-    stream: UnixStream,
-    /// Set when a write found the socket buffer full, cleared by the next byte accepted.
-    stalled_since: Option<std::time::Instant>,
-}
-
-impl Out {
-    /// Writes whole lines; false once the client is gone, or once it has not read for the stall
-    /// deadline ([`stall_deadline`]), counted from when its socket buffer filled and across
-    /// writes: the client is then dropped (the socket is shut down, so its request loop ends too).
-    fn send(&self, bytes: &[u8]) -> bool {
-        use nix::errno::Errno;
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use nix::sys::socket::{send, MsgFlags};
-        use std::os::fd::AsRawFd;
-        if self.broken.load(Ordering::Relaxed) {
-            return false;
-        }
-        let mut o = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = stall_deadline();
-        let mut off = 0;
-        while off < bytes.len() {
-            // MSG_DONTWAIT per call: the descriptor is shared with the blocking reader, so it
-            // cannot be made non-blocking itself.
-            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
-            match send(o.stream.as_raw_fd(), &bytes[off..], flags) {
-                Ok(n) => {
-                    off += n;
-                    o.stalled_since = None;
-                }
-                Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => {
-                    let since = *o.stalled_since.get_or_insert_with(std::time::Instant::now);
-                    let left = deadline.saturating_sub(since.elapsed());
-                    if left.is_zero() {
-                        tracing::warn!(
-                            stalled_ms = since.elapsed().as_millis() as u64,
-                            "dropping a client that stopped reading what it is sent"
-                        );
-                        let _ = o.stream.shutdown(std::net::Shutdown::Both);
-                        self.broken.store(true, Ordering::Relaxed);
-                        return false;
-                    }
-                    let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
-                    let mut fds = [PollFd::new(o.stream.as_fd(), PollFlags::POLLOUT)];
-                    match poll(&mut fds, PollTimeout::from(ms)) {
-                        Ok(_) | Err(Errno::EINTR) => {}
-                        Err(_) => {
-                            self.broken.store(true, Ordering::Relaxed);
-                            return false;
-                        }
-                    }
-                }
-                Err(_) => {
-                    self.broken.store(true, Ordering::Relaxed);
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    fn reply<T: Serialize>(&self, id: &Value, r: Reply<T>) -> bool {
-        match r {
-            Ok(v) => self.send(&ok_line(id, &v)),
-            Err(e) => self.send(&err_line(id, e.code, &e.message, &e.data)),
-        }
-    }
-
-    /// True once the client closed its end completely (a half-close, shutdown(SHUT_WR) after
-    /// the last request, is not a hang-up: the client may still be reading a stream).
-    fn hung_up(&self) -> bool {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        if self.broken.load(Ordering::Relaxed) {
-            return true;
-        }
-        let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        let mut fds = [PollFd::new(s.stream.as_fd(), PollFlags::empty())];
-        match poll(&mut fds, PollTimeout::ZERO) {
-            Ok(_) => fds[0]
-                .revents()
-                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
-            Err(_) => false,
-        }
-    }
-}
 
 pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
     let write = match stream.try_clone() {
@@ -363,14 +119,6 @@ pub(super) fn serve_connection(d: Arc<Daemon>, stream: UnixStream) {
     }
 }
 
-/// The process at the other end of a connection, as the kernel recorded it when it connected.
-struct Peer {
-    pid: i32,
-    /// Its pidfs inode (`SO_PEERPIDFD`): that process instance, whatever its pid names later.
-    /// `None` on kernels that cannot say (before 6.9).
-    pidfs_ino: Option<u64>,
-}
-
 /// Only the daemon's own user may talk to it (the socket is 0600 as well; root bypasses modes,
 /// the peer check does not).
 fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
@@ -409,99 +157,32 @@ fn handle(d: &Arc<Daemon>, out: &Arc<Out>, peer: &Peer, line: &[u8]) {
         request = crate::logvalue::json_line(line),
         "request"
     );
+    // The ops that change something pass the gate a handoff closes (`gate.rs`).
+    let passed = if super::gate::GATED.contains(&op_name) {
+        match d.gate.pass() {
+            Some(p) => Some(p),
+            None => {
+                out.send(&err_line(
+                    &req.id,
+                    Code::ShuttingDown,
+                    "the daemon is handing over to a new program of itself (an upgrade): nothing was done; retry in a moment",
+                    &ErrorData::default(),
+                ));
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let cx = Cx {
         d,
         out,
         peer,
         id: req.id,
+        passed,
     };
     // Long ops (close, reap) are timed where they reply, in off_thread.
     if let Timed::Here = req.op.dispatch(cx) {
         d.metrics.observe_request(op_name, started.elapsed());
     }
 }
-
-/// One request being handled: the daemon, the connection's write side, the request's id. Each
-/// op's handler is a `Handles<Request>` impl for it, in the op's file.
-struct Cx<'a> {
-    d: &'a Arc<Daemon>,
-    out: &'a Arc<Out>,
-    /// Who connected (the `exec` op roots its lease there).
-    peer: &'a Peer,
-    id: Value,
-}
-
-/// Where a request's time is measured for the request metrics.
-enum Timed {
-    /// Once its handler returned.
-    Here,
-    /// Where it replies, off the connection's thread ([`Cx::off_thread`]).
-    WhereReplied,
-}
-
-impl Cx<'_> {
-    /// Replies with the op's result (its request type's [`OpRequest::Reply`]) or its error.
-    fn answer<T: OpRequest>(self, r: Reply<T::Reply>) -> Timed {
-        self.out.reply(&self.id, r);
-        Timed::Here
-    }
-
-    /// Runs `f` on a thread of its own and replies from there, timed there.
-    fn off_thread<T: OpRequest>(
-        self,
-        f: impl FnOnce(&Daemon) -> Reply<T::Reply> + std::marker::Send + 'static,
-    ) -> Timed
-    where
-        T::Reply: 'static,
-    {
-        let name = T::NAME;
-        let (d, out2, id) = (self.d.clone(), self.out.clone(), self.id);
-        let span = tracing::Span::current();
-        let spawned = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                let _in = span.enter();
-                let started = std::time::Instant::now();
-                let r = f(&d);
-                d.metrics.observe_request(name, started.elapsed());
-                out2.reply(&id, r);
-            });
-        if let Err(e) = spawned {
-            // The closure (and its id) moved into the failed spawn; answer without an id.
-            self.out.send(&err_line(
-                &Value::Null,
-                Code::Internal,
-                &format!("cannot start a thread for {name}: {e}"),
-                &ErrorData::default(),
-            ));
-        }
-        Timed::WhereReplied
-    }
-}
-
-/// Why a `send` or `attach` has no session of this daemon to go to: the key runs under a lease
-/// someone else started (`leash exec`), or there is no such session here at all.
-fn not_supervised(d: &Daemon, key: &str) -> OpError {
-    match d.store().active_lease_for_session(key) {
-        Ok(Some(l)) => OpError {
-            code: Code::NotSupervised,
-            message: format!(
-                "session {key} runs under lease {} (wrapper pid {}) that `leash exec` started, not this daemon: only sessions started through the daemon (ensure) take input or stream output; nothing was sent",
-                l.lease_id, l.root_pid
-            ),
-            data: Box::new(ErrorData {
-                lease_id: Some(l.lease_id.clone()),
-                root_pid: Some(l.root_pid),
-                ..ErrorData::default()
-            }),
-        },
-        _ => fail(
-            Code::NotFound,
-            format!("session {key} is not supervised by this daemon (start it with ensure; the events of an ended session stay readable with the events op)"),
-        ),
-    }
-}
-
-/// How long a close waits for an ensure in flight to have its session, and how long that ensure
-/// then waits for the close: the start's own bound, and a close's longest grace with room.
-const CLOSE_MEETS_ENSURE: Duration = Duration::from_secs(3_600 + 60);

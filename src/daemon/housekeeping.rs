@@ -1,7 +1,19 @@
 //! Housekeeping: one thread that syncs events, notices leases settled elsewhere, closes idle
 //! sessions, prunes ended ones, and stops a daemon whose state root went away.
 
-use super::*;
+use super::session;
+use super::state::*;
+use crate::controller::LeaseRef;
+use crate::protocol;
+use protocol::Phase;
+use serde_json::json;
+use session::Supervised;
+use std::fs::{self};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Ended sessions stay attachable (their last lines and exit) this long, and at most
 /// [`MAX_ENDED`] of them (the newest): a daemon that runs for weeks under churn must stay flat.

@@ -1,7 +1,15 @@
 //! The lock file: one daemon per state root (an exclusive `flock` on
 //! `<state-dir>/daemon.lock`), and what it tells clients (the pid and the socket).
 
-use super::*;
+use super::state::*;
+use crate::lease::now_ms;
+use crate::state::StateRoot;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 /// What the lock file says, for clients and for the refusal message of a second daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -84,6 +84,12 @@ pub struct Metrics {
     pub replay_bytes: Family<SessionLabel, Gauge>,
     pub session_rss: Family<SessionLabel, Gauge>,
     pub session_cpu: Family<SessionLabel, Counter<f64, AtomicU64>>,
+    /// Handoffs to a new program of the daemon that took over (`upgrade.rs`).
+    pub handoffs: Counter,
+    /// Upgrades refused before the exec, or handed back after it.
+    pub handoff_failures: Counter,
+    /// How long the last handoff took, from the request to the new program's answer.
+    pub handoff_seconds: Gauge<f64, AtomicU64>,
 }
 
 /// The results of a close or a reap (`result_name`), the labels of `closes`, `reaps` and
@@ -130,6 +136,9 @@ impl Metrics {
             replay_bytes: Family::default(),
             session_rss: Family::default(),
             session_cpu: Family::default(),
+            handoffs: Counter::default(),
+            handoff_failures: Counter::default(),
+            handoff_seconds: Gauge::default(),
         };
         registry.register(
             "leases",
@@ -223,6 +232,22 @@ impl Metrics {
             Unit::Seconds,
             m.session_cpu.clone(),
         );
+        registry.register(
+            "handoffs",
+            "Handoffs of the daemon to a new program of itself that took over (leash serve --upgrade, SIGHUP)",
+            m.handoffs.clone(),
+        );
+        registry.register(
+            "handoff_failures",
+            "Upgrades refused before the exec, or handed back to the previous program after it",
+            m.handoff_failures.clone(),
+        );
+        registry.register_with_unit(
+            "handoff_duration",
+            "How long the last handoff took, from the request to the new program's answer",
+            Unit::Seconds,
+            m.handoff_seconds.clone(),
+        );
         // Counters are exported from the start, at 0, for each fixed label value: a series that
         // appears only at its first event makes `rate()` and `increase()` miss that event and
         // an alert on "absent" indistinguishable from "never happened".
@@ -288,6 +313,72 @@ impl Metrics {
         self.requests
             .get_or_create(&OpLabel { op: op.to_string() })
             .observe(took.as_secs_f64());
+    }
+
+    /// The counters a handoff carries: the plain ones, and the labelled ones read back from the
+    /// exposition (prometheus-client lists no family's series otherwise).
+    pub fn counters(&self) -> super::handoff::Counters {
+        let mut labelled = Vec::new();
+        for line in self.encode().lines() {
+            if let Some((name, labels, value)) = parse_series(line) {
+                if LABELLED_COUNTERS.contains(&name) {
+                    labelled.push((name.to_string(), labels, value as u64));
+                }
+            }
+        }
+        super::handoff::Counters {
+            wrapper_starts: self.wrapper_starts.get(),
+            report_write_failures: self.report_write_failures.get(),
+            escapees_killed: self.escapees_killed.get(),
+            handoffs: self.handoffs.get(),
+            handoff_failures: self.handoff_failures.get(),
+            labelled,
+        }
+    }
+
+    /// Counts on from the counters of a handoff.
+    pub fn restore(&self, c: &super::handoff::Counters) {
+        self.wrapper_starts.inc_by(c.wrapper_starts);
+        self.report_write_failures.inc_by(c.report_write_failures);
+        self.escapees_killed.inc_by(c.escapees_killed);
+        self.handoffs.inc_by(c.handoffs);
+        self.handoff_failures.inc_by(c.handoff_failures);
+        for (name, labels, v) in &c.labelled {
+            let get = |k: &str| {
+                labels
+                    .iter()
+                    .find(|(l, _)| l == k)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            let result = || ResultLabel {
+                result: get("result"),
+            };
+            match name.as_str() {
+                "leash_closes_total" => self.closes.get_or_create(&result()).inc_by(*v),
+                "leash_reaps_total" => self.reaps.get_or_create(&result()).inc_by(*v),
+                "leash_reconcile_passes_total" => {
+                    self.reconcile_passes.get_or_create(&result()).inc_by(*v)
+                }
+                "leash_reconcile_settled_total" => {
+                    self.reconcile_settled.get_or_create(&result()).inc_by(*v)
+                }
+                "leash_signals_sent_total" => self
+                    .signals_sent
+                    .get_or_create(&SignalLabels {
+                        signal: get("signal"),
+                        role: get("role"),
+                    })
+                    .inc_by(*v),
+                "leash_signals_refused_total" => self
+                    .signals_refused
+                    .get_or_create(&ReasonLabel {
+                        reason: get("reason"),
+                    })
+                    .inc_by(*v),
+                _ => 0,
+            };
+        }
     }
 
     /// The OpenMetrics text exposition.
@@ -559,9 +650,12 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// Refreshes the gauges that describe the present, then encodes everything.
-pub(super) fn render(d: &super::Daemon) -> String {
-    let m = &d.metrics;
-    match d.health_store().counts() {
+pub(super) fn render(
+    m: &Metrics,
+    counts: Result<crate::store::Counts, crate::store::StoreError>,
+    sessions: &[std::sync::Arc<super::session::Supervised>],
+) -> String {
+    match counts {
         Ok(c) => {
             // Every state, from the one list of them (a state added there is exported here).
             for state in leash_core::model::LeaseState::ALL {
@@ -590,7 +684,7 @@ pub(super) fn render(d: &super::Daemon) -> String {
             });
         }
     }
-    for s in d.all_sessions() {
+    for s in sessions {
         let st = s.status();
         let phase = format!("{:?}", st.phase).to_lowercase();
         m.sessions
@@ -618,6 +712,39 @@ pub(super) fn render(d: &super::Daemon) -> String {
         }
     }
     m.encode()
+}
+
+/// The labelled counters a handoff carries, by their exposed name.
+const LABELLED_COUNTERS: &[&str] = &[
+    "leash_closes_total",
+    "leash_reaps_total",
+    "leash_reconcile_passes_total",
+    "leash_reconcile_settled_total",
+    "leash_signals_sent_total",
+    "leash_signals_refused_total",
+];
+
+/// One series of the text exposition: `name{k="v",…} value` (label values without quotes or
+/// commas, as this daemon's are).
+fn parse_series(line: &str) -> Option<(&str, super::handoff::Labels, f64)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let value: f64 = value.parse().ok()?;
+    let (name, labels) = match series.split_once('{') {
+        Some((n, rest)) => (n, rest.strip_suffix('}')?),
+        None => (series, ""),
+    };
+    let labels = labels
+        .split(',')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            Some((k.to_string(), v.trim_matches('"').to_string()))
+        })
+        .collect();
+    Some((name, labels, value))
 }
 
 /// Resident bytes and CPU seconds of `root` and its descendants (`None` when the root is gone).

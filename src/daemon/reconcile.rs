@@ -5,7 +5,7 @@
 //! `src/reconcile.rs`; this file is only the timer and the bookkeeping.
 
 use super::metrics::ResultLabel;
-use super::Daemon;
+use super::state::Daemon;
 use crate::reconcile::PassReport;
 use serde_json::{json, Value};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

@@ -1,7 +1,14 @@
 //! Stopping and starting again: the sessions busy at a stop are recorded for the next daemon,
 //! which takes them up as resumable; the shutdown closes every session through the normal path.
 
-use super::*;
+use super::state::*;
+use crate::controller::LeaseRef;
+use crate::lease::now_ms;
+use crate::protocol;
+use crate::store::{Store, StoreError};
+use protocol::Phase;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// `meta` key under which a stopping daemon leaves the sessions that were busy.
 pub(super) const META_INTERRUPTED: &str = "daemon.interruptedSessions";

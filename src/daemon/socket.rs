@@ -2,7 +2,19 @@
 //! termination signals as a readable socket, and the connection threads that accept (one thread
 //! per connection; the idle ones wait on the socket themselves: [`Pool`]).
 
-use super::*;
+use super::state::*;
+use super::{conn, systemd};
+use crate::state::StateRoot;
+
+use std::fs;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// The socket `serve` listens on unless systemd passes one: `--socket`, else
 /// `<state-dir>/leash.sock`, made absolute (the lock file names it for clients).
@@ -79,9 +91,6 @@ pub(super) fn remove_if_ours(d: &Daemon, socket: &Path, bound: Option<(u64, u64)
     }
 }
 
-/// Longest socket path `bind` accepts (sun_path is 108 bytes, NUL included).
-pub(super) const MAX_SOCKET_PATH: usize = 107;
-
 pub(super) fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
@@ -125,52 +134,100 @@ pub(super) fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
-/// A socket that becomes readable when SIGTERM, SIGINT or SIGHUP arrives, and a write end that
-/// makes it readable as they do (see [`headless`]).
-pub(super) fn watch_signals() -> Result<(UnixStream, UnixStream), ServeError> {
-    let (read, write) = UnixStream::pair().map_err(ServeError::Signals)?;
-    write.set_nonblocking(true).map_err(ServeError::Signals)?;
-    let wake = write.try_clone().map_err(ServeError::Signals)?;
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
-        let w = write.try_clone().map_err(ServeError::Signals)?;
-        signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?;
-    }
-    Ok((read, wake))
+/// The signals `serve` waits for, each kind as a readable socket with a write end that makes it
+/// readable as the signal does.
+pub(super) struct Signals {
+    /// SIGTERM or SIGINT: shut down.
+    pub(super) stop: UnixStream,
+    /// Makes `stop` readable (the shutdown of a headless daemon, see [`headless`]).
+    pub(super) stop_wake: UnixStream,
+    /// SIGHUP: upgrade (a handoff to the daemon's program, `upgrade.rs`).
+    pub(super) upgrade: UnixStream,
+    /// Makes `upgrade` readable (the `upgrade` op).
+    pub(super) upgrade_wake: UnixStream,
 }
 
-pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &UnixStream) {
+pub(super) fn watch_signals() -> Result<Signals, ServeError> {
+    let pair = |sigs: &[i32]| -> io::Result<(UnixStream, UnixStream)> {
+        let (read, write) = UnixStream::pair()?;
+        write.set_nonblocking(true)?;
+        read.set_nonblocking(true)?;
+        let wake = write.try_clone()?;
+        for &sig in sigs {
+            signal_hook::low_level::pipe::register(sig, write.try_clone()?)?;
+        }
+        Ok((read, wake))
+    };
+    let (stop, stop_wake) = pair(&[signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(ServeError::Signals)?;
+    let (upgrade, upgrade_wake) =
+        pair(&[signal_hook::consts::SIGHUP]).map_err(ServeError::Signals)?;
+    // Blocked across a handoff's exec (their handlers are installed now): pending, they come
+    // to the handlers from here on.
+    crate::sys::block_stop_signals(false);
+    Ok(Signals {
+        stop,
+        stop_wake,
+        upgrade,
+        upgrade_wake,
+    })
+}
+
+/// Why the accept loop returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// SIGTERM, SIGINT, a headless daemon: shut down.
+    Shutdown,
+    /// SIGHUP or the `upgrade` op: hand over to a new program, then (when that did not
+    /// happen) accept again.
+    Upgrade,
+}
+
+/// Serves connections until a signal (or a wake-up) says to stop, and why.
+pub(super) fn accept_loop(d: &Arc<Daemon>, listener: &UnixListener, signals: &Signals) -> Stop {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let pool = match Pool::new(listener) {
         Ok(p) => Arc::new(p),
         Err(e) => {
             tracing::error!(error = %e, "cannot set up the connection threads; shutting down");
-            return;
+            return Stop::Shutdown;
         }
     };
     pool.start(d);
-    // The connection threads accept: this thread waits for a termination signal only.
-    loop {
-        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+    // The connection threads accept: this thread waits for a signal only.
+    let stop = loop {
+        let mut fds = [
+            PollFd::new(signals.stop.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.upgrade.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => {
                 tracing::error!(error = %e, "poll failed; shutting down");
-                break;
+                break Stop::Shutdown;
             }
         }
         if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             if !d.headless.load(Ordering::SeqCst) {
                 tracing::info!("termination signal received; shutting down");
             }
-            break;
+            break Stop::Shutdown;
         }
-    }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            drain(&signals.upgrade);
+            break Stop::Upgrade;
+        }
+    };
+    // New connections wait in the listening socket's backlog from here on.
     pool.close();
+    stop
+}
+
+/// Empties a signal socket (the bytes the handler or a wake-up wrote).
+fn drain(s: &UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!((&*s).read(&mut buf), Ok(n) if n > 0) {}
 }
 
 /// How many connection threads wait, idle, for the next connection.
@@ -346,110 +403,5 @@ fn worker(d: &Arc<Daemon>, pool: &Arc<Pool>) {
         if !pool.wait_again() {
             return;
         }
-    }
-}
-
-/// The environment variable that caps how many connections one peer process may hold open at
-/// once (at least 1; default [`PEER_CONNECTIONS`]).
-pub const ENV_MAX_PEER_CONNECTIONS: &str = "LEASH_MAX_PEER_CONNECTIONS";
-
-/// How many connections one process may hold open at once. A connection costs the daemon a
-/// thread and two descriptors; a gateway needs one per concurrent caller of a key, far fewer.
-pub const PEER_CONNECTIONS: usize = 256;
-
-/// A refusal, or a failed accept, is logged at most once a period (with how many were not).
-const LOG_PERIOD: Duration = Duration::from_secs(60);
-
-/// The connections each peer process holds, and the cap on them: a process (any of the
-/// daemon's own uid may connect) that opens connections and never closes them would otherwise
-/// take every descriptor of the daemon, and every other client's connection with them.
-pub(super) struct PeerConnections {
-    cap: usize,
-    held: Mutex<HashMap<i32, usize>>,
-    refusals: RateLog,
-}
-
-impl Default for PeerConnections {
-    fn default() -> Self {
-        let cap = std::env::var(ENV_MAX_PEER_CONNECTIONS)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(PEER_CONNECTIONS);
-        PeerConnections {
-            cap,
-            held: Mutex::new(HashMap::new()),
-            refusals: RateLog::default(),
-        }
-    }
-}
-
-/// One admitted connection of a peer, counted until it is dropped.
-pub(super) struct PeerSlot<'a> {
-    of: &'a PeerConnections,
-    pid: i32,
-}
-
-impl Drop for PeerSlot<'_> {
-    fn drop(&mut self) {
-        let mut held = self.of.lock();
-        if let Some(n) = held.get_mut(&self.pid) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.pid);
-            }
-        }
-    }
-}
-
-impl PeerConnections {
-    fn lock(&self) -> MutexGuard<'_, HashMap<i32, usize>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Counts a new connection of `pid`, or refuses it (the message to answer with) when the
-    /// peer holds the cap already. A refusal is logged once a period.
-    pub(super) fn admit(&self, pid: i32) -> Result<PeerSlot<'_>, String> {
-        {
-            let mut held = self.lock();
-            let n = held.entry(pid).or_insert(0);
-            if *n < self.cap {
-                *n += 1;
-                return Ok(PeerSlot { of: self, pid });
-            }
-        }
-        let msg = format!(
-            "connection refused: process {pid} already holds {} connections to this leash serve, the most one process may ({ENV_MAX_PEER_CONNECTIONS}); close the ones it does not use",
-            self.cap
-        );
-        if let Some(unlogged) = self.refusals.due() {
-            tracing::warn!(
-                pid,
-                cap = self.cap,
-                "{msg} (refusals are logged once a minute; {unlogged} more since the last line)"
-            );
-        }
-        Err(msg)
-    }
-}
-
-/// Logs a repeated event once a period: [`RateLog::due`] says when a line is due, and how many
-/// events since the last line went unlogged.
-#[derive(Default)]
-pub(super) struct RateLog {
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl RateLog {
-    pub(super) fn due(&self) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if st.0.is_some_and(|at| now.duration_since(at) < LOG_PERIOD) {
-            st.1 += 1;
-            return None;
-        }
-        let unlogged = st.1;
-        *st = (Some(now), 0);
-        Some(unlogged)
     }
 }

@@ -1,7 +1,14 @@
 //! The start-up steps of `serve` that are not the socket or the lock: the start-up reap of a
 //! previous daemon's leases, and the daemon's own cgroup leaf.
 
-use super::*;
+use super::metrics;
+use super::state::*;
+use crate::controller::Controller;
+use crate::lease::now_ms;
+use crate::protocol;
+use leash_core::plan::ReapOptions;
+use std::fs::{self};
+use std::time::Instant;
 
 /// Leases of a previous daemon (owner gone) are verified and terminated or marked lost; leases
 /// with a live owner (another process's sessions) are left alone.

@@ -1,21 +1,16 @@
 //! `status`: the state root's part (the controller's builder), the daemon's sessions, and the
 //! usage of contained sessions, sampled in the background so a health check stays cheap.
 
-use super::*;
+use super::state::*;
+use super::{reconcile, usage};
+use crate::protocol;
+use crate::store::StoreError;
+use std::collections::HashMap;
 
-/// How old a usage sample may be before `status` has it sampled again. Sampling reads each
-/// session's cgroup and its members' `/proc` entries (some 10 file reads a session): 100
-/// sessions cost several milliseconds of CPU, which a health check on a busy host should not
-/// pay, so `status` answers from the last sample and a background thread takes the next.
-pub(super) const USAGE_MAX_AGE: Duration = Duration::from_secs(1);
-
-/// Usage samples by lease id.
-#[derive(Default)]
-pub(super) struct UsageCache {
-    by_lease: HashMap<String, (Instant, crate::ps::Totals)>,
-    /// A background sample is running.
-    sampling: bool,
-}
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use usage::*;
 
 impl Daemon {
     /// The usage of the contained leases: from the last sample when it is at most
@@ -63,7 +58,7 @@ impl Daemon {
             let gateway = gateway.to_string();
             let spawned = std::thread::Builder::new()
                 .name("usage".into())
-                .stack_size(SMALL_STACK)
+                .stack_size(super::stack::SMALL_STACK)
                 .spawn(move || {
                     let fresh = sample_usage(&leases, &d.root, &gateway, cgroup_root.as_deref());
                     let mut c = d.usage.lock().unwrap_or_else(|p| p.into_inner());
@@ -134,6 +129,7 @@ impl Daemon {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let last = reconcile::last(self);
+        let program = self.program().clone();
         status.daemon = Some(protocol::DaemonStatus {
             busy,
             idle_close_ms: self.cfg.idle_close.map(|d| d.as_millis() as u64),
@@ -152,32 +148,11 @@ impl Daemon {
             socket_activated: self.activated,
             started_at: self.started_at,
             startup_reap: self.startup_reap.clone(),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: super::version::version(),
+            serving_since: program.serving_since,
+            handoffs: program.handoffs,
+            last_handoff: program.last,
         });
         Ok(status)
     }
-}
-
-/// Reads the usage of contained leases as `leash ps` does (the cgroup's counters and its
-/// members' `/proc` entries; never a walk of `/proc`).
-pub(super) fn sample_usage(
-    leases: &[leash_core::model::Lease],
-    root: &StateRoot,
-    gateway: &str,
-    cgroup_root: Option<&Path>,
-) -> Vec<(String, (Instant, crate::ps::Totals))> {
-    let wrapper_root = root.wrapper_root();
-    let expect = leash_core::verify::Expect {
-        gateway_instance_id: gateway,
-        wrapper_root: &wrapper_root,
-        cgroup_root,
-    };
-    let reader = crate::ps::Reader::new();
-    leases
-        .iter()
-        .map(|l| {
-            let totals = crate::ps::usage_of(l, &expect, &crate::proc::LiveTable, &reader).totals;
-            (l.lease_id.clone(), (Instant::now(), totals))
-        })
-        .collect()
 }

@@ -54,6 +54,19 @@ impl StdinPipe {
         }
     }
 
+    /// The pipe's descriptor (none once closed) and the rest of a line still owed, for a
+    /// handoff: the next program takes the pipe over with [`StdinPipe::adopt`].
+    pub fn handed(&self) -> (Option<std::os::fd::RawFd>, Vec<u8>) {
+        (self.pipe.as_ref().map(|p| p.as_raw_fd()), self.owed.clone())
+    }
+
+    /// The pipe a handoff passed on, with what it still owed.
+    pub fn adopt(pipe: Option<std::os::fd::OwnedFd>, owed: Vec<u8>) -> StdinPipe {
+        let mut p = StdinPipe::new(pipe.map(ChildStdin::from));
+        p.owed = owed;
+        p
+    }
+
     /// Drops the pipe (the adapter sees EOF); what was owed is lost with it.
     pub fn close(&mut self) {
         self.pipe = None;

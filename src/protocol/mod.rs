@@ -122,6 +122,7 @@ ops! {
     Detach(Detach),
     /// Boxed, as `ensure`: large beside the other requests.
     Exec(Box<crate::controller::exec::ExecAsk>),
+    Upgrade(UpgradeRequest),
 }
 
 /// A request that could not be parsed, with what is needed to answer it.
@@ -392,6 +393,9 @@ mod tests {
                 r#"{"id":15,"op":"exec","stateDir":"/s","leaseId":"0190b1f2-7c3a-7d4e-8f00-1234567890ab","graceMs":5,"argv":["true"],"wrapper":"/s/wrappers/leash-wrap-1-2","containment":"off"}"#,
                 |o| matches!(o, Op::Exec(a) if a.argv == ["true"] && a.grace_ms == 5),
             ),
+            (r#"{"id":16,"op":"upgrade"}"#, |o| {
+                matches!(o, Op::Upgrade(_))
+            }),
         ];
         for (line, check) in cases {
             let r = parse_request(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e:?}"));
@@ -426,7 +430,8 @@ mod tests {
             OPS,
             [
                 "status", "ensure", "send", "attach", "cancel", "close", "reap", "leases",
-                "sessions", "events", "verify", "metrics", "hello", "ping", "detach", "exec"
+                "sessions", "events", "verify", "metrics", "hello", "ping", "detach", "exec",
+                "upgrade"
             ],
             "the order docs/protocol.md lists them in"
         );

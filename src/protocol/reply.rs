@@ -231,6 +231,15 @@ pub struct DaemonStatus {
     pub started_at: i64,
     pub startup_reap: StartupReap,
     pub version: String,
+    /// When this program began serving (ms since the epoch): `startedAt` after a handoff is
+    /// the daemon's first start, this is the program's.
+    #[serde(default)]
+    pub serving_since: i64,
+    /// Handoffs to a new program this daemon has done.
+    #[serde(default)]
+    pub handoffs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handoff: Option<LastHandoff>,
 }
 
 /// A supervised session in `status`: its live state and its usage sample.
@@ -591,6 +600,36 @@ pub struct Welcome {
     pub ops: Vec<String>,
     pub protocol: u32,
     pub version: String,
+}
+
+/// `upgrade`: answered by the program that serves after the handoff.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upgraded {
+    /// The version that handed over, and the one that serves now.
+    pub from: String,
+    pub to: String,
+    /// From the request to this answer.
+    pub handoff_ms: f64,
+    pub sessions: usize,
+    /// Handoffs this daemon has done, this one included.
+    pub handoffs: u64,
+}
+
+/// The last handoff of the daemon, as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastHandoff {
+    pub at: i64,
+    pub from: String,
+    pub to: String,
+    /// Whether the new program took over (`false`: the handoff was refused or undone, and
+    /// `error` says why).
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
 }
 
 /// `ping`.

@@ -6,7 +6,7 @@
 use super::{
     bad, check_key, check_ms, check_since, fields_of, no_nul, one_target, Attached, Cancelled,
     Detached, Ensured, LeaseRow, MetricsText, OpRequest, Pong, Reaped, SessionsAnswer, Status,
-    Welcome,
+    Upgraded, Welcome,
 };
 use crate::controller::session_input::Sent;
 use crate::controller::{CloseOutcome, LeaseRef};
@@ -741,6 +741,21 @@ pub struct Ping {}
 impl OpRequest for Ping {
     const NAME: &'static str = "ping";
     type Reply = Pong;
+
+    fn parse(fields: Value) -> Result<Self, (Code, String)> {
+        fields_of(Self::NAME, fields)
+    }
+}
+
+/// `upgrade`: hand the daemon over to a new program of itself (`leash serve --upgrade`); takes
+/// no fields. The reply comes from the program that serves after the handoff.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeRequest {}
+
+impl OpRequest for UpgradeRequest {
+    const NAME: &'static str = "upgrade";
+    type Reply = Upgraded;
 
     fn parse(fields: Value) -> Result<Self, (Code, String)> {
         fields_of(Self::NAME, fields)

@@ -1,8 +1,7 @@
 //! `attach`: the reply, then the session's items streamed from a thread of their own; the
 //! registry of a connection's running attaches (for `detach`).
 
-use super::*;
-use crate::protocol::Detached;
+use super::cx::*;
 
 /// How often an idle attach checks whether its client is still there.
 const ATTACH_TICK: Duration = Duration::from_millis(250);
@@ -68,7 +67,7 @@ fn attach(d: &Arc<Daemon>, out: &Arc<Out>, id: Value, mut a: Attach) {
     let stop = out.attaches.register(&id);
     let spawned = std::thread::Builder::new()
         .name(format!("attach:{}", a.session))
-        .stack_size(crate::daemon::SMALL_STACK)
+        .stack_size(crate::daemon::stack::SMALL_STACK)
         .spawn(move || {
             // The stream runs at the daemon's own priority, the adapter's, as the session's
             // stdout reader does while it is attached (`session::stdio`, `ReaderPriority`): the
@@ -193,59 +192,6 @@ fn stream(
                 return;
             }
         }
-    }
-}
-
-/// A connection's running attaches by request id, each with the flag that stops it.
-#[derive(Default)]
-pub(super) struct AttachRegistry {
-    running: Mutex<HashMap<String, Vec<Arc<AtomicBool>>>>,
-}
-
-impl AttachRegistry {
-    pub(super) fn register(&self, id: &Value) -> Arc<AtomicBool> {
-        let flag = Arc::new(AtomicBool::new(false));
-        self.lock()
-            .entry(id.to_string())
-            .or_default()
-            .push(flag.clone());
-        flag
-    }
-
-    pub(super) fn unregister(&self, id: &Value, flag: &Arc<AtomicBool>) {
-        let mut m = self.lock();
-        let key = id.to_string();
-        if let Some(v) = m.get_mut(&key) {
-            v.retain(|f| !Arc::ptr_eq(f, flag));
-            if v.is_empty() {
-                m.remove(&key);
-            }
-        }
-    }
-
-    /// Stops every attach of this connection with that request id; each ends with an `end`
-    /// item of reason `detached` (within one attach tick).
-    pub(super) fn detach(&self, id: &Value) -> Reply<Detached> {
-        // Removed here, not when the stream notices: a second detach is already `not_found`.
-        match self.lock().remove(&id.to_string()) {
-            Some(flags) => {
-                for f in &flags {
-                    f.store(true, Ordering::SeqCst);
-                }
-                Ok(Detached {
-                    attach_id: id.clone(),
-                    detached: flags.len(),
-                })
-            }
-            None => Err(fail(
-                Code::NotFound,
-                format!("no running attach with id {id} on this connection (it ended, or was never started here)"),
-            )),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Arc<AtomicBool>>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

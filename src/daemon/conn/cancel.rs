@@ -1,7 +1,7 @@
 //! `cancel`: record the intent, and write the ACP notification to a supervised adapter.
 
+use super::cx::*;
 use super::send::write_failed;
-use super::*;
 
 /// How long `cancel` waits for a send in progress, and then for its notification to be written.
 const CANCEL_WAIT: Duration = Duration::from_secs(1);

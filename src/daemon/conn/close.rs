@@ -1,7 +1,7 @@
 //! `close`: off the connection's thread (grace periods); it meets the ensures of its keys in
 //! flight, and with `discardPersistentState` deletes what would resume the sessions.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::spec;
 
 /// The ensures in flight of the keys a close names (a lease id by its row's session key): each

@@ -1,6 +1,6 @@
 //! `detach`: ends an attach of this connection.
 
-use super::*;
+use super::cx::*;
 
 impl Handles<Detach> for Cx<'_> {
     type Done = Timed;

@@ -2,7 +2,7 @@
 //! ensure of a key at a time (`admission`), a stored spec for `ensure {session}`, and after a
 //! start the early-exit watch and the stored spec.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::session::Supervised;
 use crate::daemon::spec;
 
@@ -169,6 +169,7 @@ fn start(
         daemon_pid: d.me.pid,
         default_grace_ms: d.cfg.default_grace_ms,
         limits: d.cfg.replay,
+        freeze: &d.freeze,
     };
     let s = session::spawn(&spec, e)?;
     d.metrics.wrapper_starts.inc();

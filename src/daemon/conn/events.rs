@@ -1,6 +1,6 @@
 //! `events`: a session's persisted events above a seq.
 
-use super::*;
+use super::cx::*;
 
 /// `events`: a session's persisted events above `since` (the controller's `events`);
 /// `not_found` for a key that names nothing (as `attach` and `send` answer).

@@ -5,7 +5,7 @@
 //! messages. Settings this daemon did not resolve are answered [`ExecAnswer::Direct`]: the
 //! client commits the lease itself, as without a daemon.
 
-use super::*;
+use super::cx::*;
 use crate::controller::exec::{
     check_owner_is, cli_message, decide_and_commit, ExecAnswer, ExecAsk, ExecError, ExecRequest,
     Origin, Spawner,

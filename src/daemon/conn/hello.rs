@@ -1,6 +1,6 @@
 //! `hello`: version, features and ops, and the subscription to lifecycle pushes.
 
-use super::*;
+use super::cx::*;
 use crate::daemon::spec;
 use crate::protocol::{Resumable, Welcome, OPS, PROTOCOL_VERSION};
 
@@ -36,7 +36,7 @@ fn hello(d: &Arc<Daemon>, out: &Arc<Out>, id: &Value, h: &Hello) {
         features: FEATURES.iter().map(|f| f.to_string()).collect(),
         ops: OPS.iter().map(|o| o.to_string()).collect(),
         protocol: PROTOCOL_VERSION,
-        version: env!("CARGO_PKG_VERSION").into(),
+        version: crate::daemon::version::version(),
     };
     if !out.reply(id, Ok(result)) || !h.events {
         return;

@@ -1,6 +1,6 @@
 //! `leases`: the rows, as `leash leases` lists them.
 
-use super::*;
+use super::cx::*;
 
 fn leases(d: &Daemon, state: Option<&str>) -> Reply<Vec<LeaseRow>> {
     let states: Vec<LeaseState> = state.and_then(|s| s.parse().ok()).into_iter().collect();

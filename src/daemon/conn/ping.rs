@@ -1,6 +1,6 @@
 //! `ping`: the daemon answers.
 
-use super::*;
+use super::cx::*;
 use crate::protocol::Pong;
 
 fn ping() -> Pong {

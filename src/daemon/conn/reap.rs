@@ -1,6 +1,6 @@
 //! `reap`: off the connection's thread; the plan of a dry run, or the report.
 
-use super::*;
+use super::cx::*;
 
 fn reap(d: &Daemon, r: &protocol::Reap) -> Reply<Reaped> {
     let ctl = &d.ctl;

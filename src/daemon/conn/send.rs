@@ -1,6 +1,6 @@
 //! `send`: one line to the adapter's stdin.
 
-use super::*;
+use super::cx::*;
 use crate::controller::session_input::Sent;
 use crate::daemon::stdin_pipe::PipeError;
 

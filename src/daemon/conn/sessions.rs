@@ -1,6 +1,6 @@
 //! `sessions`: the rows a requester may see, or a `leash sessions` query run in the daemon.
 
-use super::*;
+use super::cx::*;
 
 fn sessions(d: &Daemon, q: &protocol::SessionsRequest) -> Reply<SessionsAnswer> {
     if let (Some(query), Some(requester)) = (&q.query, &q.requester) {

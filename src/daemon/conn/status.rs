@@ -1,6 +1,6 @@
 //! `status`: the state root and the daemon.
 
-use super::*;
+use super::cx::*;
 
 impl Handles<StatusRequest> for Cx<'_> {
     type Done = Timed;

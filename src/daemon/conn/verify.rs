@@ -1,6 +1,6 @@
 //! `verify`: `leash verify` in the daemon.
 
-use super::*;
+use super::cx::*;
 
 /// `leash verify` in the daemon: reads only, never signals.
 fn verify(d: &Daemon, t: &LeaseRef) -> Reply<leash_core::answer::VerifyReport> {

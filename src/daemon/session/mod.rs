@@ -30,6 +30,7 @@
 //! ([`classify_outgoing`], [`classify_incoming`]).
 
 mod busy;
+mod freeze;
 mod handshake;
 mod phase;
 mod replay;
@@ -40,13 +41,17 @@ mod spawn;
 mod stdio;
 
 pub use busy::{cancel_notification, classify_incoming, classify_outgoing, Incoming, Outgoing};
+pub use freeze::{Freeze, NotFrozen};
 pub use handshake::{HandshakeFailure, HANDSHAKE_ID};
 use phase::Life;
+pub use replay::HandedReplay;
 use replay::Replay;
 pub use replay::{line_prefix, Batch, Item, LineHead, Run, Slot};
 use seq::Seqs;
 pub(crate) use settle::settle_slot;
+pub use spawn::{adopt, Adopted, HandedFds, HandedLife, HandedSession};
 pub use spawn::{spawn, SpawnError, SpawnSpec, StartFailure};
+pub use stdio::Partial;
 use stdio::*;
 
 use crate::controller::{CloseOutcome, CloseResult, Controller, LeaseRef};
@@ -60,7 +65,10 @@ use crate::store::{Event, Store, StoreError};
 use leash_core::model::{LeaseState, ProcessId};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
+#[cfg(test)]
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -86,7 +94,7 @@ const SEQ_BLOCK_FAST: Duration = Duration::from_secs(1);
 pub const MAX_ADAPTER_LINE: usize = 8 << 20;
 
 /// Stack of the thread that settles the lease when the wrapper exits: it runs a whole close
-/// (verification, signals, SQLite), so it gets more than the readers' [`crate::daemon::SMALL_STACK`].
+/// (verification, signals, SQLite), so it gets more than the readers' [`crate::daemon::stack::SMALL_STACK`].
 const WAIT_STACK: usize = 1024 * 1024;
 
 /// How many of the adapter's last stderr lines are kept for error messages.
@@ -180,6 +188,37 @@ pub struct Supervised {
     /// reports directory, or nowhere: the wrapper could not write it there (said once in the
     /// log, counted by the `ensure` that started the session).
     report_failed: AtomicBool,
+    /// The daemon's freeze for a handoff (`freeze.rs`).
+    freeze: Arc<Freeze>,
+    /// What the readers leave for a handoff: their pipes and the lines they hold cut.
+    handed: Mutex<HandedIo>,
+    /// The waiter reaped the wrapper and has not ended the session yet: its readers drain the
+    /// pipes to the end instead of stopping for a freeze (the waiter waits for them).
+    settling: AtomicBool,
+}
+
+/// A session's pipes as its reader threads hold them (`-1`: no reader), and the line each
+/// reader's framer held when it stopped for a freeze (indexed by [`Stream`]).
+#[derive(Debug)]
+pub(super) struct HandedIo {
+    fds: [RawFd; 2],
+    partial: [Partial; 2],
+}
+
+impl Default for HandedIo {
+    fn default() -> HandedIo {
+        HandedIo {
+            fds: [-1, -1],
+            partial: Default::default(),
+        }
+    }
+}
+
+/// The wrapper a waiter waits for: spawned by this program, or by the program before an exec
+/// of the same process (a handoff), which this one reaps by its pid.
+pub(super) enum Wrapper {
+    Spawned(Child),
+    Adopted,
 }
 
 struct Inner {

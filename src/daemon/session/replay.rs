@@ -295,6 +295,71 @@ pub enum Batch {
     Evicted { oldest_seq: i64, last_seq: i64 },
 }
 
+/// A replay buffer in a handoff. The items' bodies are not in the JSON document: they travel as
+/// raw bytes after it ([`HandedReplay::raw`]), their seqs as runs of consecutive seqs — a
+/// buffer of a million short lines is then a few MB to copy, not tens of MB of escaped JSON to
+/// encode and parse.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandedReplay {
+    /// The items' seqs as `(first, count)` runs, oldest first.
+    pub runs: Vec<(i64, u32)>,
+    /// The seqs of the items that are stderr lines.
+    pub stderr: Vec<i64>,
+    /// Where the bodies are in the handoff's raw part, and how long: first the length of each
+    /// body (a little-endian `u32` each), then the bodies one after the other.
+    pub raw_at: u64,
+    pub raw_len: u64,
+    pub evicted_upto: i64,
+    pub last: i64,
+    /// The slowest live attach's cursor at the handoff: the next program holds the buffer there
+    /// for the clients to attach again (see [`Replay::release_hold`]).
+    #[serde(default)]
+    pub held_cursor: Option<i64>,
+    /// The raw part itself (lengths, then bodies), outside the JSON document.
+    #[serde(skip)]
+    pub raw: Vec<u8>,
+}
+
+/// A handed item: its seq, the range of its body in the shared text, whether it is stderr.
+type HandedItem = (i64, std::ops::Range<usize>, bool);
+
+impl HandedReplay {
+    /// The items, from the runs and the raw part: `(seq, body, stderr)`, the bodies ranges of one
+    /// shared text.
+    fn items(&self) -> Result<(Arc<str>, Vec<HandedItem>), String> {
+        let n: usize = self.runs.iter().map(|r| r.1 as usize).sum();
+        let lens_end = n
+            .checked_mul(4)
+            .filter(|&e| e <= self.raw.len())
+            .ok_or("the handed replay buffer is cut short")?;
+        let text = std::str::from_utf8(&self.raw[lens_end..])
+            .map_err(|e| format!("a handed replay item is not UTF-8: {e}"))?;
+        let stderr: std::collections::HashSet<i64> = self.stderr.iter().copied().collect();
+        let mut items = Vec::with_capacity(n);
+        let mut at = 0usize;
+        let mut lens = self.raw[..lens_end].chunks_exact(4);
+        for &(first, count) in &self.runs {
+            for seq in first..first + count as i64 {
+                let len =
+                    u32::from_le_bytes(lens.next().expect("counted").try_into().expect("4 bytes"))
+                        as usize;
+                let end = at + len;
+                if end > text.len()
+                    || !text.is_char_boundary(at)
+                    || !text.is_char_boundary(end)
+                    || !text[at..end].starts_with(",\"type\":")
+                {
+                    return Err(format!("handed replay item {seq} is malformed"));
+                }
+                items.push((seq, at..end, stderr.contains(&seq)));
+                at = end;
+            }
+        }
+        Ok((Arc::from(text), items))
+    }
+}
+
 /// The buffered items of one session, oldest first, within its [`Limits`]. Seqs only go up:
 /// an item is pushed with a seq above every buffered one.
 #[derive(Debug)]
@@ -319,6 +384,9 @@ pub(super) struct Replay {
     slowest: Option<i64>,
     /// A close began: attaches no longer hold the buffer or the reader back.
     released: bool,
+    /// The reader token holding the cursor the slowest attach had at a handoff, until a client
+    /// attaches again ([`Replay::release_hold`]).
+    hold: Option<u64>,
 }
 
 impl Replay {
@@ -336,6 +404,64 @@ impl Replay {
             next_reader: 0,
             slowest: None,
             released: false,
+            hold: None,
+        }
+    }
+
+    /// The buffer as a handoff carries it: every item, the highest seq evicted, the last seq,
+    /// the cursor to hold for the attaches.
+    pub(super) fn handed(&self) -> HandedReplay {
+        let mut run = Run::default();
+        let _ = self.run_after(self.evicted_upto, usize::MAX, &mut run);
+        let mut runs: Vec<(i64, u32)> = Vec::new();
+        let mut stderr = Vec::new();
+        let mut lens = Vec::with_capacity(run.len() * 4);
+        let mut bodies = Vec::with_capacity(self.bytes);
+        for (slot, rest) in run.iter() {
+            match runs.last_mut() {
+                Some((first, count)) if *first + *count as i64 == slot.seq => *count += 1,
+                _ => runs.push((slot.seq, 1)),
+            }
+            if slot.stderr {
+                stderr.push(slot.seq);
+            }
+            lens.extend_from_slice(&(rest.len() as u32).to_le_bytes());
+            bodies.extend_from_slice(rest.as_bytes());
+        }
+        lens.extend_from_slice(&bodies);
+        HandedReplay {
+            runs,
+            stderr,
+            raw_at: 0,
+            raw_len: lens.len() as u64,
+            evicted_upto: self.evicted_upto,
+            last: self.last,
+            held_cursor: self.slowest,
+            raw: lens,
+        }
+    }
+
+    /// The buffer a handoff carried. The cursor the attaches had is held before the items go
+    /// in, so that none a client may still need is evicted before it attaches again.
+    pub(super) fn adopt(limits: Limits, h: HandedReplay) -> Result<Replay, String> {
+        let mut r = Replay::new(limits, h.last);
+        if let Some(cursor) = h.held_cursor {
+            r.hold = Some(r.join(cursor));
+        }
+        let (text, items) = h.items()?;
+        for (seq, range, stderr) in items {
+            r.push_shared(seq, &text, range, stderr);
+        }
+        r.evicted_upto = r.evicted_upto.max(h.evicted_upto);
+        r.last = h.last;
+        Ok(r)
+    }
+
+    /// Lets go of the cursor held for the clients of before a handoff: once one attaches again,
+    /// or when they were given long enough.
+    pub(super) fn release_hold(&mut self) {
+        if let Some(token) = self.hold.take() {
+            self.leave(token);
         }
     }
 
@@ -343,6 +469,10 @@ impl Replay {
     pub(super) fn join(&mut self, cursor: i64) -> u64 {
         self.next_reader += 1;
         self.readers.insert(self.next_reader, cursor);
+        // A client attached again after a handoff: it governs from here on.
+        if let Some(token) = self.hold.take() {
+            self.readers.remove(&token);
+        }
         self.recompute();
         self.next_reader
     }
@@ -699,6 +829,45 @@ mod tests {
     /// The first item after a cursor, found from the seqs' arithmetic, is the binary search's
     /// answer for every cursor: consecutive seqs, gaps (a skipped seq block, events), a buffer
     /// whose oldest items were evicted, an empty one, cursors below, inside and above it.
+    /// A buffer written out for a handoff and taken up again holds the same items (seqs,
+    /// bodies, stderr flags, gaps between runs), the same bounds and last seq, and holds the
+    /// slowest attach's cursor until a client attaches again.
+    #[test]
+    fn a_handed_buffer_comes_back_whole_and_holds_the_attach_cursor() {
+        let limits = Limits {
+            lines: 1000,
+            bytes: 1 << 20,
+        };
+        let mut r = Replay::new(limits, 0);
+        for seq in (1..=5).chain(9..=12) {
+            r.push(Item::single(
+                seq,
+                &format!(",\"type\":\"output\",\"line\":\"l{seq} ü\""),
+                seq == 10,
+            ));
+        }
+        let token = r.join(3);
+        let h = r.handed();
+        assert_eq!(h.runs, vec![(1, 5), (9, 4)]);
+        assert_eq!(h.stderr, vec![10]);
+        assert_eq!(h.held_cursor, Some(3));
+        let mut back = Replay::adopt(limits, h).unwrap();
+        let before = r.after(0, usize::MAX).unwrap();
+        let after = back.after(0, usize::MAX).unwrap();
+        assert_eq!(seqs(&after), seqs(&before));
+        for (a, b) in after.iter().zip(&before) {
+            assert_eq!((a.rest(), a.stderr), (b.rest(), b.stderr));
+        }
+        assert_eq!(back.last_seq(), 12);
+        assert!(back.governed(), "the attach's cursor is held");
+        back.join(12);
+        assert!(
+            back.hold.is_none(),
+            "a client that attaches again ends the hold"
+        );
+        r.leave(token);
+    }
+
     #[test]
     fn the_item_after_a_cursor_is_found_through_gaps_and_evictions() {
         for (limit, gaps) in [

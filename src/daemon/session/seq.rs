@@ -29,6 +29,15 @@ impl Seqs {
         }
     }
 
+    /// After a handoff: nothing reserved (the next output reserves above `last`, the store's
+    /// last seq), the stored events up to `last_synced` already in the stream.
+    pub(super) fn adopt(last: i64, last_synced: i64) -> Seqs {
+        Seqs {
+            last_synced,
+            ..Seqs::new(last)
+        }
+    }
+
     /// The next reserved seq, or `None` when the block is used up (reserve another).
     pub(super) fn take(&mut self) -> Option<i64> {
         if self.next > self.reserved_upto {

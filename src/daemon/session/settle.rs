@@ -91,11 +91,11 @@ impl Supervised {
     /// Waits for the wrapper to exit, then settles the lease and ends the stream.
     pub(super) fn supervise(
         self: Arc<Self>,
-        mut child: Child,
+        wrapper: Wrapper,
         stdout_done: mpsc::Receiver<()>,
         ctl: &Controller<'_>,
     ) {
-        let status = child.wait();
+        let status = self.wait_wrapper(wrapper);
         let exited = status.as_ref().ok().and_then(|s| s.code());
         let code = match &status {
             Ok(s) => s.code().or_else(|| s.signal().map(|n| 128 + n)),
@@ -151,8 +151,25 @@ impl Supervised {
         // buffer, and a reader waiting on a client that stopped reading sees the end.
         g.replay.release(true);
         drop(g);
+        self.settling.store(false, AtomicOrdering::SeqCst);
+        self.freeze.end_settle();
         self.changed.notify_all();
         self.drained.notify_all();
+    }
+
+    /// Waits for the wrapper to exit and reaps it — unless a freeze for a handoff is on: then
+    /// the zombie is left for the next program (the exit is seen without reaping first), and
+    /// reaped here only once the freeze is lifted.
+    fn wait_wrapper(&self, wrapper: Wrapper) -> io::Result<std::process::ExitStatus> {
+        if let Err(e) = crate::sys::wait_exited_unreaped(self.child_pid) {
+            tracing::warn!(session = %self.key, error = %e, "cannot wait for the wrapper's exit without reaping it");
+        }
+        self.freeze.begin_settle();
+        self.settling.store(true, AtomicOrdering::SeqCst);
+        match wrapper {
+            Wrapper::Spawned(mut child) => child.wait(),
+            Wrapper::Adopted => crate::sys::reap(self.child_pid),
+        }
     }
 
     /// The start failure of a session whose wrapper exited with `code`: the adapter was started

@@ -216,6 +216,9 @@ mod tests {
             drained: Condvar::new(),
             tracking: AtomicBool::new(false),
             report_failed: AtomicBool::new(false),
+            freeze: Arc::new(Freeze::new().unwrap()),
+            handed: Mutex::new(HandedIo::default()),
+            settling: AtomicBool::new(false),
         }
     }
 

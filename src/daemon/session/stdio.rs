@@ -41,20 +41,32 @@ impl Supervised {
     /// attached readers per chunk rather than per line. Reading line by line cost a busy daemon
     /// most of its CPU in futex wakes and small reads. A line cut by the chunk's end waits in the
     /// framer for its rest, so clients see the same lines whatever the chunking.
-    pub(super) fn read_stdout(&self, mut out: impl Read) {
+    ///
+    /// The pipe is read non-blocking, and a read that finds it empty waits for it or for a
+    /// freeze ([`Freeze`]): between two reads, with every line read so far buffered and the cut
+    /// one in the framer, the reader stops for a handoff, which takes the framer's bytes along.
+    pub(super) fn read_stdout(&self, mut out: std::fs::File, mut framer: LineFramer) {
         // A quiet adapter's reads are small: its buffer grows to a full chunk only once a read
         // fills it, so an idle session does not hold (and, on reused heap, touch) 64 KiB.
         let mut buf = vec![0u8; FIRST_READ];
-        let mut framer = LineFramer::new(MAX_ADAPTER_LINE);
         let mut batch = OutBatch::default();
         let mut priority = ReaderPriority::default();
+        set_nonblocking(&out);
         loop {
             let attached = self.hold_while_behind();
+            if self.freeze.requested() && !self.settling.load(AtomicOrdering::SeqCst) {
+                self.park_reader(Stream::Stdout, &framer);
+                continue;
+            }
             priority.follow(attached);
             let n = match out.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    crate::sys::wait_readable_or(out.as_fd(), self.freeze.latch());
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(session = %self.key, error = %e, "reading the adapter's stdout failed");
                     break;
@@ -98,7 +110,7 @@ impl Supervised {
         if !g.replay.behind() {
             return g.replay.governed();
         }
-        while g.replay.behind() && !g.life.is_ended() {
+        while g.replay.behind() && !g.life.is_ended() && !self.freeze.requested() {
             g.quiet_mut().reader_waiting = true;
             g = g.wait_drained(HOLD_TICK);
         }
@@ -154,10 +166,38 @@ impl Supervised {
 
     /// Logs each stderr line and streams it as a `stderr` item (same seq space and replay
     /// buffer as output, so its bounds apply); the last lines are kept for error messages.
-    pub(super) fn read_stderr(&self, err: impl Read) {
-        let mut r = BufReader::new(err);
-        while let Ok(Some((line, truncated))) = read_capped_line(&mut r, MAX_STDERR_LINE) {
-            let text = String::from_utf8_lossy(&line).into_owned();
+    /// Read as stdout is (non-blocking, stopped by a freeze between two reads).
+    pub(super) fn read_stderr(&self, mut err: std::fs::File, mut framer: LineFramer) {
+        let mut buf = vec![0u8; FIRST_READ];
+        set_nonblocking(&err);
+        loop {
+            if self.freeze.requested() && !self.settling.load(AtomicOrdering::SeqCst) {
+                self.park_reader(Stream::Stderr, &framer);
+                continue;
+            }
+            let n = match err.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    crate::sys::wait_readable_or(err.as_fd(), self.freeze.latch());
+                    continue;
+                }
+                Err(_) => break,
+            };
+            framer.feed_checked(&buf[..n], "", |line, _, truncated| {
+                self.stderr_line(line, truncated)
+            });
+        }
+        if let Some((line, truncated)) = framer.finish() {
+            self.stderr_line(&line, truncated);
+        }
+    }
+
+    /// One line of the adapter's stderr: logged, kept in the tail, streamed.
+    fn stderr_line(&self, line: &[u8], truncated: bool) {
+        {
+            let text = String::from_utf8_lossy(line).into_owned();
             tracing::info!(session = %self.key, "stderr: {text}");
             // Encoded before any lock is taken; numbered like output (never a seq the store
             // did not reserve; held while it cannot reserve).
@@ -172,7 +212,7 @@ impl Supervised {
                 g.stderr_tail.push_back(text);
             }
             let Some((mut g, seq)) = self.output_seq() else {
-                continue;
+                return;
             };
             let mut rest = format!(",\"type\":\"stderr\",\"line\":{encoded}");
             if truncated {
@@ -181,6 +221,44 @@ impl Supervised {
             g.push(Item::single(seq, &rest, true));
             g.notify_changed();
         }
+    }
+}
+
+/// A line cut by a read's end, as a reader's framer holds it (see [`LineFramer::snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Partial {
+    pub bytes: Vec<u8>,
+    pub truncated: bool,
+    pub any: bool,
+}
+
+/// The adapter's two output streams.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Our read end of a pipe, non-blocking (the adapter's write end is another open file).
+fn set_nonblocking(f: &std::fs::File) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = fcntl(f.as_raw_fd(), FcntlArg::F_GETFL)
+        .map(OFlag::from_bits_truncate)
+        .unwrap_or(OFlag::empty());
+    if let Err(e) = fcntl(f.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)) {
+        tracing::warn!(error = %e, "cannot make an adapter's output pipe non-blocking");
+    }
+}
+
+impl Supervised {
+    /// A reader stops for a freeze: what its framer holds is kept for the handoff, and it waits
+    /// until the freeze is lifted.
+    fn park_reader(&self, stream: Stream, framer: &LineFramer) {
+        {
+            let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+            handed.partial[stream as usize] = framer.snapshot();
+        }
+        self.freeze.park();
     }
 }
 
@@ -455,6 +533,25 @@ impl LineFramer {
         self.any = false;
     }
 
+    /// What the framer holds of a line whose newline has not come yet, for a handoff.
+    pub(super) fn snapshot(&self) -> Partial {
+        Partial {
+            bytes: self.partial.clone(),
+            truncated: self.truncated,
+            any: self.any,
+        }
+    }
+
+    /// A framer that holds `p` (see [`LineFramer::snapshot`]).
+    pub(super) fn restore(cap: usize, p: Partial) -> LineFramer {
+        LineFramer {
+            partial: p.bytes,
+            truncated: p.truncated,
+            any: p.any,
+            ..LineFramer::new(cap)
+        }
+    }
+
     /// The last line, when the stream ended without a newline after it.
     pub(super) fn finish(&mut self) -> Option<(Vec<u8>, bool)> {
         if !self.any {
@@ -559,7 +656,9 @@ impl std::io::Write for AppendUtf8<'_> {
 }
 
 /// Reads one line of at most `cap` bytes (the rest of a longer line is discarded). `None` at
-/// end of stream; a final line without a newline is returned.
+/// end of stream; a final line without a newline is returned. The reference the
+/// [`LineFramer`] is checked against.
+#[cfg(test)]
 pub(super) fn read_capped_line(
     r: &mut impl BufRead,
     cap: usize,
