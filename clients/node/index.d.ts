@@ -112,6 +112,12 @@ export interface StatusResult {
     busy: string[];
     resumable: ResumableEntry[];
     startupReap: Record<string, number>;
+    /** When the program that serves now began serving (ms since the epoch); after a live upgrade
+     * `startedAt` stays the daemon's first start. */
+    servingSince: number;
+    /** Handoffs to a new program this daemon has done (`leash serve --upgrade`, SIGHUP). */
+    handoffs: number;
+    lastHandoff?: { at: number; from: string; to: string; ok: boolean; error?: string };
   };
   [k: string]: unknown;
 }
