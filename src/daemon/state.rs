@@ -199,6 +199,20 @@ pub(crate) struct ProgramInfo {
 }
 
 impl Daemon {
+    /// What a session needs of the daemon to start (`ensure`) or to be adopted (a handoff).
+    pub(super) fn spawn_spec(&self) -> super::session::SpawnSpec<'_> {
+        super::session::SpawnSpec {
+            root: &self.root,
+            store: &self.session_store,
+            ctl: &self.ctl,
+            exe: &self.exe,
+            daemon_pid: self.me.pid,
+            default_grace_ms: self.cfg.default_grace_ms,
+            limits: self.cfg.replay,
+            freeze: &self.freeze,
+        }
+    }
+
     pub(super) fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -20,7 +20,7 @@
 //! end their sessions.
 
 use super::handoff::{self, Check, Handoff, Requester};
-use super::session::{self, HandedSession, SpawnSpec};
+use super::session::{self, HandedSession};
 use super::start::{Start, StartState};
 use super::state::{Daemon, ServeConfig, ServeError};
 use super::{socket, startup};
@@ -572,16 +572,7 @@ pub(super) fn take_over(
 /// Adopts the handed sessions into the daemon, then — the last step that can still hand back —
 /// gives the panic hook back and starts their threads.
 pub(super) fn adopt_sessions(d: &Arc<Daemon>, mut t: Taken) -> Taken {
-    let spec = SpawnSpec {
-        root: &d.root,
-        store: &d.session_store,
-        ctl: &d.ctl,
-        exe: &d.exe,
-        daemon_pid: d.me.pid,
-        default_grace_ms: d.cfg.default_grace_ms,
-        limits: d.cfg.replay,
-        freeze: &d.freeze,
-    };
+    let spec = d.spawn_spec();
     let handed = std::mem::take(&mut t.sessions);
     t.count = handed.len();
     let mut adopted = Vec::with_capacity(handed.len());

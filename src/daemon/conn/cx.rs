@@ -4,7 +4,7 @@
 //! from `conn.rs`.
 
 pub(super) use crate::controller::{LeaseRef, LifecycleError};
-pub(super) use crate::daemon::session::{self, Batch, SpawnError, SpawnSpec};
+pub(super) use crate::daemon::session::{self, Batch, SpawnError};
 pub(super) use crate::daemon::state::Daemon;
 pub(super) use crate::protocol::Phase;
 pub(super) use crate::protocol::{

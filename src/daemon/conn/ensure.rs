@@ -161,16 +161,7 @@ fn start(
             ));
         }
     }
-    let spec = SpawnSpec {
-        root: &d.root,
-        store: &d.session_store,
-        ctl: &d.ctl,
-        exe: &d.exe,
-        daemon_pid: d.me.pid,
-        default_grace_ms: d.cfg.default_grace_ms,
-        limits: d.cfg.replay,
-        freeze: &d.freeze,
-    };
+    let spec = d.spawn_spec();
     let s = session::spawn(&spec, e)?;
     d.metrics.wrapper_starts.inc();
     d.sessions().insert(e.session.clone(), s.clone());

@@ -229,6 +229,35 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     Ok(session)
 }
 
+/// Starts the reader thread of one of a session's pipes: at a low priority, its fd known to the
+/// session (so a handoff can keep it) while `read` runs, and counted by the daemon's freeze;
+/// `done` hears once the reader has ended.
+fn spawn_reader(
+    session: &Arc<Supervised>,
+    name: String,
+    stream: Stream,
+    pipe: std::fs::File,
+    read: impl FnOnce(&Supervised, std::fs::File) + Send + 'static,
+    done: Option<mpsc::Sender<()>>,
+) {
+    let s = session.clone();
+    s.freeze.reader_started();
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(crate::daemon::stack::SMALL_STACK)
+        .spawn(move || {
+            super::stdio::lower_reader_priority();
+            s.reader_fd(stream, pipe.as_raw_fd());
+            read(&s, pipe);
+            s.reader_fd(stream, -1);
+            s.freeze.reader_ended();
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+        })
+        .expect("spawn thread");
+}
+
 /// Starts a session's threads: a reader for each of its open pipes (stdout, stderr; each
 /// reader's framer holding `partial`), and, while its wrapper runs, the waiter.
 pub(super) fn start_threads(
@@ -245,39 +274,32 @@ pub(super) fn start_threads(
     let (done_tx, done_rx) = mpsc::channel::<()>();
     match stdout {
         Some(stdout) => {
-            let s = session.clone();
-            s.freeze.reader_started();
-            std::thread::Builder::new()
-                .name(format!("out:{key}"))
-                .stack_size(crate::daemon::stack::SMALL_STACK)
-                .spawn(move || {
-                    super::stdio::lower_reader_priority();
-                    s.reader_fd(Stream::Stdout, stdout.as_raw_fd());
-                    s.read_stdout(stdout, LineFramer::restore(MAX_ADAPTER_LINE, out_partial));
-                    s.reader_fd(Stream::Stdout, -1);
-                    s.freeze.reader_ended();
-                    let _ = done_tx.send(());
-                })
-                .expect("spawn thread");
+            let framer = LineFramer::restore(MAX_ADAPTER_LINE, out_partial);
+            let read = move |s: &Supervised, f| s.read_stdout(f, framer);
+            spawn_reader(
+                session,
+                format!("out:{key}"),
+                Stream::Stdout,
+                stdout,
+                read,
+                Some(done_tx),
+            );
         }
         None => {
             let _ = done_tx.send(());
         }
     }
     if let Some(stderr) = stderr {
-        let s = session.clone();
-        s.freeze.reader_started();
-        std::thread::Builder::new()
-            .name(format!("err:{key}"))
-            .stack_size(crate::daemon::stack::SMALL_STACK)
-            .spawn(move || {
-                super::stdio::lower_reader_priority();
-                s.reader_fd(Stream::Stderr, stderr.as_raw_fd());
-                s.read_stderr(stderr, LineFramer::restore(MAX_STDERR_LINE, err_partial));
-                s.reader_fd(Stream::Stderr, -1);
-                s.freeze.reader_ended();
-            })
-            .expect("spawn thread");
+        let framer = LineFramer::restore(MAX_STDERR_LINE, err_partial);
+        let read = move |s: &Supervised, f| s.read_stderr(f, framer);
+        spawn_reader(
+            session,
+            format!("err:{key}"),
+            Stream::Stderr,
+            stderr,
+            read,
+            None,
+        );
     }
     if let Some(wrapper) = wrapper {
         let s = session.clone();
