@@ -79,6 +79,20 @@ pub struct VerifyReport {
     pub members: Vec<LiveMember>,
 }
 
+impl VerifyReport {
+    /// One live member of the lease's tree, in the evidence and the members.
+    fn add_member(&mut self, m: &crate::verify::Member) {
+        self.evidence.push(format!(
+            "pid {} ({}, start time {}): {}",
+            m.pid,
+            m.role.name(),
+            m.start_time,
+            m.evidence
+        ));
+        self.members.push(LiveMember::from(m));
+    }
+}
+
 /// The answer for `lease`, from a snapshot that covers its root's tree. Pure.
 ///
 /// `caller` is who would signal: an escapee the signalling guards refuse to it (another uid's
@@ -118,14 +132,7 @@ pub fn judge(
                 report.answer = Answer::Owned;
                 report.evidence = tree.evidence.clone();
                 for m in tree.children_first() {
-                    report.evidence.push(format!(
-                        "pid {} ({}, start time {}): {}",
-                        m.pid,
-                        m.role.name(),
-                        m.start_time,
-                        m.evidence
-                    ));
-                    report.members.push(LiveMember::from(m));
+                    report.add_member(m);
                 }
             }
             None => {
@@ -137,14 +144,7 @@ pub fn judge(
                 let (signals, refused) = crate::plan::signals_for(&tree, snap, caller);
                 for m in tree.children_first() {
                     if signals.iter().any(|s| s.pid == m.pid) {
-                        report.evidence.push(format!(
-                            "pid {} ({}, start time {}): {}",
-                            m.pid,
-                            m.role.name(),
-                            m.start_time,
-                            m.evidence
-                        ));
-                        report.members.push(LiveMember::from(m));
+                        report.add_member(m);
                     }
                 }
                 for r in refused.iter().filter(|r| tree.contains(r.pid)) {
