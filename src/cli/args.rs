@@ -86,7 +86,11 @@ pub enum ErrorFormat {
     Json,
 }
 
+/// `defer`: each subcommand's arguments are defined only when that subcommand is parsed (or
+/// when help, completions or man pages build the whole tree), so a `leash exec` does not build
+/// the arguments of every other command first.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Commit a lease, then become the wrapper that runs CMD (stdio passes straight through).
     #[command(
@@ -312,6 +316,7 @@ pub struct ReapArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum LegacyCommand {
     /// Import records of the old gateway from a JSON file
     #[command(

@@ -13,6 +13,7 @@ use leash_core::model::LeaseState;
 use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum SessionsCommand {
     /// The sessions the requester may see, with why each is visible
     List(ViewArgs),
