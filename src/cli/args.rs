@@ -243,8 +243,10 @@ pub struct LeasesArgs {
     pub json: JsonArg,
 }
 
-/// A lease is named the same way by every command: its id, as `LEASE` or `--lease ID`, or its
-/// session, `--session KEY`; a command given none says so and names all three.
+// A lease is named the same way by every command: its id, as `LEASE` or `--lease ID`, or its
+// session, `--session KEY`; a command given none says so and names all three.
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["lease", "lease_flag", "session"])))]
 pub struct TargetArgs {

@@ -64,7 +64,9 @@ pub enum OnOff {
     Off,
 }
 
-/// Who asks, and how far it may see.
+// Who asks, and how far it may see.
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     /// Session key of the requester: every answer is what this session may see
