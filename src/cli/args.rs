@@ -86,7 +86,11 @@ pub enum ErrorFormat {
     Json,
 }
 
+/// `defer`: each subcommand's arguments are defined only when that subcommand is parsed (or
+/// when help, completions or man pages build the whole tree), so a `leash exec` does not build
+/// the arguments of every other command first.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Commit a lease, then become the wrapper that runs CMD (stdio passes straight through).
     #[command(
@@ -239,8 +243,10 @@ pub struct LeasesArgs {
     pub json: JsonArg,
 }
 
-/// A lease is named the same way by every command: its id, as `LEASE` or `--lease ID`, or its
-/// session, `--session KEY`; a command given none says so and names all three.
+// A lease is named the same way by every command: its id, as `LEASE` or `--lease ID`, or its
+// session, `--session KEY`; a command given none says so and names all three.
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["lease", "lease_flag", "session"])))]
 pub struct TargetArgs {
@@ -312,6 +318,7 @@ pub struct ReapArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum LegacyCommand {
     /// Import records of the old gateway from a JSON file
     #[command(

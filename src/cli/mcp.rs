@@ -19,8 +19,10 @@ tool argument can change the requester or its scope. sessions_send and the adapt
 sessions_history need a running `leash serve` for the state root. stdout carries only JSON-RPC; \
 logs go to stderr. Exits 0 when stdin ends.";
 
-/// The requester and its scope, fixed for the server's lifetime (the flags of `leash sessions`,
-/// without `--json`: the output is always JSON-RPC).
+// The requester and its scope, fixed for the server's lifetime (the flags of `leash sessions`,
+// without `--json`: the output is always JSON-RPC).
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Session key of the requester: the agent session this server answers for

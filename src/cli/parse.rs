@@ -34,8 +34,10 @@ fn grace_millis(s: &str) -> Result<u64, String> {
     leash_core::limits::check_grace_ms("the grace", ms).map_err(|e| e.to_string())
 }
 
-/// The grace between SIGTERM and SIGKILL: `--grace DURATION`, or `--grace-ms N` (milliseconds;
-/// kept for scripts written before durations).
+// The grace between SIGTERM and SIGKILL: `--grace DURATION`, or `--grace-ms N` (milliseconds;
+// kept for scripts written before durations).
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args, Clone, Copy, Default)]
 pub struct GraceArg {
     /// Time between SIGTERM and SIGKILL, e.g. 500ms, 3s, 1m (at most 1h) [default: 3s for exec

@@ -13,6 +13,7 @@ use leash_core::model::LeaseState;
 use leash_core::visibility::{A2aPolicy, A2aRule, Scope, Visibility};
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum SessionsCommand {
     /// The sessions the requester may see, with why each is visible
     List(ViewArgs),
@@ -63,7 +64,9 @@ pub enum OnOff {
     Off,
 }
 
-/// Who asks, and how far it may see.
+// Who asks, and how far it may see.
+// (A plain comment, not a doc comment: clap would take a doc comment on this struct as the
+// `about` of every command whose arguments it holds, over that command's own.)
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     /// Session key of the requester: every answer is what this session may see
