@@ -33,7 +33,7 @@ impl Supervised {
         self.lock().replay.check_since(since)
     }
 
-    /// Registers a live attach at `cursor` (see the module docs); its token for
+    /// Registers a live attach at `cursor` (see the module docs of `replay`); its token for
     /// [`Supervised::next_batch`] and [`Supervised::leave`].
     pub fn join(&self, cursor: i64) -> u64 {
         let mut g = self.lock();

@@ -29,9 +29,9 @@ pub const SEQ_BLOCK: i64 = 1024;
 
 /// The largest block of seqs reserved at a time: while an adapter prints so fast that a block
 /// runs out within [`SEQ_BLOCK_FAST`] of its reservation, and a live attach reads it, each
-/// block doubles up to this (see
-/// [`Seqs::block_len`](super::seq::Seqs::block_len)). At 1,024 lines a block, a flood of 3 M lines/s cost the output
-/// reader some 3,000 SQLite write transactions a second.
+/// block doubles up to this (see [`Seqs::block_len`](super::seq::Seqs::block_len)). At 1,024
+/// lines a block, a flood of 3 M lines/s cost the output reader some 3,000 SQLite write
+/// transactions a second.
 pub const MAX_SEQ_BLOCK: i64 = 64 * SEQ_BLOCK;
 
 /// A block used up within this of its reservation makes the next one twice as large.
@@ -130,7 +130,8 @@ pub(super) fn last_words(stderr: &[String]) -> String {
     }
 }
 
-/// A line cut by a read's end, as a reader's framer holds it (see [`LineFramer::snapshot`](super::stdio::LineFramer::snapshot)).
+/// A line cut by a read's end, as a reader's framer holds it (see
+/// [`LineFramer::snapshot`](super::stdio::LineFramer::snapshot)).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Partial {
     pub bytes: Vec<u8>,

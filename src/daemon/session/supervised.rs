@@ -202,7 +202,8 @@ impl Shown {
 }
 
 impl Supervised {
-    /// The shared store connection. Never taken while holding `inner` (see the module docs).
+    /// The shared store connection. Never taken while holding `inner` (see the module docs of
+    /// `session`).
     pub(super) fn store(&self) -> MutexGuard<'_, Store> {
         lock_store(&self.store)
     }
