@@ -5,7 +5,8 @@
 //! classification is pure ([`classify_outgoing`], [`classify_incoming`]); the bookkeeping is
 //! under the session's lock.
 
-use super::*;
+use super::base::*;
+use super::supervised::*;
 
 impl Inner {
     pub(super) fn is_busy(&self) -> bool {

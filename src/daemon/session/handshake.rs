@@ -5,7 +5,9 @@
 //! line pushed into the replay buffer in the same hold) says it came, and the line is then read
 //! back from the replay buffer.
 
-use super::*;
+use super::base::*;
+use super::replay;
+use super::supervised::*;
 
 /// The JSON-RPC id of the daemon's `initialize`: a string no client of the Node library uses
 /// (theirs start with `lc`), one per adapter process (each session runs one handshake).

@@ -4,7 +4,7 @@
 //! applied, so the rules of "who may close, and when is it running again" are in one place and
 //! tested on their own; the session calls them under its lock.
 
-use super::*;
+use super::base::*;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Life {

@@ -11,7 +11,7 @@
 //! not reading past the stall deadline, detached, hung up) and, for the rest of the stream, once
 //! a close began ([`Replay::release`]), so that a close never waits on a client.
 
-use super::*;
+use super::base::*;
 
 /// One stream item with its text: its seq and its pre-rendered JSON body after the seq
 /// (`,"type":…`), which the attach writes behind `{"id":…,"seq":N` ([`Item::write_line`]). The
@@ -229,6 +229,8 @@ impl Slot {
 
 /// A run of items handed to an attach ([`Supervised::next_batch`]): their slots, and the texts
 /// they lie in (one reference per text, not per item). Reused from batch to batch.
+///
+/// [`Supervised::next_batch`]: super::supervised::Supervised::next_batch
 #[derive(Debug, Default)]
 pub struct Run {
     slots: Vec<Slot>,
@@ -279,15 +281,19 @@ fn decimal_len(n: i64) -> usize {
 }
 
 /// What an attached reader gets from [`Supervised::next_batch`].
+///
+/// [`Supervised::next_batch`]: super::supervised::Supervised::next_batch
 #[derive(Debug)]
 pub enum Batch {
     /// The run passed to [`Supervised::next_batch`] holds new items.
+    ///
+    /// [`Supervised::next_batch`]: super::supervised::Supervised::next_batch
     Items,
     /// The session ended and every item up to `last_seq` was handed out.
     Ended {
         last_seq: i64,
         /// The adapter exited before its first line of output (the stream ends `start_failed`).
-        start_failed: Option<super::StartFailure>,
+        start_failed: Option<StartFailure>,
     },
     /// Nothing new within the wait.
     Idle,
@@ -708,100 +714,6 @@ impl Replay {
             run.texts.extend(self.texts.range(from..=to).cloned());
         }
         Ok(())
-    }
-}
-
-impl Inner {
-    pub(super) fn push_event(&mut self, e: Event) {
-        self.seqs.synced(e.seq);
-        if e.seq <= self.replay.last_seq() {
-            return;
-        }
-        self.seqs.skip_past(e.seq);
-        let rest = format!(
-            ",\"type\":\"event\",\"kind\":{},\"leaseId\":{},\"detail\":{},\"at\":{}",
-            serde_json::to_string(&e.kind).expect("strings serialise"),
-            serde_json::to_string(&e.lease_id).expect("strings serialise"),
-            e.detail.unwrap_or(Value::Null),
-            e.at
-        );
-        self.push(Item::single(e.seq, &rest, false));
-    }
-
-    pub(super) fn push(&mut self, item: Item) {
-        self.replay.push(item);
-    }
-}
-
-impl Supervised {
-    /// Where an attach may start: `Err` when `since` fell out of the buffer.
-    pub fn check_since(&self, since: i64) -> Result<(Option<i64>, i64), (i64, i64)> {
-        self.lock().replay.check_since(since)
-    }
-
-    /// Registers a live attach at `cursor` (see the module docs); its token for
-    /// [`Supervised::next_batch`] and [`Supervised::leave`].
-    pub fn join(&self, cursor: i64) -> u64 {
-        let mut g = self.lock();
-        g.attached += 1;
-        g.replay.join(cursor)
-    }
-
-    /// The attach `token` ended: the output reader is woken, it may no longer be held back.
-    pub fn leave(&self, token: u64) {
-        {
-            let mut g = self.lock();
-            g.attached = g.attached.saturating_sub(1);
-            g.replay.leave(token);
-        }
-        self.drained.notify_all();
-    }
-
-    /// Items with a seq above `cursor` (at most `max`), waiting up to `wait` for new ones.
-    /// `cursor` is what attach `token` has been sent: the output reader, held back by it, is
-    /// woken once it is no longer.
-    /// New items go into `run` ([`Batch::Items`]).
-    pub fn next_batch(
-        &self,
-        token: u64,
-        cursor: i64,
-        max: usize,
-        wait: Duration,
-        run: &mut Run,
-    ) -> Batch {
-        let mut g = self.lock();
-        {
-            // Not shown in status: no publish per batch.
-            let inner = g.quiet_mut();
-            inner.replay.advance(token, cursor);
-            if inner.reader_waiting && !inner.replay.behind() {
-                self.drained.notify_all();
-            }
-        }
-        let deadline = Instant::now() + wait;
-        loop {
-            match g.replay.run_after(cursor, max, run) {
-                Err((oldest_seq, last_seq)) => {
-                    return Batch::Evicted {
-                        oldest_seq,
-                        last_seq,
-                    }
-                }
-                Ok(()) if !run.is_empty() => return Batch::Items,
-                Ok(()) => {}
-            }
-            if g.life.is_ended() {
-                return Batch::Ended {
-                    last_seq: g.replay.last_seq(),
-                    start_failed: g.start_failure.clone(),
-                };
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Batch::Idle;
-            }
-            g = g.wait_timeout(deadline - now);
-        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! dead closer, a lease changed underneath), the waiter that collects the wrapper's exit, and the
 //! settlement of the lease when it is gone.
 
-use super::*;
+use super::base::*;
+use super::supervised::*;
 
 impl Supervised {
     /// Marks the session as closing; false when it is not running (or already closing).

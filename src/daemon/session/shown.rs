@@ -10,49 +10,9 @@
 //! letting go ([`Locked`]'s drop), under `inner`, so publications follow the changes in order;
 //! `status` clones the last one under a lock held only for a pointer swap.
 
-use super::*;
+use super::base::*;
+use super::supervised::*;
 use std::ops::{Deref, DerefMut};
-
-/// The part of a session's live status that changes with its state (the rest — key, lease,
-/// creation time — is fixed once set). Built from `Inner` by [`Shown::of`].
-#[derive(Debug, Clone)]
-pub(super) struct Shown {
-    phase: Phase,
-    pending_prompts: Vec<PendingPrompt>,
-    acp_session_ids: Vec<String>,
-    acp_sessions: Arc<Vec<Value>>,
-    last_traffic: Instant,
-    output_lines: u64,
-    oldest_seq: Option<i64>,
-    last_seq: i64,
-    buffered_lines: usize,
-    buffered_bytes: usize,
-    attached: usize,
-    exit_status: Option<i32>,
-    output_held: Option<String>,
-    output_dropped: u64,
-}
-
-impl Shown {
-    pub(super) fn of(g: &Inner) -> Shown {
-        Shown {
-            phase: g.life.phase(),
-            pending_prompts: g.pending.values().cloned().collect(),
-            acp_session_ids: g.acp_sessions.iter().cloned().collect(),
-            acp_sessions: g.acp_view.clone(),
-            last_traffic: g.last_traffic,
-            output_lines: g.output_lines,
-            oldest_seq: g.replay.oldest_seq(),
-            last_seq: g.replay.last_seq(),
-            buffered_lines: g.replay.len(),
-            buffered_bytes: g.replay.bytes(),
-            attached: g.attached,
-            exit_status: g.life.exit_status(),
-            output_held: g.held.clone(),
-            output_dropped: g.output_dropped,
-        }
-    }
-}
 
 /// A held `inner` lock that publishes what `status` shows when it is let go, if it was written
 /// through (any `&mut` access counts as a change; reads publish nothing).
@@ -155,6 +115,12 @@ impl Drop for Locked<'_> {
 }
 
 impl Supervised {
+    pub(super) fn lock(&self) -> Locked<'_> {
+        // A panic while holding the lock leaves consistent-enough data (plain counters and
+        // buffers); serving the other clients matters more than poisoning.
+        Locked::new(self, self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     fn shown_slot(&self) -> MutexGuard<'_, Arc<Shown>> {
         self.shown.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -188,6 +154,7 @@ impl Supervised {
 
 #[cfg(test)]
 mod tests {
+    use super::super::freeze::Freeze;
     use super::*;
 
     /// A session with no child behind it (its stdin closed), over a fresh state root.

@@ -3,7 +3,13 @@
 //! wrapper's report that the lease is committed and the adapter started (or died at once); and
 //! taking one up from a handoff (`adopt`), the other way a session starts in a program.
 
-use super::*;
+use super::base::*;
+use super::freeze::Freeze;
+use super::phase::Life;
+use super::replay::{HandedReplay, Replay};
+use super::seq::Seqs;
+use super::stdio::{LineFramer, Stream, ITEM_OVERHEAD, MIN_ITEM_LINE};
+use super::supervised::*;
 use leash_core::kind::{HasKind, Kind};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,34 +51,6 @@ impl HasKind for SpawnError {
             SpawnError::Conflict { .. } => Kind::Conflict,
             _ => Kind::SpawnFailed,
         }
-    }
-}
-
-/// An adapter that was started and exited before its first line of output, with no close of
-/// the daemon ending it: its start failed, whenever the exit came. Reported the same way by an
-/// `ensure` that was still waiting (`start_failed`) and by the stream's end (`start_failed`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StartFailure {
-    pub status: Option<i32>,
-    pub stderr: Vec<String>,
-}
-
-impl std::fmt::Display for StartFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the adapter exited before its first line of output (exit status {}){}",
-            self.status.map_or("unknown".into(), |c| c.to_string()),
-            last_words(&self.stderr)
-        )
-    }
-}
-
-pub(super) fn last_words(stderr: &[String]) -> String {
-    if stderr.is_empty() {
-        "; it wrote nothing on stderr".into()
-    } else {
-        format!("; its last stderr lines: {}", stderr.join(" | "))
     }
 }
 
@@ -191,7 +169,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let stdout = std::fs::File::from(OwnedFd::from(child.stdout.take().expect("piped")));
     let stderr = std::fs::File::from(OwnedFd::from(child.stderr.take().expect("piped")));
     let inner = Inner::new(spec.limits, last);
-    let shown = Arc::new(super::shown::Shown::of(&inner));
+    let shown = Arc::new(Shown::of(&inner));
     let session = Arc::new(Supervised {
         key: req.session.clone(),
         argv: req.argv.clone(),
@@ -723,7 +701,7 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
         .start_failure
         .map(|(status, stderr)| StartFailure { status, stderr });
     let tracking = !inner.pending.is_empty() || !inner.opening.is_empty();
-    let shown = Arc::new(super::shown::Shown::of(&inner));
+    let shown = Arc::new(Shown::of(&inner));
     let session = Arc::new(Supervised {
         key: h.key,
         argv: h.argv,

@@ -2,7 +2,10 @@
 //! stdout read a chunk at a time, framed into lines, rendered once into stream items bounded by
 //! their encoded size and numbered together, and its stderr logged and streamed.
 
-use super::*;
+use super::base::*;
+use super::busy::{classify_incoming, classify_outgoing, Incoming};
+use super::replay::Item;
+use super::supervised::*;
 
 impl Supervised {
     /// Writes one line (a newline is added) to the adapter's stdin and tracks JSON-RPC requests
@@ -222,14 +225,6 @@ impl Supervised {
             g.notify_changed();
         }
     }
-}
-
-/// A line cut by a read's end, as a reader's framer holds it (see [`LineFramer::snapshot`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Partial {
-    pub bytes: Vec<u8>,
-    pub truncated: bool,
-    pub any: bool,
 }
 
 /// The adapter's two output streams.
