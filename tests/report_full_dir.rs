@@ -165,25 +165,11 @@ fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() 
     );
     assert_eq!(r["ok"], true, "{r}");
     let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
-    let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");
-    let l = lease_row(&mut c, &seven);
-    assert!(ended, "{l}");
-    assert_eq!(l["exitStatus"], 7, "{l}");
+    assert_ends_with(&mut c, &seven, 7);
     assert!(!state.join("run").join(format!("{seven}.json")).exists());
 
     // Logged and counted, once per session.
-    let text = c.call("metrics", json!({}))["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        text.contains("leash_report_write_failures_total 2\n"),
-        "{}",
-        text.lines()
-            .filter(|l| l.contains("report_write_failures"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_report_failures(&mut c, 2);
     assert!(
         daemon.log_text().contains("could not write its report"),
         "{}",
@@ -236,10 +222,7 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     );
     assert_eq!(r["ok"], true, "{r}");
     let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
-    let ended = wait_daemon(&mut c, |c| lease_row(c, &seven)["state"] == "ended");
-    let l = lease_row(&mut c, &seven);
-    assert!(ended, "{l}");
-    assert_eq!(l["exitStatus"], 7, "{l}");
+    assert_ends_with(&mut c, &seven, 7);
 
     // One that exits 7 at once, its wrapper gone before the daemon could see the adapter: the
     // daemon's own wait for the wrapper says the adapter ran (an adapter's status, not the
@@ -257,10 +240,7 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     );
     assert_eq!(r["ok"], true, "{r}");
     let quick = r["result"]["leaseId"].as_str().unwrap().to_string();
-    let ended = wait_daemon(&mut c, |c| lease_row(c, &quick)["state"] == "ended");
-    let l = lease_row(&mut c, &quick);
-    assert!(ended, "{l}");
-    assert_eq!(l["exitStatus"], 7, "{l}");
+    assert_ends_with(&mut c, &quick, 7);
 
     // A command that cannot be executed is still a failed start (the wrapper's 126); its wrapper
     // could not write its report either, and is counted with the others.
@@ -274,18 +254,7 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
     assert_eq!(r["error"]["exitStatus"], 126, "{r}");
 
-    let text = c.call("metrics", json!({}))["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        text.contains("leash_report_write_failures_total 4\n"),
-        "{}",
-        text.lines()
-            .filter(|l| l.contains("report_write_failures"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_report_failures(&mut c, 4);
     assert!(
         daemon.log_text().contains("could write its report neither"),
         "{}",
@@ -293,4 +262,29 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     );
     let r = c.request("close", json!({"session": "long"}));
     assert_eq!(r["ok"], true, "{r}");
+}
+
+/// The lease ends (`ended`) with the adapter's exit status `status`, within the daemon tests'
+/// deadline.
+fn assert_ends_with(c: &mut Conn, lease: &str, status: i64) {
+    let ended = wait_daemon(c, |c| lease_row(c, lease)["state"] == "ended");
+    let l = lease_row(c, lease);
+    assert!(ended, "{l}");
+    assert_eq!(l["exitStatus"], status, "{l}");
+}
+
+/// The daemon's metrics count `n` reports that could not be written.
+fn assert_report_failures(c: &mut Conn, n: u32) {
+    let text = c.call("metrics", json!({}))["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains(&format!("leash_report_write_failures_total {n}\n")),
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("report_write_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
