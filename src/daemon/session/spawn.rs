@@ -88,6 +88,18 @@ pub struct SpawnSpec<'a> {
     pub freeze: &'a Arc<Freeze>,
 }
 
+impl SpawnSpec<'_> {
+    /// The largest output line a session keeps as one item: the replay buffer's byte limit,
+    /// within the adapter-line bound, less an item's own overhead.
+    fn item_cap(&self) -> usize {
+        self.limits
+            .bytes
+            .min(MAX_ADAPTER_LINE)
+            .saturating_sub(ITEM_OVERHEAD)
+            .max(MIN_ITEM_LINE)
+    }
+}
+
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
 /// in [`Phase::Starting`]; [`Supervised::await_started`] confirms the lease and the adapter.
 pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, SpawnError> {
@@ -177,12 +189,7 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
         root: spec.root.clone(),
         child_pid,
         created_at: now_ms(),
-        item_cap: spec
-            .limits
-            .bytes
-            .min(MAX_ADAPTER_LINE)
-            .saturating_sub(ITEM_OVERHEAD)
-            .max(MIN_ITEM_LINE),
+        item_cap: spec.item_cap(),
         store: spec.store.clone(),
         stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
         ops: Mutex::new(()),
@@ -709,12 +716,7 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
         root: spec.root.clone(),
         child_pid: h.child_pid,
         created_at: h.created_at,
-        item_cap: spec
-            .limits
-            .bytes
-            .min(MAX_ADAPTER_LINE)
-            .saturating_sub(ITEM_OVERHEAD)
-            .max(MIN_ITEM_LINE),
+        item_cap: spec.item_cap(),
         store: spec.store.clone(),
         stdin: Mutex::new(StdinPipe::adopt(stdin, h.stdin_owed)),
         ops: Mutex::new(()),
