@@ -62,3 +62,15 @@ fn node_client_suite_passes_against_a_real_daemon() {
     assert!(!text.contains("# pass 0"), "{text}");
     watch.assert_unchanged("node --test clients/node/test/*.test.mjs");
 }
+
+/// A failure's message starts with the failing subtests' blocks, whole, and nothing of a passing one.
+#[test]
+fn a_failure_names_its_failing_subtests_first() {
+    let tap = "TAP version 13\n# Subtest: fine\nok 1 - fine\n  ---\n  duration_ms: 1\n  ...\n# Subtest: broken\nnot ok 2 - broken\n  ---\n  duration_ms: 2\n  error: 'status went unanswered'\n  stack: |-\n    at x\n  ...\n# Subtest: fine too\nok 3 - fine too\n  ---\n  ...\n";
+    let got = failing_subtests(tap);
+    assert_eq!(
+        got,
+        "not ok 2 - broken\n  ---\n  duration_ms: 2\n  error: 'status went unanswered'\n  stack: |-\n    at x\n  ..."
+    );
+    assert!(failing_subtests("ok 1 - fine\n").starts_with("(no `not ok` line"));
+}

@@ -93,14 +93,43 @@ pub fn npm_install(dir: &str, packages: &[&str]) -> PathBuf {
 pub fn run_ok(what: &str, cmd: &mut Command) -> Output {
     let out = run_within(what, cmd, RUN_LIMIT);
     if !out.status.success() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
         panic!(
-            "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            "{what} failed ({}):\n--- failing subtests ---\n{}\n--- stdout ---\n{stdout}\n--- stderr ---\n{}",
             out.status,
-            String::from_utf8_lossy(&out.stdout),
+            failing_subtests(&stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
     out
+}
+
+/// The blocks of a TAP report that say why a test failed (`not ok …` and its YAML block), first
+/// in a failure's message: a log that keeps only a report's head and tail still shows them.
+pub fn failing_subtests(tap: &str) -> String {
+    let mut blocks = Vec::new();
+    let mut lines = tap.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if !trimmed.starts_with("not ok ") {
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        let mut block = vec![line];
+        // The YAML block ends with `...` at the result's indentation plus two.
+        while let Some(next) = lines.next() {
+            block.push(next);
+            if next.trim_start() == "..." && next.len() - next.trim_start().len() <= indent + 2 {
+                break;
+            }
+        }
+        blocks.push(block.join("\n"));
+    }
+    if blocks.is_empty() {
+        "(no `not ok` line: the run failed outside a test)".to_owned()
+    } else {
+        blocks.join("\n")
+    }
 }
 
 /// How long a Node run may take before it counts as hung (the client suite takes ~1 min on a

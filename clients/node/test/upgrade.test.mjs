@@ -118,7 +118,21 @@ test('three upgrades in a row under 20 streaming sessions: every line once, in o
   const progress = async (from) => {
     await waitFor(() => keys.every((k) => seen.get(k) >= from.get(k) + BETWEEN), `every session to stream ${BETWEEN} more lines`, 120_000);
   };
+  // `status` on the poller's connection right after an upgrade, retried while that connection is
+  // re-established: the poller alone could sleep through a short program's whole term.
+  const statusNow = async () => {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      try {
+        return await s.status({ timeoutMs: 30_000 });
+      } catch (e) {
+        if (!(e instanceof leash.ConnectionClosedError) || Date.now() > deadline) throw e;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+  };
   const outcomes = [];
+  const handoffMs = [];
   for (let i = 0; i < UPGRADES; i++) {
     await progress(new Map(seen));
     install(copies[i], program);
@@ -126,7 +140,12 @@ test('three upgrades in a row under 20 streaming sessions: every line once, in o
     const r = await promisify(execFile)(LEASH_BIN, ['--state-dir', state, 'serve', '--upgrade'], { encoding: 'utf8', timeout: 120_000 })
       .catch((e) => assert.fail(`leash serve --upgrade: ${e.stdout}${e.stderr}\n${daemon.log()}`));
     outcomes.push(r.stdout.trim());
-    assert.match(r.stdout, new RegExp(`-> \\d+\\.\\d+\\.\\d+\\+up${i + 1} in [\\d.]+ ms, ${SESSIONS} sessions kept`));
+    const m = r.stdout.match(new RegExp(`-> \\d+\\.\\d+\\.\\d+\\+up${i + 1} in ([\\d.]+) ms, ${SESSIONS} sessions kept`));
+    assert.ok(m, r.stdout);
+    handoffMs.push(Number(m[1]));
+    const now = await statusNow();
+    assert.equal(now.daemon.pid, daemon.pid, 'the daemon kept its pid');
+    assert.match(now.daemon.version, new RegExp(`\\+up${i + 1}$`), `status answers from program ${i + 1}`);
   }
   await progress(new Map(seen));
   stop = true;
@@ -141,7 +160,10 @@ test('three upgrades in a row under 20 streaming sessions: every line once, in o
   assert.match(st.daemon.version, /\+up3$/);
   assert.equal(st.daemon.handoffs, UPGRADES);
   assert.ok(st.daemon.lastHandoff.ok, JSON.stringify(st.daemon.lastHandoff));
-  assert.deepEqual(versions.map((v) => v.split('+')[1] ?? ''), ['', 'up1', 'up2', 'up3'], 'status answered under each program');
+  // The poller saw only these programs, in this order (it may have slept through one).
+  const order = ['', 'up1', 'up2', 'up3'];
+  const seenOrder = versions.map((v) => order.indexOf(v.split('+')[1] ?? ''));
+  assert.ok(seenOrder.every((x, j) => x >= 0 && (j === 0 || x > seenOrder[j - 1])), `versions in order: ${versions}`);
   for (const sess of st.daemon.sessions) {
     assert.equal(sess.phase, 'running', sess.sessionKey);
     assert.equal(sess.rootPid, pids.get(sess.sessionKey), `${sess.sessionKey} kept its wrapper`);
@@ -150,9 +172,12 @@ test('three upgrades in a row under 20 streaming sessions: every line once, in o
   const leases = await s.leases({});
   const open = new Set((Array.isArray(leases) ? leases : leases.leases).filter((l) => l.state === 'open').map((l) => l.leaseId));
   for (const id of leaseIds) assert.ok(open.has(id), `lease ${id} stays open`);
-  // Status answered throughout: never more than a few seconds without an answer.
+  // Status answered throughout: silent only while a handoff was under way (its request to its
+  // answer, which the CLI reports), plus the client's reconnection backoff (at most 1 s) and a
+  // margin for a loaded host; never for longer than the longest handoff took.
   const worst = Math.max(...statusGaps);
-  t.diagnostic(`upgrades: ${outcomes.join(' | ')}; lines per session >= ${Math.min(...seen.values())}; longest status silence ${worst} ms`);
-  assert.ok(worst < 5_000, `status went unanswered for ${worst} ms`);
+  const bound = Math.max(...handoffMs) + 3_000;
+  t.diagnostic(`upgrades: ${outcomes.join(' | ')}; lines per session >= ${Math.min(...seen.values())}; longest status silence ${worst} ms (bound ${bound} ms)`);
+  assert.ok(worst < bound, `status went unanswered for ${worst} ms; the longest handoff took ${Math.max(...handoffMs)} ms`);
   await c.close({ sessions: keys, graceMs: 500 });
 });
