@@ -212,9 +212,10 @@ test('close and reap work through the CLI when no daemon runs', async (t) => {
   const exited = new Promise((r) => child.once('exit', r));
   const opts = { stateDir: state, leashBin: LEASH_BIN };
   await waitFor(async () => {
-    // Until `leash exec` has created the state directory, reap refuses it (not_found): not yet.
+    // Until `leash exec` has created the state directory and its database, reap refuses it
+    // (not_found, exit 4): not yet.
     const plan = await leash.reap({ dryRun: true, includeLive: true }, opts).catch((e) => {
-      if (e.code === 'cli_failed' && /does not exist/.test(e.message)) return null;
+      if (e.code === 'cli_failed' && e.data?.exitStatus === 4) return null;
       throw e;
     });
     return JSON.stringify(plan).includes('c1');
