@@ -108,7 +108,7 @@ pub fn run_ok(what: &str, cmd: &mut Command) -> Output {
 /// in a failure's message: a log that keeps only a report's head and tail still shows them.
 pub fn failing_subtests(tap: &str) -> String {
     let mut blocks = Vec::new();
-    let mut lines = tap.lines().peekable();
+    let mut lines = tap.lines();
     while let Some(line) = lines.next() {
         let trimmed = line.trim_start();
         if !trimmed.starts_with("not ok ") {
@@ -117,7 +117,7 @@ pub fn failing_subtests(tap: &str) -> String {
         let indent = line.len() - trimmed.len();
         let mut block = vec![line];
         // The YAML block ends with `...` at the result's indentation plus two.
-        while let Some(next) = lines.next() {
+        for next in lines.by_ref() {
             block.push(next);
             if next.trim_start() == "..." && next.len() - next.trim_start().len() <= indent + 2 {
                 break;
