@@ -57,6 +57,9 @@ pub(super) const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// the adapter started without one (its reports directory and `run/` both full). A report comes
 /// within milliseconds when it can be written at all.
 pub(super) const REPORT_PATIENCE: Duration = Duration::from_secs(1);
+/// How long an ensure whose adapter could not be started waits, after the wrapper said so, for
+/// the wrapper's exit and the lease's settling before it answers all the same.
+pub(super) const SETTLE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Where the wrapper's report went when its reports directory could not take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

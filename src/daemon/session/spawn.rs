@@ -309,6 +309,10 @@ impl Supervised {
     pub fn await_started(&self) -> Result<(), SpawnError> {
         let begun = Instant::now();
         let deadline = begun + START_TIMEOUT;
+        // The wrapper's report that the command could not be started: its code, and when it was
+        // read. The failure is answered once the waiter has settled the lease (the wrapper exits
+        // right after that report), so that the lease the answer names is no longer open.
+        let mut refused: Option<(i32, Instant)> = None;
         loop {
             self.find_lease();
             if let Some(info) = self.lease.get() {
@@ -323,7 +327,10 @@ impl Supervised {
                             return Ok(());
                         }
                         if let Some(code) = r.exit_status {
-                            return Err(self.failure(Some(code)));
+                            let (code, seen) = *refused.get_or_insert((code, Instant::now()));
+                            if seen.elapsed() >= SETTLE_PATIENCE {
+                                return Err(self.failure(Some(code)));
+                            }
                         }
                     }
                     // No report anywhere, well after the wrapper began: its reports directory
@@ -369,7 +376,7 @@ impl Supervised {
                         });
                     }
                 }
-                return Err(self.failure(status));
+                return Err(self.failure(refused.map(|(code, _)| code).or(status)));
             }
             if Instant::now() >= deadline {
                 return Err(SpawnError::Timeout(START_TIMEOUT));
