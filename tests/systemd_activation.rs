@@ -61,42 +61,18 @@ fn socket_activation_ready_after_the_startup_reap_and_stopping() {
     notify
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
-    let mut activate = Command::new(activate);
-    // The activator passes only what -E names: the daemon contains under this binary's own cgroup
-    // root and its wrappers report into this binary's own runtime directory (tests/common; set by
-    // the leash commands above), never the default ones.
-    for var in [
-        "LEASH_CGROUP_ROOT",
-        "LEASH_CONTAINMENT",
-        "LEASH_RUNTIME_DIR",
-    ] {
-        if let Some(v) = std::env::var_os(var) {
-            let mut kv = std::ffi::OsString::from(format!("{var}="));
-            kv.push(v);
-            activate.arg("-E").arg(kv);
-        }
-    }
-    let mut child = activate
-        .arg("-l")
-        .arg(&socket)
-        .arg("-E")
-        .arg(format!(
+    let mut child = activator_command(
+        activate,
+        &tmp,
+        &state,
+        &socket,
+        &[format!(
             "NOTIFY_SOCKET={}",
             tmp.join("notify.sock").display()
-        ))
-        .arg("-E")
-        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
-        .arg("-E")
-        .arg("LEASH_LOG=info")
-        .arg(leash_bin())
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["serve", "--reconcile-interval", "0"])
-        .stdin(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+        )],
+    )
+    .spawn()
+    .unwrap();
     let pid = Pid::of(child.id() as i32).unwrap();
     guard.add(pid);
     let log_text = || std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
@@ -267,6 +243,51 @@ fn clients_trust_a_daemon_behind_a_forking_service_manager() {
     drop(listener);
 }
 
+/// `systemd-socket-activate` (at `activate`) listening on `socket`, set to exec `leash
+/// --state-dir state serve` on the first connection with `extra_env` (`NAME=value`) and this
+/// binary's cgroup root, containment and reports directory passed through (the activator passes
+/// only what -E names: the daemon contains under this binary's own cgroup root and its wrappers
+/// report into this binary's own runtime directory, never the default ones); its stderr goes to
+/// `serve.log` in `tmp`.
+fn activator_command(
+    activate: std::path::PathBuf,
+    tmp: &TempDir,
+    state: &std::path::Path,
+    socket: &std::path::Path,
+    extra_env: &[String],
+) -> Command {
+    // leash_bin() first: it sets the test's cgroup root and reports directory passed below.
+    let bin = leash_bin();
+    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
+    let mut cmd = Command::new(activate);
+    for var in [
+        "LEASH_CGROUP_ROOT",
+        "LEASH_CONTAINMENT",
+        "LEASH_RUNTIME_DIR",
+    ] {
+        if let Some(v) = std::env::var_os(var) {
+            let mut kv = std::ffi::OsString::from(format!("{var}="));
+            kv.push(v);
+            cmd.arg("-E").arg(kv);
+        }
+    }
+    cmd.arg("-l").arg(socket);
+    for kv in extra_env {
+        cmd.arg("-E").arg(kv);
+    }
+    cmd.arg("-E")
+        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
+        .arg("-E")
+        .arg("LEASH_LOG=info")
+        .arg(bin)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["serve", "--reconcile-interval", "0"])
+        .stdin(Stdio::null())
+        .stderr(log);
+    cmd
+}
+
 /// `systemd-socket-activate` listening on `socket`, set to exec `leash --state-dir state serve`
 /// on the first connection (as leash.socket + leash.service do), with this binary's cgroup root,
 /// containment and reports directory passed through. `None` (and a skip) without the tool.
@@ -283,34 +304,7 @@ fn activator(
             return None;
         }
     };
-    // Set the test's environment (leash_bin sets the cgroup root and the reports directory).
-    let bin = leash_bin();
-    let log = std::fs::File::create(tmp.join("serve.log")).unwrap();
-    let mut cmd = Command::new(activate);
-    for var in [
-        "LEASH_CGROUP_ROOT",
-        "LEASH_CONTAINMENT",
-        "LEASH_RUNTIME_DIR",
-    ] {
-        if let Some(v) = std::env::var_os(var) {
-            let mut kv = std::ffi::OsString::from(format!("{var}="));
-            kv.push(v);
-            cmd.arg("-E").arg(kv);
-        }
-    }
-    let child = cmd
-        .arg("-l")
-        .arg(socket)
-        .arg("-E")
-        .arg(format!("PATH={}", std::env::var("PATH").unwrap()))
-        .arg("-E")
-        .arg("LEASH_LOG=info")
-        .arg(bin)
-        .arg("--state-dir")
-        .arg(state)
-        .args(["serve", "--reconcile-interval", "0"])
-        .stdin(Stdio::null())
-        .stderr(log)
+    let child = activator_command(activate, tmp, state, socket, &[])
         .spawn()
         .unwrap();
     let pid = Pid::of(child.id() as i32).unwrap();
