@@ -66,14 +66,7 @@ fn the_man_page_names_every_subcommand() {
     assert!(err.contains("no subcommand"), "{err}");
 
     // --out-dir writes a page per (nested) subcommand.
-    let tmp = TempDir::new("docs-dir");
-    let dir = tmp.join("man1");
-    let out = leash(&tmp.join("state"))
-        .args(["man", "--out-dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let (_tmp, dir) = man_pages("docs-dir");
     for name in names.iter().chain(["sessions-list".to_string()].iter()) {
         assert!(dir.join(format!("leash-{name}.1")).is_file(), "{name}");
     }
@@ -84,14 +77,7 @@ fn the_man_page_names_every_subcommand() {
 /// path of leash's source tree (`docs/…`), which an installed machine does not have.
 #[test]
 fn every_page_shows_option_values_and_names_no_source_path() {
-    let tmp = TempDir::new("docs-pages");
-    let dir = tmp.join("man1");
-    let out = leash(&tmp.join("state"))
-        .args(["man", "--out-dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let (_tmp, dir) = man_pages("docs-pages");
     let mut top = leash::cli::Cli::command();
     top.build();
     let mut todo = vec![top];
@@ -139,4 +125,18 @@ fn every_page_shows_option_values_and_names_no_source_path() {
         pages += 1;
     }
     assert!(pages >= 20, "{pages} pages read");
+}
+
+/// `leash man --out-dir` into a scratch directory: the directory (kept while the guard lives) and
+/// the pages' folder.
+fn man_pages(tag: &str) -> (TempDir, std::path::PathBuf) {
+    let tmp = TempDir::new(tag);
+    let dir = tmp.join("man1");
+    let out = leash(&tmp.join("state"))
+        .args(["man", "--out-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    (tmp, dir)
 }
