@@ -483,8 +483,7 @@ pub(super) fn take_over(
         is_fallback: cfg.takeover_failed.is_some(),
     });
     let plan = fallback.clone();
-    let default_hook = Arc::new(std::panic::take_hook());
-    let hook = default_hook.clone();
+    let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         hook(info);
         fall_back(&plan, &format!("it panicked: {info}"));
@@ -586,11 +585,9 @@ pub(super) fn adopt_sessions(d: &Arc<Daemon>, mut t: Taken) -> Taken {
     *d.resumable.lock().unwrap_or_else(|p| p.into_inner()) = t.resumable.clone();
     *d.last_reconcile.lock().unwrap_or_else(|p| p.into_inner()) = t.last_reconcile.clone();
     // From here on a panic is the new program's own: its sessions' readers run.
-    let _ = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|info| {
-        let default = std::panic::take_hook();
-        default(info);
-    }));
+    // `take_hook` puts std's default hook back (the one the program started with). A hook may
+    // not itself take or set a hook: from a panicking thread that aborts the process.
+    drop(std::panic::take_hook());
     let mut sessions = d.sessions();
     for a in adopted {
         let s = a.start(&d.ctl);
