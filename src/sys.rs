@@ -321,13 +321,16 @@ pub fn keep_across_exec(fd: RawFd, keep: bool) -> io::Result<()> {
 /// An anonymous memory file (`memfd_create(2)`), close-on-exec: the handoff's state is written
 /// here and read back by the program the daemon execs.
 pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::fs::File> {
-    // SAFETY: `name` is a valid NUL-terminated string; the returned fd is new and ours alone.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: just created, owned by nothing else.
-    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    Ok(memfd_create(name, MemFdCreateFlag::MFD_CLOEXEC)?.into())
+}
+
+/// Makes `fd` non-blocking (`O_NONBLOCK`), its other status flags kept.
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
 }
 
 /// Takes ownership of a descriptor named by a handoff this process was exec'd with. Call it
@@ -335,9 +338,9 @@ pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::fs::File> {
 pub fn adopt_handed_fd(fd: RawFd) -> io::Result<OwnedFd> {
     use nix::fcntl::{fcntl, FcntlArg};
     fcntl(fd, FcntlArg::F_GETFD).map_err(io::Error::from)?;
-    // SAFETY: the descriptor is open (checked just above) and was kept across exec for this
-    // process alone; the handoff names each one once (see above).
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Open (checked just above), kept across exec for this process alone; the handoff names
+    // each one once (see above).
+    let owned = adopt_inherited_fd(fd);
     keep_across_exec(owned.as_raw_fd(), false)?;
     Ok(owned)
 }

@@ -40,11 +40,7 @@ impl StdinPipe {
     /// separate open file).
     pub fn new(pipe: Option<ChildStdin>) -> StdinPipe {
         if let Some(p) = &pipe {
-            use nix::fcntl::{fcntl, FcntlArg, OFlag};
-            let flags = fcntl(p.as_raw_fd(), FcntlArg::F_GETFL)
-                .map(OFlag::from_bits_truncate)
-                .unwrap_or(OFlag::empty());
-            if let Err(e) = fcntl(p.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)) {
+            if let Err(e) = crate::sys::set_nonblocking(p.as_fd()) {
                 tracing::warn!(error = %e, "cannot make the adapter's stdin non-blocking; writes may block");
             }
         }

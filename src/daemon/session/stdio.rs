@@ -236,11 +236,7 @@ pub(super) enum Stream {
 
 /// Our read end of a pipe, non-blocking (the adapter's write end is another open file).
 fn set_nonblocking(f: &std::fs::File) {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let flags = fcntl(f.as_raw_fd(), FcntlArg::F_GETFL)
-        .map(OFlag::from_bits_truncate)
-        .unwrap_or(OFlag::empty());
-    if let Err(e) = fcntl(f.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)) {
+    if let Err(e) = crate::sys::set_nonblocking(f.as_fd()) {
         tracing::warn!(error = %e, "cannot make an adapter's output pipe non-blocking");
     }
 }
