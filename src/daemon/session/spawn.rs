@@ -315,7 +315,11 @@ impl Supervised {
         let mut refused: Option<(i32, Instant)> = None;
         loop {
             self.find_lease();
-            if let Some(info) = self.lease.get() {
+            if let Some((code, seen)) = refused {
+                if seen.elapsed() >= SETTLE_PATIENCE {
+                    return Err(self.failure(Some(code)));
+                }
+            } else if let Some(info) = self.lease.get() {
                 let ours = |r: &WrapperReport| r.wrapper_pid == self.child_pid;
                 match info.report.read_where(&info.lease_id, ours) {
                     Some((r, fell_back)) => {
@@ -327,10 +331,7 @@ impl Supervised {
                             return Ok(());
                         }
                         if let Some(code) = r.exit_status {
-                            let (code, seen) = *refused.get_or_insert((code, Instant::now()));
-                            if seen.elapsed() >= SETTLE_PATIENCE {
-                                return Err(self.failure(Some(code)));
-                            }
+                            refused = Some((code, Instant::now()));
                         }
                     }
                     // No report anywhere, well after the wrapper began: its reports directory
