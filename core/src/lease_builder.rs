@@ -10,7 +10,7 @@
 //! 100 ms, `open`, no cgroup, no report directory, and nothing of a lease that has ended
 //! (reason, close time, exit status, claimant).
 
-use crate::model::{command_hash, Lease, LeaseState, ProcessId};
+use crate::model::{command_hash, Lease, LeaseState};
 
 /// A [`Lease`] being written down; [`LeaseBuilder::build`] gives it.
 #[derive(Debug, Clone)]
@@ -141,11 +141,6 @@ impl LeaseBuilder {
         let cgroup = path_and_id.into();
         self.0.cgroup_id = cgroup.as_ref().map(|c| c.1);
         self.0.cgroup_path = cgroup.map(|c| c.0);
-        self
-    }
-
-    pub fn claimed_by(mut self, claimant: impl Into<Option<ProcessId>>) -> Self {
-        self.0.claimed_by = claimant.into();
         self
     }
 

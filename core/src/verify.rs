@@ -406,7 +406,6 @@ impl RootProblem {
     }
 }
 
-/// Checks a live root whose pid and start time match. `Err` is the verdict to return.
 /// A marker a process's environment carries, in a reason: `lease id L`, or that it carries none.
 fn carried(what: &str, value: Option<&str>) -> String {
     match value {
@@ -415,6 +414,7 @@ fn carried(what: &str, value: Option<&str>) -> String {
     }
 }
 
+/// Checks a live root whose pid and start time match. `Err` is the verdict to return.
 fn check_root(
     lease: &Lease,
     expect: &Expect<'_>,

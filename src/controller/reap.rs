@@ -59,8 +59,6 @@ fn stray_min_age_ms() -> i64 {
     (crate::store::busy_timeout().as_millis() as i64).saturating_mul(2) + 1_000
 }
 
-/// Removes an empty stray (never writes `cgroup.kill`: what is in a stray is not leash's, see
-/// [`plan::settle_stray`]); a populated one is left (and reported: [`report_stray`]).
 /// Logs what the sweep did with one stray: at INFO (WARN when it holds processes) the first
 /// time, at DEBUG when the last sweep reported the same (`first` false).
 fn report_stray(c: &SweptCgroup, first: bool) {
@@ -92,6 +90,8 @@ fn report_stray(c: &SweptCgroup, first: bool) {
     }
 }
 
+/// Removes an empty stray (never writes `cgroup.kill`: what is in a stray is not leash's, see
+/// [`plan::settle_stray`]); a populated one is left (and reported: [`report_stray`]).
 fn sweep_one(s: plan::StrayCgroup) -> SweptCgroup {
     let (result, reason) = match s.action {
         CgroupAction::Remove => {

@@ -168,7 +168,6 @@ pub fn is_canonical_uuid(id: &str) -> bool {
 /// The edge: a command, the same key rule and grace range as the CLI and the daemon, the owner
 /// (our parent), the environment policy and a canonical `--lease-id`, before anything is stored.
 pub(super) fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
-    let parent = nix::unistd::getppid().as_raw();
     if req.command.is_empty() {
         return Err(ExecError::NoCommand);
     }
@@ -184,7 +183,7 @@ pub(super) fn check_request(req: &ExecRequest) -> Result<(), ExecError> {
             leash_core::limits::check_key(what, v)?;
         }
     }
-    check_owner_is(req.owner_pid, parent)?;
+    check_owner(req.owner_pid)?;
     req.env.validate(crate::envpolicy::CLI)?;
     if let Some(id) = &req.lease_id {
         if !is_canonical_uuid(id) {
