@@ -21,17 +21,6 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
-fn target_triple() -> String {
-    let out = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
-        .arg("-vV")
-        .output()
-        .expect("run rustc -vV");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(String::from))
-        .expect("rustc -vV names the host")
-}
-
 /// The tools the artifacts are checked with, or why one is missing.
 fn tools() -> Result<PathBuf, String> {
     let node = node()?;
@@ -86,7 +75,7 @@ fn artifact(name: &str) -> PathBuf {
 }
 
 fn archive_name() -> String {
-    format!("leash-{}-{}.tar.gz", version(), target_triple())
+    format!("leash-{}-{}.tar.gz", version(), common::host_triple())
 }
 
 fn npm_cpu() -> &'static str {
@@ -105,31 +94,9 @@ fn deb_arch() -> &'static str {
     }
 }
 
-/// Every binary the root package declares (`cargo metadata`), and leash-wrap.
-fn packed_binaries() -> Vec<String> {
-    let out = run_ok(
-        "cargo metadata",
-        Command::new(env!("CARGO"))
-            .args(["metadata", "--format-version", "1", "--no-deps"])
-            .current_dir(repo()),
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let leash = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "leash")
-        .unwrap();
-    let mut bins: Vec<String> = leash["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect();
-    bins.push("leash-wrap".into());
-    bins
-}
+/// The programs every artifact ships: the one `leash` program and its wrapper
+/// (tests/install_layout.rs pins that the workspace builds these and no other shipped program).
+const BINARIES: [&str; 2] = ["leash", "leash-wrap"];
 
 fn file_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -235,9 +202,9 @@ fn checksums_names_and_versions_agree() {
         if tgz.starts_with("leash-client-linux") {
             assert_eq!(pkg["os"], serde_json::json!(["linux"]));
             assert_eq!(pkg["cpu"], serde_json::json!([npm_cpu()]));
-            for b in packed_binaries() {
+            for b in BINARIES {
                 assert!(
-                    tmp.join("package/bin").join(&b).is_file(),
+                    tmp.join("package/bin").join(b).is_file(),
                     "{tgz} lacks bin/{b}"
                 );
             }
@@ -380,7 +347,7 @@ fn archive_runs_leash_exec_anywhere() {
     );
     let top = anywhere.join(archive_name().trim_end_matches(".tar.gz"));
     let mut listed = file_names(&top);
-    listed.retain(|n| !packed_binaries().contains(n));
+    listed.retain(|n| !BINARIES.contains(&n.as_str()));
     assert_eq!(
         listed,
         [
@@ -393,8 +360,8 @@ fn archive_runs_leash_exec_anywhere() {
             "man"
         ]
     );
-    for b in packed_binaries() {
-        assert!(top.join(&b).is_file(), "the archive lacks {b}");
+    for b in BINARIES {
+        assert!(top.join(b).is_file(), "the archive lacks {b}");
     }
     assert_eq!(
         file_names(&top.join("complete")),
@@ -459,10 +426,7 @@ fn deb_holds_the_debian_paths_and_its_units_run_usr_bin_leash() {
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
         .collect();
-    let mut wanted: Vec<String> = packed_binaries()
-        .iter()
-        .map(|b| format!("./usr/bin/{b}"))
-        .collect();
+    let mut wanted: Vec<String> = BINARIES.iter().map(|b| format!("./usr/bin/{b}")).collect();
     wanted.extend(
         [
             "./usr/lib/systemd/system/leash.service",

@@ -6,6 +6,7 @@
 //! requires rustc 1.89.0"): the declared minimum must be at least the locked maximum. README.md
 //! states the same number. Reads `cargo metadata --locked --offline` for the host; nothing is
 //! built.
+mod common;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,26 +25,13 @@ fn version(v: &str) -> Vec<u64> {
     parts
 }
 
-/// The host's target triple (`host:` of `rustc -vV`): the install builds for it.
-fn host() -> String {
-    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .arg("-vV")
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(String::from))
-        .expect("rustc -vV names the host")
-}
-
 /// The resolve for the host (`--filter-platform`: the packages of other platforms are neither
 /// built nor downloaded, and `--offline` needs nothing a build has not fetched).
 fn metadata() -> Value {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .args(["--filter-platform", &host()])
+        .args(["--filter-platform", common::host_triple()])
         .current_dir(repo)
         .output()
         .unwrap();

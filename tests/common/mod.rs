@@ -18,6 +18,22 @@ use std::time::{Duration, Instant};
 /// Generous: the machine is a noisy 2-core box.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// The host's target triple (`host:` of `rustc -vV`, asked once): what a build without
+/// `--target` is for.
+pub fn host_triple() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let out = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+            .arg("-vV")
+            .output()
+            .expect("run rustc -vV");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(String::from))
+            .expect("rustc -vV names the host")
+    })
+}
+
 /// The `leash` binary cargo built for this run, or `$LEASH_TEST_BIN_DIR/leash` where a pass that
 /// runs the tests as another user copied the binaries somewhere that user can reach
 /// (`.ci/rootless.sh`): the path cargo bakes in may sit under a directory only root can enter.
