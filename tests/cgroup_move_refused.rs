@@ -85,11 +85,7 @@ fn a_refused_move_into_the_lease_cgroup_is_told_with_its_fix() {
     let delegated = base.path().join("delegated");
     delegate(&delegated);
     let leash_root = delegated.join("leash");
-    std::fs::create_dir(&leash_root).unwrap();
-    std::os::unix::fs::chown(&leash_root, Some(NOBODY), Some(NOBODY)).unwrap();
-    for f in ["cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
-        std::os::unix::fs::chown(leash_root.join(f), Some(NOBODY), Some(NOBODY)).unwrap();
-    }
+    delegate(&leash_root);
 
     // What nobody reaches: the binaries side by side, and its own state and reports directories.
     let scratch = TempDir::new("move-refused");

@@ -228,15 +228,11 @@ fn with_run_full_too_an_ensure_starts_at_once_and_the_daemons_wait_gives_the_exi
     // daemon's own wait for the wrapper says the adapter ran (an adapter's status, not the
     // wrapper's 125-127), so the ensure answers as it does for any adapter that exits at once,
     // and the lease ends with the 7.
-    let t = Instant::now();
+    // (An ensure that waited for a start it never saw would end in `spawn_failed` "did not
+    // start within 20s", not ok.)
     let r = c.request(
         "ensure",
         json!({"session": "quick", "argv": ["sh", "-c", "exit 7"], "graceMs": 500}),
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "ensure took {:?}",
-        t.elapsed()
     );
     assert_eq!(r["ok"], true, "{r}");
     let quick = r["result"]["leaseId"].as_str().unwrap().to_string();

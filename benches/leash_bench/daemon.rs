@@ -158,7 +158,7 @@ fn rate(v: f64) -> String {
 
 /// A `leash serve` of this section on its own state root; terminated (its sessions closed) on
 /// drop, and whatever of its sessions' trees is left is killed by pid.
-struct Serve {
+pub(crate) struct Serve {
     _dir: TempDir,
     socket: PathBuf,
     children: Children,
@@ -167,7 +167,7 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(env: &Env, args: &[&str]) -> Result<Serve, String> {
+    pub(crate) fn start(env: &Env, args: &[&str]) -> Result<Serve, String> {
         let dir = TempDir::new("daemon");
         let state = dir.path().join("state");
         let child = Command::new(&env.leash)
@@ -199,7 +199,7 @@ impl Serve {
         })
     }
 
-    fn connect(&self) -> Result<Client, String> {
+    pub(crate) fn connect(&self) -> Result<Client, String> {
         let s = UnixStream::connect(&self.socket).map_err(|e| format!("connect: {e}"))?;
         s.set_read_timeout(Some(Duration::from_secs(120)))
             .map_err(|e| e.to_string())?;
@@ -210,7 +210,12 @@ impl Serve {
         })
     }
 
-    fn ensure(&mut self, c: &mut Client, key: &str, argv: &[&str]) -> Result<Value, String> {
+    pub(crate) fn ensure(
+        &mut self,
+        c: &mut Client,
+        key: &str,
+        argv: &[&str],
+    ) -> Result<Value, String> {
         let r = c.call(
             "ensure",
             json!({"session": key, "argv": argv, "graceMs": 200}),
@@ -232,7 +237,7 @@ impl Drop for Serve {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     w: UnixStream,
     r: BufReader<UnixStream>,
     next: u64,
@@ -262,7 +267,7 @@ impl Client {
         }
     }
 
-    fn call(&mut self, op: &str, fields: Value) -> Result<Value, String> {
+    pub(crate) fn call(&mut self, op: &str, fields: Value) -> Result<Value, String> {
         let id = self.request(op, fields)?;
         let v = self.reply(id)?;
         if v["ok"] != true {
