@@ -43,19 +43,7 @@ impl HasKind for InstallError {
 
 /// Finds the wrapper binary to install.
 pub fn locate_wrapper() -> Result<PathBuf, InstallError> {
-    locate_wrapper_for(
-        std::env::current_exe().ok().as_deref(),
-        std::env::var_os(ENV_WRAP_BIN),
-    )
-}
-
-/// [`locate_wrapper`] for a process whose binary is `exe` and whose [`ENV_WRAP_BIN`] is
-/// `wrap_bin`.
-fn locate_wrapper_for(
-    exe: Option<&Path>,
-    wrap_bin: Option<std::ffi::OsString>,
-) -> Result<PathBuf, InstallError> {
-    if let Some(p) = wrap_bin.filter(|v| !v.is_empty()) {
+    if let Some(p) = std::env::var_os(ENV_WRAP_BIN).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
@@ -66,7 +54,7 @@ fn locate_wrapper_for(
         };
     }
     let mut looked = Vec::new();
-    if let Some(exe) = exe {
+    if let Ok(exe) = std::env::current_exe() {
         if let Some(dir) = exe.parent() {
             let mut candidates = vec![dir.join("leash-wrap")];
             // Test harness binaries live in target/<profile>/deps/.

@@ -88,27 +88,19 @@ impl StateRoot {
     /// `$XDG_STATE_HOME/leash`, else `~/.local/state/leash`.
     /// Relative paths are made absolute against the current directory.
     pub fn resolve(flag: Option<&Path>) -> Result<PathBuf, StateError> {
-        Self::resolve_relative(flag, &|k| std::env::var_os(k)).and_then(|p| absolute(&p))
-    }
-
-    fn resolve_relative(
-        flag: Option<&Path>,
-        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> Result<PathBuf, StateError> {
-        if let Some(p) = flag {
-            return Ok(p.to_path_buf());
-        }
-        let env = |k: &str| env(k).filter(|v| !v.is_empty());
-        if let Some(p) = env(ENV_STATE_DIR) {
-            return Ok(PathBuf::from(p));
-        }
-        if let Some(p) = env("XDG_STATE_HOME") {
-            return Ok(PathBuf::from(p).join("leash"));
-        }
-        if let Some(home) = env("HOME") {
-            return Ok(PathBuf::from(home).join(".local/state/leash"));
-        }
-        Err(StateError::NoDefault)
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let relative = if let Some(p) = flag {
+            p.to_path_buf()
+        } else if let Some(p) = env(ENV_STATE_DIR) {
+            PathBuf::from(p)
+        } else if let Some(p) = env("XDG_STATE_HOME") {
+            PathBuf::from(p).join("leash")
+        } else if let Some(home) = env("HOME") {
+            PathBuf::from(home).join(".local/state/leash")
+        } else {
+            return Err(StateError::NoDefault);
+        };
+        absolute(&relative)
     }
 
     /// Opens (creating when needed, mode 0700) the state root and its subdirectories. The root

@@ -7,7 +7,6 @@ use super::request::{ExecError, ExecRequest};
 use crate::state::StateRoot;
 use crate::store::Store;
 use leash_core::model::{Lease, LeaseState, ENV_GATEWAY_ID, ENV_LEASE_ID};
-use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -63,12 +62,20 @@ pub(super) fn wrapper_command(
     fallback: &std::path::Path,
 ) -> Command {
     let mut cmd = Command::new(&launch.wrapper_path);
-    cmd.args(wrapper_options(
-        req,
-        &launch.report,
-        launch.owner_pid,
-        launch.cgroup.as_deref(),
-    ));
+    cmd.arg("--grace-ms")
+        .arg(req.grace_ms.to_string())
+        .arg("--owner-pid")
+        .arg(launch.owner_pid.to_string())
+        .arg("--report")
+        .arg(&launch.report);
+    if let Some(path) = &launch.cgroup {
+        // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
+        // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
+        cmd.arg("--cgroup").arg(path).arg("--remove-empty-parent");
+    }
+    if req.json_errors {
+        cmd.args(["--error-format", "json"]);
+    }
     if launch.report != fallback {
         cmd.arg("--report-fallback").arg(fallback);
     }
@@ -76,50 +83,10 @@ pub(super) fn wrapper_command(
     // wrapper got.
     req.env.apply(&mut cmd);
     cmd.arg("--").args(&req.command);
-    for (k, v) in lease_markers(&launch.lease_id, &launch.gateway_id) {
-        cmd.env(k, v);
-    }
+    // The lease markers, set after the environment policy (so no policy can remove them).
+    cmd.env(ENV_LEASE_ID, &launch.lease_id)
+        .env(ENV_GATEWAY_ID, &launch.gateway_id);
     cmd
-}
-
-/// The wrapper's options, before its `--` and the adapter's command: the grace, the owner it
-/// watches, its report file, the cgroup it starts the adapter in, the error format.
-pub(super) fn wrapper_options(
-    req: &ExecRequest,
-    report: &std::path::Path,
-    owner_pid: i32,
-    cgroup: Option<&std::path::Path>,
-) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        "--grace-ms".into(),
-        req.grace_ms.to_string().into(),
-        "--owner-pid".into(),
-        owner_pid.to_string().into(),
-        "--report".into(),
-        report.into(),
-    ];
-    if let Some(path) = cgroup {
-        // The gateway's directory goes with its last lease (no empty `leash/<gateway id>` left
-        // behind by a gateway without a daemon; `create_lease_cgroup` makes it again).
-        args.extend([
-            "--cgroup".into(),
-            path.into(),
-            "--remove-empty-parent".into(),
-        ]);
-    }
-    if req.json_errors {
-        args.extend(["--error-format".into(), "json".into()]);
-    }
-    args
-}
-
-/// The lease markers the adapter's environment carries, set after the environment policy (so no
-/// policy can remove them).
-pub(super) fn lease_markers<'a>(
-    lease_id: &'a str,
-    gateway_id: &'a str,
-) -> [(&'static str, &'a str); 2] {
-    [(ENV_LEASE_ID, lease_id), (ENV_GATEWAY_ID, gateway_id)]
 }
 
 /// Still here: the wrapper could not be exec'd, and nothing runs under this lease. Its cgroup
