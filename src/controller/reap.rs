@@ -77,13 +77,13 @@ fn report_stray(c: &SweptCgroup, first: bool) {
         .map(|p| p.pid.to_string())
         .collect::<Vec<_>>()
         .join(" ");
-    let commands = c
-        .processes
-        .iter()
-        .map(|p| p.command.as_deref().unwrap_or("?"))
-        .collect::<Vec<_>>()
-        .join("; ");
     if first {
+        let commands = c
+            .processes
+            .iter()
+            .map(|p| p.command.as_deref().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join("; ");
         tracing::warn!(cgroup = %c.path, cgroup_id, result = %c.result, %pids, %commands, reason = %c.reason, "populated stray cgroup left alone");
     } else {
         tracing::debug!(cgroup = %c.path, cgroup_id, result = %c.result, %pids, reason = %c.reason, "populated stray cgroup left alone, as reported before");
@@ -438,12 +438,12 @@ impl<'t> Controller<'t> {
             .strays_reported
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let key = |c: &SweptCgroup| (c.path.clone(), c.id, c.result.clone());
-        let now: std::collections::HashSet<_> = swept.iter().map(key).collect();
         // Only this sweep's strays are remembered: one that went and comes back is new.
-        reported.retain(|k| now.contains(k));
+        let before = std::mem::take(&mut *reported);
         for c in &swept {
-            report_stray(c, reported.insert(key(c)));
+            let key = (c.path.clone(), c.id, c.result.clone());
+            report_stray(c, !before.contains(&key));
+            reported.insert(key);
         }
         swept
     }
