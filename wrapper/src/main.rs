@@ -302,6 +302,15 @@ fn diag(msg: &str) {
     diag_raw(&format!("leash-wrap[{}]: {msg}", std::process::id()));
 }
 
+/// Says why the adapter did not start, as JSON (`--error-format json`) or as text.
+fn tell(json: bool, cause: &str, why: &str, code: i32) {
+    if json {
+        diag_raw(&json_error(cause, why, code));
+    } else {
+        diag(&format!("{why} (exit {code})"));
+    }
+}
+
 fn diag_raw(msg: &str) {
     let mut line = Vec::with_capacity(msg.len() + 1);
     line.extend_from_slice(msg.as_bytes());
@@ -398,11 +407,7 @@ fn spawn_adapter(
         }
         Err(sys::SpawnError::Cgroup(e)) => {
             let why = cgroup_refusal(cgroup, &e);
-            if json_errors {
-                diag_raw(&json_error(CAUSE_WRAPPER_FAILED, &why, EXIT_WRAPPER_FAILED));
-            } else {
-                diag(&format!("{why} (exit {EXIT_WRAPPER_FAILED})"));
-            }
+            tell(json_errors, CAUSE_WRAPPER_FAILED, &why, EXIT_WRAPPER_FAILED);
             Err((EXIT_WRAPPER_FAILED, Some(why)))
         }
         Err(sys::SpawnError::Start(e)) => {
@@ -433,11 +438,7 @@ fn spawn_adapter(
                 ),
             };
             let why = format!("the adapter could not be started: {name}: {what}");
-            if json_errors {
-                diag_raw(&json_error(cause, &why, code));
-            } else {
-                diag(&format!("{why} (exit {code})"));
-            }
+            tell(json_errors, cause, &why, code);
             Err((code, Some(why)))
         }
     }

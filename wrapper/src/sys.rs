@@ -269,11 +269,7 @@ fn spawn_steps(
         if !cg.force_procs_write {
             match spawn_into_cgroup(&mut child, cg) {
                 // clone3 or CLONE_INTO_CGROUP unknown (Linux < 5.7): the fallback below.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ENOSYS) | Some(libc::E2BIG) | Some(libc::EINVAL)
-                    ) => {}
+                Err(e) if clone3_unknown(e.raw_os_error()) => {}
                 r => return r,
             }
         }
@@ -347,6 +343,12 @@ struct CloneArgs {
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
+/// The errnos of a kernel without clone3 or CLONE_INTO_CGROUP (Linux < 5.7): the spawn falls
+/// back on the child's own write to `cgroup.procs`.
+fn clone3_unknown(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL))
+}
+
 /// Starts the adapter directly inside the lease's cgroup: clone3 with CLONE_INTO_CGROUP, so there
 /// is no moment at which it runs outside it. Without CLONE_VM (clone3 has no function-pointer
 /// form; a child sharing our memory would return into our stack frames), so this is fork's
@@ -399,8 +401,8 @@ fn spawn_into_cgroup(child: &mut ChildArgs, cg: &Cgroup) -> io::Result<i32> {
         // clone3 itself failed with CLONE_INTO_CGROUP: the move into the cgroup, save for the
         // errnos of a kernel without it (the caller falls back on those).
         return Err(match clone_err.raw_os_error() {
-            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL) | None => clone_err,
-            Some(n) => io::Error::from_raw_os_error(n | CGROUP_STEP),
+            Some(n) if !clone3_unknown(Some(n)) => io::Error::from_raw_os_error(n | CGROUP_STEP),
+            _ => clone_err,
         });
     }
     let pid = pid as i32;
