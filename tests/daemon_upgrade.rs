@@ -60,7 +60,10 @@ fn upgrades_by_op_and_by_sighup_keep_the_pid_every_session_and_every_line() {
     assert_eq!(d["startedAt"], started_at, "the daemon's start is kept");
     let started = started_at.as_i64().expect("status gives startedAt");
     assert!(
-        d["servingSince"].as_i64().expect("status gives servingSince") >= started,
+        d["servingSince"]
+            .as_i64()
+            .expect("status gives servingSince")
+            >= started,
         "{d}"
     );
     assert_eq!(d["lastHandoff"]["ok"], true, "{d}");
