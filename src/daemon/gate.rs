@@ -5,7 +5,7 @@
 //! only read (status, sessions, attach, …) are not gated and keep answering.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Default)]
 pub struct Gate {
@@ -53,21 +53,15 @@ impl Gate {
     /// Closes the gate and waits, up to `within`, for the ops in flight. On failure (the ops in
     /// flight, counted) the gate is open again.
     pub fn close(&self, within: Duration) -> Result<(), usize> {
-        let deadline = Instant::now() + within;
         let mut st = self.state();
         st.closed = true;
-        while st.in_flight > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                let n = st.in_flight;
-                st.closed = false;
-                return Err(n);
-            }
-            st = self
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        let (mut st, _) = self
+            .changed
+            .wait_timeout_while(st, within, |s| s.in_flight > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        if st.in_flight > 0 {
+            st.closed = false;
+            return Err(st.in_flight);
         }
         Ok(())
     }

@@ -69,30 +69,24 @@ impl Freeze {
             self.requested.store(true, Ordering::SeqCst);
         }
         self.latch.set();
-        let deadline = begun + within;
-        let mut g = self.counts();
-        loop {
-            if g.parked == g.readers && g.settling == 0 {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let err = NotFrozen {
-                    readers: g.readers,
-                    parked: g.parked,
-                    settling: g.settling,
-                    waited: begun.elapsed(),
-                };
-                drop(g);
-                self.thaw();
-                return Err(err);
-            }
-            g = self
-                .changed
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        let (g, _) = self
+            .changed
+            .wait_timeout_while(self.counts(), within.saturating_sub(begun.elapsed()), |c| {
+                c.parked != c.readers || c.settling > 0
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        if g.parked == g.readers && g.settling == 0 {
+            return Ok(());
         }
+        let err = NotFrozen {
+            readers: g.readers,
+            parked: g.parked,
+            settling: g.settling,
+            waited: begun.elapsed(),
+        };
+        drop(g);
+        self.thaw();
+        Err(err)
     }
 
     /// Lifts the freeze: every stopped thread goes on.
@@ -119,9 +113,10 @@ impl Freeze {
         let mut g = self.counts();
         g.parked += 1;
         self.changed.notify_all();
-        while self.requested() {
-            g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
+        g = self
+            .changed
+            .wait_while(g, |_| self.requested())
+            .unwrap_or_else(|p| p.into_inner());
         g.parked -= 1;
     }
 
@@ -129,10 +124,10 @@ impl Freeze {
     /// requested, in which case it waits for the freeze to be lifted first (a handoff leaves the
     /// zombie to the next program).
     pub(super) fn begin_settle(&self) {
-        let mut g = self.counts();
-        while self.requested() {
-            g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
-        }
+        let mut g = self
+            .changed
+            .wait_while(self.counts(), |_| self.requested())
+            .unwrap_or_else(|p| p.into_inner());
         g.settling += 1;
     }
 
