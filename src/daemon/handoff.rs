@@ -76,8 +76,6 @@ pub struct Handoff {
     pub requested_at_ns: u64,
     /// When the daemon first started (ms since the epoch), across every handoff.
     pub started_at: i64,
-    /// Handoffs completed before this one.
-    pub handoffs: u64,
     /// The path the next upgrade execs by default.
     pub upgrade_program: PathBuf,
     /// The lock file's descriptor (the `flock` is on its open file, which the exec keeps).

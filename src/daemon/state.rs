@@ -186,12 +186,11 @@ pub(crate) struct Daemon {
     pub(super) program: Mutex<ProgramInfo>,
 }
 
-/// This program of the daemon: since when it serves, how many handoffs the daemon has done,
-/// how the last one went.
+/// This program of the daemon: since when it serves, how the last handoff went (how many the
+/// daemon has done is its `handoffs` counter).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgramInfo {
     pub(super) serving_since: i64,
-    pub(super) handoffs: u64,
     pub(super) last: Option<protocol::LastHandoff>,
     /// The program an upgrade execs (`--upgrade-program`, else the path this one was started
     /// from).

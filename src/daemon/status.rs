@@ -150,7 +150,7 @@ impl Daemon {
             startup_reap: self.startup_reap.clone(),
             version: super::version::version(),
             serving_since: program.serving_since,
-            handoffs: program.handoffs,
+            handoffs: self.metrics.handoffs.get(),
             last_handoff: program.last,
         });
         Ok(status)

@@ -94,22 +94,12 @@ pub fn print_check() {
 /// Carries out the upgrade asked for, if any. Returns only when the handoff did not happen: the
 /// daemon serves on, and whoever asked was told why.
 pub(super) fn hand_over(d: &Arc<Daemon>, held: &Held) {
-    let Some(ask) = d.asks.take() else {
-        // SIGHUP: an upgrade nobody waits for.
-        return hand_over_asked(
-            d,
-            held,
-            super::ask::Ask {
-                at_ns: crate::sys::monotonic_ns(),
-                requester: None,
-                refuse: None,
-            },
-        );
-    };
-    hand_over_asked(d, held, ask)
-}
-
-fn hand_over_asked(d: &Arc<Daemon>, held: &Held, ask: super::ask::Ask) {
+    // None asked: SIGHUP, an upgrade nobody waits for.
+    let ask = d.asks.take().unwrap_or_else(|| super::ask::Ask {
+        at_ns: crate::sys::monotonic_ns(),
+        requester: None,
+        refuse: None,
+    });
     let program = d.program().upgrade_program.clone();
     tracing::info!(program = %program.display(), "upgrade: handing over to a new program");
     let why = match try_hand_over(d, held, &program, &ask) {
@@ -121,15 +111,7 @@ fn hand_over_asked(d: &Arc<Daemon>, held: &Held, ask: super::ask::Ask) {
         super::version::version()
     );
     tracing::error!(program = %program.display(), "{message}");
-    d.program().last = Some(LastHandoff {
-        at: crate::lease::now_ms(),
-        from: super::version::version(),
-        to: program.display().to_string(),
-        ok: false,
-        error: Some(why),
-        duration_ms: None,
-    });
-    d.metrics.handoff_failures.inc();
+    record_failure(d, super::version::version(), why, None);
     if let Some(refuse) = ask.refuse {
         refuse(message);
     }
@@ -186,14 +168,12 @@ fn write_and_exec(
     // The running program, kept open for the new one to hand back to if it cannot take over.
     let previous = File::open("/proc/self/exe")
         .map_err(|e| format!("cannot open this program (/proc/self/exe) to keep it: {e}"))?;
-    let info = d.program().clone();
     let mut h = Handoff {
         format: handoff::FORMAT,
         from_version: super::version::version(),
         requested_at_ns: ask.at_ns,
         started_at: d.started_at,
-        handoffs: info.handoffs,
-        upgrade_program: info.upgrade_program.clone(),
+        upgrade_program: program.to_path_buf(),
         lock_fd: held.lock_fd,
         listener_fd: held.listener_fd,
         metrics_fd: held.metrics_fd,
@@ -520,7 +500,6 @@ pub(super) fn take_over(
     metrics.restore(&h.counters);
     let program = super::state::ProgramInfo {
         serving_since: crate::lease::now_ms(),
-        handoffs: h.handoffs,
         last: None,
         upgrade_program: cfg
             .upgrade_program
@@ -604,20 +583,16 @@ pub(super) fn taken_over(d: &Daemon, t: Taken) {
     let n = t.count;
     let answer: Result<Upgraded, String> = match &t.failed {
         None => {
-            let handoffs = {
-                let mut p = d.program();
-                p.handoffs += 1;
-                p.last = Some(LastHandoff {
-                    at: crate::lease::now_ms(),
-                    from: t.from_version.clone(),
-                    to: to.clone(),
-                    ok: true,
-                    error: None,
-                    duration_ms: Some(ms),
-                });
-                p.handoffs
-            };
-            d.metrics.handoffs.inc();
+            d.program().last = Some(LastHandoff {
+                at: crate::lease::now_ms(),
+                from: t.from_version.clone(),
+                to: to.clone(),
+                ok: true,
+                error: None,
+                duration_ms: Some(ms),
+            });
+            // `inc` answers the count before it.
+            let handoffs = d.metrics.handoffs.inc() + 1;
             d.metrics.handoff_seconds.set(ms / 1e3);
             tracing::info!(from = %t.from_version, to = %to, sessions = n, handoff_ms = ms, "upgrade: took over");
             Ok(Upgraded {
@@ -633,18 +608,7 @@ pub(super) fn taken_over(d: &Daemon, t: Taken) {
                 "the new program could not take over ({why}); {to} took the daemon back and serves on, every session with it"
             );
             tracing::error!("upgrade: {message}");
-            let mut p = d.program();
-            let program = p.upgrade_program.display().to_string();
-            p.last = Some(LastHandoff {
-                at: crate::lease::now_ms(),
-                from: t.from_version.clone(),
-                to: program,
-                ok: false,
-                error: Some(why.clone()),
-                duration_ms: Some(ms),
-            });
-            drop(p);
-            d.metrics.handoff_failures.inc();
+            record_failure(d, t.from_version.clone(), why.clone(), Some(ms));
             Err(message)
         }
     };
@@ -663,6 +627,21 @@ pub(super) fn taken_over(d: &Daemon, t: Taken) {
         });
     drop(t.previous);
     drop(t.memfd);
+}
+
+/// A handoff that did not happen, for `status` (to: the program it was for) and the metrics.
+fn record_failure(d: &Daemon, from: String, why: String, duration_ms: Option<f64>) {
+    let mut p = d.program();
+    p.last = Some(LastHandoff {
+        at: crate::lease::now_ms(),
+        from,
+        to: p.upgrade_program.display().to_string(),
+        ok: false,
+        error: Some(why),
+        duration_ms,
+    });
+    drop(p);
+    d.metrics.handoff_failures.inc();
 }
 
 /// Writes the `upgrade` op's reply on the asking connection (inherited across the exec), then
