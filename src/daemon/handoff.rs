@@ -128,45 +128,92 @@ impl Handoff {
         Ok(f)
     }
 
-    /// The previous program's descriptor, read from a handoff that does not parse as a whole
-    /// (the one field a takeover that fails needs to hand back).
-    pub fn previous_program_fd(f: &mut std::fs::File) -> Option<RawFd> {
-        f.rewind().ok()?;
-        let mut all = Vec::new();
-        f.read_to_end(&mut all).ok()?;
-        let len = u64::from_le_bytes(all.get(..8)?.try_into().ok()?) as usize;
-        let v: Value = serde_json::from_slice(all.get(8..8 + len)?).ok()?;
-        RawFd::try_from(v.get("previousProgramFd")?.as_i64()?).ok()
-    }
-
-    /// Reads a handoff from the descriptor it came in (from its start).
-    pub fn read(f: &mut std::fs::File) -> Result<Handoff, String> {
+    /// Reads a handoff from the descriptor it came in (from its start). When it cannot, the
+    /// error still carries the previous program's descriptor if the document names it: what a
+    /// takeover that fails needs to hand back.
+    pub fn read(f: &mut std::fs::File) -> Result<Handoff, Unreadable> {
+        let unnamed = |why: String| Unreadable {
+            why,
+            previous_program_fd: None,
+        };
         f.rewind()
-            .map_err(|e| format!("cannot rewind the handoff: {e}"))?;
+            .map_err(|e| unnamed(format!("cannot rewind the handoff: {e}")))?;
         let mut all = Vec::new();
         f.read_to_end(&mut all)
-            .map_err(|e| format!("cannot read the handoff: {e}"))?;
+            .map_err(|e| unnamed(format!("cannot read the handoff: {e}")))?;
         let cut = || "the handoff is cut short".to_string();
         let len = all
             .get(..8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
-            .ok_or_else(cut)?;
-        let text = all.get(8..8 + len).ok_or_else(cut)?;
+            .ok_or_else(|| unnamed(cut()))?;
+        let text = all.get(8..8 + len).ok_or_else(|| unnamed(cut()))?;
         let raw = &all[8 + len..];
-        let v: Value =
-            serde_json::from_slice(text).map_err(|e| format!("the handoff is not JSON: {e}"))?;
+        let v: Value = serde_json::from_slice(text)
+            .map_err(|e| unnamed(format!("the handoff is not JSON: {e}")))?;
+        let named = |why: String| Unreadable {
+            why,
+            previous_program_fd: v
+                .get("previousProgramFd")
+                .and_then(Value::as_i64)
+                .and_then(|fd| RawFd::try_from(fd).ok()),
+        };
         let format = v.get("format").and_then(Value::as_u64).unwrap_or(0) as u32;
         if !FORMATS_READ.contains(&format) {
-            return Err(format!(
+            return Err(named(format!(
                 "handoff format {format} is not one this program reads ({FORMATS_READ:?})"
-            ));
+            )));
         }
-        let mut h: Handoff =
-            serde_json::from_value(v).map_err(|e| format!("the handoff does not parse: {e}"))?;
+        let mut h = Handoff::deserialize(&v)
+            .map_err(|e| named(format!("the handoff does not parse: {e}")))?;
         for s in &mut h.sessions {
             let (at, len) = (s.replay.raw_at as usize, s.replay.raw_len as usize);
-            s.replay.raw = raw.get(at..at + len).ok_or_else(cut)?.to_vec();
+            s.replay.raw = raw.get(at..at + len).ok_or_else(|| named(cut()))?.to_vec();
         }
         Ok(h)
+    }
+}
+
+/// A handoff that could not be read: why, and the previous program's descriptor if it names it.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub why: String,
+    pub previous_program_fd: Option<RawFd>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd_of(doc: &[u8], raw: &[u8]) -> std::fs::File {
+        let mut f = crate::sys::memfd(c"test-handoff").unwrap();
+        f.write_all(&(doc.len() as u64).to_le_bytes()).unwrap();
+        f.write_all(doc).unwrap();
+        f.write_all(raw).unwrap();
+        f
+    }
+
+    /// A handoff that cannot be read says why, and names the previous program's descriptor
+    /// whenever its document does (what a failed takeover hands back to).
+    #[test]
+    fn an_unreadable_handoff_still_names_the_previous_program_when_it_can() {
+        let e = Handoff::read(&mut memfd_of(b"{not json", b"")).unwrap_err();
+        assert!(e.why.contains("not JSON"), "{}", e.why);
+        assert_eq!(e.previous_program_fd, None);
+
+        let mut cut = crate::sys::memfd(c"test-handoff").unwrap();
+        cut.write_all(&[1, 2, 3]).unwrap();
+        let e = Handoff::read(&mut cut).unwrap_err();
+        assert!(e.why.contains("cut short"), "{}", e.why);
+        assert_eq!(e.previous_program_fd, None);
+
+        let other = serde_json::json!({"format": 999, "previousProgramFd": 7});
+        let e = Handoff::read(&mut memfd_of(other.to_string().as_bytes(), b"")).unwrap_err();
+        assert!(e.why.contains("format 999"), "{}", e.why);
+        assert_eq!(e.previous_program_fd, Some(7));
+
+        let partial = serde_json::json!({"format": FORMAT, "previousProgramFd": 9});
+        let e = Handoff::read(&mut memfd_of(partial.to_string().as_bytes(), b"")).unwrap_err();
+        assert!(e.why.contains("does not parse"), "{}", e.why);
+        assert_eq!(e.previous_program_fd, Some(9));
     }
 }

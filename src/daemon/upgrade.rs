@@ -433,40 +433,35 @@ pub(super) fn take_over(
     let handed = crate::sys::adopt_handed_fd(fd)
         .map_err(|e| ServeError::Handoff(format!("descriptor {fd}: {e}")))?;
     let mut memfd = File::from(handed);
-    let h = match Handoff::read(&mut memfd) {
-        Ok(h) => h,
-        Err(why) => {
-            // Nothing is adopted yet: every descriptor the handoff names is still open and kept
-            // across an exec, so the previous program can take it all back if it can be found.
-            let previous = Handoff::previous_program_fd(&mut memfd).ok_or_else(|| {
-                ServeError::Handoff(format!(
-                    "{why}; the previous program's descriptor is not in it either"
-                ))
-            })?;
-            fall_back(
-                &Fallback {
-                    previous_fd: previous,
-                    memfd_fd: memfd.as_raw_fd(),
-                    fds: Vec::new(),
-                    args: cfg.args.clone(),
-                    is_fallback: cfg.takeover_failed.is_some(),
-                },
-                &why,
-            );
-        }
-    };
-    let fallback = Arc::new(Fallback {
-        previous_fd: h.previous_program_fd,
-        memfd_fd: memfd.as_raw_fd(),
-        fds: h.fds(),
+    // The way back to the previous program, with these descriptors kept across its exec.
+    let memfd_fd = memfd.as_raw_fd();
+    let plan = |previous_fd: RawFd, fds: Vec<RawFd>| Fallback {
+        previous_fd,
+        memfd_fd,
+        fds,
         args: cfg.args.clone(),
         is_fallback: cfg.takeover_failed.is_some(),
-    });
-    let plan = fallback.clone();
+    };
+    let h = match Handoff::read(&mut memfd) {
+        Ok(h) => h,
+        Err(e) => {
+            // Nothing is adopted yet: every descriptor the handoff names is still open and kept
+            // across an exec, so the previous program can take it all back if it can be found.
+            let previous = e.previous_program_fd.ok_or_else(|| {
+                ServeError::Handoff(format!(
+                    "{}; the previous program's descriptor is not in it either",
+                    e.why
+                ))
+            })?;
+            fall_back(&plan(previous, Vec::new()), &e.why);
+        }
+    };
+    let fallback = Arc::new(plan(h.previous_program_fd, h.fds()));
+    let on_panic = fallback.clone();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         hook(info);
-        fall_back(&plan, &format!("it panicked: {info}"));
+        fall_back(&on_panic, &format!("it panicked: {info}"));
     }));
     let fail = |why: String| -> ! { fall_back(&fallback, &why) };
     if let (Ok(m), Some(ours)) = (
