@@ -100,6 +100,47 @@ impl SpawnSpec<'_> {
     }
 }
 
+/// What tells one session from another, fresh (`spawn`) or taken over (`adopt`).
+struct Parts {
+    key: String,
+    argv: Vec<String>,
+    child_pid: i32,
+    created_at: i64,
+    stdin: StdinPipe,
+    inner: Inner,
+    report_failed: bool,
+}
+
+impl Supervised {
+    /// A session of this daemon from its parts; it tracks ACP prompts from the start when the
+    /// state it takes over has some pending or opening.
+    fn assemble(spec: &SpawnSpec<'_>, p: Parts) -> Arc<Supervised> {
+        let tracking = !p.inner.pending.is_empty() || !p.inner.opening.is_empty();
+        let shown = Arc::new(Shown::of(&p.inner));
+        Arc::new(Supervised {
+            key: p.key,
+            argv: p.argv,
+            lease: OnceLock::new(),
+            root: spec.root.clone(),
+            child_pid: p.child_pid,
+            created_at: p.created_at,
+            item_cap: spec.item_cap(),
+            store: spec.store.clone(),
+            stdin: Mutex::new(p.stdin),
+            ops: Mutex::new(()),
+            inner: Mutex::new(p.inner),
+            shown: Mutex::new(shown),
+            changed: Condvar::new(),
+            drained: Condvar::new(),
+            tracking: AtomicBool::new(tracking),
+            report_failed: AtomicBool::new(p.report_failed),
+            freeze: spec.freeze.clone(),
+            handed: Mutex::new(HandedIo::default()),
+            settling: AtomicBool::new(false),
+        })
+    }
+}
+
 /// Starts `leash exec` for the request and the threads that serve it. The session is returned
 /// in [`Phase::Starting`]; [`Supervised::await_started`] confirms the lease and the adapter.
 pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, SpawnError> {
@@ -180,29 +221,18 @@ pub fn spawn(spec: &SpawnSpec<'_>, req: &Ensure) -> Result<Arc<Supervised>, Spaw
     let child_pid = child.id() as i32;
     let stdout = std::fs::File::from(OwnedFd::from(child.stdout.take().expect("piped")));
     let stderr = std::fs::File::from(OwnedFd::from(child.stderr.take().expect("piped")));
-    let inner = Inner::new(spec.limits, last);
-    let shown = Arc::new(Shown::of(&inner));
-    let session = Arc::new(Supervised {
-        key: req.session.clone(),
-        argv: req.argv.clone(),
-        lease: OnceLock::new(),
-        root: spec.root.clone(),
-        child_pid,
-        created_at: now_ms(),
-        item_cap: spec.item_cap(),
-        store: spec.store.clone(),
-        stdin: Mutex::new(StdinPipe::new(child.stdin.take())),
-        ops: Mutex::new(()),
-        inner: Mutex::new(inner),
-        shown: Mutex::new(shown),
-        changed: Condvar::new(),
-        drained: Condvar::new(),
-        tracking: AtomicBool::new(false),
-        report_failed: AtomicBool::new(false),
-        freeze: spec.freeze.clone(),
-        handed: Mutex::new(HandedIo::default()),
-        settling: AtomicBool::new(false),
-    });
+    let session = Supervised::assemble(
+        spec,
+        Parts {
+            key: req.session.clone(),
+            argv: req.argv.clone(),
+            child_pid,
+            created_at: now_ms(),
+            stdin: StdinPipe::new(child.stdin.take()),
+            inner: Inner::new(spec.limits, last),
+            report_failed: false,
+        },
+    );
     tracing::info!(session = %req.session, pid = child_pid, argv = crate::logvalue::json(&req.argv), "session spawned");
     start_threads(
         &session,
@@ -715,29 +745,18 @@ pub fn adopt(spec: &SpawnSpec<'_>, h: HandedSession) -> io::Result<Adopted> {
     inner.start_failure = h
         .start_failure
         .map(|(status, stderr)| StartFailure { status, stderr });
-    let tracking = !inner.pending.is_empty() || !inner.opening.is_empty();
-    let shown = Arc::new(Shown::of(&inner));
-    let session = Arc::new(Supervised {
-        key: h.key,
-        argv: h.argv,
-        lease: OnceLock::new(),
-        root: spec.root.clone(),
-        child_pid: h.child_pid,
-        created_at: h.created_at,
-        item_cap: spec.item_cap(),
-        store: spec.store.clone(),
-        stdin: Mutex::new(StdinPipe::adopt(stdin, h.stdin_owed)),
-        ops: Mutex::new(()),
-        inner: Mutex::new(inner),
-        shown: Mutex::new(shown),
-        changed: Condvar::new(),
-        drained: Condvar::new(),
-        tracking: AtomicBool::new(tracking),
-        report_failed: AtomicBool::new(h.report_failed),
-        freeze: spec.freeze.clone(),
-        handed: Mutex::new(HandedIo::default()),
-        settling: AtomicBool::new(false),
-    });
+    let session = Supervised::assemble(
+        spec,
+        Parts {
+            key: h.key,
+            argv: h.argv,
+            child_pid: h.child_pid,
+            created_at: h.created_at,
+            stdin: StdinPipe::adopt(stdin, h.stdin_owed),
+            inner,
+            report_failed: h.report_failed,
+        },
+    );
     session.find_lease();
     Ok(Adopted {
         session,
