@@ -57,19 +57,14 @@ impl Supervised {
         set_nonblocking(&out);
         loop {
             let attached = self.hold_while_behind();
-            if self.freeze.requested() && !self.settling.load(AtomicOrdering::SeqCst) {
-                self.park_reader(Stream::Stdout, &framer);
+            if self.parked_for_freeze(Stream::Stdout, &framer) {
                 continue;
             }
             priority.follow(attached);
-            let n = match out.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    crate::sys::wait_readable_or(out.as_fd(), self.freeze.latch());
-                    continue;
-                }
+            let n = match self.read_some(&mut out, &mut buf) {
+                Ok(Some(0)) => break,
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(session = %self.key, error = %e, "reading the adapter's stdout failed");
                     break;
@@ -167,6 +162,31 @@ impl Supervised {
         batch.clear();
     }
 
+    /// Between two reads: stops this reader while a freeze is asked for (unless its session's
+    /// waiter is settling); true when it stopped (read again after).
+    fn parked_for_freeze(&self, stream: Stream, framer: &LineFramer) -> bool {
+        if self.freeze.requested() && !self.settling.load(AtomicOrdering::SeqCst) {
+            self.park_reader(stream, framer);
+            return true;
+        }
+        false
+    }
+
+    /// One read of a non-blocking pipe: `Some(n)` bytes read (0: the writers are gone), `None`
+    /// to read again (interrupted, or it waited until the pipe is readable or a freeze is
+    /// asked for).
+    fn read_some(&self, pipe: &mut std::fs::File, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match pipe.read(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                crate::sys::wait_readable_or(pipe.as_fd(), self.freeze.latch());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Logs each stderr line and streams it as a `stderr` item (same seq space and replay
     /// buffer as output, so its bounds apply); the last lines are kept for error messages.
     /// Read as stdout is (non-blocking, stopped by a freeze between two reads).
@@ -174,19 +194,13 @@ impl Supervised {
         let mut buf = vec![0u8; FIRST_READ];
         set_nonblocking(&err);
         loop {
-            if self.freeze.requested() && !self.settling.load(AtomicOrdering::SeqCst) {
-                self.park_reader(Stream::Stderr, &framer);
+            if self.parked_for_freeze(Stream::Stderr, &framer) {
                 continue;
             }
-            let n = match err.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    crate::sys::wait_readable_or(err.as_fd(), self.freeze.latch());
-                    continue;
-                }
-                Err(_) => break,
+            let n = match self.read_some(&mut err, &mut buf) {
+                Ok(Some(0)) | Err(_) => break,
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
             };
             framer.feed_checked(&buf[..n], "", |line, _, truncated| {
                 self.stderr_line(line, truncated)
