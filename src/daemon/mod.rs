@@ -90,7 +90,7 @@ pub fn serve(root: StateRoot, mut cfg: ServeConfig) -> Result<(), ServeError> {
         metrics_listener,
         resumable,
     } = start;
-    let daemon = Arc::new(assemble(root, cfg, state, &signals)?);
+    let daemon = Arc::new(assemble(root, cfg, state, &listening, &signals)?);
     let held = upgrade::Held::of(&lock, &listening, metrics_listener.as_ref());
     shutdown::announce_resumable(&daemon, resumable);
     let taken = taken.map(|t| upgrade::adopt_sessions(&daemon, t));
@@ -125,6 +125,7 @@ fn assemble(
     root: StateRoot,
     cfg: ServeConfig,
     s: start::StartState,
+    listening: &socket::Listening,
     signals: &socket::Signals,
 ) -> Result<Daemon, ServeError> {
     let io = |source| ServeError::Io {
@@ -155,12 +156,13 @@ fn assemble(
         startup_reap: s.startup_reap,
         metrics: s.metrics,
         last_reconcile: Mutex::new(Value::Null),
-        activated: s.activated,
+        activated: listening.activated,
         push: push::Hub::default(),
         peers: peers::PeerConnections::default(),
         accept_failures: peers::RateLog::default(),
         usage: Mutex::new(usage::UsageCache::default()),
-        socket_inode: s.socket_inode,
+        // A socket systemd made is systemd's: only one the daemon bound is watched as its own.
+        socket_inode: listening.bound.filter(|_| !listening.activated),
         wake: signals.stop_wake.try_clone().map_err(ServeError::Signals)?,
         headless: AtomicBool::new(false),
         freeze: Arc::new(session::Freeze::new().map_err(ServeError::Signals)?),

@@ -31,8 +31,6 @@ pub(super) struct StartState {
     pub(super) metrics: metrics::Metrics,
     pub(super) started_at: i64,
     pub(super) socket: PathBuf,
-    pub(super) activated: bool,
-    pub(super) socket_inode: Option<(u64, u64)>,
     pub(super) program: ProgramInfo,
 }
 
@@ -48,11 +46,7 @@ pub(super) fn start_fresh(root: &StateRoot, cfg: &mut ServeConfig) -> Result<Sta
     // The daemon's one controller, from the start-up reap to the shutdown.
     let ctl = Controller::open(root.clone(), &LiveTable)?;
     let startup_reap = startup::startup_reap(&ctl, cfg, &metrics)?;
-    let mut store = Store::open(&root.db_path())?;
-    let containment = startup::enter_containment(store.gateway_instance_id());
-    startup::hold_gateway_dir(&containment);
-    // Every verb from here on sees the containment the daemon resolved in its leaf.
-    let ctl = ctl.with_resolved_containment(containment.clone());
+    let (ctl, mut store, containment) = contain(root, ctl)?;
     let resumable = shutdown::take_interrupted(&mut store)?;
     let listening = socket::listen(&socket, activated)?;
     let started_at = lock::name_the_daemon(&lock, &socket, listening.listener_pid);
@@ -69,8 +63,6 @@ pub(super) fn start_fresh(root: &StateRoot, cfg: &mut ServeConfig) -> Result<Sta
             startup_reap,
             metrics,
             started_at,
-            socket_inode: listening.bound.filter(|_| !listening.activated),
-            activated: listening.activated,
             socket,
             program,
         },
@@ -79,6 +71,19 @@ pub(super) fn start_fresh(root: &StateRoot, cfg: &mut ServeConfig) -> Result<Sta
         metrics_listener,
         resumable,
     })
+}
+
+/// The daemon's store and its leaf cgroup under the gateway's directory (held while it
+/// serves); every verb of the controller from here on sees the containment resolved there.
+pub(super) fn contain(
+    root: &StateRoot,
+    ctl: Controller<'static>,
+) -> Result<(Controller<'static>, Store, crate::cgroup::Containment), ServeError> {
+    let store = Store::open(&root.db_path())?;
+    let containment = startup::enter_containment(store.gateway_instance_id());
+    startup::hold_gateway_dir(&containment);
+    let ctl = ctl.with_resolved_containment(containment.clone());
+    Ok((ctl, store, containment))
 }
 
 /// Binds the `--metrics` address, before the start-up reap so a taken address fails the start

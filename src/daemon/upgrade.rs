@@ -23,12 +23,11 @@ use super::handoff::{self, Check, Handoff, Requester};
 use super::session::{self, HandedSession};
 use super::start::{Start, StartState};
 use super::state::{Daemon, ServeConfig, ServeError};
-use super::{socket, startup};
+use super::socket;
 use crate::controller::Controller;
 use crate::proc::LiveTable;
 use crate::protocol::{self, LastHandoff, Upgraded};
 use crate::state::StateRoot;
-use crate::store::Store;
 use serde_json::Value;
 use std::ffi::{CString, OsString};
 use std::fs::File;
@@ -487,10 +486,8 @@ pub(super) fn take_over(
         cfg.metrics = l.local_addr().ok().or(cfg.metrics);
     }
     let ctl = Controller::open(root.clone(), &LiveTable).unwrap_or_else(|e| fail(e.to_string()));
-    let store = Store::open(&root.db_path()).unwrap_or_else(|e| fail(e.to_string()));
-    let containment = startup::enter_containment(store.gateway_instance_id());
-    startup::hold_gateway_dir(&containment);
-    let ctl = ctl.with_resolved_containment(containment.clone());
+    let (ctl, store, containment) =
+        super::start::contain(root, ctl).unwrap_or_else(|e| fail(e.to_string()));
     let metrics = super::metrics::Metrics::new();
     metrics.restore(&h.counters);
     let program = super::state::ProgramInfo {
@@ -510,8 +507,6 @@ pub(super) fn take_over(
             metrics,
             started_at: h.started_at,
             socket: h.socket,
-            activated: h.activated,
-            socket_inode: h.socket_inode,
             program,
         },
         lock,
