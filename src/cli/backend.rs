@@ -101,10 +101,7 @@ pub(super) fn served_root(socket: &Path) -> Result<PathBuf, Failure> {
             format!("{e}; without --socket leash works on the state database directly"),
         )
     };
-    if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(refused(ClientError::SymlinkSocket(socket.to_path_buf())));
-    }
-    let mut client = Client::connect(socket).map_err(refused)?;
+    let mut client = Client::connect_unfollowed(socket).map_err(refused)?;
     Ok(client.status().map_err(remote)?.root.state_dir)
 }
 

@@ -132,14 +132,20 @@ impl Client {
         })
     }
 
-    /// Connects to `socket` and keeps the connection only if the peer is the daemon that holds
-    /// `root`'s lock file (see the module header).
-    pub fn connect_to_daemon(root: &StateRoot, socket: &Path) -> Result<Client, ClientError> {
+    /// Connects to `socket` itself, never through a symlink at its path (a link is refused,
+    /// whatever it points at).
+    pub fn connect_unfollowed(socket: &Path) -> Result<Client, ClientError> {
         if std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(ClientError::SymlinkSocket(socket.to_path_buf()));
         }
+        Client::connect(socket)
+    }
+
+    /// Connects to `socket` and keeps the connection only if the peer is the daemon that holds
+    /// `root`'s lock file (see the module header).
+    pub fn connect_to_daemon(root: &StateRoot, socket: &Path) -> Result<Client, ClientError> {
         // Nothing listening (no daemon, or a stale socket of a killed one) is an I/O error.
-        let client = Client::connect(socket)?;
+        let client = Client::connect_unfollowed(socket)?;
         let lock = root.daemon_lock_path();
         let peer = nix::sys::socket::getsockopt(
             &client.stream,
