@@ -32,16 +32,6 @@ fn check(root: &Path, gateways: &Path, before: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn gateway_id_of(state: &Path) -> String {
-    let db = rusqlite::Connection::open(state.join("leash.db")).unwrap();
-    db.query_row(
-        "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
-        [],
-        |r| r.get(0),
-    )
-    .unwrap()
-}
-
 #[test]
 fn only_the_tests_gateways_fail_the_default_root_check() {
     let Some(root) = CgroupRoot::new("ci-default-root") else {
@@ -70,7 +60,7 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
     let scratch = TempDir::new("ci-default-root-state");
     let state = scratch.join("state");
     let mut guard = Guard::new();
-    let child = guard.child(
+    guard.child(
         root.leash(&state)
             .args(["exec", "--session", "left", "--", "sleep", "600"])
             .stdin(Stdio::null())
@@ -79,7 +69,6 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
             .spawn()
             .unwrap(),
     );
-    let _ = child.id();
     assert!(
         wait_for(|| state.join("leash.db").is_file()
             && std::fs::read_dir(root.path()).unwrap().flatten().any(|e| e
@@ -90,7 +79,7 @@ fn only_the_tests_gateways_fail_the_default_root_check() {
         "the session's cgroup never appeared under {}",
         root.path().display()
     );
-    let gateway = gateway_id_of(&state);
+    let gateway = gateway_id(&state.join("leash.db")).unwrap();
     assert!(root.path().join(&gateway).is_dir());
 
     // Not recorded (yet): counted as another leash's, so the record is what decides.
@@ -124,7 +113,10 @@ fn removing_a_scratch_directory_records_its_state_roots_gateways() {
     let (a, b) = (scratch.join("a"), scratch.join("nested/b"));
     init_state_root(&a);
     init_state_root(&b);
-    let ids = [gateway_id_of(&a), gateway_id_of(&b)];
+    let ids = [
+        gateway_id(&a.join("leash.db")).unwrap(),
+        gateway_id(&b.join("leash.db")).unwrap(),
+    ];
     // The variable is this process's: other scratch directories removed meanwhile (this binary's
     // other test) may add their lines too.
     let outer = std::env::var_os(ENV_TEST_GATEWAYS);

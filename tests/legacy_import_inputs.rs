@@ -30,16 +30,6 @@ fn incumbent(tmp: &Path, name: &str, gateway: &str) -> PathBuf {
     acpx
 }
 
-fn gateway_of(state: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(state.join("leash.db")).ok()?;
-    conn.query_row(
-        "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
-}
-
 fn import(state: &Path, acpx: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["legacy", "import", "--acpx", acpx.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -52,7 +42,7 @@ fn refused(state: &Path, out: &Output, gateway: &str, says: &str) {
     assert!(out.stderr.contains(says), "{says}: {}", out.stderr);
     assert!(out.stderr.contains("nothing imported"), "{}", out.stderr);
     assert_ne!(
-        gateway_of(state).as_deref(),
+        gateway_id(&state.join("leash.db")).as_deref(),
         Some(gateway),
         "{says}: adopted"
     );
@@ -144,7 +134,10 @@ fn a_keyed_store_that_is_a_recursive_view_is_refused() {
         stderr.contains("plugin_state_entries is a view here"),
         "{stderr}"
     );
-    assert_ne!(gateway_of(&state).as_deref(), Some(gw.as_str()));
+    assert_ne!(
+        gateway_id(&state.join("leash.db")).as_deref(),
+        Some(gw.as_str())
+    );
 }
 
 /// A file past the bound is refused with the bound in the message, at once (it is not read):

@@ -123,16 +123,6 @@ fn set_gateway(state: &Path, gateway: &str) {
     .unwrap();
 }
 
-fn gateway_of(state: &Path) -> String {
-    let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
-    conn.query_row(
-        "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
-        [],
-        |r| r.get(0),
-    )
-    .unwrap()
-}
-
 fn legacy_count(state: &Path) -> i64 {
     let conn = rusqlite::Connection::open(state.join("leash.db")).unwrap();
     conn.query_row("SELECT COUNT(*) FROM legacy_records", [], |r| r.get(0))
@@ -259,7 +249,11 @@ fn scenario(contained: bool, daemon: bool) {
     } else {
         assert!(out.stderr.contains("leash-wrap pid"), "{}", out.stderr);
     }
-    assert_ne!(gateway_of(&c), gw, "the fresh root did not adopt it");
+    assert_ne!(
+        gateway_id(&c.join("leash.db")).unwrap(),
+        gw,
+        "the fresh root did not adopt it"
+    );
 
     // Nothing signalled: the adapter logs every catchable signal it gets.
     assert!(adapter.pid.alive());
@@ -304,7 +298,7 @@ fn adoption_under_leash_serve_is_refused() {
     let oc = tmp.join("openclaw");
     std::fs::create_dir_all(oc.join("acpx")).unwrap();
     std::fs::write(oc.join("gateway-instance-id"), &theirs).unwrap();
-    let ours = gateway_of(&state);
+    let ours = gateway_id(&state.join("leash.db")).unwrap();
     let acpx = oc.join("acpx");
     let out = run(
         &state,
@@ -316,12 +310,16 @@ fn adoption_under_leash_serve_is_refused() {
         "{}",
         out.stderr
     );
-    assert_eq!(gateway_of(&state), ours, "one gateway id for the root");
+    assert_eq!(
+        gateway_id(&state.join("leash.db")).unwrap(),
+        ours,
+        "one gateway id for the root"
+    );
     assert!(d.terminate().success());
     let out = run(
         &state,
         &["legacy", "import", "--acpx", acpx.to_str().unwrap()],
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(gateway_of(&state), theirs);
+    assert_eq!(gateway_id(&state.join("leash.db")).unwrap(), theirs);
 }

@@ -21,9 +21,9 @@
 
 use super::handoff::{self, Check, Handoff, Requester};
 use super::session::{self, HandedSession};
+use super::socket;
 use super::start::{Start, StartState};
 use super::state::{Daemon, ServeConfig, ServeError};
-use super::socket;
 use crate::controller::Controller;
 use crate::proc::LiveTable;
 use crate::protocol::{self, LastHandoff, Upgraded};

@@ -452,6 +452,22 @@ pub fn record_gateway_ids(dir: &Path) {
     }
 }
 
+/// The gateway id a state database holds (read only; `None` when it has none yet).
+pub fn gateway_id(db: &Path) -> Option<String> {
+    let c = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .ok()?;
+    c.busy_timeout(Duration::from_millis(200)).ok()?;
+    c.query_row(
+        "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
+        [],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
 /// [`record_gateway_ids`] into the file `log`.
 pub fn record_gateway_ids_into(dir: &Path, log: &Path) {
     fn dbs(d: &Path, depth: usize, out: &mut Vec<PathBuf>) {
@@ -469,19 +485,7 @@ pub fn record_gateway_ids_into(dir: &Path, log: &Path) {
     dbs(dir, 3, &mut found);
     let mut ids = String::new();
     for db in found {
-        let id = rusqlite::Connection::open_with_flags(
-            &db,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .and_then(|c| {
-            c.busy_timeout(Duration::from_millis(200))?;
-            c.query_row(
-                "SELECT value FROM meta WHERE key = 'gateway_instance_id'",
-                [],
-                |r| r.get::<_, String>(0),
-            )
-        });
-        if let Ok(id) = id {
+        if let Some(id) = gateway_id(&db) {
             ids.push_str(&id);
             ids.push('\n');
         }
