@@ -7,7 +7,6 @@
 import { spawn as spawnChild } from 'node:child_process';
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createConnection } from 'node:net';
 import { delimiter, dirname, join } from 'node:path';
 import { LeashError } from './errors.js';
 import { connect } from './client.js';
@@ -93,22 +92,11 @@ function readLock(stateDir) {
   return null;
 }
 
-function canConnect(path) {
-  return new Promise((resolve) => {
-    const s = createConnection({ path });
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
-}
-
-/** Whether the daemon of `stateDir` answers a ping. */
-async function answers(stateDir, timeoutMs) {
+/** Whether a daemon answers a ping on `socket` (nothing listening fails the connect at once). */
+async function answers(socket, timeoutMs) {
   let c = null;
   try {
-    c = await connect({ stateDir, reconnect: false, timeoutMs });
+    c = await connect({ socket, reconnect: false, timeoutMs });
     await c.ping({ timeoutMs });
     return true;
   } catch {
@@ -121,8 +109,7 @@ async function answers(stateDir, timeoutMs) {
 /** The daemon serving `stateDir` now (its lock names it and its socket answers), or null. */
 async function serving(stateDir, timeoutMs) {
   const info = readLock(stateDir);
-  if (!info || !(await canConnect(info.socket))) return null;
-  return (await answers(stateDir, timeoutMs)) ? info : null;
+  return info && (await answers(info.socket, timeoutMs)) ? info : null;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -173,7 +160,7 @@ export async function startDaemon(opts = {}) {
       });
     }
     const info = readLock(stateDir);
-    if (info && info.pid === child.pid && (await canConnect(info.socket)) && (await answers(stateDir, probeMs))) break;
+    if (info && info.pid === child.pid && (await answers(info.socket, probeMs))) break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       await exited;

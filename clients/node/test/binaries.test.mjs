@@ -41,16 +41,14 @@ test('binaryPath throws BinaryNotFoundError listing every place tried and why', 
   // Present but not executable: skipped, with the reason.
   writeFileSync(join(dir, 'leash'), '#!/bin/sh\n');
   chmodSync(join(dir, 'leash'), 0o644);
+  let caught;
   assert.throws(
     () => binaryPath('leash', { env: { LEASH_BIN_DIR: dir, PATH: '/nonexistent-a:/nonexistent-b' } }),
-    BinaryNotFoundError,
+    (e) => {
+      caught = e;
+      return e instanceof BinaryNotFoundError;
+    },
   );
-  let caught;
-  try {
-    binaryPath('leash', { env: { LEASH_BIN_DIR: dir, PATH: '/nonexistent-a:/nonexistent-b' } });
-  } catch (e) {
-    caught = e;
-  }
   assert.ok(caught instanceof LeashError);
   assert.equal(caught.code, 'binary_not_found');
   assert.equal(caught.binary, 'leash');
