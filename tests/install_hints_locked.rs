@@ -1,8 +1,8 @@
 //! Every `cargo install` command the project prints or documents installs what CI tested: it
 //! passes `--locked`, so cargo builds with the versions in Cargo.lock instead of resolving the
 //! dependencies afresh. The check reads every text file of the checkout (sources, docs, units,
-//! scripts) and the hint `leash` prints when its wrapper is missing.
-mod common;
+//! scripts), the hint `leash` prints when its wrapper is missing among them (printed and checked
+//! in tests/install_layout.rs).
 use std::path::{Path, PathBuf};
 
 const COMMAND: &str = concat!("cargo", " install");
@@ -98,24 +98,4 @@ fn the_scan_tells_commands_from_prose() {
     assert!(unlocked("cargo install \\\n  --locked --path .").is_empty());
     assert!(unlocked("so the install is two `cargo install`s.").is_empty());
     assert!(unlocked("#[error(\"… with `cargo install --locked --path wrapper` …\")]").is_empty());
-}
-
-/// The hint `leash` prints where no leash-wrap is beside it.
-#[test]
-fn the_missing_wrapper_hint_is_locked() {
-    let tmp = common::TempDir::new("hint-locked");
-    let alone = tmp.join("bin");
-    std::fs::create_dir_all(&alone).unwrap();
-    std::fs::copy(common::leash_bin(), alone.join("leash")).unwrap();
-    let out = std::process::Command::new(alone.join("leash"))
-        .arg("--state-dir")
-        .arg(tmp.join("state"))
-        .args(["exec", "--containment", "off", "--", "/bin/true"])
-        .env_remove("LEASH_WRAP_BIN")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains(COMMAND), "{err}");
-    assert!(unlocked(&err).is_empty(), "{err}");
 }
