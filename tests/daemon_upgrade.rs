@@ -67,11 +67,7 @@ fn upgrades_by_op_and_by_sighup_keep_the_pid_every_session_and_every_line() {
         "{d}"
     );
     assert_eq!(d["lastHandoff"]["ok"], true, "{d}");
-    assert_eq!(
-        sessions(&mut c),
-        before,
-        "every session kept, running, same wrapper"
-    );
+    assert_kept(&mut c, &before, &leases);
     // The exec closed the attach's connection: picked up again from the last seq seen.
     let mut w = daemon.connect();
     let (id, _) = w.attach("a", seq);
@@ -91,11 +87,7 @@ fn upgrades_by_op_and_by_sighup_keep_the_pid_every_session_and_every_line() {
     let d = daemon_status(&mut c);
     assert_eq!(d["pid"], daemon.pid.pid);
     assert_eq!(d["handoffs"], 2);
-    assert_eq!(sessions(&mut c), before);
-    for lease in &leases {
-        let row = lease_row(&mut c, lease.as_str().unwrap());
-        assert_eq!(row["state"], "open", "{row}");
-    }
+    assert_kept(&mut c, &before, &leases);
     let mut w = daemon.connect();
     let (id, _) = w.attach("a", seq);
     follow(&mut w, &id, last, seq, 300);
@@ -112,11 +104,7 @@ fn upgrades_by_op_and_by_sighup_keep_the_pid_every_session_and_every_line() {
         metrics.contains("leash_handoff_duration_seconds "),
         "{metrics}"
     );
-    assert!(
-        !signals.exists(),
-        "an adapter got a signal: {}",
-        std::fs::read_to_string(&signals).unwrap_or_default()
-    );
+    assert_unsignalled(&signals);
     c.call(
         "close",
         json!({"sessions": ["a", "b", "c"], "graceMs": 500}),

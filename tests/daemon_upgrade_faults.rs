@@ -67,15 +67,7 @@ fn refused(
     assert_eq!(d["lastHandoff"]["ok"], false, "{d}");
     assert!(d["servingSince"].as_i64() > Some(0), "{d}");
     assert!(d["lastHandoff"]["error"].is_string(), "{d}");
-    assert_eq!(
-        sessions(&mut c),
-        before,
-        "every session kept, running, same wrapper"
-    );
-    for lease in &leases {
-        let row = lease_row(&mut c, lease.as_str().unwrap());
-        assert_eq!(row["state"], "open", "{row}");
-    }
+    assert_kept(&mut c, &before, &leases);
     // The stream goes on where it was: on the same attach when nothing was exec'd, on a new one
     // from the last seq seen when the exec dropped the connection.
     if execs {
@@ -85,11 +77,7 @@ fn refused(
     } else {
         follow(&mut w, &id, last, seq, 300);
     }
-    assert!(
-        !signals.exists(),
-        "an adapter got a signal: {}",
-        std::fs::read_to_string(&signals).unwrap_or_default()
-    );
+    assert_unsignalled(&signals);
     c.call("close", json!({"sessions": ["a", "b"], "graceMs": 500}));
 }
 

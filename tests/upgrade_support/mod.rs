@@ -108,3 +108,26 @@ pub fn sessions(c: &mut Conn) -> Vec<(String, String, i64)> {
     v.sort();
     v
 }
+
+/// What a handoff, done or refused, keeps: every session as it was (`before`: same phase, same
+/// wrapper), each of `leases` open.
+pub fn assert_kept(c: &mut Conn, before: &[(String, String, i64)], leases: &[Value]) {
+    assert_eq!(
+        sessions(c),
+        before,
+        "every session kept, running, same wrapper"
+    );
+    for lease in leases {
+        let row = lease_row(c, lease.as_str().unwrap());
+        assert_eq!(row["state"], "open", "{row}");
+    }
+}
+
+/// No adapter of the counting sessions got a signal (each writes one down in `signals`).
+pub fn assert_unsignalled(signals: &Path) {
+    assert!(
+        !signals.exists(),
+        "an adapter got a signal: {}",
+        std::fs::read_to_string(signals).unwrap_or_default()
+    );
+}
