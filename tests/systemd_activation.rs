@@ -332,6 +332,21 @@ fn client_of(socket: &std::path::Path, home: &std::path::Path) -> Command {
     c
 }
 
+/// Runs a client's `status --json`: it must succeed (else its output and the daemon's log, in
+/// `tmp`'s serve.log, are shown); its answer.
+fn served_status(tmp: &TempDir, client: &mut Command) -> serde_json::Value {
+    let out = client.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default()
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
 /// The empty state directory systemd's `StateDirectory=` makes before the first start.
 fn empty_state_dir(tmp: &TempDir) -> std::path::PathBuf {
     use std::os::unix::fs::DirBuilderExt;
@@ -356,21 +371,9 @@ fn a_client_naming_only_the_socket_starts_a_system_daemon_and_is_served() {
         return;
     };
     let home = tmp.join("no-such-home");
-    let out = client_of(&socket, &home)
-        .args(["status", "--json"])
-        .output()
-        .unwrap();
-    let log_text = std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}\n{log_text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(v["daemon"]["socketActivated"], true, "{stdout}");
-    assert_eq!(v["daemon"]["pid"], pid.pid, "{stdout}");
+    let v = served_status(&tmp, client_of(&socket, &home).args(["status", "--json"]));
+    assert_eq!(v["daemon"]["socketActivated"], true, "{v}");
+    assert_eq!(v["daemon"]["pid"], pid.pid, "{v}");
     assert_eq!(
         v["stateDir"],
         std::fs::canonicalize(&state).unwrap().display().to_string()
@@ -416,23 +419,15 @@ fn a_named_empty_state_directory_with_the_socket_starts_the_daemon() {
     let Some(pid) = activator(&mut guard, &tmp, &state, &socket) else {
         return;
     };
-    let out = client_of(&socket, &home)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["status", "--json"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let log_text = std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}\n{log_text}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = served_status(
+        &tmp,
+        client_of(&socket, &home)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["status", "--json"]),
     );
     // The daemon answered, not the database directly.
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(v["daemon"]["pid"], pid.pid, "{stdout}");
+    assert_eq!(v["daemon"]["pid"], pid.pid, "{v}");
     assert!(state.join("leash.db").exists());
     signal(pid, libc::SIGTERM);
     assert!(wait_for(|| !pid.alive()));
