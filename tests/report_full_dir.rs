@@ -153,15 +153,11 @@ fn a_daemon_ensure_with_a_full_reports_directory_starts_at_once_and_counts_it() 
     assert!(fallback.exists(), "the report is in run/");
 
     // An adapter that exits 7: started, and its end is its exit, not a failed start.
-    let t = Instant::now();
+    // (An ensure that waited for a report it never saw would end in `spawn_failed` "did not
+    // start within 20s", not ok.)
     let r = c.request(
         "ensure",
         json!({"session": "seven", "argv": ["sh", "-c", "exit 7"], "graceMs": 500}),
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "ensure took {:?}",
-        t.elapsed()
     );
     assert_eq!(r["ok"], true, "{r}");
     let seven = r["result"]["leaseId"].as_str().unwrap().to_string();
